@@ -1,0 +1,7 @@
+//! # frt-asr
+//!
+//! Whisper speech recognition on a low-priority frt-exec stream.
+//!
+//! Not implemented yet: this crate holds no code so far. See `shared/DESIGN.md` and the
+//! project README for what it will contain; it depends on `frt-exec` only so that the
+//! workspace's layering (dependencies point down) is fixed from the start.

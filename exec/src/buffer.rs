@@ -1,0 +1,345 @@
+//! `Buffer`: named device memory with a stable address.
+
+use crate::backend::host::HostOp;
+use crate::ctx::Device;
+use crate::error::{DriverCode, Error, Result};
+use crate::{Ctx, Event, Stream};
+use std::alloc::Layout;
+use std::ffi::c_void;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Alignment of host-backend allocations (what `cuMemAlloc` guarantees is larger still).
+const HOST_ALIGN: usize = 256;
+
+static NEXT_BUFFER_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Host staging memory of a buffer (pinned on CUDA), allocated on first upload or download,
+/// and the event that marks the end of its last copy.
+struct Staging {
+    ptr: *mut u8,
+    last_copy: Option<Event>,
+}
+
+pub(crate) struct BufferInner {
+    ctx: Ctx,
+    id: u64,
+    name: String,
+    ptr: u64,
+    bytes: usize,
+    owned: bool,
+    staging: Mutex<Staging>,
+}
+
+// SAFETY: the buffer's memory is only reached through stream-ordered operations or through
+// the staging area, which a mutex guards; the raw pointers are plain addresses.
+unsafe impl Send for BufferInner {}
+// SAFETY: as above.
+unsafe impl Sync for BufferInner {}
+
+/// Named device memory (host memory on the host backend) with a stable address.
+///
+/// A `Buffer` is a cheap handle (clone = same memory). Memory that `exec` allocated is freed
+/// when the last handle is dropped; graphs whose captured work used a buffer hold a handle.
+/// Wrapped memory is never freed by `exec`.
+///
+/// The contents are reached only through work enqueued on streams (copies, kernels, host
+/// operations) or the `upload`/`download` helpers, so their order is the streams' order.
+#[derive(Clone)]
+pub struct Buffer(pub(crate) Arc<BufferInner>);
+
+impl fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Buffer")
+            .field("name", &self.0.name)
+            .field("bytes", &self.0.bytes)
+            .field("ptr", &format_args!("{:#x}", self.0.ptr))
+            .field("owned", &self.0.owned)
+            .finish()
+    }
+}
+
+/// Plain numeric types that can be copied to and from a buffer byte for byte.
+pub trait Pod: Copy + Send + Sync + 'static + sealed::Sealed {}
+mod sealed {
+    pub trait Sealed {}
+}
+macro_rules! pod {
+    ($($t:ty),*) => { $(impl sealed::Sealed for $t {} impl Pod for $t {})* };
+}
+pod!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
+
+fn as_bytes<T: Pod>(v: &[T]) -> &[u8] {
+    // SAFETY: `Pod` types have no padding and every byte pattern is readable.
+    unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+}
+
+fn as_bytes_mut<T: Pod>(v: &mut [T]) -> &mut [u8] {
+    // SAFETY: `Pod` types are valid for every byte pattern.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, std::mem::size_of_val(v)) }
+}
+
+fn check_range(op: &'static str, b: &Buffer, offset: usize, bytes: usize) -> Result<()> {
+    match offset.checked_add(bytes) {
+        Some(end) if end <= b.0.bytes => Ok(()),
+        _ => Err(Error::OutOfRange { op, buffer: b.0.name.clone(), size: b.0.bytes, offset, bytes }),
+    }
+}
+
+impl Buffer {
+    /// Allocates `bytes` (> 0) of device memory (zeroed on the host backend only).
+    pub fn alloc(ctx: &Ctx, name: &str, bytes: usize) -> Result<Buffer> {
+        if bytes == 0 {
+            return Err(Error::invalid("Buffer::alloc", format!("buffer `{name}` must have at least one byte")));
+        }
+        let oom = |code| Error::OutOfMemory { name: name.to_string(), bytes, code };
+        let ptr = match &ctx.inner.device {
+            Device::Host(_) => {
+                let layout = Layout::from_size_align(bytes, HOST_ALIGN).map_err(|_| oom(None))?;
+                // SAFETY: `layout` has a non-zero size.
+                let p = unsafe { std::alloc::alloc_zeroed(layout) };
+                if p.is_null() {
+                    return Err(oom(None));
+                }
+                p as u64
+            }
+            Device::Cuda(c) => c.alloc(bytes).map_err(|code| oom(Some(DriverCode(code))))?,
+        };
+        Ok(Buffer::from_parts(ctx, name, ptr, bytes, true))
+    }
+
+    /// Wraps memory owned elsewhere (a device pointer on CUDA, e.g. a torch tensor's
+    /// `data_ptr`; a host pointer on the host backend). `exec` never frees it.
+    ///
+    /// # Safety
+    /// `ptr` points to `bytes` bytes of memory of this context's device, which stay valid as
+    /// long as the buffer (or any graph that used it) lives.
+    pub unsafe fn wrap(ctx: &Ctx, name: &str, ptr: *mut c_void, bytes: usize) -> Result<Buffer> {
+        if ptr.is_null() || bytes == 0 {
+            return Err(Error::invalid("Buffer::wrap", format!("buffer `{name}` needs a non-null pointer and a size")));
+        }
+        Ok(Buffer::from_parts(ctx, name, ptr as u64, bytes, false))
+    }
+
+    fn from_parts(ctx: &Ctx, name: &str, ptr: u64, bytes: usize, owned: bool) -> Buffer {
+        Buffer(Arc::new(BufferInner {
+            ctx: ctx.clone(),
+            id: NEXT_BUFFER_ID.fetch_add(1, Ordering::Relaxed),
+            name: name.to_string(),
+            ptr,
+            bytes,
+            owned,
+            staging: Mutex::new(Staging { ptr: std::ptr::null_mut(), last_copy: None }),
+        }))
+    }
+
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.0.bytes
+    }
+
+    /// The stable address: a `CUdeviceptr` on CUDA, a host address on the host backend.
+    pub fn ptr(&self) -> u64 {
+        self.0.ptr
+    }
+
+    pub fn ctx(&self) -> &Ctx {
+        &self.0.ctx
+    }
+
+    /// Whether `exec` allocated (and will free) this memory.
+    pub fn is_owned(&self) -> bool {
+        self.0.owned
+    }
+
+    /// Identity: two handles of the same buffer have the same id.
+    pub fn id(&self) -> u64 {
+        self.0.id
+    }
+
+    /// Enqueues a copy of `bytes` from `src[src_off..]` to `dst[dst_off..]` on `s`
+    /// (device to device, asynchronous). Ranges outside either buffer are rejected.
+    pub fn copy(dst: &Buffer, dst_off: usize, src: &Buffer, src_off: usize, bytes: usize, s: Stream) -> Result<()> {
+        let ctx = &dst.0.ctx;
+        if !ctx.same(&src.0.ctx) {
+            return Err(Error::invalid("Buffer::copy", "source and destination belong to different contexts"));
+        }
+        check_range("copy (destination)", dst, dst_off, bytes)?;
+        check_range("copy (source)", src, src_off, bytes)?;
+        let raw = ctx.inner.raw_stream(s)?;
+        if bytes == 0 {
+            return Ok(());
+        }
+        ctx.retain(s, dst);
+        ctx.retain(s, src);
+        let (d, sp) = (dst.0.ptr + dst_off as u64, src.0.ptr + src_off as u64);
+        match &ctx.inner.device {
+            Device::Host(h) => h.enqueue(
+                s,
+                HostOp::Memcpy { dst: d as usize, src: sp as usize, bytes, _keep: [Some(dst.clone()), Some(src.clone())] },
+            ),
+            // SAFETY: both ranges were checked against live allocations, which the caller's
+            // handles (and, while capturing, the graph) keep alive.
+            Device::Cuda(c) => unsafe { c.copy_dtod(d, sp, bytes, raw as _) },
+        }
+    }
+
+    /// Copies `data` from the host into `self[offset..]`, asynchronously on `s`: `data` is
+    /// first copied into this buffer's staging memory (pinned on CUDA, allocated on first
+    /// use), so the call returns before the device copy runs. A second upload waits for the
+    /// first one's device copy to finish before reusing the staging memory. Not capturable.
+    pub fn upload(&self, s: Stream, offset: usize, data: &[u8]) -> Result<()> {
+        check_range("upload", self, offset, data.len())?;
+        let ctx = &self.0.ctx;
+        let raw = ctx.inner.raw_stream(s)?;
+        if ctx.is_capturing(s) {
+            return Err(Error::invalid("Buffer::upload", "uploads cannot be captured; write inputs before replaying"));
+        }
+        if data.is_empty() {
+            return Ok(());
+        }
+        let mut st = self.staging()?;
+        if let Some(ev) = &st.last_copy {
+            ev.synchronize()?;
+        }
+        // SAFETY: staging has `self.bytes` bytes; the range was checked; no copy out of the
+        // staging memory is pending (waited above).
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), st.ptr.add(offset), data.len()) };
+        let stage = st.ptr as u64 + offset as u64;
+        match &ctx.inner.device {
+            Device::Host(h) => h.enqueue(
+                s,
+                HostOp::Memcpy { dst: (self.0.ptr + offset as u64) as usize, src: stage as usize, bytes: data.len(), _keep: [Some(self.clone()), None] },
+            )?,
+            // SAFETY: pinned staging memory stays untouched until `last_copy` completes.
+            Device::Cuda(c) => unsafe { c.copy_htod(self.0.ptr + offset as u64, stage as *const u8, data.len(), raw as _)? },
+        }
+        self.mark_staging(&mut st, s)
+    }
+
+    /// Copies `self[offset..offset + out.len()]` to the host after the work enqueued on `s`;
+    /// blocks until the data is there.
+    pub fn download(&self, s: Stream, offset: usize, out: &mut [u8]) -> Result<()> {
+        check_range("download", self, offset, out.len())?;
+        let ctx = &self.0.ctx;
+        let raw = ctx.inner.raw_stream(s)?;
+        if ctx.is_capturing(s) {
+            return Err(Error::invalid("Buffer::download", "downloads cannot be captured"));
+        }
+        if out.is_empty() {
+            return Ok(());
+        }
+        let mut st = self.staging()?;
+        if let Some(ev) = &st.last_copy {
+            ev.synchronize()?;
+        }
+        let stage = st.ptr as u64 + offset as u64;
+        match &ctx.inner.device {
+            Device::Host(h) => h.enqueue(
+                s,
+                HostOp::Memcpy { dst: stage as usize, src: (self.0.ptr + offset as u64) as usize, bytes: out.len(), _keep: [Some(self.clone()), None] },
+            )?,
+            // SAFETY: the staging memory is not read until `last_copy` completes (below).
+            Device::Cuda(c) => unsafe { c.copy_dtoh(stage as *mut u8, self.0.ptr + offset as u64, out.len(), raw as _)? },
+        }
+        self.mark_staging(&mut st, s)?;
+        st.last_copy.as_ref().expect("marked above").synchronize()?;
+        // SAFETY: the copy into staging has completed; the range was checked.
+        unsafe { std::ptr::copy_nonoverlapping(st.ptr.add(offset) as *const u8, out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+
+    /// [`upload`](Self::upload) of a typed slice at element offset `at`.
+    pub fn write<T: Pod>(&self, s: Stream, at: usize, data: &[T]) -> Result<()> {
+        let offset = at.checked_mul(size_of::<T>()).ok_or_else(|| Error::invalid("Buffer::write", "offset overflows"))?;
+        self.upload(s, offset, as_bytes(data))
+    }
+
+    /// [`download`](Self::download) into a typed slice from element offset `at`.
+    pub fn read<T: Pod>(&self, s: Stream, at: usize, out: &mut [T]) -> Result<()> {
+        let offset = at.checked_mul(size_of::<T>()).ok_or_else(|| Error::invalid("Buffer::read", "offset overflows"))?;
+        self.download(s, offset, as_bytes_mut(out))
+    }
+
+    /// Downloads the whole buffer as `T`s (allocates; for tests and tools).
+    pub fn to_vec<T: Pod + Default>(&self, s: Stream) -> Result<Vec<T>> {
+        let mut v = vec![T::default(); self.0.bytes / size_of::<T>()];
+        self.read(s, 0, &mut v)?;
+        Ok(v)
+    }
+
+    fn staging(&self) -> Result<std::sync::MutexGuard<'_, Staging>> {
+        let mut st = self.0.staging.lock().unwrap_or_else(|p| p.into_inner());
+        if st.ptr.is_null() {
+            let bytes = self.0.bytes;
+            let oom = |code| Error::OutOfMemory { name: format!("{} (staging)", self.0.name), bytes, code };
+            st.ptr = match &self.0.ctx.inner.device {
+                Device::Host(_) => {
+                    let layout = Layout::from_size_align(bytes, HOST_ALIGN).map_err(|_| oom(None))?;
+                    // SAFETY: non-zero size (buffers have at least one byte).
+                    let p = unsafe { std::alloc::alloc(layout) };
+                    if p.is_null() {
+                        return Err(oom(None));
+                    }
+                    p
+                }
+                Device::Cuda(c) => c.alloc_pinned(bytes).map_err(|code| oom(Some(DriverCode(code))))?,
+            };
+        }
+        Ok(st)
+    }
+
+    fn mark_staging(&self, st: &mut Staging, s: Stream) -> Result<()> {
+        if st.last_copy.is_none() {
+            st.last_copy = Some(self.0.ctx.event()?);
+        }
+        st.last_copy.as_ref().expect("created above").record(s)
+    }
+}
+
+impl Drop for BufferInner {
+    fn drop(&mut self) {
+        let staging = self.staging.get_mut().unwrap_or_else(|p| p.into_inner());
+        let last_copy = staging.last_copy.take();
+        // On the host backend every pending copy holds a handle, so none is left here. On
+        // CUDA the pinned staging memory must not be freed under a running copy.
+        if let (Device::Cuda(_), Some(ev)) = (&self.ctx.inner.device, last_copy) {
+            if let Err(e) = ev.synchronize() {
+                self.ctx.inner.defer_error(e);
+            }
+        }
+        match &self.ctx.inner.device {
+            Device::Host(_) => {
+                let layout = Layout::from_size_align(self.bytes, HOST_ALIGN).expect("layout was valid at allocation");
+                if !staging.ptr.is_null() {
+                    // SAFETY: allocated in `staging()` with this layout.
+                    unsafe { std::alloc::dealloc(staging.ptr, layout) };
+                }
+                if self.owned {
+                    // SAFETY: allocated in `alloc` with this layout; no operation holds the
+                    // buffer any more (they hold handles).
+                    unsafe { std::alloc::dealloc(self.ptr as *mut u8, layout) };
+                }
+            }
+            Device::Cuda(c) => {
+                if !staging.ptr.is_null() {
+                    // SAFETY: from `alloc_pinned`; its last copy completed (synchronized above).
+                    if let Err(e) = unsafe { c.free_pinned(staging.ptr) } {
+                        self.ctx.inner.defer_error(e);
+                    }
+                }
+                if self.owned {
+                    // SAFETY: from `alloc`; graphs that used it hold handles, so none is left.
+                    // cuMemFree waits for pending work on the memory.
+                    if let Err(e) = unsafe { c.free(self.ptr) } {
+                        self.ctx.inner.defer_error(e);
+                    }
+                }
+            }
+        }
+    }
+}
