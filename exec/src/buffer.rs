@@ -60,6 +60,21 @@ impl fmt::Debug for Buffer {
     }
 }
 
+/// A non-owning handle of a [`Buffer`] (e.g. to observe when its memory is released).
+#[derive(Clone)]
+pub struct WeakBuffer(std::sync::Weak<BufferInner>);
+
+impl WeakBuffer {
+    pub fn upgrade(&self) -> Option<Buffer> {
+        self.0.upgrade().map(Buffer)
+    }
+
+    /// Whether some handle (a caller's, or a graph's) still keeps the buffer alive.
+    pub fn is_alive(&self) -> bool {
+        self.0.strong_count() > 0
+    }
+}
+
 /// Plain numeric types that can be copied to and from a buffer byte for byte.
 pub trait Pod: Copy + Send + Sync + 'static + sealed::Sealed {}
 mod sealed {
@@ -270,6 +285,11 @@ impl Buffer {
         let mut v = vec![T::default(); self.0.bytes / size_of::<T>()];
         self.read(s, 0, &mut v)?;
         Ok(v)
+    }
+
+    /// A handle that does not keep the buffer alive.
+    pub fn downgrade(&self) -> WeakBuffer {
+        WeakBuffer(Arc::downgrade(&self.0))
     }
 
     fn staging(&self) -> Result<std::sync::MutexGuard<'_, Staging>> {

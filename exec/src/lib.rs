@@ -52,7 +52,7 @@ mod key;
 mod lru;
 mod plan;
 
-pub use buffer::{Buffer, Pod};
+pub use buffer::{Buffer, Pod, WeakBuffer};
 pub use ctx::{BackendKind, Ctx, MAX_STREAMS, Stream};
 pub use error::{DriverCode, Error, HostOpError, Result, Status};
 pub use event::Event;
