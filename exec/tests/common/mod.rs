@@ -146,6 +146,9 @@ extern "C" __global__ void spin(unsigned long long ns) {
 "#;
 
 pub struct CudaKernels {
+    /// The module lives in the device's primary context, which is destroyed when the last
+    /// context using it goes; this handle keeps it (and the function handles) valid.
+    _ctx: Ctx,
     fill: sys::CUfunction,
     axpb: sys::CUfunction,
     add_from: sys::CUfunction,
@@ -171,7 +174,7 @@ impl CudaKernels {
             unsafe { result::module::get_function(module, n) }.expect("kernel in module")
         };
         let sms = ctx.cuda_context().unwrap().attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).unwrap();
-        CudaKernels { fill: get("fill_f32"), axpb: get("axpb_f32"), add_from: get("add_from_f32"), spin: get("spin"), sms: sms as u32 }
+        CudaKernels { _ctx: ctx.clone(), fill: get("fill_f32"), axpb: get("axpb_f32"), add_from: get("add_from_f32"), spin: get("spin"), sms: sms as u32 }
     }
 
     fn launch(&self, ctx: &Ctx, s: Stream, f: sys::CUfunction, n: u32, params: &mut [*mut c_void]) -> Result<()> {
