@@ -17,10 +17,15 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
 
+/// The cdylib cargo built for this test run: `cargo test` leaves it in `deps/` (only
+/// `cargo build` copies it up to `target/<profile>/`).
 fn cdylib() -> PathBuf {
-    let so = target_dir().join("libflashrt_exec.so");
-    assert!(so.exists(), "{} missing: cargo builds the cdylib with the crate's tests", so.display());
-    so
+    let candidates = [target_dir().join("deps/libflashrt_exec.so"), target_dir().join("libflashrt_exec.so")];
+    candidates
+        .iter()
+        .find(|p| p.exists())
+        .cloned()
+        .unwrap_or_else(|| panic!("libflashrt_exec.so not found in {candidates:?}"))
 }
 
 /// Compiles the C test program; returns its path.
