@@ -69,7 +69,9 @@ pub(crate) struct CtxInner {
     capturing: AtomicBool,
     capture_stream: OnceLock<Stream>,
     pub async_error: ErrorSlot,
-    /// CUDA host calls that ran and wait to be dropped on an ordinary thread.
+    /// CUDA host calls that ran and wait to be dropped on an ordinary thread (boxes the
+    /// driver handed back as raw pointers).
+    #[allow(clippy::vec_box)]
     graveyard: Arc<Mutex<Vec<Box<HostCall>>>>,
 }
 
@@ -487,6 +489,7 @@ struct HostCall {
     f: HostFn,
     stream: crate::Stream,
     errors: ErrorSlot,
+    #[allow(clippy::vec_box)]
     graveyard: Arc<Mutex<Vec<Box<HostCall>>>>,
 }
 

@@ -9,6 +9,9 @@
 //! give `FRT_ERR_INVALID`, or a null / zero result for functions that return a value). No
 //! Rust panic crosses the boundary: one would be reported as `FRT_ERR_BACKEND`.
 
+// The safety contract of every `unsafe extern "C"` function is stated once, in exec.h.
+#![allow(clippy::missing_safety_doc)]
+
 mod registry;
 
 use frt_exec::{BackendKind, Buffer, Ctx, Error, Event, Graph, Plan, ShapeKey, Status, Stream};
@@ -44,6 +47,8 @@ struct HostStreamRef {
 
 struct CtxEntry {
     ctx: Ctx,
+    /// Boxed: C code holds their addresses.
+    #[allow(clippy::vec_box)]
     host_streams: Mutex<Vec<Box<HostStreamRef>>>,
 }
 
@@ -136,6 +141,24 @@ unsafe fn cstr<'a>(s: *const c_char) -> Option<&'a str> {
     }
     // SAFETY: non-null and NUL-terminated by the caller's contract.
     unsafe { CStr::from_ptr(s) }.to_str().ok()
+}
+
+/// The context entry and a name, for the functions that create named objects; reports what
+/// is wrong and gives `None` otherwise.
+///
+/// # Safety
+/// `name` is null or a NUL-terminated string.
+unsafe fn ctx_and_name<'a>(ctx: FrtCtx, name: *const c_char, what: &str) -> Option<(std::sync::Arc<CtxEntry>, &'a str)> {
+    let Some(c) = CTXS.get(ctx) else {
+        invalid("invalid context handle");
+        return None;
+    };
+    // SAFETY: C string by the caller's contract.
+    let Some(name) = (unsafe { cstr(name) }) else {
+        invalid(&format!("{what} name must be a non-null UTF-8 string"));
+        return None;
+    };
+    Some((c, name))
 }
 
 impl CtxEntry {
@@ -383,15 +406,8 @@ fn insert_buffer(owner: FrtCtx, r: frt_exec::Result<Buffer>) -> FrtBuffer {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn frt_buffer_alloc(ctx: FrtCtx, name: *const c_char, bytes: usize) -> FrtBuffer {
     guard_value(std::ptr::null_mut(), || {
-        let Some(c) = CTXS.get(ctx) else {
-            invalid("invalid context handle");
-            return std::ptr::null_mut();
-        };
         // SAFETY: C string by contract.
-        let Some(name) = (unsafe { cstr(name) }) else {
-            invalid("buffer name must be a non-null UTF-8 string");
-            return std::ptr::null_mut();
-        };
+        let Some((c, name)) = (unsafe { ctx_and_name(ctx, name, "buffer") }) else { return std::ptr::null_mut() };
         insert_buffer(ctx, Buffer::alloc(&c.ctx, name, bytes))
     })
 }
@@ -399,15 +415,8 @@ pub unsafe extern "C" fn frt_buffer_alloc(ctx: FrtCtx, name: *const c_char, byte
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn frt_buffer_wrap(ctx: FrtCtx, name: *const c_char, dptr: *mut c_void, bytes: usize) -> FrtBuffer {
     guard_value(std::ptr::null_mut(), || {
-        let Some(c) = CTXS.get(ctx) else {
-            invalid("invalid context handle");
-            return std::ptr::null_mut();
-        };
         // SAFETY: C string by contract.
-        let Some(name) = (unsafe { cstr(name) }) else {
-            invalid("buffer name must be a non-null UTF-8 string");
-            return std::ptr::null_mut();
-        };
+        let Some((c, name)) = (unsafe { ctx_and_name(ctx, name, "buffer") }) else { return std::ptr::null_mut() };
         // SAFETY: the caller vouches for the memory (documented in the header).
         insert_buffer(ctx, unsafe { Buffer::wrap(&c.ctx, name, dptr, bytes) })
     })
@@ -493,15 +502,8 @@ pub unsafe extern "C" fn frt_buffer_download(buf: FrtBuffer, offset: usize, dst:
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn frt_graph_create(ctx: FrtCtx, name: *const c_char, max_variants: usize) -> FrtGraph {
     guard_value(std::ptr::null_mut(), || {
-        let Some(c) = CTXS.get(ctx) else {
-            invalid("invalid context handle");
-            return std::ptr::null_mut();
-        };
         // SAFETY: C string by contract.
-        let Some(name) = (unsafe { cstr(name) }) else {
-            invalid("graph name must be a non-null UTF-8 string");
-            return std::ptr::null_mut();
-        };
+        let Some((c, name)) = (unsafe { ctx_and_name(ctx, name, "graph") }) else { return std::ptr::null_mut() };
         GRAPHS.insert(GraphEntry { owner: ctx as usize, graph: Graph::new(&c.ctx, name, max_variants) })
     })
 }

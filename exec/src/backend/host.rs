@@ -162,7 +162,7 @@ impl HostDevice {
         st.streams.len() - 1
     }
 
-    fn stream_mut<'a>(st: &'a mut State, s: Stream) -> Result<&'a mut HStream> {
+    fn stream_mut(st: &mut State, s: Stream) -> Result<&mut HStream> {
         st.streams.get_mut(s.0 as usize).ok_or(Error::UnknownStream(s))
     }
 
