@@ -386,7 +386,8 @@ impl Ctx {
         self.inner.take_async_error()
     }
 
-    pub(crate) fn same(&self, other: &Ctx) -> bool {
+    /// Whether two handles refer to the same context.
+    pub fn same(&self, other: &Ctx) -> bool {
         self.inner.id == other.inner.id
     }
 

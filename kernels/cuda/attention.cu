@@ -1,0 +1,66 @@
+// Attention: one block per (query, head); scores in shared memory, softmax in f32.
+// Host twin: kernels/src/ops/attention.rs.
+//
+// q [Sq, Hq, D] (row stride sq per query), k and v [Sk, Hkv, D] (row strides sk, sv),
+// out [Sq, Hq, D] (row stride so). Query head h reads key/value head h / (Hq / Hkv).
+// Key j is visible to query i when (j < valid || j >= always_from) and, if causal,
+// j <= i + causal_offset. `valid` is *valid_len (device memory) or Sk when null.
+// A query that sees no key gets zeros.
+template <typename T>
+__device__ void attention(const T* q, const T* k, const T* v, T* out, const int* valid_len, unsigned sq_len,
+                          unsigned sk_len, unsigned hq, unsigned hkv, unsigned d, unsigned long long sq,
+                          unsigned long long sk, unsigned long long sv, unsigned long long so,
+                          unsigned always_from, int causal, unsigned causal_offset, float scale) {
+    extern __shared__ float smem[];
+    float* qs = smem;          // d
+    float* scores = smem + d;  // sk_len
+    const unsigned i = blockIdx.x, h = blockIdx.y, kh = h / (hq / hkv);
+    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    const int vl = valid_len ? *valid_len : (int)sk_len;
+    const T* qi = q + i * sq + (unsigned long long)h * d;
+    for (unsigned c = threadIdx.x; c < d; c += blockDim.x) qs[c] = to_f32(qi[c]) * scale;
+    __syncthreads();
+    for (unsigned j = warp; j < sk_len; j += warps) {
+        bool visible = ((int)j < vl || j >= always_from) && (!causal || j <= i + causal_offset);
+        float s = 0.f;
+        if (visible) {
+            const T* kj = k + j * sk + (unsigned long long)kh * d;
+            for (unsigned c = lane; c < d; c += 32) s += qs[c] * to_f32(kj[c]);
+            s = warp_sum(s);
+        }
+        if (lane == 0) scores[j] = visible ? s : -INFINITY;
+    }
+    __syncthreads();
+    float m = -INFINITY;
+    for (unsigned j = threadIdx.x; j < sk_len; j += blockDim.x) m = fmaxf(m, scores[j]);
+    m = block_max(m);
+    float sum = 0.f;
+    for (unsigned j = threadIdx.x; j < sk_len; j += blockDim.x) {
+        float p = m == -INFINITY ? 0.f : expf(scores[j] - m);
+        scores[j] = p;
+        sum += p;
+    }
+    sum = block_sum(sum);
+    __syncthreads();
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    T* oi = out + i * so + (unsigned long long)h * d;
+    for (unsigned c = threadIdx.x; c < d; c += blockDim.x) {
+        float acc = 0.f;
+        for (unsigned j = 0; j < sk_len; ++j) {
+            const float p = scores[j];
+            if (p != 0.f) acc += p * to_f32(v[j * sv + (unsigned long long)kh * d + c]);
+        }
+        oi[c] = from_f32<T>(acc * inv);
+    }
+}
+
+#define ATTENTION(T, S)                                                                                   \
+    extern "C" __global__ void attention_##S(                                                             \
+        const T* q, const T* k, const T* v, T* out, const int* valid_len, unsigned sq_len, unsigned sk_len,  \
+        unsigned hq, unsigned hkv, unsigned d, unsigned long long sq, unsigned long long sk,               \
+        unsigned long long sv, unsigned long long so, unsigned always_from, int causal,                    \
+        unsigned causal_offset, float scale) {                                                             \
+        attention<T>(q, k, v, out, valid_len, sq_len, sk_len, hq, hkv, d, sq, sk, sv, so, always_from, causal, \
+                     causal_offset, scale);                                                                \
+    }
+FOR_FLOATS(ATTENTION)

@@ -1,0 +1,69 @@
+// Positional ops: RoPE (split halves), embedding gather with a scale, sin-cos embedding.
+// Host twin: kernels/src/ops/rope.rs.
+
+// x: rows = tokens * heads, each of `dim` (row stride sx); positions: int32 per token.
+// Pair i of a row rotates (x[i], x[i + dim/2]) by pos / max_wavelength^(2i/dim).
+template <typename T>
+__device__ void rope(const T* x, const int* positions, T* out, unsigned rows, unsigned heads, unsigned dim,
+                     unsigned long long sx, unsigned long long so, float max_wavelength) {
+    const unsigned half = dim / 2;
+    const unsigned long long n = (unsigned long long)rows * half;
+    for (unsigned long long k = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; k < n;
+         k += (unsigned long long)gridDim.x * blockDim.x) {
+        const unsigned long long row = k / half;
+        const unsigned i = k % half;
+        const float pos = (float)positions[row / heads];
+        const float timescale = powf(max_wavelength, (2.f / dim) * i);
+        float sn, cs;
+        sincosf(pos / timescale, &sn, &cs);
+        const float x1 = to_f32(x[row * sx + i]), x2 = to_f32(x[row * sx + half + i]);
+        out[row * so + i] = from_f32<T>(x1 * cs - x2 * sn);
+        out[row * so + half + i] = from_f32<T>(x2 * cs + x1 * sn);
+    }
+}
+
+// out[r, :] = table[ids[r], :] * scale; an id outside [0, vocab) gives a zero row.
+template <typename T>
+__device__ void embedding(const int* ids, const T* table, T* out, unsigned rows, unsigned width, unsigned vocab,
+                          float scale) {
+    const unsigned long long n = (unsigned long long)rows * width;
+    for (unsigned long long k = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; k < n;
+         k += (unsigned long long)gridDim.x * blockDim.x) {
+        const unsigned long long r = k / width, c = k % width;
+        const int id = ids[r];
+        const float v = (id >= 0 && (unsigned)id < vocab) ? to_f32(table[(unsigned long long)id * width + c]) * scale : 0.f;
+        out[k] = from_f32<T>(v);
+    }
+}
+
+// out[r, j] = sin(2 pi t_r / p_j), out[r, h + j] = cos(...), p_j = min_p (max_p / min_p)^(j / (h - 1)).
+template <typename T>
+__device__ void sinusoidal(const T* t, T* out, unsigned rows, unsigned half, float min_period, float max_period) {
+    const unsigned long long n = (unsigned long long)rows * half;
+    for (unsigned long long k = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; k < n;
+         k += (unsigned long long)gridDim.x * blockDim.x) {
+        const unsigned long long r = k / half;
+        const unsigned j = k % half;
+        const float fraction = half > 1 ? (float)j / (float)(half - 1) : 0.f;
+        const float period = min_period * powf(max_period / min_period, fraction);
+        const float arg = to_f32(t[r]) * (6.283185307179586f / period);
+        out[r * 2 * half + j] = from_f32<T>(sinf(arg));
+        out[r * 2 * half + half + j] = from_f32<T>(cosf(arg));
+    }
+}
+
+#define POSITIONAL(T, S)                                                                                \
+    extern "C" __global__ void rope_##S(const T* x, const int* p, T* out, unsigned rows, unsigned heads,  \
+                                        unsigned dim, unsigned long long sx, unsigned long long so,      \
+                                        float max_wavelength) {                                          \
+        rope<T>(x, p, out, rows, heads, dim, sx, so, max_wavelength);                                    \
+    }                                                                                                   \
+    extern "C" __global__ void embedding_##S(const int* ids, const T* table, T* out, unsigned rows,       \
+                                             unsigned width, unsigned vocab, float scale) {              \
+        embedding<T>(ids, table, out, rows, width, vocab, scale);                                        \
+    }                                                                                                   \
+    extern "C" __global__ void sinusoidal_##S(const T* t, T* out, unsigned rows, unsigned half,           \
+                                              float min_period, float max_period) {                      \
+        sinusoidal<T>(t, out, rows, half, min_period, max_period);                                       \
+    }
+FOR_FLOATS(POSITIONAL)

@@ -1,0 +1,258 @@
+//! The CUDA kernel registry: every `kernels/cuda/*.cu` is compiled by NVRTC once, for the
+//! device's architecture, into a cubin cached on disk (key: source hash, architecture,
+//! NVRTC version), loaded once, and its entry points are looked up by `(name, dtype)` in a
+//! fixed table built at start-up. Nothing is compiled or searched per call.
+
+use crate::error::{Error, Result};
+use crate::DType;
+use frt_exec::cudarc::driver::{result as dr, sys};
+use frt_exec::cudarc::nvrtc::sys as nv;
+use frt_exec::{Ctx, Stream};
+use std::collections::HashMap;
+use std::ffi::{CString, c_char, c_void};
+use std::path::PathBuf;
+
+const COMMON: &str = include_str!("../cuda/common.cuh");
+
+/// The CUDA C sources, one per op family.
+pub(crate) const SOURCES: &[(&str, &str)] = &[
+    ("elementwise.cu", include_str!("../cuda/elementwise.cu")),
+    ("norm.cu", include_str!("../cuda/norm.cu")),
+    ("rope.cu", include_str!("../cuda/rope.cu")),
+    ("attention.cu", include_str!("../cuda/attention.cu")),
+    ("conv.cu", include_str!("../cuda/conv.cu")),
+];
+
+pub(crate) struct CudaOps {
+    /// Keeps the primary context (and so the modules) alive.
+    ctx: Ctx,
+    funcs: HashMap<(&'static str, Option<DType>), sys::CUfunction>,
+    pub arch: String,
+    /// cuBLASLt workspace of each stream that ran a GEMM (made at capture time).
+    workspaces: std::sync::Mutex<Vec<(Stream, frt_exec::Buffer)>>,
+}
+
+// SAFETY: CUfunction handles may be used from any thread; the table is immutable.
+unsafe impl Send for CudaOps {}
+// SAFETY: as above.
+unsafe impl Sync for CudaOps {}
+
+fn fnv1a(parts: &[&str]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for b in p.bytes().chain([0xff]) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// Where compiled kernels are cached: `$FRT_KERNEL_CACHE`, else `$XDG_CACHE_HOME/frt/kernels`,
+/// else `~/.cache/frt/kernels`.
+pub fn cache_dir() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("FRT_KERNEL_CACHE") {
+        return Some(PathBuf::from(p));
+    }
+    if let Some(p) = std::env::var_os("XDG_CACHE_HOME") {
+        return Some(PathBuf::from(p).join("frt/kernels"));
+    }
+    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/frt/kernels"))
+}
+
+fn nvrtc(call: &'static str, r: nv::nvrtcResult) -> Result<()> {
+    if r == nv::nvrtcResult::NVRTC_SUCCESS { Ok(()) } else { Err(Error::Nvrtc { call, status: r as i32 }) }
+}
+
+fn compile(file: &'static str, source: &str, arch: &str) -> Result<Vec<u8>> {
+    let src = CString::new(source).expect("sources have no NUL");
+    let name = CString::new(file).expect("file names have no NUL");
+    let opts: Vec<CString> = [format!("--gpu-architecture={arch}"), "--std=c++17".into(), "-default-device".into()]
+        .into_iter()
+        .map(|o| CString::new(o).unwrap())
+        .collect();
+    let opt_ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
+    let mut prog = std::ptr::null_mut();
+    // SAFETY: valid NUL-terminated strings; no headers.
+    nvrtc("nvrtcCreateProgram", unsafe {
+        nv::nvrtcCreateProgram(&mut prog, src.as_ptr(), name.as_ptr(), 0, std::ptr::null(), std::ptr::null())
+    })?;
+    // SAFETY: `prog` was created above; option pointers live across the call.
+    let compiled = unsafe { nv::nvrtcCompileProgram(prog, opt_ptrs.len() as i32, opt_ptrs.as_ptr()) };
+    let result = if compiled != nv::nvrtcResult::NVRTC_SUCCESS {
+        let mut n = 0usize;
+        // SAFETY: `prog` is live; buffers are sized from the driver's answer.
+        let log = unsafe {
+            nv::nvrtcGetProgramLogSize(prog, &mut n);
+            let mut buf = vec![0u8; n.max(1)];
+            nv::nvrtcGetProgramLog(prog, buf.as_mut_ptr() as *mut c_char);
+            String::from_utf8_lossy(&buf).trim_end_matches('\0').to_string()
+        };
+        Err(Error::Compile { file, arch: arch.to_string(), log })
+    } else {
+        let mut n = 0usize;
+        // SAFETY: `prog` compiled; the buffer is sized from the driver's answer.
+        unsafe {
+            nvrtc("nvrtcGetCUBINSize", nv::nvrtcGetCUBINSize(prog, &mut n)).and_then(|_| {
+                let mut cubin = vec![0u8; n];
+                nvrtc("nvrtcGetCUBIN", nv::nvrtcGetCUBIN(prog, cubin.as_mut_ptr() as *mut c_char)).map(|_| cubin)
+            })
+        }
+    };
+    // SAFETY: destroyed once.
+    unsafe { nv::nvrtcDestroyProgram(&mut prog) };
+    result
+}
+
+/// The cubin of one source: from the disk cache, or compiled (and cached when possible).
+fn cubin(file: &'static str, source: &str, arch: &str, nvrtc_version: &str) -> Result<Vec<u8>> {
+    let full = format!("{COMMON}\n{source}");
+    let key = fnv1a(&[&full, arch, nvrtc_version]);
+    let path = cache_dir().map(|d| d.join(format!("{}-{key:016x}-{arch}-nvrtc{nvrtc_version}.cubin", file.trim_end_matches(".cu"))));
+    if let Some(p) = &path {
+        if let Ok(bytes) = std::fs::read(p) {
+            if !bytes.is_empty() {
+                return Ok(bytes);
+            }
+        }
+    }
+    let bin = compile(file, &full, arch)?;
+    if let Some(p) = &path {
+        // Best effort: a read-only cache directory only costs a compile next time.
+        if let Some(dir) = p.parent() {
+            if std::fs::create_dir_all(dir).is_ok() {
+                let tmp = p.with_extension(format!("tmp{}", std::process::id()));
+                if std::fs::write(&tmp, &bin).is_ok() {
+                    let _ = std::fs::rename(&tmp, p);
+                }
+            }
+        }
+    }
+    Ok(bin)
+}
+
+/// The kernels of a loaded module and their (unmangled, `extern "C"`) names.
+///
+/// # Safety
+/// `module` is a loaded module of the current context.
+unsafe fn module_functions(module: sys::CUmodule) -> Result<Vec<(String, sys::CUfunction)>> {
+    let drv = |call: &'static str, r: sys::CUresult| frt_exec::Error::Driver { call, code: frt_exec::DriverCode(r) };
+    let mut n = 0u32;
+    // SAFETY: valid out pointer; the module is loaded.
+    let r = unsafe { sys::cuModuleGetFunctionCount(&mut n, module) };
+    if r != sys::CUresult::CUDA_SUCCESS {
+        return Err(drv("cuModuleGetFunctionCount", r).into());
+    }
+    let mut fs = vec![std::ptr::null_mut(); n as usize];
+    // SAFETY: `fs` holds `n` slots.
+    let r = unsafe { sys::cuModuleEnumerateFunctions(fs.as_mut_ptr(), n, module) };
+    if r != sys::CUresult::CUDA_SUCCESS {
+        return Err(drv("cuModuleEnumerateFunctions", r).into());
+    }
+    let mut out = Vec::with_capacity(fs.len());
+    for f in fs {
+        let mut name: *const c_char = std::ptr::null();
+        // SAFETY: `f` is a function of the module; the driver owns the returned string.
+        let r = unsafe { sys::cuFuncGetName(&mut name, f) };
+        if r != sys::CUresult::CUDA_SUCCESS || name.is_null() {
+            return Err(drv("cuFuncGetName", r).into());
+        }
+        // SAFETY: a NUL-terminated string owned by the driver.
+        out.push((unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned(), f));
+    }
+    Ok(out)
+}
+
+fn split_dtype(name: &str) -> (&str, Option<DType>) {
+    for dt in [DType::F32, DType::BF16, DType::F16, DType::I32, DType::U8] {
+        if let Some(base) = name.strip_suffix(&format!("_{}", dt.name())) {
+            return (base, Some(dt));
+        }
+    }
+    (name, None)
+}
+
+impl CudaOps {
+    pub fn load(ctx: &Ctx) -> Result<CudaOps> {
+        let cu = ctx.cuda_context().expect("a CUDA context");
+        ctx.bind_to_thread()?;
+        let drv = |call: &'static str| move |e: frt_exec::cudarc::driver::DriverError| frt_exec::Error::Driver { call, code: frt_exec::DriverCode(e.0) };
+        let (maj, min) = cu.compute_capability().map_err(drv("cuDeviceGetAttribute"))?;
+        let arch = format!("sm_{maj}{min}");
+        let (mut vmaj, mut vmin) = (0, 0);
+        // SAFETY: valid out pointers.
+        nvrtc("nvrtcVersion", unsafe { nv::nvrtcVersion(&mut vmaj, &mut vmin) })?;
+        let nvrtc_version = format!("{vmaj}.{vmin}");
+        let mut funcs = HashMap::new();
+        for &(file, source) in SOURCES {
+            let bin = cubin(file, source, &arch, &nvrtc_version)?;
+            // SAFETY: a cubin for this device; the context is current; never unloaded (the
+            // registry lives as long as its context).
+            let module = unsafe { dr::module::load_data(bin.as_ptr() as *const c_void) }.map_err(drv("cuModuleLoadData"))?;
+            // SAFETY: `module` was just loaded into the current context.
+            for (name, f) in unsafe { module_functions(module)? } {
+                let (base, dt) = split_dtype(&name);
+                // Leaked once per kernel at start-up: the registry's keys are static.
+                let base: &'static str = Box::leak(base.to_string().into_boxed_str());
+                funcs.insert((base, dt), f);
+            }
+        }
+        Ok(CudaOps { ctx: ctx.clone(), funcs, arch, workspaces: Default::default() })
+    }
+
+    /// The GEMM workspace of stream `s` (GEMMs on one stream run one after another, so they
+    /// share it; other streams get their own).
+    pub fn workspace(&self, ctx: &Ctx, s: Stream) -> Result<frt_exec::Buffer> {
+        let mut w = self.workspaces.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, b)) = w.iter().find(|(st, _)| *st == s) {
+            return Ok(b.clone());
+        }
+        let b = frt_exec::Buffer::alloc(ctx, "gemm.workspace", crate::ops::gemm::WORKSPACE)?;
+        w.push((s, b.clone()));
+        Ok(b)
+    }
+
+    fn func(&self, name: &'static str, dt: Option<DType>) -> Result<sys::CUfunction> {
+        self.funcs.get(&(name, dt)).copied().ok_or(Error::MissingKernel { name, dtype: dt.map_or("", |d| d.name()) })
+    }
+
+    /// Launches `name_{dtype}` (or `name` for `None`) on `s`.
+    ///
+    /// # Safety
+    /// `params` match the kernel's signature and every pointer in them is a live device
+    /// address the kernel may touch within the bounds the op checked.
+    pub unsafe fn launch(
+        &self,
+        s: Stream,
+        name: &'static str,
+        dt: Option<DType>,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        shared: u32,
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
+        let f = self.func(name, dt)?;
+        self.ctx.bind_to_thread()?;
+        let raw = self.ctx.raw_stream(s)? as sys::CUstream;
+        // SAFETY: the caller's contract.
+        unsafe { dr::launch_kernel(f, grid, block, shared, raw, params) }
+            .map_err(|e| frt_exec::Error::Driver { call: "cuLaunchKernel", code: frt_exec::DriverCode(e.0) }.into())
+    }
+}
+
+/// Builds the parameter array of a kernel launch from local variables.
+macro_rules! args {
+    ($($v:expr),* $(,)?) => { [$( &mut $v as *mut _ as *mut std::ffi::c_void ),*] };
+}
+pub(crate) use args;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_names_split_into_op_and_dtype() {
+        assert_eq!(split_dtype("rms_norm_bf16"), ("rms_norm", Some(DType::BF16)));
+        assert_eq!(split_dtype("im2col"), ("im2col", None));
+    }
+}

@@ -1,0 +1,190 @@
+//! Attention with query heads ≥ key/value heads (MHA, GQA, MQA), head dims such as 64, 72
+//! and 256, softmax in f32, and masks that cover Pi0.5 and Whisper:
+//! bidirectional over a device-side valid key length (the padded prompt), prefix+suffix over
+//! a KV cache (the action expert), and causal (Whisper's decoder).
+//! CUDA twin: `kernels/cuda/attention.cu`.
+
+use super::P;
+use crate::cuda::args;
+use crate::dtype::with_float;
+use crate::error::{Error, Result};
+use crate::pool::Pool;
+use crate::{DType, Kernels, Tensor};
+use frt_exec::Stream;
+
+/// Which keys a query sees. Key `j` is visible to query `i` when
+/// `(j < valid_len || j >= always_from)` and, with `causal_offset = Some(o)`, `j <= i + o`.
+#[derive(Clone, Debug, Default)]
+pub struct AttentionMask {
+    /// An i32 `[1]` tensor holding the number of valid leading keys, read on the device at
+    /// run time (a new prompt length is a buffer write, not a recapture). `None`: all keys.
+    pub valid_len: Option<Tensor>,
+    /// Keys from this index on are always visible (the suffix after a prefix cache).
+    /// `None`: no such keys.
+    pub always_from: Option<usize>,
+    /// Causal masking with this offset (`Some(0)`: query `i` sees keys `0..=i`).
+    pub causal_offset: Option<usize>,
+}
+
+impl AttentionMask {
+    /// Every key.
+    pub fn full() -> Self {
+        AttentionMask::default()
+    }
+    /// Keys `0..*valid_len` (device-side length).
+    pub fn valid(valid_len: &Tensor) -> Self {
+        AttentionMask { valid_len: Some(valid_len.clone()), ..Default::default() }
+    }
+    /// Keys `0..*prefix_len` of a prefix of capacity `prefix_capacity`, and every key after it.
+    pub fn prefix_suffix(prefix_len: &Tensor, prefix_capacity: usize) -> Self {
+        AttentionMask { valid_len: Some(prefix_len.clone()), always_from: Some(prefix_capacity), causal_offset: None }
+    }
+    /// Query `i` sees keys `0..=i + offset`.
+    pub fn causal(offset: usize) -> Self {
+        AttentionMask { causal_offset: Some(offset), ..Default::default() }
+    }
+}
+
+/// The largest head dimension (the host accumulator lives on the stack).
+const MAX_HEAD_DIM: usize = 512;
+
+/// Keys (and head dim) the CUDA kernel keeps in shared memory: up to this many floats.
+const MAX_SHARED_FLOATS: usize = 12 * 1024;
+
+struct Dims {
+    sq_len: usize,
+    sk_len: usize,
+    hq: usize,
+    hkv: usize,
+    d: usize,
+    sq: usize,
+    sk: usize,
+    sv: usize,
+    so: usize,
+}
+
+fn heads_layout(op: &'static str, name: &str, t: &Tensor) -> Result<(usize, usize, usize, usize)> {
+    let (sh, st) = (t.shape(), t.strides());
+    if sh.len() != 3 || st[2] != 1 || st[1] != sh[2] {
+        return Err(Error::shape(op, format!("`{name}` {t:?} must be [tokens, heads, head_dim] with contiguous heads")));
+    }
+    Ok((sh[0], sh[1], sh[2], st[0]))
+}
+
+impl Kernels {
+    /// `out = softmax(scale·q·kᵀ + mask)·v` per head; see [`AttentionMask`]. `q`, `out`:
+    /// `[Sq, Hq, D]`; `k`, `v`: `[Sk, Hkv, D]` with `Hq` a multiple of `Hkv` (views into a
+    /// larger cache are fine: rows may be strided). A query that sees no key gets zeros.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention(&self, s: Stream, q: &Tensor, k: &Tensor, v: &Tensor, out: &Tensor, mask: &AttentionMask, scale: f32) -> Result<()> {
+        let op = "attention";
+        self.check_ctx(op, &[q, k, v, out])?;
+        q.expect_float(op, "q")?;
+        for (t, n) in [(k, "k"), (v, "v"), (out, "out")] {
+            t.expect_dtype(op, n, q.dtype())?;
+        }
+        let (sq_len, hq, d, sq) = heads_layout(op, "q", q)?;
+        let (sk_len, hkv, dk, sk) = heads_layout(op, "k", k)?;
+        let (sv_len, hv, dv, sv) = heads_layout(op, "v", v)?;
+        let (so_len, ho, dout, so) = heads_layout(op, "out", out)?;
+        if dk != d || dv != d || dout != d || hv != hkv || ho != hq || sv_len != sk_len || so_len != sq_len || hkv == 0 || hq % hkv != 0 {
+            return Err(Error::shape(op, format!("q {q:?}, k {k:?}, v {v:?}, out {out:?} do not agree")));
+        }
+        if let Some(vl) = &mask.valid_len {
+            self.check_ctx(op, &[vl])?;
+            vl.expect_dtype(op, "valid_len", DType::I32)?;
+            if vl.numel() != 1 {
+                return Err(Error::shape(op, format!("valid_len {vl:?} must hold one i32")));
+            }
+        }
+        if d > MAX_HEAD_DIM {
+            return Err(Error::shape(op, format!("head dim {d} exceeds {MAX_HEAD_DIM}")));
+        }
+        let dims = Dims { sq_len, sk_len, hq, hkv, d, sq, sk, sv, so };
+        let always_from = mask.always_from.unwrap_or(sk_len).min(sk_len);
+        let dt = q.dtype();
+        match &self.cuda {
+            Some(c) => {
+                if d + sk_len > MAX_SHARED_FLOATS {
+                    return Err(Error::shape(op, format!("{sk_len} keys × head dim {d} exceed the kernel's shared memory ({MAX_SHARED_FLOATS} floats)")));
+                }
+                self.retain(s, &[q, k, v, out]);
+                let mut vlp = 0u64;
+                if let Some(vl) = &mask.valid_len {
+                    self.retain(s, &[vl]);
+                    vlp = vl.ptr();
+                }
+                let (mut qp, mut kp, mut vp, mut op_) = (q.ptr(), k.ptr(), v.ptr(), out.ptr());
+                let (mut a, mut b, mut hq_, mut hkv_, mut d_) = (sq_len as u32, sk_len as u32, hq as u32, hkv as u32, d as u32);
+                let (mut sq_, mut sk_, mut sv_, mut so_) = (sq as u64, sk as u64, sv as u64, so as u64);
+                let (mut af, mut causal, mut co, mut sc) = (always_from as u32, mask.causal_offset.is_some() as i32, mask.causal_offset.unwrap_or(0) as u32, scale);
+                let shared = ((d + sk_len) * 4) as u32;
+                // SAFETY: layouts were checked; shared memory holds d + Sk floats (≤ 48 KiB).
+                unsafe {
+                    c.launch(
+                        s, "attention", Some(dt), (sq_len as u32, hq as u32, 1), (128, 1, 1), shared,
+                        &mut args!(qp, kp, vp, op_, vlp, a, b, hq_, hkv_, d_, sq_, sk_, sv_, so_, af, causal, co, sc),
+                    )
+                }
+            }
+            None => {
+                let (qp, kp, vp, op_) = (P::of(q), P::of(k), P::of(v), P::of(out));
+                let vlp = mask.valid_len.as_ref().map(P::of);
+                let causal = mask.causal_offset;
+                let keep = (q.clone(), k.clone(), v.clone(), out.clone(), mask.valid_len.clone());
+                self.host(s, move || {
+                    let _ = &keep;
+                    // SAFETY: one i32 (checked).
+                    let valid = vlp.map_or(dims.sk_len as i64, |p| unsafe { p.ld_i32(0) } as i64);
+                    with_float!(dt, T, {
+                        Pool::global().run(dims.sq_len * dims.hq, &|task| {
+                            let (i, h) = (task / dims.hq, task % dims.hq);
+                            // SAFETY: indices inside the checked layouts.
+                            unsafe { host_head::<T>(&dims, i, h, qp, kp, vp, op_, valid, always_from, causal, scale) };
+                        })
+                    })
+                })
+            }
+        }
+    }
+}
+
+/// One (query, head) with an online softmax: no scratch beyond the head's accumulator.
+///
+/// # Safety
+/// `dims` describe the tensors behind the pointers.
+#[allow(clippy::too_many_arguments)]
+unsafe fn host_head<T: crate::dtype::Float>(
+    dims: &Dims, i: usize, h: usize, q: P, k: P, v: P, out: P, valid: i64, always_from: usize, causal: Option<usize>, scale: f32,
+) {
+    const MAX_D: usize = MAX_HEAD_DIM;
+    let d = dims.d;
+    let kh = h / (dims.hq / dims.hkv);
+    let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
+    let mut acc = [0f32; MAX_D];
+    for j in 0..dims.sk_len {
+        let visible = ((j as i64) < valid || j >= always_from) && causal.is_none_or(|o| j <= i + o);
+        if !visible {
+            continue;
+        }
+        let mut sc = 0f32;
+        for c in 0..d {
+            // SAFETY: the caller's contract.
+            sc += unsafe { q.ld::<T>(i * dims.sq + h * dims.d + c) * scale * k.ld::<T>(j * dims.sk + kh * dims.d + c) };
+        }
+        let m_new = m.max(sc);
+        let correction = (m - m_new).exp();
+        let p = (sc - m_new).exp();
+        sum = sum * correction + p;
+        for (c, a) in acc.iter_mut().enumerate().take(d) {
+            // SAFETY: the caller's contract.
+            *a = *a * correction + p * unsafe { v.ld::<T>(j * dims.sv + kh * dims.d + c) };
+        }
+        m = m_new;
+    }
+    let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+    for (c, a) in acc.iter().enumerate().take(d) {
+        // SAFETY: the caller's contract.
+        unsafe { out.st::<T>(i * dims.so + h * dims.d + c, a * inv) };
+    }
+}

@@ -1,0 +1,262 @@
+//! Elementwise ops: casts, add/scale, activations (SiLU, GELU tanh/erf, GEGLU), the Euler
+//! step of flow matching, and the gated residual of adaptive norms.
+//! CUDA twin: `kernels/cuda/elementwise.cu`.
+
+use super::{P, Rows, gelu_tanh, grid_1d, rows, same_rows};
+use crate::cuda::args;
+use crate::dtype::with_float;
+use crate::error::{Error, Result};
+use crate::{DType, Kernels, Tensor};
+use frt_exec::Stream;
+
+#[derive(Copy, Clone)]
+enum Unary {
+    Silu = 0,
+    GeluTanh = 1,
+    GeluErf = 2,
+    Scale = 3,
+}
+
+#[derive(Copy, Clone)]
+enum Binary {
+    /// `a + alpha * b`
+    AddScaled = 0,
+    Mul = 1,
+    /// `gelu_tanh(a) * b`
+    Geglu = 2,
+}
+
+fn unary_f32(op: Unary, v: f32, alpha: f32) -> f32 {
+    match op {
+        Unary::Silu => v / (1.0 + (-v).exp()),
+        Unary::GeluTanh => gelu_tanh(v),
+        Unary::GeluErf => 0.5 * v * (1.0 + libm::erff(v * std::f32::consts::FRAC_1_SQRT_2)),
+        Unary::Scale => alpha * v,
+    }
+}
+
+fn binary_f32(op: Binary, a: f32, b: f32, alpha: f32) -> f32 {
+    match op {
+        Binary::AddScaled => a + alpha * b,
+        Binary::Mul => a * b,
+        Binary::Geglu => gelu_tanh(a) * b,
+    }
+}
+
+/// The row layout of `b` for a binary op with `a`: the same rows, or one row broadcast
+/// (row stride 0).
+fn broadcast_rows(op: &'static str, a: Rows, b: &Tensor) -> Result<Rows> {
+    let rb = rows(op, b)?;
+    if rb.rows == a.rows && rb.cols == a.cols {
+        Ok(rb)
+    } else if rb.rows == 1 && rb.cols == a.cols {
+        Ok(Rows { stride: 0, ..rb })
+    } else {
+        Err(Error::shape(op, format!("{b:?} matches neither {}×{} nor one row of {}", a.rows, a.cols, a.cols)))
+    }
+}
+
+impl Kernels {
+    fn unary(&self, s: Stream, op: &'static str, kind: Unary, alpha: f32, x: &Tensor, out: &Tensor) -> Result<()> {
+        self.check_ctx(op, &[x, out])?;
+        x.expect_float(op, "x")?;
+        out.expect_dtype(op, "out", x.dtype())?;
+        x.expect_contiguous(op)?;
+        out.expect_contiguous(op)?;
+        if x.numel() != out.numel() {
+            return Err(Error::shape(op, format!("{x:?} and {out:?} differ in size")));
+        }
+        let (dt, n) = (x.dtype(), x.numel());
+        match &self.cuda {
+            Some(c) => {
+                self.retain(s, &[x, out]);
+                let (mut xp, mut op_, mut n64, mut code, mut a) = (x.ptr(), out.ptr(), n as u64, kind as i32, alpha);
+                // SAFETY: both tensors hold `n` contiguous elements of `dt` (checked above).
+                unsafe { c.launch(s, "unary", Some(dt), (grid_1d(n), 1, 1), (256, 1, 1), 0, &mut args!(xp, op_, n64, code, a)) }
+            }
+            None => {
+                let (xp, op_, keep) = (P::of(x), P::of(out), (x.clone(), out.clone()));
+                self.host(s, move || {
+                    let _ = &keep;
+                    with_float!(dt, T, {
+                        for i in 0..n {
+                            // SAFETY: `i < n`, the size of both tensors, of type T.
+                            unsafe { op_.st::<T>(i, unary_f32(kind, xp.ld::<T>(i), alpha)) };
+                        }
+                    })
+                })
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn binary(&self, s: Stream, op: &'static str, kind: Binary, alpha: f32, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<()> {
+        self.check_ctx(op, &[a, b, out])?;
+        a.expect_float(op, "a")?;
+        b.expect_dtype(op, "b", a.dtype())?;
+        out.expect_dtype(op, "out", a.dtype())?;
+        let ra = rows(op, a)?;
+        let rb = broadcast_rows(op, ra, b)?;
+        let ro = rows(op, out)?;
+        same_rows(op, ra, ro, "a vs out")?;
+        let dt = a.dtype();
+        match &self.cuda {
+            Some(c) => {
+                self.retain(s, &[a, b, out]);
+                let (mut ap, mut bp, mut op_) = (a.ptr(), b.ptr(), out.ptr());
+                let (mut r, mut cols) = (ra.rows as u32, ra.cols as u32);
+                let (mut sa, mut sb, mut so) = (ra.stride as u64, rb.stride as u64, ro.stride as u64);
+                let (mut code, mut al) = (kind as i32, alpha);
+                // SAFETY: the three row layouts were checked against their tensors.
+                unsafe {
+                    c.launch(s, "binary", Some(dt), (grid_1d(ra.rows * ra.cols), 1, 1), (256, 1, 1), 0, &mut args!(ap, bp, op_, r, cols, sa, sb, so, code, al))
+                }
+            }
+            None => {
+                let (ap, bp, op_, keep) = (P::of(a), P::of(b), P::of(out), (a.clone(), b.clone(), out.clone()));
+                self.host(s, move || {
+                    let _ = &keep;
+                    with_float!(dt, T, {
+                        for r in 0..ra.rows {
+                            for c in 0..ra.cols {
+                                // SAFETY: indices inside the checked row layouts.
+                                unsafe {
+                                    let v = binary_f32(kind, ap.ld::<T>(r * ra.stride + c), bp.ld::<T>(r * rb.stride + c), alpha);
+                                    op_.st::<T>(r * ro.stride + c, v);
+                                }
+                            }
+                        }
+                    })
+                })
+            }
+        }
+    }
+
+    /// `out = silu(x) = x·sigmoid(x)`.
+    pub fn silu(&self, s: Stream, x: &Tensor, out: &Tensor) -> Result<()> {
+        self.unary(s, "silu", Unary::Silu, 1.0, x, out)
+    }
+
+    /// `out = gelu(x)` with the tanh approximation.
+    pub fn gelu_tanh(&self, s: Stream, x: &Tensor, out: &Tensor) -> Result<()> {
+        self.unary(s, "gelu_tanh", Unary::GeluTanh, 1.0, x, out)
+    }
+
+    /// `out = gelu(x)`, exact (erf), as Whisper's MLP uses it.
+    pub fn gelu(&self, s: Stream, x: &Tensor, out: &Tensor) -> Result<()> {
+        self.unary(s, "gelu", Unary::GeluErf, 1.0, x, out)
+    }
+
+    /// `out = alpha·x`.
+    pub fn scale(&self, s: Stream, x: &Tensor, alpha: f32, out: &Tensor) -> Result<()> {
+        self.unary(s, "scale", Unary::Scale, alpha, x, out)
+    }
+
+    /// `out = a + b`, where `b` has `a`'s rows or is one row broadcast over them (a bias).
+    pub fn add(&self, s: Stream, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<()> {
+        self.binary(s, "add", Binary::AddScaled, 1.0, a, b, out)
+    }
+
+    /// `out = a·b` elementwise (`b` may be one broadcast row).
+    pub fn mul(&self, s: Stream, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<()> {
+        self.binary(s, "mul", Binary::Mul, 1.0, a, b, out)
+    }
+
+    /// `out = gelu_tanh(gate)·up` (Gemma's MLP). Rows may be strided (halves of one GEMM
+    /// output).
+    pub fn geglu(&self, s: Stream, gate: &Tensor, up: &Tensor, out: &Tensor) -> Result<()> {
+        self.binary(s, "geglu", Binary::Geglu, 1.0, gate, up, out)
+    }
+
+    /// One Euler step of flow matching, in place: `x ← x + dt·v`.
+    pub fn euler_step(&self, s: Stream, x: &Tensor, v: &Tensor, dt: f32) -> Result<()> {
+        self.binary(s, "euler_step", Binary::AddScaled, dt, x, v, x)
+    }
+
+    /// `out = x + y·gate`, the residual of an adaptive norm; `gate` has `x`'s rows or is one
+    /// row broadcast over them.
+    pub fn gated_residual(&self, s: Stream, x: &Tensor, y: &Tensor, gate: &Tensor, out: &Tensor) -> Result<()> {
+        let op = "gated_residual";
+        self.check_ctx(op, &[x, y, gate, out])?;
+        x.expect_float(op, "x")?;
+        for (t, n) in [(y, "y"), (gate, "gate"), (out, "out")] {
+            t.expect_dtype(op, n, x.dtype())?;
+        }
+        let (rx, ry, ro) = (rows(op, x)?, rows(op, y)?, rows(op, out)?);
+        same_rows(op, rx, ry, "x vs y")?;
+        same_rows(op, rx, ro, "x vs out")?;
+        let rg = broadcast_rows(op, rx, gate)?;
+        let dt = x.dtype();
+        match &self.cuda {
+            Some(c) => {
+                self.retain(s, &[x, y, gate, out]);
+                let (mut xp, mut yp, mut gp, mut op_) = (x.ptr(), y.ptr(), gate.ptr(), out.ptr());
+                let (mut r, mut cols) = (rx.rows as u32, rx.cols as u32);
+                let (mut sx, mut sy, mut sg, mut so) = (rx.stride as u64, ry.stride as u64, rg.stride as u64, ro.stride as u64);
+                // SAFETY: the row layouts were checked against their tensors.
+                unsafe {
+                    c.launch(s, "gated_residual", Some(dt), (grid_1d(rx.rows * rx.cols), 1, 1), (256, 1, 1), 0, &mut args!(xp, yp, gp, op_, r, cols, sx, sy, sg, so))
+                }
+            }
+            None => {
+                let (xp, yp, gp, op_) = (P::of(x), P::of(y), P::of(gate), P::of(out));
+                let keep = (x.clone(), y.clone(), gate.clone(), out.clone());
+                self.host(s, move || {
+                    let _ = &keep;
+                    with_float!(dt, T, {
+                        for r in 0..rx.rows {
+                            for c in 0..rx.cols {
+                                // SAFETY: indices inside the checked row layouts.
+                                unsafe {
+                                    let v = xp.ld::<T>(r * rx.stride + c) + yp.ld::<T>(r * ry.stride + c) * gp.ld::<T>(r * rg.stride + c);
+                                    op_.st::<T>(r * ro.stride + c, v);
+                                }
+                            }
+                        }
+                    })
+                })
+            }
+        }
+    }
+
+    /// Converts between float dtypes (same number of elements, contiguous).
+    pub fn cast(&self, s: Stream, x: &Tensor, out: &Tensor) -> Result<()> {
+        let op = "cast";
+        self.check_ctx(op, &[x, out])?;
+        x.expect_float(op, "x")?;
+        out.expect_float(op, "out")?;
+        x.expect_contiguous(op)?;
+        out.expect_contiguous(op)?;
+        if x.numel() != out.numel() {
+            return Err(Error::shape(op, format!("{x:?} and {out:?} differ in size")));
+        }
+        let (sd, dd, n) = (x.dtype(), out.dtype(), x.numel());
+        match &self.cuda {
+            Some(c) => {
+                self.retain(s, &[x, out]);
+                let name = match sd {
+                    DType::F32 => "cast_f32",
+                    DType::BF16 => "cast_bf16",
+                    _ => "cast_f16",
+                };
+                let (mut xp, mut op_, mut n64) = (x.ptr(), out.ptr(), n as u64);
+                // SAFETY: both tensors hold `n` contiguous elements of their dtypes.
+                unsafe { c.launch(s, name, Some(dd), (grid_1d(n), 1, 1), (256, 1, 1), 0, &mut args!(xp, op_, n64)) }
+            }
+            None => {
+                let (xp, op_, keep) = (P::of(x), P::of(out), (x.clone(), out.clone()));
+                self.host(s, move || {
+                    let _ = &keep;
+                    with_float!(sd, S, {
+                        with_float!(dd, D, {
+                            for i in 0..n {
+                                // SAFETY: `i < n` for both tensors.
+                                unsafe { op_.st::<D>(i, xp.ld::<S>(i)) };
+                            }
+                        })
+                    })
+                })
+            }
+        }
+    }
+}

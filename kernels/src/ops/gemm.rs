@@ -1,0 +1,353 @@
+//! GEMM: `C = act(alpha·op(A)·op(B) + beta·C + bias)`, row-major operands, optional
+//! transposes, batched with strides, bf16/f16 (f32 accumulate) or f32.
+//!
+//! A [`Gemm`] is a plan for one shape and layout: on CUDA its cuBLASLt descriptors and
+//! algorithm are chosen once, when it is made; `run` only launches (and checks that the
+//! tensors have the planned layout). Row-major `C = A·B` is column-major `Cᵀ = Bᵀ·Aᵀ`, so
+//! the plan hands cuBLASLt the operands swapped.
+
+use super::{P, gelu_tanh};
+use crate::dtype::with_float;
+use crate::error::{Error, Result};
+use crate::pool::Pool;
+use crate::{DType, Kernels, Tensor};
+use frt_exec::cudarc::cublaslt::{result as lt, sys as lts};
+use frt_exec::Stream;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// What follows the product (after bias).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Epilogue {
+    None,
+    /// GELU, tanh approximation.
+    Gelu,
+}
+
+/// The layout of one operand: `batch × rows × cols`, row stride `ld`, batch stride (0 =
+/// shared by every batch).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+struct Layout {
+    batch: usize,
+    rows: usize,
+    cols: usize,
+    ld: usize,
+    batch_stride: usize,
+}
+
+fn layout(op: &'static str, name: &str, t: &Tensor) -> Result<Layout> {
+    let (sh, st) = (t.shape(), t.strides());
+    let bad = || Error::shape(op, format!("`{name}` {t:?} must be [rows, cols] or [batch, rows, cols] with unit column stride"));
+    match sh.len() {
+        2 if st[1] == 1 => Ok(Layout { batch: 1, rows: sh[0], cols: sh[1], ld: st[0], batch_stride: 0 }),
+        3 if st[2] == 1 => Ok(Layout { batch: sh[0], rows: sh[1], cols: sh[2], ld: st[1], batch_stride: st[0] }),
+        _ => Err(bad()),
+    }
+}
+
+/// The shape and options of a GEMM.
+#[derive(Copy, Clone, Debug, PartialEq)]
+struct Spec {
+    a: Layout,
+    b: Layout,
+    c: Layout,
+    a_dt: DType,
+    c_dt: DType,
+    trans_a: bool,
+    trans_b: bool,
+    m: usize,
+    n: usize,
+    k: usize,
+    batch: usize,
+    alpha: f32,
+    beta: f32,
+    bias: bool,
+    epilogue: Epilogue,
+}
+
+/// cuBLASLt objects of one plan.
+struct LtPlan {
+    handle: lts::cublasLtHandle_t,
+    desc: lts::cublasLtMatmulDesc_t,
+    layouts: [lts::cublasLtMatrixLayout_t; 3],
+    algo: lts::cublasLtMatmulAlgo_t,
+}
+
+// SAFETY: cuBLASLt descriptors may be used from any thread; a plan's are only mutated (the
+// bias pointer) under `&mut`-free calls serialized by the caller's stream use.
+unsafe impl Send for LtPlan {}
+// SAFETY: as above.
+unsafe impl Sync for LtPlan {}
+
+impl Drop for LtPlan {
+    fn drop(&mut self) {
+        // SAFETY: created in `LtPlan::new`, destroyed once.
+        unsafe {
+            for l in self.layouts {
+                let _ = lt::destroy_matrix_layout(l);
+            }
+            let _ = lt::destroy_matmul_desc(self.desc);
+            let _ = lt::destroy_handle(self.handle);
+        }
+    }
+}
+
+fn lt_err(call: &'static str) -> impl Fn(lt::CublasError) -> Error {
+    move |e| Error::Cublas { call, status: e.0 as i32 }
+}
+
+fn cuda_type(dt: DType) -> lts::cudaDataType {
+    match dt {
+        DType::BF16 => lts::cudaDataType::CUDA_R_16BF,
+        DType::F16 => lts::cudaDataType::CUDA_R_16F,
+        _ => lts::cudaDataType::CUDA_R_32F,
+    }
+}
+
+/// Workspace cuBLASLt may use per GEMM (what it recommends for Hopper); one per stream.
+pub(crate) const WORKSPACE: usize = 32 << 20;
+
+impl LtPlan {
+    fn new(k: &Kernels, sp: &Spec) -> Result<LtPlan> {
+        k.ctx.bind_to_thread()?;
+        let handle = lt::create_handle().map_err(lt_err("cublasLtCreate"))?;
+        let desc = lt::create_matmul_desc(lts::cublasComputeType_t::CUBLAS_COMPUTE_32F, lts::cudaDataType::CUDA_R_32F)
+            .map_err(lt_err("cublasLtMatmulDescCreate"))?;
+        let set = |attr, v: *const c_void, size| {
+            // SAFETY: `desc` is live; `v` points to `size` bytes of the attribute's type.
+            unsafe { lt::set_matmul_desc_attribute(desc, attr, v, size) }.map_err(lt_err("cublasLtMatmulDescSetAttribute"))
+        };
+        // Swapped operands: cuBLASLt's A is our B, its B is our A.
+        // cublasOperation_t: 0 = N, 1 = T.
+        let op = |t: bool| -> i32 { if t { 1 } else { 0 } };
+        let (ta, tb) = (op(sp.trans_b), op(sp.trans_a));
+        set(lts::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA, &ta as *const _ as *const c_void, size_of_val(&ta))?;
+        set(lts::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSB, &tb as *const _ as *const c_void, size_of_val(&tb))?;
+        let epi = match (sp.bias, sp.epilogue) {
+            (false, Epilogue::None) => lts::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_DEFAULT,
+            (true, Epilogue::None) => lts::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS,
+            (false, Epilogue::Gelu) => lts::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_GELU,
+            (true, Epilogue::Gelu) => lts::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_GELU_BIAS,
+        };
+        set(lts::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_EPILOGUE, &epi as *const _ as *const c_void, size_of_val(&epi))?;
+        if sp.bias {
+            let bt = cuda_type(sp.c_dt);
+            set(lts::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt as *const _ as *const c_void, size_of_val(&bt))?;
+        }
+        // Column-major views: our row-major X[r, c] with row stride ld is Xᵀ[c, r] with ld.
+        let mk = |l: &Layout, dt: DType| -> Result<lts::cublasLtMatrixLayout_t> {
+            let ml = lt::create_matrix_layout(cuda_type(dt), l.cols as u64, l.rows as u64, l.ld as i64).map_err(lt_err("cublasLtMatrixLayoutCreate"))?;
+            if sp.batch > 1 {
+                let (count, stride) = (sp.batch as i32, l.batch_stride as i64);
+                // SAFETY: `ml` is live; the values have the attributes' types.
+                unsafe {
+                    lt::set_matrix_layout_attribute(ml, lts::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count as *const _ as *const c_void, 4)
+                        .map_err(lt_err("cublasLtMatrixLayoutSetAttribute"))?;
+                    lt::set_matrix_layout_attribute(ml, lts::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride as *const _ as *const c_void, 8)
+                        .map_err(lt_err("cublasLtMatrixLayoutSetAttribute"))?;
+                }
+            }
+            Ok(ml)
+        };
+        let layouts = [mk(&sp.b, sp.a_dt)?, mk(&sp.a, sp.a_dt)?, mk(&sp.c, sp.c_dt)?];
+        let pref = lt::create_matmul_pref().map_err(lt_err("cublasLtMatmulPreferenceCreate"))?;
+        let ws = WORKSPACE as u64;
+        // SAFETY: `pref` is live; the value has the attribute's type.
+        unsafe {
+            lt::set_matmul_pref_attribute(pref, lts::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws as *const _ as *const c_void, 8)
+                .map_err(lt_err("cublasLtMatmulPreferenceSetAttribute"))?;
+        }
+        // SAFETY: every descriptor is live and describes the operands.
+        let heur = unsafe { lt::get_matmul_algo_heuristic(handle, desc, layouts[0], layouts[1], layouts[2], layouts[2], pref) };
+        // SAFETY: destroyed once.
+        unsafe { lt::destroy_matmul_pref(pref) }.map_err(lt_err("cublasLtMatmulPreferenceDestroy"))?;
+        let heur = heur.map_err(|_| Error::NoAlgorithm { what: format!("{sp:?}") })?;
+        Ok(LtPlan { handle, desc, layouts, algo: heur.algo })
+    }
+}
+
+/// A GEMM planned for one shape and layout (see the module docs).
+#[derive(Clone)]
+pub struct Gemm {
+    spec: Spec,
+    lt: Option<Arc<LtPlan>>,
+    kernels: Kernels,
+}
+
+impl Kernels {
+    /// Plans `C = act(alpha·op(A)·op(B) + beta·C + bias)` for tensors laid out like `a`, `b`,
+    /// `c` (each `[rows, cols]` or `[batch, rows, cols]`, unit column stride, any row stride;
+    /// a 2-D `a` or `b` is shared by every batch). `op(X)` is `Xᵀ` when its flag is set — a
+    /// PyTorch/safetensors weight `[out, in]` is `b` with `trans_b`. `bias` (`[n]`, `c`'s
+    /// dtype) is given to [`Gemm::run`] when `with_bias`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gemm(&self, a: &Tensor, b: &Tensor, c: &Tensor, trans_a: bool, trans_b: bool, alpha: f32, beta: f32, with_bias: bool, epilogue: Epilogue) -> Result<Gemm> {
+        let op = "gemm";
+        self.check_ctx(op, &[a, b, c])?;
+        a.expect_float(op, "a")?;
+        b.expect_dtype(op, "b", a.dtype())?;
+        if c.dtype() != a.dtype() && c.dtype() != DType::F32 {
+            return Err(Error::DType { op, arg: "c", got: c.dtype(), expected: "a's dtype or f32" });
+        }
+        let (la, lb, lc) = (layout(op, "a", a)?, layout(op, "b", b)?, layout(op, "c", c)?);
+        let (m, ka) = if trans_a { (la.cols, la.rows) } else { (la.rows, la.cols) };
+        let (kb, n) = if trans_b { (lb.cols, lb.rows) } else { (lb.rows, lb.cols) };
+        if ka != kb || lc.rows != m || lc.cols != n {
+            return Err(Error::shape(op, format!("op(a) is {m}×{ka}, op(b) {kb}×{n}, c {}×{}", lc.rows, lc.cols)));
+        }
+        let batch = lc.batch;
+        for (l, name) in [(la, "a"), (lb, "b")] {
+            if l.batch != batch && l.batch != 1 {
+                return Err(Error::shape(op, format!("`{name}` has batch {} but c has {batch}", l.batch)));
+            }
+        }
+        let spec = Spec { a: la, b: lb, c: lc, a_dt: a.dtype(), c_dt: c.dtype(), trans_a, trans_b, m, n, k: ka, batch, alpha, beta, bias: with_bias, epilogue };
+        let lt = match &self.cuda {
+            Some(_) => Some(Arc::new(LtPlan::new(self, &spec)?)),
+            None => None,
+        };
+        Ok(Gemm { spec, lt, kernels: self.clone() })
+    }
+}
+
+impl Gemm {
+    /// `(m, n, k, batch)`.
+    pub fn dims(&self) -> (usize, usize, usize, usize) {
+        (self.spec.m, self.spec.n, self.spec.k, self.spec.batch)
+    }
+
+    /// Enqueues the GEMM on `s`. The tensors must have the planned layouts (their buffers
+    /// may differ from those the plan was made with).
+    pub fn run(&self, s: Stream, a: &Tensor, b: &Tensor, c: &Tensor, bias: Option<&Tensor>) -> Result<()> {
+        let op = "gemm";
+        let sp = self.spec;
+        let k = &self.kernels;
+        k.check_ctx(op, &[a, b, c])?;
+        if layout(op, "a", a)? != sp.a || layout(op, "b", b)? != sp.b || layout(op, "c", c)? != sp.c || a.dtype() != sp.a_dt || b.dtype() != sp.a_dt || c.dtype() != sp.c_dt {
+            return Err(Error::shape(op, format!("{a:?}, {b:?}, {c:?} differ from the planned layout {sp:?}")));
+        }
+        match (bias, sp.bias) {
+            (Some(t), true) => {
+                k.check_ctx(op, &[t])?;
+                t.expect_dtype(op, "bias", sp.c_dt)?;
+                t.expect_contiguous(op)?;
+                if t.numel() != sp.n {
+                    return Err(Error::shape(op, format!("bias {t:?} must have n = {} elements", sp.n)));
+                }
+            }
+            (None, false) => {}
+            _ => return Err(Error::shape(op, "a bias is given exactly when the plan was made with one")),
+        }
+        match &self.lt {
+            Some(p) => {
+                let workspace = k.cuda.as_ref().expect("CUDA plans exist on CUDA").workspace(&k.ctx, s)?;
+                k.retain(s, &[a, b, c]);
+                if let Some(t) = bias {
+                    k.retain(s, &[t]);
+                }
+                k.ctx.retain(s, &workspace);
+                k.ctx.retain_object(s, p.clone());
+                if let Some(t) = bias {
+                    let ptr = t.ptr();
+                    // SAFETY: the descriptor is live; the value is a device pointer.
+                    unsafe {
+                        lt::set_matmul_desc_attribute(p.desc, lts::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr as *const _ as *const c_void, 8)
+                    }
+                    .map_err(lt_err("cublasLtMatmulDescSetAttribute"))?;
+                }
+                k.ctx.bind_to_thread()?;
+                let raw = k.ctx.raw_stream(s)? as lts::cudaStream_t;
+                let (alpha, beta) = (sp.alpha, sp.beta);
+                // SAFETY: layouts were checked against the plan; pointers are live device
+                // memory retained by a capture in progress; the workspace is this plan's.
+                unsafe {
+                    lt::matmul(
+                        p.handle, p.desc,
+                        &alpha as *const f32 as *const c_void, &beta as *const f32 as *const c_void,
+                        b.ptr() as *const c_void, p.layouts[0],
+                        a.ptr() as *const c_void, p.layouts[1],
+                        c.ptr() as *const c_void, p.layouts[2],
+                        c.ptr() as *mut c_void, p.layouts[2],
+                        &p.algo, workspace.ptr() as *mut c_void, WORKSPACE, raw,
+                    )
+                }
+                .map_err(lt_err("cublasLtMatmul"))
+            }
+            None => {
+                let (ap, bp, cp, biasp) = (P::of(a), P::of(b), P::of(c), bias.map(P::of));
+                let keep = (a.clone(), b.clone(), c.clone(), bias.cloned());
+                k.host(s, move || {
+                    let _ = &keep;
+                    host_gemm(&sp, ap, bp, cp, biasp);
+                })
+            }
+        }
+    }
+}
+
+/// Columns of C computed together in one stack tile.
+const TILE: usize = 64;
+
+fn host_gemm(sp: &Spec, ap: P, bp: P, cp: P, bias: Option<P>) {
+    // One task per (batch, block of rows).
+    const ROWS_PER_TASK: usize = 4;
+    let blocks = sp.m.div_ceil(ROWS_PER_TASK);
+    Pool::global().run(sp.batch * blocks, &|task| {
+        let (bi, blk) = (task / blocks, task % blocks);
+        let rows = blk * ROWS_PER_TASK..((blk + 1) * ROWS_PER_TASK).min(sp.m);
+        with_float!(sp.a_dt, T, {
+            with_float!(sp.c_dt, C, {
+                for i in rows.clone() {
+                    gemm_row::<T, C>(sp, bi, i, ap, bp, cp, bias);
+                }
+            })
+        })
+    });
+}
+
+/// Row `i` of batch `bi` of C, in tiles of `TILE` columns accumulated in f32 on the stack.
+#[allow(clippy::too_many_arguments)]
+fn gemm_row<T: crate::dtype::Float, C: crate::dtype::Float>(sp: &Spec, bi: usize, i: usize, ap: P, bp: P, cp: P, bias: Option<P>) {
+    let a_at = |kk: usize| if sp.trans_a { bi * sp.a.batch_stride + kk * sp.a.ld + i } else { bi * sp.a.batch_stride + i * sp.a.ld + kk };
+    let b_at = |kk: usize, j: usize| if sp.trans_b { bi * sp.b.batch_stride + j * sp.b.ld + kk } else { bi * sp.b.batch_stride + kk * sp.b.ld + j };
+    let mut j0 = 0;
+    while j0 < sp.n {
+        let w = TILE.min(sp.n - j0);
+        let mut acc = [0f32; TILE];
+        // SAFETY: every index is inside the planned layouts, checked against the tensors.
+        unsafe {
+            if sp.trans_b {
+                for (jj, slot) in acc.iter_mut().enumerate().take(w) {
+                    let mut s = 0f32;
+                    for kk in 0..sp.k {
+                        s += ap.ld::<T>(a_at(kk)) * bp.ld::<T>(b_at(kk, j0 + jj));
+                    }
+                    *slot = s;
+                }
+            } else {
+                for kk in 0..sp.k {
+                    let av = ap.ld::<T>(a_at(kk));
+                    for (jj, slot) in acc.iter_mut().enumerate().take(w) {
+                        *slot += av * bp.ld::<T>(b_at(kk, j0 + jj));
+                    }
+                }
+            }
+            for (jj, &sum) in acc.iter().enumerate().take(w) {
+                let j = j0 + jj;
+                let ci = bi * sp.c.batch_stride + i * sp.c.ld + j;
+                let mut v = sp.alpha * sum;
+                if sp.beta != 0.0 {
+                    v += sp.beta * cp.ld::<C>(ci);
+                }
+                if let Some(b) = bias {
+                    v += b.ld::<C>(j);
+                }
+                if sp.epilogue == Epilogue::Gelu {
+                    v = gelu_tanh(v);
+                }
+                cp.st::<C>(ci, v);
+            }
+        }
+        j0 += w;
+    }
+}

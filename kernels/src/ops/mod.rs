@@ -1,0 +1,91 @@
+//! The ops, one file per family (`kernels/src/ops/norm.rs` + `kernels/cuda/norm.cu`). Each
+//! op is a method of [`Kernels`](crate::Kernels) with a host branch and a CUDA branch.
+
+pub mod attention;
+pub mod conv;
+pub mod elementwise;
+pub mod gemm;
+pub mod norm;
+pub mod rope;
+
+use crate::dtype::Float;
+use crate::error::{Error, Result};
+use crate::Tensor;
+
+/// A tensor seen as `rows × cols` with unit column stride and a row stride (the leading
+/// dimensions must be collapsible into one).
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Rows {
+    pub rows: usize,
+    pub cols: usize,
+    pub stride: usize,
+}
+
+pub(crate) fn rows(op: &'static str, t: &Tensor) -> Result<Rows> {
+    let (sh, st) = (t.shape(), t.strides());
+    let r = sh.len();
+    if st[r - 1] != 1 {
+        return Err(Error::shape(op, format!("{t:?}: the last dimension must be contiguous")));
+    }
+    for i in 0..r.saturating_sub(2) {
+        if st[i] != st[i + 1] * sh[i + 1] {
+            return Err(Error::shape(op, format!("{t:?}: leading dimensions must collapse into rows")));
+        }
+    }
+    let cols = sh[r - 1];
+    let rows = t.numel() / cols;
+    let stride = if r >= 2 { st[r - 2] } else { cols };
+    Ok(Rows { rows, cols, stride })
+}
+
+pub(crate) fn same_rows(op: &'static str, a: Rows, b: Rows, what: &str) -> Result<()> {
+    if a.rows == b.rows && a.cols == b.cols {
+        Ok(())
+    } else {
+        Err(Error::shape(op, format!("{what}: {}×{} vs {}×{}", a.rows, a.cols, b.rows, b.cols)))
+    }
+}
+
+/// Raw element access for host kernels. The tensors a host kernel touches are kept alive by
+/// its closure; the stream orders every access, so there is no concurrent writer.
+#[derive(Copy, Clone)]
+pub(crate) struct P(pub usize);
+
+impl P {
+    pub fn of(t: &Tensor) -> P {
+        P(t.ptr() as usize)
+    }
+    /// # Safety
+    /// `i` is inside the tensor the pointer came from, whose element type is `T`.
+    #[inline(always)]
+    pub unsafe fn ld<T: Float>(self, i: usize) -> f32 {
+        // SAFETY: the caller's contract.
+        unsafe { (self.0 as *const T).add(i).read() }.to_f32()
+    }
+    /// # Safety
+    /// As for `ld`.
+    #[inline(always)]
+    pub unsafe fn st<T: Float>(self, i: usize, v: f32) {
+        // SAFETY: the caller's contract.
+        unsafe { (self.0 as *mut T).add(i).write(T::from_f32(v)) }
+    }
+    /// # Safety
+    /// As for `ld`, for an `i32` tensor.
+    #[inline(always)]
+    pub unsafe fn ld_i32(self, i: usize) -> i32 {
+        // SAFETY: the caller's contract.
+        unsafe { (self.0 as *const i32).add(i).read() }
+    }
+}
+
+/// The GELU with the tanh approximation, as in Gemma, SigLIP and Whisper's MLPs.
+#[inline(always)]
+pub(crate) fn gelu_tanh(x: f32) -> f32 {
+    const K: f32 = 0.797_884_6; // sqrt(2 / pi)
+    0.5 * x * (1.0 + (K * (x + 0.044715 * x * x * x)).tanh())
+}
+
+/// Grid size for `n` elements at 256 threads a block, capped (kernels loop with a stride).
+pub(crate) fn grid_1d(n: usize) -> u32 {
+    n.div_ceil(256).clamp(1, 65_535 * 8) as u32
+}

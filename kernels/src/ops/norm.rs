@@ -1,0 +1,197 @@
+//! Row normalizations: RMSNorm with (1 + w) (Gemma), adaptive RMSNorm (pi05's action expert),
+//! LayerNorm (SigLIP, Whisper), and softmax. Statistics in f32.
+//! CUDA twin: `kernels/cuda/norm.cu`.
+
+use super::{P, Rows, rows, same_rows};
+use crate::cuda::args;
+use crate::dtype::with_float;
+use crate::error::{Error, Result};
+use crate::{Kernels, Tensor};
+use frt_exec::Stream;
+
+/// Threads per row block.
+const BLOCK: u32 = 256;
+
+enum Affine {
+    /// `(1 + w)`
+    OnePlusW(Tensor),
+    /// `(1 + scale)` and `+ shift` from a modulation row `[scale | shift | gate]`.
+    Modulation(Tensor, Rows),
+}
+
+impl Kernels {
+    fn check_vector(op: &'static str, name: &'static str, v: &Tensor, x: &Tensor, len: usize) -> Result<()> {
+        v.expect_dtype(op, name, x.dtype())?;
+        v.expect_contiguous(op)?;
+        if v.numel() != len {
+            return Err(Error::shape(op, format!("`{name}` {v:?} must have {len} elements")));
+        }
+        Ok(())
+    }
+
+    fn rms_common(&self, s: Stream, op: &'static str, x: &Tensor, affine: Affine, out: &Tensor, eps: f32) -> Result<()> {
+        let (rx, ro) = (rows(op, x)?, rows(op, out)?);
+        same_rows(op, rx, ro, "x vs out")?;
+        out.expect_dtype(op, "out", x.dtype())?;
+        let dt = x.dtype();
+        let cols = rx.cols;
+        match &self.cuda {
+            Some(c) => {
+                let (mut w, mut m, mut sm) = (0u64, 0u64, 0u64);
+                match &affine {
+                    Affine::OnePlusW(wt) => {
+                        self.retain(s, &[wt]);
+                        w = wt.ptr();
+                    }
+                    Affine::Modulation(mt, rm) => {
+                        self.retain(s, &[mt]);
+                        m = mt.ptr();
+                        sm = rm.stride as u64;
+                    }
+                }
+                self.retain(s, &[x, out]);
+                let (mut xp, mut op_, mut n, mut sx, mut so, mut e) = (x.ptr(), out.ptr(), cols as u32, rx.stride as u64, ro.stride as u64, eps);
+                // SAFETY: one block per checked row; `w` has `cols` elements or the modulation
+                // rows have 3·cols (checked by the callers).
+                unsafe { c.launch(s, "rms_norm", Some(dt), (rx.rows as u32, 1, 1), (BLOCK, 1, 1), 0, &mut args!(xp, w, m, op_, n, sx, sm, so, e)) }
+            }
+            None => {
+                let (xp, op_) = (P::of(x), P::of(out));
+                let keep = (x.clone(), out.clone());
+                self.host(s, move || {
+                    let _ = &keep;
+                    with_float!(dt, T, {
+                        for r in 0..rx.rows {
+                            // SAFETY: indices inside the checked layouts.
+                            unsafe {
+                                let ss: f32 = (0..cols).map(|c| xp.ld::<T>(r * rx.stride + c).powi(2)).sum();
+                                let inv = 1.0 / (ss / cols as f32 + eps).sqrt();
+                                for c in 0..cols {
+                                    let v = xp.ld::<T>(r * rx.stride + c) * inv;
+                                    let y = match &affine {
+                                        Affine::OnePlusW(w) => v * (1.0 + P::of(w).ld::<T>(c)),
+                                        Affine::Modulation(m, rm) => {
+                                            let row = P(P::of(m).0 + r * rm.stride * std::mem::size_of::<T>());
+                                            v * (1.0 + row.ld::<T>(c)) + row.ld::<T>(cols + c)
+                                        }
+                                    };
+                                    op_.st::<T>(r * ro.stride + c, y);
+                                }
+                            }
+                        }
+                    })
+                })
+            }
+        }
+    }
+
+    /// Gemma's RMSNorm: `out = x / sqrt(mean(x²) + eps) · (1 + w)`, over the last dimension.
+    pub fn rms_norm(&self, s: Stream, x: &Tensor, w: &Tensor, out: &Tensor, eps: f32) -> Result<()> {
+        let op = "rms_norm";
+        self.check_ctx(op, &[x, w, out])?;
+        x.expect_float(op, "x")?;
+        Self::check_vector(op, "w", w, x, rows(op, x)?.cols)?;
+        self.rms_common(s, op, x, Affine::OnePlusW(w.clone()), out, eps)
+    }
+
+    /// Adaptive RMSNorm (pi05's action expert): `out = norm(x)·(1 + scale) + shift`, where
+    /// `modulation` holds `[scale | shift | gate]` (3 × width) per row of `x`, or one such row
+    /// for all. Returns the `gate` part as a view, for [`gated_residual`](Self::gated_residual).
+    pub fn ada_rms_norm(&self, s: Stream, x: &Tensor, modulation: &Tensor, out: &Tensor, eps: f32) -> Result<Tensor> {
+        let op = "ada_rms_norm";
+        self.check_ctx(op, &[x, modulation, out])?;
+        x.expect_float(op, "x")?;
+        modulation.expect_dtype(op, "modulation", x.dtype())?;
+        let rx = rows(op, x)?;
+        let mut rm = rows(op, modulation)?;
+        if rm.cols != 3 * rx.cols || (rm.rows != rx.rows && rm.rows != 1) {
+            return Err(Error::shape(op, format!("modulation {modulation:?} must be 1 or {} rows of 3×{}", rx.rows, rx.cols)));
+        }
+        if rm.rows == 1 {
+            rm.stride = 0;
+        }
+        self.rms_common(s, op, x, Affine::Modulation(modulation.clone(), rm), out, eps)?;
+        modulation.narrow(modulation.rank() - 1, 2 * rx.cols, rx.cols)
+    }
+
+    /// LayerNorm over the last dimension: `(x − mean) / sqrt(var + eps) · w + b`.
+    pub fn layer_norm(&self, s: Stream, x: &Tensor, w: &Tensor, b: &Tensor, out: &Tensor, eps: f32) -> Result<()> {
+        let op = "layer_norm";
+        self.check_ctx(op, &[x, w, b, out])?;
+        x.expect_float(op, "x")?;
+        let (rx, ro) = (rows(op, x)?, rows(op, out)?);
+        same_rows(op, rx, ro, "x vs out")?;
+        out.expect_dtype(op, "out", x.dtype())?;
+        Self::check_vector(op, "w", w, x, rx.cols)?;
+        Self::check_vector(op, "b", b, x, rx.cols)?;
+        let (dt, cols) = (x.dtype(), rx.cols);
+        match &self.cuda {
+            Some(c) => {
+                self.retain(s, &[x, w, b, out]);
+                let (mut xp, mut wp, mut bp, mut op_) = (x.ptr(), w.ptr(), b.ptr(), out.ptr());
+                let (mut n, mut sx, mut so, mut e) = (cols as u32, rx.stride as u64, ro.stride as u64, eps);
+                // SAFETY: one block per checked row; `w`, `b` have `cols` elements.
+                unsafe { c.launch(s, "layer_norm", Some(dt), (rx.rows as u32, 1, 1), (BLOCK, 1, 1), 0, &mut args!(xp, wp, bp, op_, n, sx, so, e)) }
+            }
+            None => {
+                let (xp, wp, bp, op_) = (P::of(x), P::of(w), P::of(b), P::of(out));
+                let keep = (x.clone(), w.clone(), b.clone(), out.clone());
+                self.host(s, move || {
+                    let _ = &keep;
+                    with_float!(dt, T, {
+                        for r in 0..rx.rows {
+                            // SAFETY: indices inside the checked layouts.
+                            unsafe {
+                                let at = |c: usize| xp.ld::<T>(r * rx.stride + c);
+                                let mean = (0..cols).map(at).sum::<f32>() / cols as f32;
+                                let var = (0..cols).map(|c| (at(c) - mean).powi(2)).sum::<f32>() / cols as f32;
+                                let inv = 1.0 / (var + eps).sqrt();
+                                for c in 0..cols {
+                                    op_.st::<T>(r * ro.stride + c, (at(c) - mean) * inv * wp.ld::<T>(c) + bp.ld::<T>(c));
+                                }
+                            }
+                        }
+                    })
+                })
+            }
+        }
+    }
+
+    /// Softmax over the last dimension (f32 math); `out` may be `x`.
+    pub fn softmax(&self, s: Stream, x: &Tensor, out: &Tensor) -> Result<()> {
+        let op = "softmax";
+        self.check_ctx(op, &[x, out])?;
+        x.expect_float(op, "x")?;
+        out.expect_dtype(op, "out", x.dtype())?;
+        let (rx, ro) = (rows(op, x)?, rows(op, out)?);
+        same_rows(op, rx, ro, "x vs out")?;
+        let (dt, cols) = (x.dtype(), rx.cols);
+        match &self.cuda {
+            Some(c) => {
+                self.retain(s, &[x, out]);
+                let (mut xp, mut op_, mut n, mut sx, mut so) = (x.ptr(), out.ptr(), cols as u32, rx.stride as u64, ro.stride as u64);
+                // SAFETY: one block per checked row.
+                unsafe { c.launch(s, "softmax", Some(dt), (rx.rows as u32, 1, 1), (BLOCK, 1, 1), 0, &mut args!(xp, op_, n, sx, so)) }
+            }
+            None => {
+                let (xp, op_, keep) = (P::of(x), P::of(out), (x.clone(), out.clone()));
+                self.host(s, move || {
+                    let _ = &keep;
+                    with_float!(dt, T, {
+                        for r in 0..rx.rows {
+                            // SAFETY: indices inside the checked layouts.
+                            unsafe {
+                                let at = |c: usize| xp.ld::<T>(r * rx.stride + c);
+                                let m = (0..cols).map(at).fold(f32::NEG_INFINITY, f32::max);
+                                let sum: f32 = (0..cols).map(|c| (at(c) - m).exp()).sum();
+                                for c in 0..cols {
+                                    op_.st::<T>(r * ro.stride + c, (at(c) - m).exp() / sum);
+                                }
+                            }
+                        }
+                    })
+                })
+            }
+        }
+    }
+}
