@@ -1,0 +1,466 @@
+//! Every op, on both backends (see `common/mod.rs` for what "checked" means).
+//!
+//! Host: `cargo test -p frt-kernels --test ops`.
+//! CUDA: `cargo test -p frt-kernels --test ops -- --ignored` (or `.gpu/kernels-ops --ignored`).
+
+mod common;
+
+use common::{Backend, Case, FLOATS, Input, Rng, Vals, run, size_ok};
+use frt_kernels::{AttentionMask, DType, Epilogue, Kernels, PatchEmbed, Tensor};
+
+fn gelu_tanh(x: f64) -> f64 {
+    0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
+}
+
+fn erf(x: f64) -> f64 {
+    libm::erf(x)
+}
+
+/// (rows, cols) shapes: small, odd, and the models' (SigLIP, Gemma prefix, action expert,
+/// Whisper); the last four only on CUDA.
+const ROW_SHAPES: &[(usize, usize, bool)] = &[(3, 8, false), (5, 33, false), (7, 130, false), (256, 1152, true), (800, 2048, true), (50, 1024, true), (1500, 384, true)];
+
+fn unary_ops(b: &Backend) {
+    type F = fn(f64) -> f64;
+    let ops: [(&str, F); 4] = [
+        ("silu", |x| x / (1.0 + (-x).exp())),
+        ("gelu_tanh", gelu_tanh),
+        ("gelu", |x| 0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2))),
+        ("scale", |x| -0.75 * x),
+    ];
+    let mut rng = Rng::new(1);
+    for &(rows, cols, big) in ROW_SHAPES {
+        if !size_ok(b, big) {
+            continue;
+        }
+        for dt in FLOATS {
+            for (name, f) in ops {
+                let run_op = |k: &Kernels, s, i: &[Tensor], o: &Tensor| match name {
+                    "silu" => k.silu(s, &i[0], o),
+                    "gelu_tanh" => k.gelu_tanh(s, &i[0], o),
+                    "gelu" => k.gelu(s, &i[0], o),
+                    _ => k.scale(s, &i[0], -0.75, o),
+                };
+                let reference = |v: &Vals| v.f[0].iter().map(|&x| f(x)).collect();
+                run(b, &Case {
+                    name: format!("{name} {rows}x{cols}"),
+                    dtype: dt,
+                    inputs: vec![Input::F(vec![rows, cols], rng.vec(rows * cols, 4.0))],
+                    out: (vec![rows, cols], dt),
+                    op: &run_op,
+                    reference: &reference,
+                    f32_tol: 1e-5,
+                });
+            }
+        }
+    }
+}
+
+fn binary_ops(b: &Backend) {
+    let mut rng = Rng::new(2);
+    for &(rows, cols, big) in ROW_SHAPES {
+        if !size_ok(b, big) {
+            continue;
+        }
+        for dt in FLOATS {
+            let (a, bb, bias) = (rng.vec(rows * cols, 3.0), rng.vec(rows * cols, 3.0), rng.vec(cols, 1.0));
+            // a + b, a + bias row, a·b, euler step with dt = -0.1.
+            let add = |k: &Kernels, s, i: &[Tensor], o: &Tensor| k.add(s, &i[0], &i[1], o);
+            let add_ref = |v: &Vals| v.f[0].iter().zip(&v.f[1]).map(|(x, y)| x + y).collect();
+            run(b, &Case { name: format!("add {rows}x{cols}"), dtype: dt, inputs: vec![Input::F(vec![rows, cols], a.clone()), Input::F(vec![rows, cols], bb.clone())], out: (vec![rows, cols], dt), op: &add, reference: &add_ref, f32_tol: 1e-6 });
+            let bias_ref = |v: &Vals| v.f[0].iter().enumerate().map(|(i, x)| x + v.f[1][i % cols]).collect();
+            run(b, &Case { name: format!("add bias {rows}x{cols}"), dtype: dt, inputs: vec![Input::F(vec![rows, cols], a.clone()), Input::F(vec![cols], bias.clone())], out: (vec![rows, cols], dt), op: &add, reference: &bias_ref, f32_tol: 1e-6 });
+            let mul = |k: &Kernels, s, i: &[Tensor], o: &Tensor| k.mul(s, &i[0], &i[1], o);
+            let mul_ref = |v: &Vals| v.f[0].iter().zip(&v.f[1]).map(|(x, y)| x * y).collect();
+            run(b, &Case { name: format!("mul {rows}x{cols}"), dtype: dt, inputs: vec![Input::F(vec![rows, cols], a.clone()), Input::F(vec![rows, cols], bb.clone())], out: (vec![rows, cols], dt), op: &mul, reference: &mul_ref, f32_tol: 1e-6 });
+            // Euler in place: copy x into the output first, then step it.
+            let euler = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
+                k.scale(s, &i[0], 1.0, o)?;
+                k.euler_step(s, o, &i[1], -0.1)
+            };
+            let euler_ref = |v: &Vals| v.f[0].iter().zip(&v.f[1]).map(|(x, y)| x + (-0.1f32) as f64 * y).collect();
+            run(b, &Case { name: format!("euler_step {rows}x{cols}"), dtype: dt, inputs: vec![Input::F(vec![rows, cols], a.clone()), Input::F(vec![rows, cols], bb.clone())], out: (vec![rows, cols], dt), op: &euler, reference: &euler_ref, f32_tol: 1e-6 });
+            // GEGLU on the two halves of one [rows, 2·cols] tensor (strided rows).
+            let fused = rng.vec(rows * 2 * cols, 3.0);
+            let geglu = |k: &Kernels, s, i: &[Tensor], o: &Tensor| k.geglu(s, &i[0].narrow(1, 0, cols)?, &i[0].narrow(1, cols, cols)?, o);
+            let geglu_ref = |v: &Vals| (0..rows * cols).map(|n| { let (r, c) = (n / cols, n % cols); gelu_tanh(v.f[0][r * 2 * cols + c]) * v.f[0][r * 2 * cols + cols + c] }).collect();
+            run(b, &Case { name: format!("geglu {rows}x{cols}"), dtype: dt, inputs: vec![Input::F(vec![rows, 2 * cols], fused)], out: (vec![rows, cols], dt), op: &geglu, reference: &geglu_ref, f32_tol: 1e-5 });
+            // Gated residual, gate broadcast from one row and per row.
+            let gr = |k: &Kernels, s, i: &[Tensor], o: &Tensor| k.gated_residual(s, &i[0], &i[1], &i[2], o);
+            for per_row in [false, true] {
+                let gate = if per_row { rng.vec(rows * cols, 1.0) } else { rng.vec(cols, 1.0) };
+                let gshape = if per_row { vec![rows, cols] } else { vec![cols] };
+                let gr_ref = move |v: &Vals| (0..rows * cols).map(|n| v.f[0][n] + v.f[1][n] * v.f[2][if per_row { n } else { n % cols }]).collect();
+                run(b, &Case { name: format!("gated_residual {rows}x{cols} per_row={per_row}"), dtype: dt, inputs: vec![Input::F(vec![rows, cols], a.clone()), Input::F(vec![rows, cols], bb.clone()), Input::F(gshape, gate)], out: (vec![rows, cols], dt), op: &gr, reference: &gr_ref, f32_tol: 1e-6 });
+            }
+        }
+    }
+}
+
+fn casts(b: &Backend) {
+    let mut rng = Rng::new(3);
+    for from in FLOATS {
+        for to in FLOATS {
+            let n = if b.is_cuda() { 100_003 } else { 257 };
+            let cast = |k: &Kernels, s, i: &[Tensor], o: &Tensor| k.cast(s, &i[0], o);
+            let reference = |v: &Vals| v.f[0].clone();
+            run(b, &Case { name: format!("cast {from:?}->{to:?}"), dtype: from, inputs: vec![Input::F(vec![n], rng.vec(n, 50.0))], out: (vec![n], to), op: &cast, reference: &reference, f32_tol: 1e-7 });
+        }
+    }
+}
+
+fn norms(b: &Backend) {
+    let mut rng = Rng::new(4);
+    let eps = 1e-6f32;
+    for &(rows, cols, big) in ROW_SHAPES {
+        if !size_ok(b, big) {
+            continue;
+        }
+        for dt in FLOATS {
+            let x = rng.vec(rows * cols, 2.0);
+            let rms = |row: &[f64]| (row.iter().map(|v| v * v).sum::<f64>() / row.len() as f64 + eps as f64).sqrt();
+            let op = |k: &Kernels, s, i: &[Tensor], o: &Tensor| k.rms_norm(s, &i[0], &i[1], o, eps);
+            let reference = |v: &Vals| v.f[0].chunks(cols).flat_map(|row| { let r = rms(row); row.iter().map(move |x| x / r).collect::<Vec<_>>() }).enumerate().map(|(n, y)| y * (1.0 + v.f[1][n % cols])).collect();
+            run(b, &Case { name: format!("rms_norm {rows}x{cols}"), dtype: dt, inputs: vec![Input::F(vec![rows, cols], x.clone()), Input::F(vec![cols], rng.vec(cols, 0.5))], out: (vec![rows, cols], dt), op: &op, reference: &reference, f32_tol: 1e-5 });
+            // Adaptive: modulation [scale | shift | gate], one row or per row; the gate view
+            // is returned (checked by copying it out after the norm).
+            for per_row in [false, true] {
+                let mrows = if per_row { rows } else { 1 };
+                let op = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
+                    let gate = k.ada_rms_norm(s, &i[0], &i[1], o, eps)?;
+                    assert_eq!(gate.shape(), &[if per_row { rows } else { 1 }, cols][..]);
+                    assert_eq!(gate.ptr(), i[1].ptr() + (2 * cols * i[1].dtype().size()) as u64);
+                    Ok(())
+                };
+                let reference = move |v: &Vals| {
+                    let m = &v.f[1];
+                    v.f[0].chunks(cols).enumerate().flat_map(|(r, row)| {
+                        let rr = rms(row);
+                        let base = if per_row { r * 3 * cols } else { 0 };
+                        row.iter().enumerate().map(move |(c, x)| x / rr * (1.0 + m[base + c]) + m[base + cols + c]).collect::<Vec<_>>()
+                    }).collect()
+                };
+                run(b, &Case { name: format!("ada_rms_norm {rows}x{cols} per_row={per_row}"), dtype: dt, inputs: vec![Input::F(vec![rows, cols], x.clone()), Input::F(vec![mrows, 3 * cols], rng.vec(mrows * 3 * cols, 0.5))], out: (vec![rows, cols], dt), op: &op, reference: &reference, f32_tol: 1e-5 });
+            }
+            let op = |k: &Kernels, s, i: &[Tensor], o: &Tensor| k.layer_norm(s, &i[0], &i[1], &i[2], o, eps);
+            let reference = |v: &Vals| v.f[0].chunks(cols).flat_map(|row| {
+                let mean = row.iter().sum::<f64>() / cols as f64;
+                let var = row.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / cols as f64;
+                row.iter().enumerate().map(move |(c, x)| (x - mean) / (var + eps as f64).sqrt() * v.f[1][c] + v.f[2][c]).collect::<Vec<_>>()
+            }).collect();
+            run(b, &Case { name: format!("layer_norm {rows}x{cols}"), dtype: dt, inputs: vec![Input::F(vec![rows, cols], x.iter().map(|v| v + 0.3).collect()), Input::F(vec![cols], rng.vec(cols, 1.0)), Input::F(vec![cols], rng.vec(cols, 1.0))], out: (vec![rows, cols], dt), op: &op, reference: &reference, f32_tol: 1e-5 });
+            let op = |k: &Kernels, s, i: &[Tensor], o: &Tensor| k.softmax(s, &i[0], o);
+            let reference = |v: &Vals| v.f[0].chunks(cols).flat_map(|row| {
+                let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let sum: f64 = row.iter().map(|x| (x - m).exp()).sum();
+                row.iter().map(move |x| (x - m).exp() / sum).collect::<Vec<_>>()
+            }).collect();
+            run(b, &Case { name: format!("softmax {rows}x{cols}"), dtype: dt, inputs: vec![Input::F(vec![rows, cols], rng.vec(rows * cols, 8.0))], out: (vec![rows, cols], dt), op: &op, reference: &reference, f32_tol: 1e-5 });
+        }
+    }
+}
+
+fn positional(b: &Backend) {
+    let mut rng = Rng::new(5);
+    // RoPE: (tokens, heads, dim): small, odd, Gemma (256), SigLIP-size is not rotary.
+    for &(t, h, d, big) in &[(4usize, 2usize, 8usize, false), (9, 3, 16, false), (800, 8, 256, true), (50, 1, 256, true)] {
+        if !size_ok(b, big) {
+            continue;
+        }
+        for dt in FLOATS {
+            let pos: Vec<i32> = (0..t).map(|_| rng.below(1000) as i32).collect();
+            let op = |k: &Kernels, s, i: &[Tensor], o: &Tensor| k.rope(s, &i[0], &i[1], o, 10_000.0);
+            let reference = |v: &Vals| {
+                let mut out = vec![0f64; t * h * d];
+                for tok in 0..t {
+                    for hh in 0..h {
+                        for j in 0..d / 2 {
+                            let base = (tok * h + hh) * d;
+                            let ts = 10_000f64.powf(2.0 * j as f64 / d as f64);
+                            let ang = v.i[0][tok] as f64 / ts;
+                            let (x1, x2) = (v.f[0][base + j], v.f[0][base + d / 2 + j]);
+                            out[base + j] = x1 * ang.cos() - x2 * ang.sin();
+                            out[base + d / 2 + j] = x2 * ang.cos() + x1 * ang.sin();
+                        }
+                    }
+                }
+                out
+            };
+            run(b, &Case { name: format!("rope {t}x{h}x{d}"), dtype: dt, inputs: vec![Input::F(vec![t, h, d], rng.vec(t * h * d, 2.0)), Input::I(vec![t], pos)], out: (vec![t, h, d], dt), op: &op, reference: &reference, f32_tol: 2e-4 });
+        }
+    }
+    // Embedding gather with a scale; ids outside the vocabulary give zero rows.
+    for &(n, vocab, width, big) in &[(6usize, 10usize, 8usize, false), (200, 1000, 2048, true)] {
+        if !size_ok(b, big) {
+            continue;
+        }
+        for dt in FLOATS {
+            let mut ids: Vec<i32> = (0..n).map(|_| rng.below(vocab as u32) as i32).collect();
+            ids[1] = -3;
+            ids[2] = vocab as i32;
+            let scale = (width as f32).sqrt();
+            let op = |k: &Kernels, s, i: &[Tensor], o: &Tensor| k.embedding(s, &i[0], &i[1], o, scale);
+            let reference = |v: &Vals| (0..n * width).map(|e| { let id = v.i[0][e / width]; if id < 0 || id as usize >= vocab { 0.0 } else { v.f[0][id as usize * width + e % width] * scale as f64 } }).collect();
+            run(b, &Case { name: format!("embedding {n}x{width}"), dtype: dt, inputs: vec![Input::I(vec![n], ids), Input::F(vec![vocab, width], rng.vec(vocab * width, 1.0))], out: (vec![n, width], dt), op: &op, reference: &reference, f32_tol: 1e-6 });
+        }
+    }
+    // Sin-cos embedding: pi05's time embedding and Whisper's positions.
+    for &(n, width, lo, hi) in &[(10usize, 32usize, 4e-3f32, 4.0f32), (7, 1024, 4e-3, 4.0), (1500, 384, std::f32::consts::TAU, std::f32::consts::TAU * 10_000.0)] {
+        let t: Vec<f32> = if n == 1500 { (0..n).map(|i| i as f32).collect() } else { (0..n).map(|_| (rng.uniform() + 1.0) / 2.0).collect() };
+        let op = |k: &Kernels, s, i: &[Tensor], o: &Tensor| k.sinusoidal(s, &i[0], o, lo, hi);
+        let reference = |v: &Vals| {
+            let h = width / 2;
+            (0..n).flat_map(|r| {
+                let (lo, hi) = (lo as f64, hi as f64);
+                let periods: Vec<f64> = (0..h).map(|j| lo * (hi / lo).powf(j as f64 / (h - 1) as f64)).collect();
+                let tr = v.f[0][r];
+                let sin: Vec<f64> = periods.iter().map(|p| (std::f64::consts::TAU * tr / p).sin()).collect();
+                let cos: Vec<f64> = periods.iter().map(|p| (std::f64::consts::TAU * tr / p).cos()).collect();
+                sin.into_iter().chain(cos)
+            }).collect()
+        };
+        run(b, &Case { name: format!("sinusoidal {n}x{width}"), dtype: DType::F32, inputs: vec![Input::F(vec![n], t)], out: (vec![n, width], DType::F32), op: &op, reference: &reference, f32_tol: 2e-3 });
+    }
+}
+
+/// (m, k, n) GEMM shapes: small, odd, and the models' linear layers (CUDA only).
+const GEMM_SHAPES: &[(usize, usize, usize, bool)] = &[
+    (4, 8, 5, false),
+    (13, 70, 33, false),
+    (65, 130, 97, false),
+    (256, 1152, 4304, true),  // SigLIP MLP up
+    (256, 4304, 1152, true),  // SigLIP MLP down
+    (800, 2048, 16384, true), // Gemma prefix MLP
+    (800, 16384, 2048, true),
+    (50, 1024, 4096, true), // action expert MLP
+    (1500, 384, 1536, true), // Whisper tiny encoder MLP
+];
+
+fn gemm(b: &Backend) {
+    let mut rng = Rng::new(6);
+    for &(m, kk, n, big) in GEMM_SHAPES {
+        if !size_ok(b, big) {
+            continue;
+        }
+        let dts: &[DType] = if big { &[DType::BF16, DType::F16] } else { &FLOATS };
+        for &dt in dts {
+            // Weights as checkpoints store them ([out, in], trans_b) with bias; and, for the
+            // small shapes, every transpose combination, alpha/beta, GELU.
+            let combos: &[(bool, bool, f32, f32, bool, Epilogue)] = if big {
+                &[(false, true, 1.0, 0.0, true, Epilogue::None)]
+            } else {
+                &[(false, false, 1.0, 0.0, false, Epilogue::None), (false, true, 1.0, 0.0, true, Epilogue::None), (true, false, 0.5, 0.0, false, Epilogue::None), (true, true, 1.0, 0.0, true, Epilogue::Gelu), (false, true, 2.0, 0.5, false, Epilogue::None)]
+            };
+            for &(ta, tb, alpha, beta, bias, epi) in combos {
+                let a_shape = if ta { vec![kk, m] } else { vec![m, kk] };
+                let b_shape = if tb { vec![n, kk] } else { vec![kk, n] };
+                let c0 = rng.vec(m * n, 1.0);
+                let mut inputs = vec![Input::F(a_shape, rng.vec(m * kk, 1.0)), Input::F(b_shape, rng.vec(kk * n, 1.0)), Input::F(vec![m, n], c0)];
+                if bias {
+                    inputs.push(Input::F(vec![n], rng.vec(n, 1.0)));
+                }
+                let op = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
+                    // The output starts as C (for beta).
+                    k.scale(s, &i[2], 1.0, o)?;
+                    let g = k.gemm(&i[0], &i[1], o, ta, tb, alpha, beta, bias, epi)?;
+                    g.run(s, &i[0], &i[1], o, if bias { Some(&i[3]) } else { None })
+                };
+                let reference = |v: &Vals| {
+                    let (a, bm) = (&v.f[0], &v.f[1]);
+                    (0..m * n).map(|e| {
+                        let (i, j) = (e / n, e % n);
+                        let mut acc = 0f64;
+                        for p in 0..kk {
+                            let av = if ta { a[p * m + i] } else { a[i * kk + p] };
+                            let bv = if tb { bm[j * kk + p] } else { bm[p * n + j] };
+                            acc += av * bv;
+                        }
+                        let mut r = alpha as f64 * acc + beta as f64 * v.f[2][e];
+                        if bias {
+                            r += v.f[3][j];
+                        }
+                        if epi == Epilogue::Gelu { gelu_tanh(r) } else { r }
+                    }).collect()
+                };
+                run(b, &Case { name: format!("gemm {m}x{kk}x{n} ta={ta} tb={tb} a={alpha} b={beta} bias={bias} {epi:?}"), dtype: dt, inputs, out: (vec![m, n], dt), op: &op, reference: &reference, f32_tol: 1e-5 * (kk as f64).sqrt() });
+            }
+        }
+    }
+    // Batched and strided: [batch, m, k] × shared [n, k]ᵀ into a strided C view.
+    let (batch, m, kk, n) = (3, 6, 10, 7);
+    for dt in FLOATS {
+        let op = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
+            let g = k.gemm(&i[0], &i[1], o, false, true, 1.0, 0.0, false, Epilogue::None)?;
+            g.run(s, &i[0], &i[1], o, None)
+        };
+        let reference = |v: &Vals| (0..batch * m * n).map(|e| { let (bi, i, j) = (e / (m * n), (e / n) % m, e % n); (0..kk).map(|p| v.f[0][(bi * m + i) * kk + p] * v.f[1][j * kk + p]).sum() }).collect();
+        run(b, &Case { name: format!("gemm batched {batch}x{m}x{kk}x{n}"), dtype: dt, inputs: vec![Input::F(vec![batch, m, kk], rng.vec(batch * m * kk, 1.0)), Input::F(vec![n, kk], rng.vec(n * kk, 1.0))], out: (vec![batch, m, n], dt), op: &op, reference: &reference, f32_tol: 1e-5 });
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn attention_ref(q: &[f64], k: &[f64], v: &[f64], sq: usize, sk: usize, hq: usize, hkv: usize, d: usize, visible: &dyn Fn(usize, usize) -> bool, scale: f64) -> Vec<f64> {
+    let mut out = vec![0f64; sq * hq * d];
+    for i in 0..sq {
+        for h in 0..hq {
+            let kh = h / (hq / hkv);
+            let scores: Vec<Option<f64>> = (0..sk).map(|j| visible(i, j).then(|| (0..d).map(|c| q[(i * hq + h) * d + c] * k[(j * hkv + kh) * d + c]).sum::<f64>() * scale)).collect();
+            let m = scores.iter().flatten().cloned().fold(f64::NEG_INFINITY, f64::max);
+            if m == f64::NEG_INFINITY {
+                continue;
+            }
+            let w: Vec<f64> = scores.iter().map(|s| s.map_or(0.0, |s| (s - m).exp())).collect();
+            let sum: f64 = w.iter().sum();
+            for c in 0..d {
+                out[(i * hq + h) * d + c] = (0..sk).map(|j| w[j] * v[(j * hkv + kh) * d + c]).sum::<f64>() / sum;
+            }
+        }
+    }
+    out
+}
+
+fn attention(b: &Backend) {
+    let mut rng = Rng::new(7);
+    // (Sq, Sk, Hq, Hkv, D, mask kind): kinds 0 full, 1 device valid length, 2 prefix+suffix, 3 causal.
+    let cases: &[(usize, usize, usize, usize, usize, u8, bool)] = &[
+        (5, 5, 4, 4, 16, 0, false),
+        (7, 7, 8, 1, 16, 1, false),
+        (3, 12, 8, 1, 16, 2, false),
+        (6, 6, 4, 2, 64, 3, false),
+        (9, 9, 3, 1, 72, 1, false),
+        (256, 256, 16, 16, 72, 0, true), // SigLIP
+        (800, 800, 8, 1, 256, 1, true),  // Gemma prefix, padded prompt
+        (50, 850, 8, 1, 256, 2, true),   // action expert over [prefix ; suffix]
+        (1500, 1500, 6, 6, 64, 0, true), // Whisper tiny encoder
+        (24, 24, 6, 6, 64, 3, true),     // Whisper decoder prompt
+    ];
+    for &(sq, sk, hq, hkv, d, kind, big) in cases {
+        if !size_ok(b, big) {
+            continue;
+        }
+        for dt in FLOATS {
+            let valid = (sk * 2 / 3).max(1) as i32;
+            let prefix_cap = sk - sq;
+            let scale = 1.0 / (d as f32).sqrt();
+            let mut inputs = vec![
+                Input::F(vec![sq, hq, d], rng.vec(sq * hq * d, 2.0)),
+                Input::F(vec![sk, hkv, d], rng.vec(sk * hkv * d, 2.0)),
+                Input::F(vec![sk, hkv, d], rng.vec(sk * hkv * d, 2.0)),
+            ];
+            let prefix_valid = (prefix_cap * 3 / 4).max(1) as i32;
+            if kind == 1 {
+                inputs.push(Input::I(vec![1], vec![valid]));
+            }
+            if kind == 2 {
+                inputs.push(Input::I(vec![1], vec![prefix_valid]));
+            }
+            let op = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
+                let mask = match kind {
+                    0 => AttentionMask::full(),
+                    1 => AttentionMask::valid(&i[3]),
+                    2 => AttentionMask::prefix_suffix(&i[3], prefix_cap),
+                    _ => AttentionMask::causal(0),
+                };
+                k.attention(s, &i[0], &i[1], &i[2], o, &mask, scale)
+            };
+            let reference = |v: &Vals| {
+                let vis = |i: usize, j: usize| match kind {
+                    0 => true,
+                    1 => (j as i32) < valid,
+                    2 => (j as i32) < prefix_valid || j >= prefix_cap,
+                    _ => j <= i,
+                };
+                attention_ref(&v.f[0], &v.f[1], &v.f[2], sq, sk, hq, hkv, d, &vis, scale as f64)
+            };
+            run(b, &Case { name: format!("attention q{sq} k{sk} h{hq}/{hkv} d{d} mask{kind}"), dtype: dt, inputs, out: (vec![sq, hq, d], dt), op: &op, reference: &reference, f32_tol: 1e-5 });
+        }
+    }
+}
+
+fn conv(b: &Backend) {
+    let mut rng = Rng::new(8);
+    // Whisper's stem: conv1 (80 -> width, stride 1) and conv2 (stride 2); small and real.
+    for &(t_in, c_in, c_out, stride, big) in &[(9usize, 3usize, 4usize, 1usize, false), (10, 5, 6, 2, false), (3000, 80, 384, 1, true), (3000, 384, 384, 2, true)] {
+        if !size_ok(b, big) {
+            continue;
+        }
+        let t_out = (t_in + 2 - 3) / stride + 1;
+        for dt in FLOATS {
+            let op = |k: &Kernels, s, i: &[Tensor], o: &Tensor| k.conv1d(s, &i[0], &i[1], &i[2], o, stride, 1);
+            let reference = |v: &Vals| (0..t_out * c_out).map(|e| {
+                let (t, o) = (e / c_out, e % c_out);
+                let mut acc = v.f[2][o];
+                for r in 0..3 {
+                    let ti = (t * stride + r) as isize - 1;
+                    if ti >= 0 && (ti as usize) < t_in {
+                        for ci in 0..c_in {
+                            acc += v.f[1][(o * c_in + ci) * 3 + r] * v.f[0][ti as usize * c_in + ci];
+                        }
+                    }
+                }
+                acc
+            }).collect();
+            run(b, &Case { name: format!("conv1d {t_in}x{c_in}->{c_out} s{stride}"), dtype: dt, inputs: vec![Input::F(vec![t_in, c_in], rng.vec(t_in * c_in, 1.0)), Input::F(vec![c_out, c_in, 3], rng.vec(c_out * c_in * 3, 0.5)), Input::F(vec![c_out], rng.vec(c_out, 0.5))], out: (vec![t_out, c_out], dt), op: &op, reference: &reference, f32_tol: 1e-5 });
+        }
+    }
+    // Patch embedding: 2 images 8x8x3 with 4x4 patches (and SigLIP's 224/14 on CUDA).
+    for &(n, hw, c, p, width, big) in &[(2usize, 8usize, 3usize, 4usize, 5usize, false), (2, 224, 3, 14, 1152, true)] {
+        if !size_ok(b, big) {
+            continue;
+        }
+        let (g, len) = ((hw / p) * (hw / p), c * p * p);
+        for dt in FLOATS {
+            let op = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
+                let patches = Tensor::alloc(k.ctx(), "patches", i[0].dtype(), &[n * g, len])?;
+                let pe = PatchEmbed::new(k, &i[0], &patches, &i[1], o, p)?;
+                pe.run(k, s, &i[0], &patches, &i[1], &i[2], &i[3], o)
+            };
+            let reference = |v: &Vals| (0..n * g * width).map(|e| {
+                let (patch, o) = (e / width, e % width);
+                let (img, py, px) = (patch / g, (patch % g) / (hw / p), patch % (hw / p));
+                let mut acc = v.f[2][o] + v.f[3][(patch % g) * width + o];
+                for ch in 0..c {
+                    for ky in 0..p {
+                        for kx in 0..p {
+                            let pix = v.f[0][((img * hw + py * p + ky) * hw + px * p + kx) * c + ch];
+                            acc += pix * v.f[1][o * len + (ch * p + ky) * p + kx];
+                        }
+                    }
+                }
+                acc
+            }).collect();
+            let inputs = vec![Input::F(vec![n, hw, hw, c], rng.vec(n * hw * hw * c, 1.0)), Input::F(vec![width, len], rng.vec(width * len, 0.2)), Input::F(vec![width], rng.vec(width, 0.5)), Input::F(vec![g, width], rng.vec(g * width, 0.5))];
+            run(b, &Case { name: format!("patch_embed {n}x{hw}x{hw}x{c} p{p} -> {width}"), dtype: dt, inputs, out: (vec![n * g, width], dt), op: &op, reference: &reference, f32_tol: 1e-5 });
+        }
+    }
+}
+
+/// Bad shapes and dtypes are errors at enqueue time, never a crash.
+fn rejects_bad_arguments(b: &Backend) {
+    let (k, s, ctx) = (&b.k, b.s, b.k.ctx());
+    let t = |dt, shape: &[usize]| Tensor::alloc(ctx, "t", dt, shape).unwrap();
+    let x = t(DType::F32, &[4, 8]);
+    assert!(k.silu(s, &x, &t(DType::BF16, &[4, 8])).is_err(), "dtype mismatch");
+    assert!(k.silu(s, &x, &t(DType::F32, &[4, 9])).is_err(), "size mismatch");
+    assert!(k.add(s, &x, &t(DType::F32, &[3, 8]), &x).is_err(), "rows mismatch");
+    assert!(k.rms_norm(s, &x, &t(DType::F32, &[7]), &x, 1e-6).is_err(), "weight length");
+    assert!(k.ada_rms_norm(s, &x, &t(DType::F32, &[2, 24]), &x, 1e-6).is_err(), "modulation rows");
+    assert!(k.silu(s, &t(DType::I32, &[4]), &t(DType::I32, &[4])).is_err(), "ints are not floats");
+    assert!(k.gemm(&x, &t(DType::F32, &[9, 3]), &t(DType::F32, &[4, 3]), false, false, 1.0, 0.0, false, Epilogue::None).is_err(), "inner dims");
+    let g = k.gemm(&x, &t(DType::F32, &[8, 3]), &t(DType::F32, &[4, 3]), false, false, 1.0, 0.0, false, Epilogue::None).unwrap();
+    assert!(g.run(s, &x, &t(DType::F32, &[8, 3]), &t(DType::F32, &[4, 3]), Some(&t(DType::F32, &[3]))).is_err(), "bias not planned");
+    assert!(g.run(s, &t(DType::F32, &[5, 8]), &t(DType::F32, &[8, 3]), &t(DType::F32, &[4, 3]), None).is_err(), "layout differs from the plan");
+    let q = t(DType::F32, &[2, 4, 16]);
+    assert!(k.attention(s, &q, &t(DType::F32, &[3, 3, 16]), &t(DType::F32, &[3, 3, 16]), &q, &AttentionMask::full(), 0.25).is_err(), "4 heads over 3 kv heads");
+    assert!(k.attention(s, &q, &t(DType::F32, &[3, 1, 16]), &t(DType::F32, &[3, 1, 16]), &q, &AttentionMask::valid(&t(DType::F32, &[1])), 0.25).is_err(), "valid length must be i32");
+    assert!(k.rope(s, &t(DType::F32, &[2, 7]), &t(DType::I32, &[2]), &t(DType::F32, &[2, 7]), 1e4).is_err(), "odd rope dim");
+    assert!(k.conv1d(s, &t(DType::F32, &[1, 3]), &t(DType::F32, &[4, 3, 3]), &t(DType::F32, &[4]), &t(DType::F32, &[1, 4]), 2, 0).is_err(), "too short for the kernel");
+    let other = frt_exec::Ctx::host().unwrap();
+    let foreign = Tensor::alloc(&other, "f", DType::F32, &[4, 8]).unwrap();
+    assert!(k.silu(s, &foreign, &x).is_err(), "tensor of another context");
+    assert!(Tensor::new(x.buffer(), DType::F32, &[4, 9]).is_err(), "view larger than its buffer");
+    assert!(x.narrow(1, 6, 3).is_err(), "narrow past the end");
+    b.k.ctx().sync_stream(s).unwrap();
+}
+
+backend_tests!(unary_ops, binary_ops, casts, norms, positional, gemm, attention, conv, rejects_bad_arguments);
