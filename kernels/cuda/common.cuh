@@ -2,6 +2,10 @@
 // Storage types and f32 conversions of our own, so no toolkit header is needed at run time.
 // Host twins: half::bf16 / half::f16 (round to nearest even; NaN stays NaN).
 
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+
 struct bf16 { unsigned short x; };
 struct f16 { unsigned short x; };
 

@@ -1,0 +1,237 @@
+//! Every op at Pi0.5 / Whisper shapes on a CUDA GPU, next to the device's ceilings measured
+//! in the same run (a large device-to-device copy, a large bf16 GEMM).
+//!
+//! `frt-kernels-bench [--iters N]`
+//!
+//! Each op is captured alone into a graph; after warm-up, each replay is timed with CUDA
+//! events (N replays, median and p99). Memory-bound ops report GB/s (bytes read + written)
+//! and % of the copy ceiling; GEMMs TFLOP/s and % of the large-GEMM rate; attention both,
+//! with its FLOP and byte floors.
+
+use frt_exec::{Buffer, Ctx, Graph, ShapeKey, Stream};
+use frt_kernels::{AttentionMask, DType, Epilogue, Kernels, PatchEmbed, Result, Tensor};
+
+struct Bench {
+    k: Kernels,
+    s: Stream,
+    iters: usize,
+    copy_gbs: f64,
+    gemm_tflops: f64,
+    seed: u32,
+}
+
+fn stats(mut v: Vec<f64>) -> (f64, f64) {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    (v[v.len() / 2], v[((v.len() - 1) as f64 * 0.99).round() as usize])
+}
+
+impl Bench {
+    fn tensor(&mut self, name: &str, dt: DType, shape: &[usize]) -> Tensor {
+        let t = Tensor::alloc(self.k.ctx(), name, dt, shape).unwrap();
+        let n = t.numel();
+        if dt.is_float() {
+            let mut x = self.seed;
+            let v: Vec<f32> = (0..n)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 17;
+                    x ^= x << 5;
+                    (x as f32 / u32::MAX as f32 - 0.5) * 0.5
+                })
+                .collect();
+            self.seed = x;
+            t.write_f32(self.s, &v).unwrap();
+        }
+        t
+    }
+
+    /// Median and p99 milliseconds of one replay of a graph holding `op`.
+    fn time(&self, name: &str, op: &dyn Fn(Stream) -> Result<()>) -> (f64, f64) {
+        let ctx = self.k.ctx();
+        let g = Graph::new(ctx, name, 1);
+        g.capture(ShapeKey(0), |cs| op(cs).map_err(|e| frt_exec::Error::Invalid { op: "bench", reason: e.to_string() }))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let (t0, t1) = (ctx.timing_event().unwrap(), ctx.timing_event().unwrap());
+        for _ in 0..5 {
+            g.replay(ShapeKey(0), self.s).unwrap();
+        }
+        let mut ms = Vec::with_capacity(self.iters);
+        for _ in 0..self.iters {
+            t0.record(self.s).unwrap();
+            g.replay(ShapeKey(0), self.s).unwrap();
+            t1.record(self.s).unwrap();
+            t1.synchronize().unwrap();
+            ms.push(t1.elapsed_ms(&t0).unwrap() as f64);
+        }
+        stats(ms)
+    }
+
+    fn mem_row(&self, op: &str, shape: &str, dt: DType, bytes: f64, f: &dyn Fn(Stream) -> Result<()>) {
+        let (m, p) = self.time(op, f);
+        let gbs = bytes / (m * 1e-3) / 1e9;
+        println!("| {op:<16} | {shape:<24} | {:<4} | {:>9.1} | {:>9.1} | {gbs:>8.0} GB/s | {:>5.0} % of copy |", dt.name(), m * 1e3, p * 1e3, 100.0 * gbs / self.copy_gbs);
+    }
+
+    fn gemm_row(&mut self, what: &str, m: usize, kk: usize, n: usize, bias: bool, dt: DType) {
+        let a = self.tensor("a", dt, &[m, kk]);
+        let w = self.tensor("w", dt, &[n, kk]);
+        let c = self.tensor("c", dt, &[m, n]);
+        let b = self.tensor("bias", dt, &[n]);
+        let g = self.k.gemm(&a, &w, &c, false, true, 1.0, 0.0, bias, Epilogue::None).unwrap();
+        let (med, p) = self.time(what, &|s| g.run(s, &a, &w, &c, bias.then_some(&b)));
+        let tf = 2.0 * (m * n * kk) as f64 / (med * 1e-3) / 1e12;
+        println!("| {what:<16} | {:<24} | {:<4} | {:>9.1} | {:>9.1} | {tf:>6.0} TFLOP/s | {:>5.0} % of GEMM |", format!("{m}x{kk}x{n}"), dt.name(), med * 1e3, p * 1e3, 100.0 * tf / self.gemm_tflops);
+    }
+}
+
+fn main() {
+    let iters = std::env::args().skip_while(|a| a != "--iters").nth(1).and_then(|v| v.parse().ok()).unwrap_or(200usize);
+    let ctx = match Ctx::cuda(0) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("frt-kernels-bench measures the CUDA kernels and needs a GPU: {e}");
+            std::process::exit(1);
+        }
+    };
+    let s = ctx.stream(0).unwrap();
+    let k = Kernels::new(&ctx).unwrap();
+    let name = ctx.cuda_context().unwrap().name().unwrap_or_default();
+    println!("device: {name} ({}), {iters} timed replays per row after 5 warm-up replays\n", k.target());
+    let mut b = Bench { k, s, iters, copy_gbs: 1.0, gemm_tflops: 1.0, seed: 0x1234_5678 };
+
+    // Ceilings.
+    let big = 1usize << 30;
+    let (src, dst) = (Buffer::alloc(&ctx, "src", big).unwrap(), Buffer::alloc(&ctx, "dst", big).unwrap());
+    let (m, _) = b.time("copy", &|s| Ok(Buffer::copy(&dst, 0, &src, 0, big, s)?));
+    b.copy_gbs = 2.0 * big as f64 / (m * 1e-3) / 1e9;
+    drop((src, dst));
+    let n = 8192;
+    let (a, w, c) = (b.tensor("a", DType::BF16, &[n, n]), b.tensor("w", DType::BF16, &[n, n]), b.tensor("c", DType::BF16, &[n, n]));
+    let g = b.k.gemm(&a, &w, &c, false, true, 1.0, 0.0, false, Epilogue::None).unwrap();
+    let (m, _) = b.time("gemm ceiling", &|s| g.run(s, &a, &w, &c, None));
+    b.gemm_tflops = 2.0 * (n * n * n) as f64 / (m * 1e-3) / 1e12;
+    drop((a, w, c, g));
+    println!("ceilings: device-to-device copy of 1 GiB {:.0} GB/s (read + write); bf16 GEMM 8192³ {:.0} TFLOP/s\n", b.copy_gbs, b.gemm_tflops);
+    println!("| {:<16} | {:<24} | {:<4} | {:>9} | {:>9} | {:>13} | {:>17} |", "op", "shape", "type", "median µs", "p99 µs", "achieved", "of ceiling");
+    println!("|{}|{}|{}|{}|{}|{}|{}|", "-".repeat(18), "-".repeat(26), "-".repeat(6), "-".repeat(11), "-".repeat(11), "-".repeat(15), "-".repeat(19));
+
+    // GEMMs (weights [out, in], as checkpoints store them).
+    for (what, m, kk, n, bias) in [
+        ("siglip qkv", 512, 1152, 3456, true),
+        ("siglip mlp up", 512, 1152, 4304, true),
+        ("siglip mlp down", 512, 4304, 1152, true),
+        ("gemma q proj", 800, 2048, 2048, false),
+        ("gemma gate+up", 800, 2048, 32768, false),
+        ("gemma mlp down", 800, 16384, 2048, false),
+        ("expert gate+up", 50, 1024, 8192, false),
+        ("expert mlp down", 50, 4096, 1024, false),
+        ("whisper mlp up", 1500, 384, 1536, true),
+        ("whisper mlp down", 1500, 1536, 384, true),
+    ] {
+        b.gemm_row(what, m, kk, n, bias, DType::BF16);
+    }
+
+    let dt = DType::BF16;
+    let sz = dt.size() as f64;
+    // Memory-bound ops.
+    for (rows, cols, tag) in [(800usize, 2048usize, "gemma"), (256, 1152, "siglip"), (1500, 384, "whisper")] {
+        let x = b.tensor("x", dt, &[rows, cols]);
+        let w = b.tensor("w", dt, &[cols]);
+        let bb = b.tensor("b", dt, &[cols]);
+        let o = b.tensor("o", dt, &[rows, cols]);
+        let io = 2.0 * (rows * cols) as f64 * sz;
+        let shape = format!("{rows}x{cols} ({tag})");
+        b.mem_row("rms_norm", &shape, dt, io, &|s| b.k.rms_norm(s, &x, &w, &o, 1e-6));
+        b.mem_row("layer_norm", &shape, dt, io, &|s| b.k.layer_norm(s, &x, &w, &bb, &o, 1e-6));
+        b.mem_row("add", &shape, dt, 1.5 * io, &|s| b.k.add(s, &x, &o, &o));
+        b.mem_row("softmax", &shape, dt, io, &|s| b.k.softmax(s, &x, &o));
+    }
+    {
+        let (rows, cols) = (50, 1024);
+        let x = b.tensor("x", dt, &[rows, cols]);
+        let m = b.tensor("mod", dt, &[1, 3 * cols]);
+        let o = b.tensor("o", dt, &[rows, cols]);
+        b.mem_row("ada_rms_norm", "50x1024 (expert)", dt, (2 * rows * cols + 2 * cols) as f64 * sz, &|s| b.k.ada_rms_norm(s, &x, &m, &o, 1e-6).map(|_| ()));
+        let g = m.narrow(1, 2 * cols, cols).unwrap();
+        b.mem_row("gated_residual", "50x1024 (expert)", dt, (3 * rows * cols) as f64 * sz, &|s| b.k.gated_residual(s, &x, &o, &g, &o));
+    }
+    {
+        let (rows, f) = (800, 16384);
+        let gu = b.tensor("gate_up", dt, &[rows, 2 * f]);
+        let o = b.tensor("o", dt, &[rows, f]);
+        b.mem_row("geglu", "800x16384 (gemma)", dt, (3 * rows * f) as f64 * sz, &|s| b.k.geglu(s, &gu.narrow(1, 0, f)?, &gu.narrow(1, f, f)?, &o));
+        let x = b.tensor("x", dt, &[1500, 1536]);
+        let o2 = b.tensor("o", dt, &[1500, 1536]);
+        b.mem_row("gelu (erf)", "1500x1536 (whisper)", dt, (2 * 1500 * 1536) as f64 * sz, &|s| b.k.gelu(s, &x, &o2));
+        b.mem_row("silu", "1500x1536", dt, (2 * 1500 * 1536) as f64 * sz, &|s| b.k.silu(s, &x, &o2));
+        let xf = b.tensor("xf", DType::F32, &[1500, 1536]);
+        b.mem_row("cast f32->bf16", "1500x1536", dt, (1500 * 1536 * 6) as f64, &|s| b.k.cast(s, &xf, &o2));
+    }
+    {
+        let q = b.tensor("q", dt, &[800, 8, 256]);
+        let pos = Tensor::alloc(b.k.ctx(), "pos", DType::I32, &[800]).unwrap();
+        pos.write_i32(b.s, &(0..800).collect::<Vec<i32>>()).unwrap();
+        b.mem_row("rope", "800x8x256 (gemma q)", dt, (2 * 800 * 8 * 256) as f64 * sz + 3200.0, &|s| b.k.rope(s, &q, &pos, &q, 10_000.0));
+        let ids = Tensor::alloc(b.k.ctx(), "ids", DType::I32, &[200]).unwrap();
+        ids.write_i32(b.s, &(0..200).map(|i| i * 997).collect::<Vec<i32>>()).unwrap();
+        let table = b.tensor("table", dt, &[257152, 2048]);
+        let e = b.tensor("e", dt, &[200, 2048]);
+        b.mem_row("embedding", "200 of 257152x2048", dt, (2 * 200 * 2048) as f64 * sz, &|s| b.k.embedding(s, &ids, &table, &e, 45.25));
+    }
+    // Attention: FLOPs 4·Sq·Sk·Hq·D (two products), bytes q + k + v + out.
+    println!("\nattention (reported separately: FLOP floor at the GEMM ceiling, byte floor at the copy ceiling)\n");
+    println!("| {:<30} | {:>9} | {:>9} | {:>9} | {:>10} | {:>10} |", "case", "median µs", "p99 µs", "TFLOP/s", "FLOP floor", "byte floor");
+    println!("|{}|{}|{}|{}|{}|{}|", "-".repeat(32), "-".repeat(11), "-".repeat(11), "-".repeat(11), "-".repeat(12), "-".repeat(12));
+    for (what, sq, sk, hq, hkv, d, kind) in [
+        ("gemma prefix, valid len", 800usize, 800usize, 8usize, 1usize, 256usize, 1u8),
+        ("expert over prefix+suffix", 50, 850, 8, 1, 256, 2),
+        ("siglip (2 views: 1 of them)", 256, 256, 16, 16, 72, 0),
+        ("whisper tiny encoder", 1500, 1500, 6, 6, 64, 0),
+    ] {
+        let q = b.tensor("q", dt, &[sq, hq, d]);
+        let kt = b.tensor("k", dt, &[sk, hkv, d]);
+        let v = b.tensor("v", dt, &[sk, hkv, d]);
+        let o = b.tensor("o", dt, &[sq, hq, d]);
+        let len = Tensor::alloc(b.k.ctx(), "len", DType::I32, &[1]).unwrap();
+        len.write_i32(b.s, &[(sk.min(800) * 3 / 4) as i32]).unwrap();
+        let mask = match kind {
+            1 => AttentionMask::valid(&len),
+            2 => AttentionMask::prefix_suffix(&len, sk - sq),
+            _ => AttentionMask::full(),
+        };
+        let (m, p) = b.time(what, &|s| b.k.attention(s, &q, &kt, &v, &o, &mask, 1.0 / (d as f32).sqrt()));
+        let flops = 4.0 * (sq * sk * hq * d) as f64;
+        let bytes = (2 * sq * hq * d + 2 * sk * hkv * d) as f64 * sz;
+        println!(
+            "| {what:<30} | {:>9.1} | {:>9.1} | {:>9.1} | {:>7.1} µs | {:>7.1} µs |",
+            m * 1e3,
+            p * 1e3,
+            flops / (m * 1e-3) / 1e12,
+            flops / (b.gemm_tflops * 1e12) * 1e6,
+            bytes / (b.copy_gbs * 1e9) * 1e6
+        );
+    }
+    // Whisper stem and SigLIP patch embedding.
+    println!();
+    {
+        let x = b.tensor("mel", dt, &[3000, 80]);
+        let w1 = b.tensor("w1", dt, &[384, 80, 3]);
+        let b1 = b.tensor("b1", dt, &[384]);
+        let h1 = b.tensor("h1", dt, &[3000, 384]);
+        let w2 = b.tensor("w2", dt, &[384, 384, 3]);
+        let h2 = b.tensor("h2", dt, &[1500, 384]);
+        let (m1, p1) = b.time("conv1", &|s| b.k.conv1d(s, &x, &w1, &b1, &h1, 1, 1));
+        let (m2, p2) = b.time("conv2", &|s| b.k.conv1d(s, &h1, &w2, &b1, &h2, 2, 1));
+        println!("| conv1d 3000x80->384 s1 | {:>9.1} µs median | {:>9.1} µs p99 | {:>6.1} TFLOP/s |", m1 * 1e3, p1 * 1e3, 2.0 * (3000 * 384 * 80 * 3) as f64 / (m1 * 1e-3) / 1e12);
+        println!("| conv1d 3000x384->384 s2 | {:>9.1} µs median | {:>9.1} µs p99 | {:>6.1} TFLOP/s |", m2 * 1e3, p2 * 1e3, 2.0 * (1500 * 384 * 384 * 3) as f64 / (m2 * 1e-3) / 1e12);
+        let imgs = b.tensor("imgs", dt, &[2, 224, 224, 3]);
+        let patches = b.tensor("patches", dt, &[512, 588]);
+        let w = b.tensor("w", dt, &[1152, 588]);
+        let bias = b.tensor("bias", dt, &[1152]);
+        let pos = b.tensor("pos", dt, &[256, 1152]);
+        let out = b.tensor("out", dt, &[512, 1152]);
+        let pe = PatchEmbed::new(&b.k, &imgs, &patches, &w, &out, 14).unwrap();
+        let (m, p) = b.time("patch_embed", &|s| pe.run(&b.k, s, &imgs, &patches, &w, &bias, &pos, &out));
+        println!("| patch_embed 2x224x224x3 p14 -> 1152 | {:>9.1} µs median | {:>9.1} µs p99 |", m * 1e3, p * 1e3);
+    }
+}
