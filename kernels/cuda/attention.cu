@@ -64,3 +64,42 @@ __device__ void attention(const T* q, const T* k, const T* v, T* out, const int*
                      causal_offset, scale);                                                                \
     }
 FOR_FLOATS(ATTENTION)
+
+// Softmax of attention scores with the same masks, for the GEMM path (scores = Q·Kᵀ by
+// cuBLASLt). scores: f32 [hq, sq_len, sk_len] (row r = h * sq_len + i); probs: T, same shape.
+// A row with no visible key becomes zeros.
+template <typename T>
+__device__ void masked_softmax(const float* scores, T* probs, unsigned sq_len, unsigned sk_len, const int* valid_len,
+                               unsigned always_from, int causal, unsigned causal_offset, float scale) {
+    const unsigned long long row = blockIdx.x;
+    const unsigned i = row % sq_len;
+    const int vl = valid_len ? *valid_len : (int)sk_len;
+    const float* sr = scores + row * sk_len;
+    T* pr = probs + row * sk_len;
+    float m = -INFINITY;
+    for (unsigned j = threadIdx.x; j < sk_len; j += blockDim.x) {
+        const bool visible = ((int)j < vl || j >= always_from) && (!causal || j <= i + causal_offset);
+        if (visible) m = fmaxf(m, sr[j] * scale);
+    }
+    m = block_max(m);
+    float sum = 0.f;
+    for (unsigned j = threadIdx.x; j < sk_len; j += blockDim.x) {
+        const bool visible = ((int)j < vl || j >= always_from) && (!causal || j <= i + causal_offset);
+        if (visible && m != -INFINITY) sum += expf(sr[j] * scale - m);
+    }
+    sum = block_sum(sum);
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    for (unsigned j = threadIdx.x; j < sk_len; j += blockDim.x) {
+        const bool visible = ((int)j < vl || j >= always_from) && (!causal || j <= i + causal_offset);
+        pr[j] = from_f32<T>(visible && m != -INFINITY ? expf(sr[j] * scale - m) * inv : 0.f);
+    }
+}
+
+#define MASKED_SOFTMAX(T, S)                                                                          \
+    extern "C" __global__ void masked_softmax_##S(const float* scores, T* probs, unsigned sq_len,       \
+                                                  unsigned sk_len, const int* valid_len,               \
+                                                  unsigned always_from, int causal,                    \
+                                                  unsigned causal_offset, float scale) {               \
+        masked_softmax<T>(scores, probs, sq_len, sk_len, valid_len, always_from, causal, causal_offset, scale); \
+    }
+FOR_FLOATS(MASKED_SOFTMAX)

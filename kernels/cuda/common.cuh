@@ -69,3 +69,37 @@ __device__ __forceinline__ float gelu_tanh(float x) {
 
 // Instantiates `M(T, suffix)` for the three float storage types.
 #define FOR_FLOATS(M) M(float, f32) M(bf16, bf16) M(f16, f16)
+
+// Eight consecutive elements as f32, through 16-byte accesses. `p` must be 16-byte aligned
+// (the host side checks alignment and sizes before choosing a vectorized launch).
+__device__ __forceinline__ void load8(const float* p, float v[8]) {
+    const float4 a = *(const float4*)p, b = *(const float4*)(p + 4);
+    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+}
+__device__ __forceinline__ void load8(const bf16* p, float v[8]) {
+    const uint4 u = *(const uint4*)p;
+    const unsigned w[4] = {u.x, u.y, u.z, u.w};
+    for (int k = 0; k < 4; ++k) {
+        v[2 * k] = __uint_as_float(w[k] << 16);
+        v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+    }
+}
+__device__ __forceinline__ void load8(const f16* p, float v[8]) {
+    const uint4 u = *(const uint4*)p;
+    const unsigned w[4] = {u.x, u.y, u.z, u.w};
+    for (int k = 0; k < 4; ++k) {
+        v[2 * k] = to_f32(f16{(unsigned short)(w[k] & 0xffffu)});
+        v[2 * k + 1] = to_f32(f16{(unsigned short)(w[k] >> 16)});
+    }
+}
+__device__ __forceinline__ void store8(float* p, const float v[8]) {
+    *(float4*)p = make_float4(v[0], v[1], v[2], v[3]);
+    *(float4*)(p + 4) = make_float4(v[4], v[5], v[6], v[7]);
+}
+template <typename T>
+__device__ __forceinline__ void store8(T* p, const float v[8]) {
+    unsigned w[4];
+    for (int k = 0; k < 4; ++k)
+        w[k] = (unsigned)from_f32<T>(v[2 * k]).x | ((unsigned)from_f32<T>(v[2 * k + 1]).x << 16);
+    *(uint4*)p = make_uint4(w[0], w[1], w[2], w[3]);
+}

@@ -39,6 +39,21 @@ __device__ void patchify(const T* img, T* out, unsigned n, unsigned h, unsigned 
     }
 }
 
+// x [t_in, c_in] -> cols [t_out, c_in * kw], cols[t, i * kw + r] = x[t * stride + r - pad, i]
+// (zero outside): the im2col of conv1d, in the order of a weight [c_out, c_in, kw].
+template <typename T>
+__device__ void im2col_1d(const T* x, T* cols, unsigned t_in, unsigned c_in, unsigned t_out, unsigned kw,
+                          unsigned stride, unsigned pad) {
+    const unsigned len = c_in * kw;
+    const unsigned long long n = (unsigned long long)t_out * len;
+    for (unsigned long long idx = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; idx < n;
+         idx += (unsigned long long)gridDim.x * blockDim.x) {
+        const unsigned t = idx / len, e = idx % len, i = e / kw, r = e % kw;
+        const long long ti = (long long)t * stride + r - pad;
+        cols[idx] = (ti < 0 || ti >= t_in) ? from_f32<T>(0.f) : x[(unsigned long long)ti * c_in + i];
+    }
+}
+
 #define CONV(T, S)                                                                                    \
     extern "C" __global__ void conv1d_##S(const T* x, const T* w, const T* b, T* out, unsigned t_in,    \
                                           unsigned c_in, unsigned t_out, unsigned c_out, unsigned kw,  \
@@ -48,5 +63,9 @@ __device__ void patchify(const T* img, T* out, unsigned n, unsigned h, unsigned 
     extern "C" __global__ void patchify_##S(const T* img, T* out, unsigned n, unsigned h, unsigned w,   \
                                             unsigned c, unsigned p) {                                  \
         patchify<T>(img, out, n, h, w, c, p);                                                          \
+    }                                                                                                 \
+    extern "C" __global__ void im2col_1d_##S(const T* x, T* cols, unsigned t_in, unsigned c_in,        \
+                                             unsigned t_out, unsigned kw, unsigned stride, unsigned pad) { \
+        im2col_1d<T>(x, cols, t_in, c_in, t_out, kw, stride, pad);                                     \
     }
 FOR_FLOATS(CONV)

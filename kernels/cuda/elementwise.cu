@@ -1,37 +1,65 @@
 // Elementwise ops. Host twin: kernels/src/ops/elementwise.rs.
 
 // Unary ops, contiguous, n elements: 0 silu, 1 gelu (tanh), 2 gelu (erf), 3 scale by alpha.
-template <typename T>
-__device__ void unary(const T* x, T* out, unsigned long long n, int op, float alpha) {
-    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
-         i += (unsigned long long)gridDim.x * blockDim.x) {
-        float v = to_f32(x[i]), r;
-        switch (op) {
-            case 0: r = v / (1.f + expf(-v)); break;
-            case 1: r = gelu_tanh(v); break;
-            case 2: r = 0.5f * v * (1.f + erff(v * 0.7071067811865476f)); break;
-            default: r = alpha * v; break;
-        }
-        out[i] = from_f32<T>(r);
+__device__ __forceinline__ float unary_f32(int op, float v, float alpha) {
+    switch (op) {
+        case 0: return v / (1.f + expf(-v));
+        case 1: return gelu_tanh(v);
+        case 2: return 0.5f * v * (1.f + erff(v * 0.7071067811865476f));
+        default: return alpha * v;
     }
+}
+
+// vec8: n is a multiple of 8 and both pointers are 16-byte aligned.
+template <typename T>
+__device__ void unary(const T* x, T* out, unsigned long long n, int op, float alpha, int vec8) {
+    const unsigned long long start = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+    const unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
+    if (vec8) {
+        for (unsigned long long g = start; g < n / 8; g += step) {
+            float v[8];
+            load8(x + g * 8, v);
+            for (int k = 0; k < 8; ++k) v[k] = unary_f32(op, v[k], alpha);
+            store8(out + g * 8, v);
+        }
+        return;
+    }
+    for (unsigned long long i = start; i < n; i += step) out[i] = from_f32<T>(unary_f32(op, to_f32(x[i]), alpha));
 }
 
 // Binary ops over rows × cols with row strides (b's row stride 0 = one row broadcast):
 // 0: a + alpha * b, 1: a * b, 2: gelu_tanh(a) * b.
+__device__ __forceinline__ float binary_f32(int op, float x, float y, float alpha) {
+    switch (op) {
+        case 0: return x + alpha * y;
+        case 1: return x * y;
+        default: return gelu_tanh(x) * y;
+    }
+}
+
+// vec8: cols and every row stride are multiples of 8, pointers 16-byte aligned.
 template <typename T>
 __device__ void binary(const T* a, const T* b, T* out, unsigned rows, unsigned cols, unsigned long long sa,
-                       unsigned long long sb, unsigned long long so, int op, float alpha) {
-    const unsigned long long n = (unsigned long long)rows * cols;
-    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
-         i += (unsigned long long)gridDim.x * blockDim.x) {
-        unsigned long long r = i / cols, c = i % cols;
-        float x = to_f32(a[r * sa + c]), y = to_f32(b[r * sb + c]), v;
-        switch (op) {
-            case 0: v = x + alpha * y; break;
-            case 1: v = x * y; break;
-            default: v = gelu_tanh(x) * y; break;
+                       unsigned long long sb, unsigned long long so, int op, float alpha, int vec8) {
+    const unsigned long long start = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+    const unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
+    if (vec8) {
+        const unsigned g_cols = cols / 8;
+        const unsigned long long n = (unsigned long long)rows * g_cols;
+        for (unsigned long long g = start; g < n; g += step) {
+            const unsigned long long r = g / g_cols, c = (g % g_cols) * 8;
+            float x[8], y[8];
+            load8(a + r * sa + c, x);
+            load8(b + r * sb + c, y);
+            for (int k = 0; k < 8; ++k) x[k] = binary_f32(op, x[k], y[k], alpha);
+            store8(out + r * so + c, x);
         }
-        out[r * so + c] = from_f32<T>(v);
+        return;
+    }
+    const unsigned long long n = (unsigned long long)rows * cols;
+    for (unsigned long long i = start; i < n; i += step) {
+        unsigned long long r = i / cols, c = i % cols;
+        out[r * so + c] = from_f32<T>(binary_f32(op, to_f32(a[r * sa + c]), to_f32(b[r * sb + c]), alpha));
     }
 }
 
@@ -39,10 +67,25 @@ __device__ void binary(const T* a, const T* b, T* out, unsigned rows, unsigned c
 template <typename T>
 __device__ void gated_residual(const T* x, const T* y, const T* gate, T* out, unsigned rows, unsigned cols,
                                unsigned long long sx, unsigned long long sy, unsigned long long sg,
-                               unsigned long long so) {
+                               unsigned long long so, int vec8) {
+    const unsigned long long start = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+    const unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
+    if (vec8) {
+        const unsigned g_cols = cols / 8;
+        const unsigned long long n = (unsigned long long)rows * g_cols;
+        for (unsigned long long g = start; g < n; g += step) {
+            const unsigned long long r = g / g_cols, c = (g % g_cols) * 8;
+            float xv[8], yv[8], gv[8];
+            load8(x + r * sx + c, xv);
+            load8(y + r * sy + c, yv);
+            load8(gate + r * sg + c, gv);
+            for (int k = 0; k < 8; ++k) xv[k] += yv[k] * gv[k];
+            store8(out + r * so + c, xv);
+        }
+        return;
+    }
     const unsigned long long n = (unsigned long long)rows * cols;
-    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
-         i += (unsigned long long)gridDim.x * blockDim.x) {
+    for (unsigned long long i = start; i < n; i += step) {
         unsigned long long r = i / cols, c = i % cols;
         out[r * so + c] = from_f32<T>(to_f32(x[r * sx + c]) + to_f32(y[r * sy + c]) * to_f32(gate[r * sg + c]));
     }
@@ -56,19 +99,20 @@ __device__ void cast(const S* x, D* out, unsigned long long n) {
 }
 
 #define ELEMENTWISE(T, S)                                                                              \
-    extern "C" __global__ void unary_##S(const T* x, T* out, unsigned long long n, int op, float alpha) { \
-        unary<T>(x, out, n, op, alpha);                                                                \
+    extern "C" __global__ void unary_##S(const T* x, T* out, unsigned long long n, int op, float alpha,  \
+                                         int vec8) {                                                   \
+        unary<T>(x, out, n, op, alpha, vec8);                                                          \
     }                                                                                                  \
     extern "C" __global__ void binary_##S(const T* a, const T* b, T* out, unsigned rows, unsigned cols,  \
                                           unsigned long long sa, unsigned long long sb,                \
-                                          unsigned long long so, int op, float alpha) {                \
-        binary<T>(a, b, out, rows, cols, sa, sb, so, op, alpha);                                       \
+                                          unsigned long long so, int op, float alpha, int vec8) {      \
+        binary<T>(a, b, out, rows, cols, sa, sb, so, op, alpha, vec8);                                 \
     }                                                                                                  \
     extern "C" __global__ void gated_residual_##S(const T* x, const T* y, const T* g, T* out,           \
                                                   unsigned rows, unsigned cols, unsigned long long sx, \
                                                   unsigned long long sy, unsigned long long sg,        \
-                                                  unsigned long long so) {                             \
-        gated_residual<T>(x, y, g, out, rows, cols, sx, sy, sg, so);                                   \
+                                                  unsigned long long so, int vec8) {                   \
+        gated_residual<T>(x, y, g, out, rows, cols, sx, sy, sg, so, vec8);                             \
     }                                                                                                  \
     extern "C" __global__ void cast_f32_##S(const float* x, T* out, unsigned long long n) {            \
         cast<float, T>(x, out, n);                                                                     \

@@ -6,7 +6,7 @@
 mod common;
 
 use common::{Backend, Case, FLOATS, Input, Rng, Vals, run, size_ok};
-use frt_kernels::{AttentionMask, DType, Epilogue, Kernels, PatchEmbed, Tensor};
+use frt_kernels::{AttentionMask, Conv1d, DType, Epilogue, Kernels, PatchEmbed, Tensor};
 
 fn gelu_tanh(x: f64) -> f64 {
     0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
@@ -328,6 +328,8 @@ fn attention(b: &Backend) {
         (3, 12, 8, 1, 16, 2, false),
         (6, 6, 4, 2, 64, 3, false),
         (9, 9, 3, 1, 72, 1, false),
+        (20, 36, 4, 2, 16, 2, false),
+        (17, 17, 2, 2, 64, 3, false),
         (256, 256, 16, 16, 72, 0, true), // SigLIP
         (800, 800, 8, 1, 256, 1, true),  // Gemma prefix, padded prompt
         (50, 850, 8, 1, 256, 2, true),   // action expert over [prefix ; suffix]
@@ -354,15 +356,14 @@ fn attention(b: &Backend) {
             if kind == 2 {
                 inputs.push(Input::I(vec![1], vec![prefix_valid]));
             }
-            let op = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
-                let mask = match kind {
-                    0 => AttentionMask::full(),
-                    1 => AttentionMask::valid(&i[3]),
-                    2 => AttentionMask::prefix_suffix(&i[3], prefix_cap),
-                    _ => AttentionMask::causal(0),
-                };
-                k.attention(s, &i[0], &i[1], &i[2], o, &mask, scale)
+            let mask_of = |i: &[Tensor]| match kind {
+                0 => AttentionMask::full(),
+                1 => AttentionMask::valid(&i[3]),
+                2 => AttentionMask::prefix_suffix(&i[3], prefix_cap),
+                _ => AttentionMask::causal(0),
             };
+            let direct = |k: &Kernels, s, i: &[Tensor], o: &Tensor| k.attention(s, &i[0], &i[1], &i[2], o, &mask_of(i), scale);
+            let planned = |k: &Kernels, s, i: &[Tensor], o: &Tensor| k.attention_plan(&i[0], &i[1], &i[2], o, &mask_of(i), scale)?.run(k, s);
             let reference = |v: &Vals| {
                 let vis = |i: usize, j: usize| match kind {
                     0 => true,
@@ -372,7 +373,9 @@ fn attention(b: &Backend) {
                 };
                 attention_ref(&v.f[0], &v.f[1], &v.f[2], sq, sk, hq, hkv, d, &vis, scale as f64)
             };
-            run(b, &Case { name: format!("attention q{sq} k{sk} h{hq}/{hkv} d{d} mask{kind}"), dtype: dt, inputs, out: (vec![sq, hq, d], dt), op: &op, reference: &reference, f32_tol: 1e-5 });
+            for (form, op) in [("direct", &direct as &dyn Fn(&Kernels, _, &[Tensor], &Tensor) -> _), ("planned", &planned)] {
+                run(b, &Case { name: format!("attention ({form}) q{sq} k{sk} h{hq}/{hkv} d{d} mask{kind}"), dtype: dt, inputs: inputs.clone(), out: (vec![sq, hq, d], dt), op, reference: &reference, f32_tol: 1e-5 });
+            }
         }
     }
 }
@@ -386,7 +389,8 @@ fn conv(b: &Backend) {
         }
         let t_out = (t_in + 2 - 3) / stride + 1;
         for dt in FLOATS {
-            let op = |k: &Kernels, s, i: &[Tensor], o: &Tensor| k.conv1d(s, &i[0], &i[1], &i[2], o, stride, 1);
+            let direct = |k: &Kernels, s, i: &[Tensor], o: &Tensor| k.conv1d(s, &i[0], &i[1], &i[2], o, stride, 1);
+            let planned = |k: &Kernels, s, i: &[Tensor], o: &Tensor| Conv1d::new(k, &i[0], &i[1], o, stride, 1)?.run(k, s, &i[0], &i[1], &i[2], o);
             let reference = |v: &Vals| (0..t_out * c_out).map(|e| {
                 let (t, o) = (e / c_out, e % c_out);
                 let mut acc = v.f[2][o];
@@ -400,7 +404,10 @@ fn conv(b: &Backend) {
                 }
                 acc
             }).collect();
-            run(b, &Case { name: format!("conv1d {t_in}x{c_in}->{c_out} s{stride}"), dtype: dt, inputs: vec![Input::F(vec![t_in, c_in], rng.vec(t_in * c_in, 1.0)), Input::F(vec![c_out, c_in, 3], rng.vec(c_out * c_in * 3, 0.5)), Input::F(vec![c_out], rng.vec(c_out, 0.5))], out: (vec![t_out, c_out], dt), op: &op, reference: &reference, f32_tol: 1e-5 });
+            let inputs = vec![Input::F(vec![t_in, c_in], rng.vec(t_in * c_in, 1.0)), Input::F(vec![c_out, c_in, 3], rng.vec(c_out * c_in * 3, 0.5)), Input::F(vec![c_out], rng.vec(c_out, 0.5))];
+            for (form, op) in [("direct", &direct as &dyn Fn(&Kernels, _, &[Tensor], &Tensor) -> _), ("im2col+gemm", &planned)] {
+                run(b, &Case { name: format!("conv1d ({form}) {t_in}x{c_in}->{c_out} s{stride}"), dtype: dt, inputs: inputs.clone(), out: (vec![t_out, c_out], dt), op, reference: &reference, f32_tol: 1e-5 });
+            }
         }
     }
     // Patch embedding: 2 images 8x8x3 with 4x4 patches (and SigLIP's 224/14 on CUDA).

@@ -180,7 +180,7 @@ fn main() {
     }
     // Attention: FLOPs 4·Sq·Sk·Hq·D (two products), bytes q + k + v + out.
     println!("\nattention (reported separately: FLOP floor at the GEMM ceiling, byte floor at the copy ceiling)\n");
-    println!("| {:<30} | {:>9} | {:>9} | {:>9} | {:>10} | {:>10} |", "case", "median µs", "p99 µs", "TFLOP/s", "FLOP floor", "byte floor");
+    println!("| {:<30} | {:>9} | {:>9} | {:>9} | {:>10} | {:>10} |", "case, form", "median µs", "p99 µs", "TFLOP/s", "FLOP floor", "byte floor");
     println!("|{}|{}|{}|{}|{}|{}|", "-".repeat(32), "-".repeat(11), "-".repeat(11), "-".repeat(11), "-".repeat(12), "-".repeat(12));
     for (what, sq, sk, hq, hkv, d, kind) in [
         ("gemma prefix, valid len", 800usize, 800usize, 8usize, 1usize, 256usize, 1u8),
@@ -199,17 +199,23 @@ fn main() {
             2 => AttentionMask::prefix_suffix(&len, sk - sq),
             _ => AttentionMask::full(),
         };
-        let (m, p) = b.time(what, &|s| b.k.attention(s, &q, &kt, &v, &o, &mask, 1.0 / (d as f32).sqrt()));
+        let scale = 1.0 / (d as f32).sqrt();
+        let plan = b.k.attention_plan(&q, &kt, &v, &o, &mask, scale).unwrap();
         let flops = 4.0 * (sq * sk * hq * d) as f64;
         let bytes = (2 * sq * hq * d + 2 * sk * hkv * d) as f64 * sz;
-        println!(
-            "| {what:<30} | {:>9.1} | {:>9.1} | {:>9.1} | {:>7.1} µs | {:>7.1} µs |",
-            m * 1e3,
-            p * 1e3,
-            flops / (m * 1e-3) / 1e12,
-            flops / (b.gemm_tflops * 1e12) * 1e6,
-            bytes / (b.copy_gbs * 1e9) * 1e6
-        );
+        let fused = b.time(what, &|s| b.k.attention(s, &q, &kt, &v, &o, &mask, scale));
+        let planned = b.time(what, &|s| plan.run(&b.k, s));
+        for (form, (m, p)) in [("fused kernel", fused), (if plan.uses_gemm() { "plan: GEMM+softmax+GEMM" } else { "plan: fused kernel" }, planned)] {
+            println!(
+                "| {:<30} | {:>9.1} | {:>9.1} | {:>9.1} | {:>7.1} µs | {:>7.1} µs |",
+                format!("{what}, {form}"),
+                m * 1e3,
+                p * 1e3,
+                flops / (m * 1e-3) / 1e12,
+                flops / (b.gemm_tflops * 1e12) * 1e6,
+                bytes / (b.copy_gbs * 1e9) * 1e6
+            );
+        }
     }
     // Whisper stem and SigLIP patch embedding.
     println!();
@@ -220,10 +226,17 @@ fn main() {
         let h1 = b.tensor("h1", dt, &[3000, 384]);
         let w2 = b.tensor("w2", dt, &[384, 384, 3]);
         let h2 = b.tensor("h2", dt, &[1500, 384]);
-        let (m1, p1) = b.time("conv1", &|s| b.k.conv1d(s, &x, &w1, &b1, &h1, 1, 1));
-        let (m2, p2) = b.time("conv2", &|s| b.k.conv1d(s, &h1, &w2, &b1, &h2, 2, 1));
-        println!("| conv1d 3000x80->384 s1 | {:>9.1} µs median | {:>9.1} µs p99 | {:>6.1} TFLOP/s |", m1 * 1e3, p1 * 1e3, 2.0 * (3000 * 384 * 80 * 3) as f64 / (m1 * 1e-3) / 1e12);
-        println!("| conv1d 3000x384->384 s2 | {:>9.1} µs median | {:>9.1} µs p99 | {:>6.1} TFLOP/s |", m2 * 1e3, p2 * 1e3, 2.0 * (1500 * 384 * 384 * 3) as f64 / (m2 * 1e-3) / 1e12);
+        let c1 = frt_kernels::Conv1d::new(&b.k, &x, &w1, &h1, 1, 1).unwrap();
+        let c2 = frt_kernels::Conv1d::new(&b.k, &h1, &w2, &h2, 2, 1).unwrap();
+        let rows = [
+            ("conv1d 3000x80->384 s1, direct", b.time("conv1", &|s| b.k.conv1d(s, &x, &w1, &b1, &h1, 1, 1)), 3000 * 384 * 80 * 3),
+            ("conv1d 3000x80->384 s1, im2col+gemm", b.time("conv1p", &|s| c1.run(&b.k, s, &x, &w1, &b1, &h1)), 3000 * 384 * 80 * 3),
+            ("conv1d 3000x384->384 s2, direct", b.time("conv2", &|s| b.k.conv1d(s, &h1, &w2, &b1, &h2, 2, 1)), 1500 * 384 * 384 * 3),
+            ("conv1d 3000x384->384 s2, im2col+gemm", b.time("conv2p", &|s| c2.run(&b.k, s, &h1, &w2, &b1, &h2)), 1500 * 384 * 384 * 3),
+        ];
+        for (what, (m, p), macs) in rows {
+            println!("| {what:<38} | {:>9.1} µs median | {:>9.1} µs p99 | {:>6.1} TFLOP/s |", m * 1e3, p * 1e3, 2.0 * macs as f64 / (m * 1e-3) / 1e12);
+        }
         let imgs = b.tensor("imgs", dt, &[2, 224, 224, 3]);
         let patches = b.tensor("patches", dt, &[512, 588]);
         let w = b.tensor("w", dt, &[1152, 588]);

@@ -51,6 +51,7 @@ const MAX_HEAD_DIM: usize = 512;
 /// Keys (and head dim) the CUDA kernel keeps in shared memory: up to this many floats.
 const MAX_SHARED_FLOATS: usize = 12 * 1024;
 
+#[derive(Copy, Clone)]
 struct Dims {
     sq_len: usize,
     sk_len: usize,
@@ -72,11 +73,7 @@ fn heads_layout(op: &'static str, name: &str, t: &Tensor) -> Result<(usize, usiz
 }
 
 impl Kernels {
-    /// `out = softmax(scale·q·kᵀ + mask)·v` per head; see [`AttentionMask`]. `q`, `out`:
-    /// `[Sq, Hq, D]`; `k`, `v`: `[Sk, Hkv, D]` with `Hq` a multiple of `Hkv` (views into a
-    /// larger cache are fine: rows may be strided). A query that sees no key gets zeros.
-    #[allow(clippy::too_many_arguments)]
-    pub fn attention(&self, s: Stream, q: &Tensor, k: &Tensor, v: &Tensor, out: &Tensor, mask: &AttentionMask, scale: f32) -> Result<()> {
+    fn attention_dims(&self, q: &Tensor, k: &Tensor, v: &Tensor, out: &Tensor, mask: &AttentionMask) -> Result<(Dims, usize)> {
         let op = "attention";
         self.check_ctx(op, &[q, k, v, out])?;
         q.expect_float(op, "q")?;
@@ -102,6 +99,17 @@ impl Kernels {
         }
         let dims = Dims { sq_len, sk_len, hq, hkv, d, sq, sk, sv, so };
         let always_from = mask.always_from.unwrap_or(sk_len).min(sk_len);
+        Ok((dims, always_from))
+    }
+
+    /// `out = softmax(scale·q·kᵀ + mask)·v` per head; see [`AttentionMask`]. `q`, `out`:
+    /// `[Sq, Hq, D]`; `k`, `v`: `[Sk, Hkv, D]` with `Hq` a multiple of `Hkv` (views into a
+    /// larger cache are fine: rows may be strided). A query that sees no key gets zeros.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention(&self, s: Stream, q: &Tensor, k: &Tensor, v: &Tensor, out: &Tensor, mask: &AttentionMask, scale: f32) -> Result<()> {
+        let (dims, always_from) = self.attention_dims(q, k, v, out, mask)?;
+        let (sq_len, sk_len, hq, hkv, d, sq, sk, sv, so) = (dims.sq_len, dims.sk_len, dims.hq, dims.hkv, dims.d, dims.sq, dims.sk, dims.sv, dims.so);
+        let op = "attention";
         let dt = q.dtype();
         match &self.cuda {
             Some(c) => {
@@ -186,5 +194,125 @@ unsafe fn host_head<T: crate::dtype::Float>(
     for (c, a) in acc.iter().enumerate().take(d) {
         // SAFETY: the caller's contract.
         unsafe { out.st::<T>(i * dims.so + h * dims.d + c, a * inv) };
+    }
+}
+
+/// One GEMM of the planned path with the views it runs on.
+struct Step {
+    gemm: crate::Gemm,
+    a: Tensor,
+    b: Tensor,
+    c: Tensor,
+}
+
+enum Path {
+    /// The fused kernel (host: the reference; CUDA: short query counts, e.g. decoding).
+    Direct,
+    /// CUDA, many queries: scores = Q·Kᵀ (cuBLASLt, f32), masked softmax, out = P·V.
+    Gemm { qk: Vec<Step>, pv: Vec<Step>, scores: Tensor, probs: Tensor },
+}
+
+/// Attention planned once for fixed tensors: on CUDA with at least
+/// [`GEMM_MIN_QUERIES`] queries, two batched cuBLASLt GEMMs around a masked softmax kernel,
+/// with the score scratch allocated when planned; otherwise the fused kernel. Same results as
+/// [`Kernels::attention`] within rounding (probabilities are rounded to the model dtype
+/// before the second product, as fused attention kernels do).
+pub struct AttentionPlan {
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    mask: AttentionMask,
+    scale: f32,
+    dims: Dims,
+    always_from: usize,
+    path: Path,
+}
+
+/// Queries from which the CUDA plan takes the GEMM path.
+pub const GEMM_MIN_QUERIES: usize = 16;
+
+/// `t` seen as `[heads, tokens, d]` for heads `h0..h0 + n` (`t` is `[tokens, heads, d]`).
+fn heads_view(t: &Tensor, h0: usize, n: usize, tokens: usize, d: usize, row_stride: usize) -> Result<Tensor> {
+    Tensor::with_layout(t.buffer(), t.dtype(), &[n, tokens, d], &[d, row_stride, 1], t.offset() + h0 * d)
+}
+
+impl Kernels {
+    /// Plans attention over these tensors (see [`AttentionPlan`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_plan(&self, q: &Tensor, k: &Tensor, v: &Tensor, out: &Tensor, mask: &AttentionMask, scale: f32) -> Result<AttentionPlan> {
+        let (dims, always_from) = self.attention_dims(q, k, v, out, mask)?;
+        let path = if self.cuda.is_some() && dims.sq_len >= GEMM_MIN_QUERIES { self.attention_gemm_path(q, k, v, out, &dims)? } else { Path::Direct };
+        Ok(AttentionPlan { q: q.clone(), k: k.clone(), v: v.clone(), out: out.clone(), mask: mask.clone(), scale, dims, always_from, path })
+    }
+
+    fn attention_gemm_path(&self, q: &Tensor, k: &Tensor, v: &Tensor, out: &Tensor, dims: &Dims) -> Result<Path> {
+        let Dims { sq_len, sk_len, hq, hkv, d, sq, sk, sv, so } = *dims;
+        let dt = q.dtype();
+        let scores = Tensor::alloc(self.ctx(), "attention.scores", DType::F32, &[hq, sq_len, sk_len])?;
+        let probs = Tensor::alloc(self.ctx(), "attention.probs", dt, &[hq, sq_len, sk_len])?;
+        let (mut qk, mut pv) = (Vec::new(), Vec::new());
+        // Query heads that share key/value heads form one batch: all heads when every head has
+        // its own (MHA), else one batch per key/value head (GQA/MQA) with K, V shared.
+        let groups: Vec<(usize, usize, Tensor, Tensor)> = if hkv == hq {
+            vec![(0, hq, heads_view(k, 0, hq, sk_len, d, sk)?, heads_view(v, 0, hq, sk_len, d, sv)?)]
+        } else {
+            let g = hq / hkv;
+            (0..hkv)
+                .map(|kh| -> Result<_> {
+                    let kv = Tensor::with_layout(k.buffer(), dt, &[sk_len, d], &[sk, 1], k.offset() + kh * d)?;
+                    let vv = Tensor::with_layout(v.buffer(), dt, &[sk_len, d], &[sv, 1], v.offset() + kh * d)?;
+                    Ok((kh * g, g, kv, vv))
+                })
+                .collect::<Result<_>>()?
+        };
+        for (h0, n, kv, vv) in groups {
+            let qv = heads_view(q, h0, n, sq_len, d, sq)?;
+            let sc = Tensor::with_layout(scores.buffer(), DType::F32, &[n, sq_len, sk_len], &[sq_len * sk_len, sk_len, 1], h0 * sq_len * sk_len)?;
+            let pr = Tensor::with_layout(probs.buffer(), dt, &[n, sq_len, sk_len], &[sq_len * sk_len, sk_len, 1], h0 * sq_len * sk_len)?;
+            let ov = heads_view(out, h0, n, sq_len, d, so)?;
+            let g1 = self.gemm(&qv, &kv, &sc, false, true, 1.0, 0.0, false, crate::Epilogue::None)?;
+            let g2 = self.gemm(&pr, &vv, &ov, false, false, 1.0, 0.0, false, crate::Epilogue::None)?;
+            qk.push(Step { gemm: g1, a: qv, b: kv, c: sc });
+            pv.push(Step { gemm: g2, a: pr, b: vv, c: ov });
+        }
+        Ok(Path::Gemm { qk, pv, scores, probs })
+    }
+}
+
+impl AttentionPlan {
+    /// Whether the plan uses the GEMM path.
+    pub fn uses_gemm(&self) -> bool {
+        matches!(self.path, Path::Gemm { .. })
+    }
+
+    /// Enqueues the planned attention on `s`.
+    pub fn run(&self, k: &Kernels, s: Stream) -> Result<()> {
+        match &self.path {
+            Path::Direct => k.attention(s, &self.q, &self.k, &self.v, &self.out, &self.mask, self.scale),
+            Path::Gemm { qk, pv, scores, probs } => {
+                for st in qk {
+                    st.gemm.run(s, &st.a, &st.b, &st.c, None)?;
+                }
+                let c = k.cuda.as_ref().expect("GEMM path only on CUDA");
+                k.retain(s, &[scores, probs]);
+                let mut vlp = 0u64;
+                if let Some(vl) = &self.mask.valid_len {
+                    k.retain(s, &[vl]);
+                    vlp = vl.ptr();
+                }
+                let d = self.dims;
+                let (mut sp, mut pp, mut a, mut b) = (scores.ptr(), probs.ptr(), d.sq_len as u32, d.sk_len as u32);
+                let (mut af, mut causal, mut co, mut sc) = (self.always_from as u32, self.mask.causal_offset.is_some() as i32, self.mask.causal_offset.unwrap_or(0) as u32, self.scale);
+                // SAFETY: scores and probs hold hq·sq·sk elements (allocated by the plan).
+                unsafe {
+                    c.launch(s, "masked_softmax", Some(probs.dtype()), ((d.hq * d.sq_len) as u32, 1, 1), (256, 1, 1), 0, &mut args!(sp, pp, a, b, vlp, af, causal, co, sc))?;
+                }
+                for st in pv {
+                    st.gemm.run(s, &st.a, &st.b, &st.c, None)?;
+                }
+                Ok(())
+            }
+        }
     }
 }

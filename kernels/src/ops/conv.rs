@@ -120,6 +120,89 @@ impl Kernels {
     }
 }
 
+impl Kernels {
+    /// The im2col of [`conv1d`](Self::conv1d): `x` `[t_in, c_in]` → `cols`
+    /// `[t_out, c_in·kw]`, `cols[t, i·kw + r] = x[t·stride + r − pad, i]` (zero outside), the
+    /// order of a weight `[c_out, c_in, kw]` flattened to `[c_out, c_in·kw]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn im2col_1d(&self, s: Stream, x: &Tensor, cols: &Tensor, kw: usize, stride: usize, pad: usize) -> Result<()> {
+        let op = "im2col_1d";
+        self.check_ctx(op, &[x, cols])?;
+        x.expect_float(op, "x")?;
+        cols.expect_dtype(op, "cols", x.dtype())?;
+        x.expect_contiguous(op)?;
+        cols.expect_contiguous(op)?;
+        if x.rank() != 2 || cols.rank() != 2 || stride == 0 || kw == 0 {
+            return Err(Error::shape(op, format!("x {x:?} and cols {cols:?} must be 2-D")));
+        }
+        let (t_in, c_in) = (x.dim(0), x.dim(1));
+        let t_out = (t_in + 2 * pad).checked_sub(kw).map(|v| v / stride + 1).unwrap_or(0);
+        if t_out == 0 || cols.dim(0) != t_out || cols.dim(1) != c_in * kw {
+            return Err(Error::shape(op, format!("cols {cols:?} must be [{t_out}, {}]", c_in * kw)));
+        }
+        let dt = x.dtype();
+        match &self.cuda {
+            Some(c) => {
+                self.retain(s, &[x, cols]);
+                let (mut xp, mut cp) = (x.ptr(), cols.ptr());
+                let (mut a, mut ci, mut to, mut k, mut st, mut pd) = (t_in as u32, c_in as u32, t_out as u32, kw as u32, stride as u32, pad as u32);
+                // SAFETY: sizes checked; reads outside [0, t_in) are skipped in the kernel.
+                unsafe { c.launch(s, "im2col_1d", Some(dt), (grid_1d(t_out * c_in * kw), 1, 1), (256, 1, 1), 0, &mut args!(xp, cp, a, ci, to, k, st, pd)) }
+            }
+            None => {
+                let (xp, cp, keep) = (P::of(x), P::of(cols), (x.clone(), cols.clone()));
+                self.host(s, move || {
+                    let _ = &keep;
+                    with_float!(dt, T, {
+                        for t in 0..t_out {
+                            for i in 0..c_in {
+                                for r in 0..kw {
+                                    let ti = (t * stride + r) as isize - pad as isize;
+                                    // SAFETY: indices inside the checked sizes.
+                                    unsafe {
+                                        let v = if ti < 0 || ti >= t_in as isize { 0.0 } else { xp.ld::<T>(ti as usize * c_in + i) };
+                                        cp.st::<T>(t * c_in * kw + i * kw + r, v);
+                                    }
+                                }
+                            }
+                        }
+                    })
+                })
+            }
+        }
+    }
+}
+
+/// conv1d planned as im2col + one GEMM with the bias epilogue (the fast path; `conv1d` is
+/// the direct form). The im2col scratch is allocated when planned.
+pub struct Conv1d {
+    gemm: Gemm,
+    cols: Tensor,
+    kw: usize,
+    stride: usize,
+    pad: usize,
+}
+
+impl Conv1d {
+    /// For `x` `[t_in, c_in]`, `w` `[c_out, c_in, kw]`, `out` `[t_out, c_out]`.
+    pub fn new(k: &Kernels, x: &Tensor, w: &Tensor, out: &Tensor, stride: usize, pad: usize) -> Result<Conv1d> {
+        if x.rank() != 2 || w.rank() != 3 || out.rank() != 2 {
+            return Err(Error::shape("conv1d", format!("x {x:?}, w {w:?}, out {out:?} must be [t, c], [o, c, k], [t, o]")));
+        }
+        let (c_in, c_out, kw) = (x.dim(1), w.dim(0), w.dim(2));
+        let cols = Tensor::alloc(k.ctx(), "conv1d.cols", x.dtype(), &[out.dim(0), c_in * kw])?;
+        let w2 = w.reshape(&[c_out, c_in * kw])?;
+        let gemm = k.gemm(&cols, &w2, out, false, true, 1.0, 0.0, true, Epilogue::None)?;
+        Ok(Conv1d { gemm, cols, kw, stride, pad })
+    }
+
+    pub fn run(&self, k: &Kernels, s: Stream, x: &Tensor, w: &Tensor, b: &Tensor, out: &Tensor) -> Result<()> {
+        k.im2col_1d(s, x, &self.cols, self.kw, self.stride, self.pad)?;
+        let w2 = w.reshape(&[w.dim(0), w.dim(1) * w.dim(2)])?;
+        self.gemm.run(s, &self.cols, &w2, out, Some(b))
+    }
+}
+
 /// A ViT patch embedding (SigLIP's): patchify, then `patches · wᵀ + b` (one GEMM with the
 /// bias epilogue), then the learned position embedding added to every image's patches.
 /// Planned once for its shapes; `run` enqueues the three steps.

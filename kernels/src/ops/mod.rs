@@ -85,6 +85,18 @@ pub(crate) fn gelu_tanh(x: f32) -> f32 {
     0.5 * x * (1.0 + (K * (x + 0.044715 * x * x * x)).tanh())
 }
 
+/// Whether a launch may move 8 elements per 16-byte access: every pointer 16-byte aligned,
+/// and the row length and every row stride multiples of 8 elements.
+pub(crate) fn vec8(ptrs: &[u64], cols: usize, strides: &[usize]) -> i32 {
+    (ptrs.iter().all(|p| p % 16 == 0) && cols % 8 == 0 && strides.iter().all(|s| s % 8 == 0)) as i32
+}
+
+/// Threads for a one-block-per-row kernel: enough for one access unit each, 32 to 256.
+pub(crate) fn row_block(cols: usize, vec: i32) -> u32 {
+    let units = if vec != 0 { cols / 8 } else { cols };
+    (units.div_ceil(32) * 32).clamp(32, 256) as u32
+}
+
 /// Grid size for `n` elements at 256 threads a block, capped (kernels loop with a stride).
 pub(crate) fn grid_1d(n: usize) -> u32 {
     n.div_ceil(256).clamp(1, 65_535 * 8) as u32

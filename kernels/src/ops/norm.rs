@@ -2,15 +2,12 @@
 //! LayerNorm (SigLIP, Whisper), and softmax. Statistics in f32.
 //! CUDA twin: `kernels/cuda/norm.cu`.
 
-use super::{P, Rows, rows, same_rows};
+use super::{P, Rows, row_block, rows, same_rows, vec8};
 use crate::cuda::args;
 use crate::dtype::with_float;
 use crate::error::{Error, Result};
 use crate::{Kernels, Tensor};
 use frt_exec::Stream;
-
-/// Threads per row block.
-const BLOCK: u32 = 256;
 
 enum Affine {
     /// `(1 + w)`
@@ -51,9 +48,11 @@ impl Kernels {
                 }
                 self.retain(s, &[x, out]);
                 let (mut xp, mut op_, mut n, mut sx, mut so, mut e) = (x.ptr(), out.ptr(), cols as u32, rx.stride as u64, ro.stride as u64, eps);
+                let aff = if w != 0 { w } else { m };
+                let mut v8 = vec8(&[xp, op_, aff], cols, &[rx.stride, ro.stride, sm as usize]);
                 // SAFETY: one block per checked row; `w` has `cols` elements or the modulation
                 // rows have 3·cols (checked by the callers).
-                unsafe { c.launch(s, "rms_norm", Some(dt), (rx.rows as u32, 1, 1), (BLOCK, 1, 1), 0, &mut args!(xp, w, m, op_, n, sx, sm, so, e)) }
+                unsafe { c.launch(s, "rms_norm", Some(dt), (rx.rows as u32, 1, 1), (row_block(cols, v8), 1, 1), 0, &mut args!(xp, w, m, op_, n, sx, sm, so, e, v8)) }
             }
             None => {
                 let (xp, op_) = (P::of(x), P::of(out));
@@ -130,8 +129,9 @@ impl Kernels {
                 self.retain(s, &[x, w, b, out]);
                 let (mut xp, mut wp, mut bp, mut op_) = (x.ptr(), w.ptr(), b.ptr(), out.ptr());
                 let (mut n, mut sx, mut so, mut e) = (cols as u32, rx.stride as u64, ro.stride as u64, eps);
+                let mut v8 = vec8(&[xp, wp, bp, op_], cols, &[rx.stride, ro.stride]);
                 // SAFETY: one block per checked row; `w`, `b` have `cols` elements.
-                unsafe { c.launch(s, "layer_norm", Some(dt), (rx.rows as u32, 1, 1), (BLOCK, 1, 1), 0, &mut args!(xp, wp, bp, op_, n, sx, so, e)) }
+                unsafe { c.launch(s, "layer_norm", Some(dt), (rx.rows as u32, 1, 1), (row_block(cols, v8), 1, 1), 0, &mut args!(xp, wp, bp, op_, n, sx, so, e, v8)) }
             }
             None => {
                 let (xp, wp, bp, op_) = (P::of(x), P::of(w), P::of(b), P::of(out));
@@ -170,8 +170,9 @@ impl Kernels {
             Some(c) => {
                 self.retain(s, &[x, out]);
                 let (mut xp, mut op_, mut n, mut sx, mut so) = (x.ptr(), out.ptr(), cols as u32, rx.stride as u64, ro.stride as u64);
+                let mut v8 = vec8(&[xp, op_], cols, &[rx.stride, ro.stride]);
                 // SAFETY: one block per checked row.
-                unsafe { c.launch(s, "softmax", Some(dt), (rx.rows as u32, 1, 1), (BLOCK, 1, 1), 0, &mut args!(xp, op_, n, sx, so)) }
+                unsafe { c.launch(s, "softmax", Some(dt), (rx.rows as u32, 1, 1), (row_block(cols, v8), 1, 1), 0, &mut args!(xp, op_, n, sx, so, v8)) }
             }
             None => {
                 let (xp, op_, keep) = (P::of(x), P::of(out), (x.clone(), out.clone()));
