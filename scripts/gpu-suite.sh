@@ -19,6 +19,7 @@ step ./abi_test host
 step python3 test_torch_adopt.py ./libflashrt_exec.so
 step ./frt-exec-bench --backend cuda --rounds 300
 step ./kernels-ops --ignored --test-threads=1
+step ./kernels-cache --ignored --nocapture
 step ./frt-kernels-bench --iters 200
 echo
 if [ "$fail" = 0 ]; then echo "GPU suite: all steps passed"; else echo "GPU suite: FAILURES"; fi

@@ -104,12 +104,17 @@ fn compile(file: &'static str, source: &str, arch: &str) -> Result<Vec<u8>> {
     result
 }
 
-/// The cubin of one source: from the disk cache, or compiled (and cached when possible).
-fn cubin(file: &'static str, source: &str, arch: &str, nvrtc_version: &str) -> Result<Vec<u8>> {
+/// The cache file of one source for one architecture and NVRTC version.
+fn cache_path(file: &str, full: &str, arch: &str, nvrtc_version: &str) -> Option<PathBuf> {
+    let key = fnv1a(&[full, arch, nvrtc_version]);
+    cache_dir().map(|d| d.join(format!("{}-{key:016x}-{arch}-nvrtc{nvrtc_version}.cubin", file.trim_end_matches(".cu"))))
+}
+
+/// The cubin of one source: from the disk cache (unless `fresh`), or compiled and cached.
+fn cubin(file: &'static str, source: &str, arch: &str, nvrtc_version: &str, fresh: bool) -> Result<Vec<u8>> {
     let full = format!("{COMMON}\n{source}");
-    let key = fnv1a(&[&full, arch, nvrtc_version]);
-    let path = cache_dir().map(|d| d.join(format!("{}-{key:016x}-{arch}-nvrtc{nvrtc_version}.cubin", file.trim_end_matches(".cu"))));
-    if let Some(p) = &path {
+    let path = cache_path(file, &full, arch, nvrtc_version);
+    if let (Some(p), false) = (&path, fresh) {
         if let Ok(bytes) = std::fs::read(p) {
             if !bytes.is_empty() {
                 return Ok(bytes);
@@ -185,10 +190,18 @@ impl CudaOps {
         let nvrtc_version = format!("{vmaj}.{vmin}");
         let mut funcs = HashMap::new();
         for &(file, source) in SOURCES {
-            let bin = cubin(file, source, &arch, &nvrtc_version)?;
+            let bin = cubin(file, source, &arch, &nvrtc_version, false)?;
             // SAFETY: a cubin for this device; the context is current; never unloaded (the
             // registry lives as long as its context).
-            let module = unsafe { dr::module::load_data(bin.as_ptr() as *const c_void) }.map_err(drv("cuModuleLoadData"))?;
+            let module = match unsafe { dr::module::load_data(bin.as_ptr() as *const c_void) } {
+                Ok(m) => m,
+                // A damaged cache file: compile afresh (which also replaces the file).
+                Err(_) => {
+                    let bin = cubin(file, source, &arch, &nvrtc_version, true)?;
+                    // SAFETY: as above, a freshly compiled cubin.
+                    unsafe { dr::module::load_data(bin.as_ptr() as *const c_void) }.map_err(drv("cuModuleLoadData"))?
+                }
+            };
             // SAFETY: `module` was just loaded into the current context.
             for (name, f) in unsafe { module_functions(module)? } {
                 let (base, dt) = split_dtype(&name);
@@ -221,6 +234,7 @@ impl CudaOps {
     /// # Safety
     /// `params` match the kernel's signature and every pointer in them is a live device
     /// address the kernel may touch within the bounds the op checked.
+    #[allow(clippy::too_many_arguments)]
     pub unsafe fn launch(
         &self,
         s: Stream,

@@ -3,10 +3,11 @@
 //!
 //! `frt-kernels-bench [--iters N]`
 //!
-//! Each op is captured alone into a graph; after warm-up, each replay is timed with CUDA
-//! events (N replays, median and p99). Memory-bound ops report GB/s (bytes read + written)
-//! and % of the copy ceiling; GEMMs TFLOP/s and % of the large-GEMM rate; attention both,
-//! with its FLOP and byte floors.
+//! Each op is captured into a graph that repeats it back to back (as a model's graph runs its
+//! ops), enough times for one replay to take ≥ 100 µs; after warm-up, N replays are timed with
+//! CUDA events and divided by the repetitions (median and p99 per op). Memory-bound ops report
+//! GB/s (bytes read + written) and % of the copy ceiling; GEMMs TFLOP/s and % of the
+//! large-GEMM rate; attention both, with its FLOP and byte floors.
 
 use frt_exec::{Buffer, Ctx, Graph, ShapeKey, Stream};
 use frt_kernels::{AttentionMask, DType, Epilogue, Kernels, PatchEmbed, Result, Tensor};
@@ -45,23 +46,34 @@ impl Bench {
         t
     }
 
-    /// Median and p99 milliseconds of one replay of a graph holding `op`.
+    /// Median and p99 milliseconds of one op, measured inside a graph that repeats it back
+    /// to back (as the models run ops): `reps` copies, chosen so that a replay takes at least
+    /// ~100 µs, which amortizes the graph's own launch cost.
     fn time(&self, name: &str, op: &dyn Fn(Stream) -> Result<()>) -> (f64, f64) {
+        let single = self.time_reps(name, op, 1, 10).0;
+        let reps = ((0.1 / single).ceil() as usize).clamp(1, 64);
+        if reps == 1 {
+            return self.time_reps(name, op, 1, self.iters);
+        }
+        self.time_reps(name, op, reps, self.iters)
+    }
+
+    fn time_reps(&self, name: &str, op: &dyn Fn(Stream) -> Result<()>, reps: usize, iters: usize) -> (f64, f64) {
         let ctx = self.k.ctx();
         let g = Graph::new(ctx, name, 1);
-        g.capture(ShapeKey(0), |cs| op(cs).map_err(|e| frt_exec::Error::Invalid { op: "bench", reason: e.to_string() }))
+        g.capture(ShapeKey(0), |cs| (0..reps).try_for_each(|_| op(cs)).map_err(|e| frt_exec::Error::Invalid { op: "bench", reason: e.to_string() }))
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         let (t0, t1) = (ctx.timing_event().unwrap(), ctx.timing_event().unwrap());
-        for _ in 0..5 {
+        for _ in 0..3 {
             g.replay(ShapeKey(0), self.s).unwrap();
         }
-        let mut ms = Vec::with_capacity(self.iters);
-        for _ in 0..self.iters {
+        let mut ms = Vec::with_capacity(iters);
+        for _ in 0..iters {
             t0.record(self.s).unwrap();
             g.replay(ShapeKey(0), self.s).unwrap();
             t1.record(self.s).unwrap();
             t1.synchronize().unwrap();
-            ms.push(t1.elapsed_ms(&t0).unwrap() as f64);
+            ms.push(t1.elapsed_ms(&t0).unwrap() as f64 / reps as f64);
         }
         stats(ms)
     }
@@ -96,7 +108,7 @@ fn main() {
     let s = ctx.stream(0).unwrap();
     let k = Kernels::new(&ctx).unwrap();
     let name = ctx.cuda_context().unwrap().name().unwrap_or_default();
-    println!("device: {name} ({}), {iters} timed replays per row after 5 warm-up replays\n", k.target());
+    println!("device: {name} ({}), per op inside a graph repeating it (≥ 100 µs a replay), {iters} timed replays per row\n", k.target());
     let mut b = Bench { k, s, iters, copy_gbs: 1.0, gemm_tflops: 1.0, seed: 0x1234_5678 };
 
     // Ceilings.

@@ -209,7 +209,7 @@ enum Path {
     /// The fused kernel (host: the reference; CUDA: short query counts, e.g. decoding).
     Direct,
     /// CUDA, many queries: scores = Q·Kᵀ (cuBLASLt, f32), masked softmax, out = P·V.
-    Gemm { qk: Vec<Step>, pv: Vec<Step>, scores: Tensor, probs: Tensor },
+    Gemm { qk: Vec<Step>, pv: Vec<Step>, scores: Box<Tensor>, probs: Box<Tensor> },
 }
 
 /// Attention planned once for fixed tensors: on CUDA with at least
@@ -276,7 +276,7 @@ impl Kernels {
             qk.push(Step { gemm: g1, a: qv, b: kv, c: sc });
             pv.push(Step { gemm: g2, a: pr, b: vv, c: ov });
         }
-        Ok(Path::Gemm { qk, pv, scores, probs })
+        Ok(Path::Gemm { qk, pv, scores: Box::new(scores), probs: Box::new(probs) })
     }
 }
 
@@ -295,7 +295,7 @@ impl AttentionPlan {
                     st.gemm.run(s, &st.a, &st.b, &st.c, None)?;
                 }
                 let c = k.cuda.as_ref().expect("GEMM path only on CUDA");
-                k.retain(s, &[scores, probs]);
+                k.retain(s, &[&**scores, &**probs]);
                 let mut vlp = 0u64;
                 if let Some(vl) = &self.mask.valid_len {
                     k.retain(s, &[vl]);

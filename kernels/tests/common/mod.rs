@@ -160,6 +160,9 @@ pub fn tol(dt: DType, f32_tol: f64) -> f64 {
     }
 }
 
+/// Enqueues an op on its inputs and output.
+pub type OpFn<'a> = &'a dyn Fn(&Kernels, Stream, &[Tensor], &Tensor) -> frt_kernels::Result<()>;
+
 /// What an op test supplies.
 pub struct Case<'a> {
     pub name: String,
@@ -168,7 +171,7 @@ pub struct Case<'a> {
     /// Shape and dtype of the output tensor.
     pub out: (Vec<usize>, DType),
     /// Enqueues the op: inputs, output.
-    pub op: &'a dyn Fn(&Kernels, Stream, &[Tensor], &Tensor) -> frt_kernels::Result<()>,
+    pub op: OpFn<'a>,
     /// The f64 reference from the (rounded) inputs; `None` for CUDA-only large cases.
     pub reference: &'a dyn Fn(&Vals) -> Vec<f64>,
     /// Tolerance for f32 outputs (other dtypes get at least their rounding tolerance).
