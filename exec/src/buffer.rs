@@ -98,7 +98,13 @@ fn as_bytes_mut<T: Pod>(v: &mut [T]) -> &mut [u8] {
 fn check_range(op: &'static str, b: &Buffer, offset: usize, bytes: usize) -> Result<()> {
     match offset.checked_add(bytes) {
         Some(end) if end <= b.0.bytes => Ok(()),
-        _ => Err(Error::OutOfRange { op, buffer: b.0.name.clone(), size: b.0.bytes, offset, bytes }),
+        _ => Err(Error::OutOfRange {
+            op,
+            buffer: b.0.name.clone(),
+            size: b.0.bytes,
+            offset,
+            bytes,
+        }),
     }
 }
 
@@ -106,9 +112,16 @@ impl Buffer {
     /// Allocates `bytes` (> 0) of device memory (zeroed on the host backend only).
     pub fn alloc(ctx: &Ctx, name: &str, bytes: usize) -> Result<Buffer> {
         if bytes == 0 {
-            return Err(Error::invalid("Buffer::alloc", format!("buffer `{name}` must have at least one byte")));
+            return Err(Error::invalid(
+                "Buffer::alloc",
+                format!("buffer `{name}` must have at least one byte"),
+            ));
         }
-        let oom = |code| Error::OutOfMemory { name: name.to_string(), bytes, code };
+        let oom = |code| Error::OutOfMemory {
+            name: name.to_string(),
+            bytes,
+            code,
+        };
         let ptr = match &ctx.inner.device {
             Device::Host(_) => {
                 let layout = Layout::from_size_align(bytes, HOST_ALIGN).map_err(|_| oom(None))?;
@@ -132,7 +145,10 @@ impl Buffer {
     /// long as the buffer (or any graph that used it) lives.
     pub unsafe fn wrap(ctx: &Ctx, name: &str, ptr: *mut c_void, bytes: usize) -> Result<Buffer> {
         if ptr.is_null() || bytes == 0 {
-            return Err(Error::invalid("Buffer::wrap", format!("buffer `{name}` needs a non-null pointer and a size")));
+            return Err(Error::invalid(
+                "Buffer::wrap",
+                format!("buffer `{name}` needs a non-null pointer and a size"),
+            ));
         }
         Ok(Buffer::from_parts(ctx, name, ptr as u64, bytes, false))
     }
@@ -145,7 +161,10 @@ impl Buffer {
             ptr,
             bytes,
             owned,
-            staging: Mutex::new(Staging { ptr: std::ptr::null_mut(), last_copy: None }),
+            staging: Mutex::new(Staging {
+                ptr: std::ptr::null_mut(),
+                last_copy: None,
+            }),
         }))
     }
 
@@ -178,10 +197,20 @@ impl Buffer {
 
     /// Enqueues a copy of `bytes` from `src[src_off..]` to `dst[dst_off..]` on `s`
     /// (device to device, asynchronous). Ranges outside either buffer are rejected.
-    pub fn copy(dst: &Buffer, dst_off: usize, src: &Buffer, src_off: usize, bytes: usize, s: Stream) -> Result<()> {
+    pub fn copy(
+        dst: &Buffer,
+        dst_off: usize,
+        src: &Buffer,
+        src_off: usize,
+        bytes: usize,
+        s: Stream,
+    ) -> Result<()> {
         let ctx = &dst.0.ctx;
         if !ctx.same(&src.0.ctx) {
-            return Err(Error::invalid("Buffer::copy", "source and destination belong to different contexts"));
+            return Err(Error::invalid(
+                "Buffer::copy",
+                "source and destination belong to different contexts",
+            ));
         }
         check_range("copy (destination)", dst, dst_off, bytes)?;
         check_range("copy (source)", src, src_off, bytes)?;
@@ -195,7 +224,12 @@ impl Buffer {
         match &ctx.inner.device {
             Device::Host(h) => h.enqueue(
                 s,
-                HostOp::Memcpy { dst: d as usize, src: sp as usize, bytes, _keep: [Some(dst.clone()), Some(src.clone())] },
+                HostOp::Memcpy {
+                    dst: d as usize,
+                    src: sp as usize,
+                    bytes,
+                    _keep: [Some(dst.clone()), Some(src.clone())],
+                },
             ),
             // SAFETY: both ranges were checked against live allocations, which the caller's
             // handles (and, while capturing, the graph) keep alive.
@@ -212,7 +246,10 @@ impl Buffer {
         let ctx = &self.0.ctx;
         let raw = ctx.inner.raw_stream(s)?;
         if ctx.is_capturing(s) {
-            return Err(Error::invalid("Buffer::upload", "uploads cannot be captured; write inputs before replaying"));
+            return Err(Error::invalid(
+                "Buffer::upload",
+                "uploads cannot be captured; write inputs before replaying",
+            ));
         }
         if data.is_empty() {
             return Ok(());
@@ -228,10 +265,22 @@ impl Buffer {
         match &ctx.inner.device {
             Device::Host(h) => h.enqueue(
                 s,
-                HostOp::Memcpy { dst: (self.0.ptr + offset as u64) as usize, src: stage as usize, bytes: data.len(), _keep: [Some(self.clone()), None] },
+                HostOp::Memcpy {
+                    dst: (self.0.ptr + offset as u64) as usize,
+                    src: stage as usize,
+                    bytes: data.len(),
+                    _keep: [Some(self.clone()), None],
+                },
             )?,
             // SAFETY: pinned staging memory stays untouched until `last_copy` completes.
-            Device::Cuda(c) => unsafe { c.copy_htod(self.0.ptr + offset as u64, stage as *const u8, data.len(), raw as _)? },
+            Device::Cuda(c) => unsafe {
+                c.copy_htod(
+                    self.0.ptr + offset as u64,
+                    stage as *const u8,
+                    data.len(),
+                    raw as _,
+                )?
+            },
         }
         self.mark_staging(&mut st, s)
     }
@@ -243,7 +292,10 @@ impl Buffer {
         let ctx = &self.0.ctx;
         let raw = ctx.inner.raw_stream(s)?;
         if ctx.is_capturing(s) {
-            return Err(Error::invalid("Buffer::download", "downloads cannot be captured"));
+            return Err(Error::invalid(
+                "Buffer::download",
+                "downloads cannot be captured",
+            ));
         }
         if out.is_empty() {
             return Ok(());
@@ -256,27 +308,49 @@ impl Buffer {
         match &ctx.inner.device {
             Device::Host(h) => h.enqueue(
                 s,
-                HostOp::Memcpy { dst: stage as usize, src: (self.0.ptr + offset as u64) as usize, bytes: out.len(), _keep: [Some(self.clone()), None] },
+                HostOp::Memcpy {
+                    dst: stage as usize,
+                    src: (self.0.ptr + offset as u64) as usize,
+                    bytes: out.len(),
+                    _keep: [Some(self.clone()), None],
+                },
             )?,
             // SAFETY: the staging memory is not read until `last_copy` completes (below).
-            Device::Cuda(c) => unsafe { c.copy_dtoh(stage as *mut u8, self.0.ptr + offset as u64, out.len(), raw as _)? },
+            Device::Cuda(c) => unsafe {
+                c.copy_dtoh(
+                    stage as *mut u8,
+                    self.0.ptr + offset as u64,
+                    out.len(),
+                    raw as _,
+                )?
+            },
         }
         self.mark_staging(&mut st, s)?;
         st.last_copy.as_ref().expect("marked above").synchronize()?;
         // SAFETY: the copy into staging has completed; the range was checked.
-        unsafe { std::ptr::copy_nonoverlapping(st.ptr.add(offset) as *const u8, out.as_mut_ptr(), out.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                st.ptr.add(offset) as *const u8,
+                out.as_mut_ptr(),
+                out.len(),
+            )
+        };
         Ok(())
     }
 
     /// [`upload`](Self::upload) of a typed slice at element offset `at`.
     pub fn write<T: Pod>(&self, s: Stream, at: usize, data: &[T]) -> Result<()> {
-        let offset = at.checked_mul(size_of::<T>()).ok_or_else(|| Error::invalid("Buffer::write", "offset overflows"))?;
+        let offset = at
+            .checked_mul(size_of::<T>())
+            .ok_or_else(|| Error::invalid("Buffer::write", "offset overflows"))?;
         self.upload(s, offset, as_bytes(data))
     }
 
     /// [`download`](Self::download) into a typed slice from element offset `at`.
     pub fn read<T: Pod>(&self, s: Stream, at: usize, out: &mut [T]) -> Result<()> {
-        let offset = at.checked_mul(size_of::<T>()).ok_or_else(|| Error::invalid("Buffer::read", "offset overflows"))?;
+        let offset = at
+            .checked_mul(size_of::<T>())
+            .ok_or_else(|| Error::invalid("Buffer::read", "offset overflows"))?;
         self.download(s, offset, as_bytes_mut(out))
     }
 
@@ -296,10 +370,15 @@ impl Buffer {
         let mut st = self.0.staging.lock().unwrap_or_else(|p| p.into_inner());
         if st.ptr.is_null() {
             let bytes = self.0.bytes;
-            let oom = |code| Error::OutOfMemory { name: format!("{} (staging)", self.0.name), bytes, code };
+            let oom = |code| Error::OutOfMemory {
+                name: format!("{} (staging)", self.0.name),
+                bytes,
+                code,
+            };
             st.ptr = match &self.0.ctx.inner.device {
                 Device::Host(_) => {
-                    let layout = Layout::from_size_align(bytes, HOST_ALIGN).map_err(|_| oom(None))?;
+                    let layout =
+                        Layout::from_size_align(bytes, HOST_ALIGN).map_err(|_| oom(None))?;
                     // SAFETY: non-zero size (buffers have at least one byte).
                     let p = unsafe { std::alloc::alloc(layout) };
                     if p.is_null() {
@@ -307,7 +386,9 @@ impl Buffer {
                     }
                     p
                 }
-                Device::Cuda(c) => c.alloc_pinned(bytes).map_err(|code| oom(Some(DriverCode(code))))?,
+                Device::Cuda(c) => c
+                    .alloc_pinned(bytes)
+                    .map_err(|code| oom(Some(DriverCode(code))))?,
             };
         }
         Ok(st)
@@ -334,7 +415,8 @@ impl Drop for BufferInner {
         }
         match &self.ctx.inner.device {
             Device::Host(_) => {
-                let layout = Layout::from_size_align(self.bytes, HOST_ALIGN).expect("layout was valid at allocation");
+                let layout = Layout::from_size_align(self.bytes, HOST_ALIGN)
+                    .expect("layout was valid at allocation");
                 if !staging.ptr.is_null() {
                     // SAFETY: allocated in `staging()` with this layout.
                     unsafe { std::alloc::dealloc(staging.ptr, layout) };

@@ -84,7 +84,10 @@ pub struct Ctx {
 
 impl fmt::Debug for Ctx {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Ctx").field("id", &self.inner.id).field("backend", &self.backend()).finish()
+        f.debug_struct("Ctx")
+            .field("id", &self.inner.id)
+            .field("backend", &self.backend())
+            .finish()
     }
 }
 
@@ -97,7 +100,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Ctx {
     fn with_device(device: Device) -> Result<Ctx> {
         let streams = (0..MAX_STREAMS)
-            .map(|_| StreamSlot { raw: AtomicUsize::new(0), priority: AtomicI32::new(0), owned: AtomicBool::new(false) })
+            .map(|_| StreamSlot {
+                raw: AtomicUsize::new(0),
+                priority: AtomicI32::new(0),
+                owned: AtomicBool::new(false),
+            })
             .collect();
         let ctx = Ctx {
             inner: Arc::new(CtxInner {
@@ -186,7 +193,8 @@ impl Ctx {
                 let _g = lock(&self.inner.stream_add);
                 self.inner.check_room()?;
                 let raw = c.create_stream(priority)?;
-                self.inner.push_stream_locked(raw as usize, priority, true, None)
+                self.inner
+                    .push_stream_locked(raw as usize, priority, true, None)
             }
         }
     }
@@ -200,16 +208,22 @@ impl Ctx {
     /// this context may use the returned id.
     pub unsafe fn wrap_stream(&self, raw: *mut c_void) -> Result<Stream> {
         let Device::Cuda(c) = &self.inner.device else {
-            return Err(Error::invalid("Ctx::wrap_stream", "the host backend has no external streams"));
+            return Err(Error::invalid(
+                "Ctx::wrap_stream",
+                "the host backend has no external streams",
+            ));
         };
         let _g = lock(&self.inner.stream_add);
         let n = self.inner.stream_count.load(Ordering::Acquire);
-        if let Some(i) = (0..n).find(|&i| self.inner.streams[i].raw.load(Ordering::Relaxed) == raw as usize) {
+        if let Some(i) =
+            (0..n).find(|&i| self.inner.streams[i].raw.load(Ordering::Relaxed) == raw as usize)
+        {
             return Ok(Stream(i as u32));
         }
         self.inner.check_room()?;
         let priority = c.stream_priority(raw as _)?;
-        self.inner.push_stream_locked(raw as usize, priority, false, None)
+        self.inner
+            .push_stream_locked(raw as usize, priority, false, None)
     }
 
     pub fn default_stream(&self) -> Stream {
@@ -218,11 +232,15 @@ impl Ctx {
 
     /// Every stream handed out so far, in id order.
     pub fn streams(&self) -> Vec<Stream> {
-        (0..self.inner.stream_count.load(Ordering::Acquire)).map(|i| Stream(i as u32)).collect()
+        (0..self.inner.stream_count.load(Ordering::Acquire))
+            .map(|i| Stream(i as u32))
+            .collect()
     }
 
     pub fn stream_priority(&self, s: Stream) -> Result<i32> {
-        self.inner.slot(s).map(|slot| slot.priority.load(Ordering::Relaxed))
+        self.inner
+            .slot(s)
+            .map(|slot| slot.priority.load(Ordering::Relaxed))
     }
 
     /// The backend's native handle of a stream: the `CUstream` on CUDA (null for the legacy
@@ -231,7 +249,10 @@ impl Ctx {
         let raw = self.inner.raw_stream(s)?;
         match &self.inner.device {
             Device::Cuda(_) => Ok(raw as *mut c_void),
-            Device::Host(_) => Err(Error::invalid("Ctx::raw_stream", "the host backend has no native streams")),
+            Device::Host(_) => Err(Error::invalid(
+                "Ctx::raw_stream",
+                "the host backend has no native streams",
+            )),
         }
     }
 
@@ -259,7 +280,10 @@ impl Ctx {
             Device::Cuda(c) => {
                 let raw = self.inner.raw_stream(s)?;
                 if self.is_capturing(s) {
-                    return Err(Error::invalid("Ctx::sync_stream", format!("{s:?} is capturing")));
+                    return Err(Error::invalid(
+                        "Ctx::sync_stream",
+                        format!("{s:?} is capturing"),
+                    ));
                 }
                 c.sync_stream(raw as _)
             }
@@ -353,7 +377,9 @@ impl Ctx {
     /// Whether `s` is the stream of the capture in progress.
     pub fn is_capturing(&self, s: Stream) -> bool {
         self.inner.capturing.load(Ordering::Acquire)
-            && lock(&self.inner.capture).as_ref().is_some_and(|c| c.stream == s)
+            && lock(&self.inner.capture)
+                .as_ref()
+                .is_some_and(|c| c.stream == s)
     }
 
     /// Tells the capture in progress on `s` (if any) that its work uses `buffer`, so the
@@ -401,7 +427,11 @@ impl Ctx {
     }
 
     pub(crate) fn begin_session(&self, s: Stream) {
-        *lock(&self.inner.capture) = Some(CaptureSession { stream: s, buffers: Vec::new(), objects: Vec::new() });
+        *lock(&self.inner.capture) = Some(CaptureSession {
+            stream: s,
+            buffers: Vec::new(),
+            objects: Vec::new(),
+        });
         self.inner.capturing.store(true, Ordering::Release);
     }
 
@@ -414,20 +444,38 @@ impl Ctx {
 impl CtxInner {
     fn check_room(&self) -> Result<()> {
         if self.stream_count.load(Ordering::Acquire) >= MAX_STREAMS {
-            Err(Error::invalid("Ctx::stream", format!("a context has at most {MAX_STREAMS} streams")))
+            Err(Error::invalid(
+                "Ctx::stream",
+                format!("a context has at most {MAX_STREAMS} streams"),
+            ))
         } else {
             Ok(())
         }
     }
 
-    fn push_stream(&self, raw: usize, priority: i32, owned: bool, host_idx: Option<usize>) -> Result<Stream> {
+    fn push_stream(
+        &self,
+        raw: usize,
+        priority: i32,
+        owned: bool,
+        host_idx: Option<usize>,
+    ) -> Result<Stream> {
         let _g = lock(&self.stream_add);
         self.push_stream_locked(raw, priority, owned, host_idx)
     }
 
-    fn push_stream_locked(&self, raw: usize, priority: i32, owned: bool, host_idx: Option<usize>) -> Result<Stream> {
+    fn push_stream_locked(
+        &self,
+        raw: usize,
+        priority: i32,
+        owned: bool,
+        host_idx: Option<usize>,
+    ) -> Result<Stream> {
         let i = self.stream_count.load(Ordering::Acquire);
-        debug_assert!(host_idx.is_none_or(|h| h == i), "host stream index follows the table");
+        debug_assert!(
+            host_idx.is_none_or(|h| h == i),
+            "host stream index follows the table"
+        );
         let slot = &self.streams[i];
         slot.raw.store(raw, Ordering::Relaxed);
         slot.priority.store(priority, Ordering::Relaxed);
@@ -438,7 +486,11 @@ impl CtxInner {
 
     fn slot(&self, s: Stream) -> Result<&StreamSlot> {
         let i = s.0 as usize;
-        if i < self.stream_count.load(Ordering::Acquire) { Ok(&self.streams[i]) } else { Err(Error::UnknownStream(s)) }
+        if i < self.stream_count.load(Ordering::Acquire) {
+            Ok(&self.streams[i])
+        } else {
+            Err(Error::UnknownStream(s))
+        }
     }
 
     #[inline]
@@ -501,7 +553,10 @@ impl HostCall {
         if let Err(source) = r {
             let mut slot = lock(&self.errors);
             if slot.is_none() {
-                *slot = Some(Error::HostOp { stream: self.stream, source });
+                *slot = Some(Error::HostOp {
+                    stream: self.stream,
+                    source,
+                });
             }
         }
     }

@@ -82,15 +82,30 @@ pub enum Error {
         "graph `{graph}`: port `{port}` is bound to buffer `{old}` and {variants} captured \
          variant(s) use it; binding `{new}` would be ignored by them (evict them first)"
     )]
-    Rebind { graph: String, port: String, old: String, new: String, variants: usize },
+    Rebind {
+        graph: String,
+        port: String,
+        old: String,
+        new: String,
+        variants: usize,
+    },
 
     /// Capture or instantiation of a graph failed.
     #[error("capture of graph `{graph}` key {key} failed: {reason}")]
-    Capture { graph: String, key: ShapeKey, reason: String, #[source] source: Option<Box<Error>> },
+    Capture {
+        graph: String,
+        key: ShapeKey,
+        reason: String,
+        #[source]
+        source: Option<Box<Error>>,
+    },
 
     /// A CUDA driver call failed; the raw code is kept.
     #[error("CUDA driver call {call} failed: {code}")]
-    Driver { call: &'static str, code: DriverCode },
+    Driver {
+        call: &'static str,
+        code: DriverCode,
+    },
 
     /// No CUDA driver library or no device.
     #[error("CUDA is not available: {reason}")]
@@ -98,13 +113,23 @@ pub enum Error {
 
     /// A device or pinned allocation failed.
     #[error("out of memory allocating {bytes} bytes for `{name}`")]
-    OutOfMemory { name: String, bytes: usize, code: Option<DriverCode> },
+    OutOfMemory {
+        name: String,
+        bytes: usize,
+        code: Option<DriverCode>,
+    },
 
     /// A copy, upload or download reached outside a buffer.
     #[error(
         "{op} out of range: buffer `{buffer}` has {size} bytes, access is [{offset}, {offset}+{bytes})"
     )]
-    OutOfRange { op: &'static str, buffer: String, size: usize, offset: usize, bytes: usize },
+    OutOfRange {
+        op: &'static str,
+        buffer: String,
+        size: usize,
+        offset: usize,
+        bytes: usize,
+    },
 
     /// A stream id that this context never handed out.
     #[error("unknown stream {0:?}")]
@@ -112,7 +137,11 @@ pub enum Error {
 
     /// A host operation enqueued on a stream failed (or panicked) when it ran.
     #[error("host operation on {stream:?} failed")]
-    HostOp { stream: Stream, #[source] source: HostOpError },
+    HostOp {
+        stream: Stream,
+        #[source]
+        source: HostOpError,
+    },
 
     /// A blocking call was made from the host backend's executor thread (from inside a host
     /// operation), where it would wait for itself.
@@ -138,7 +167,10 @@ impl Error {
     }
 
     pub(crate) fn invalid(op: &'static str, reason: impl Into<String>) -> Self {
-        Error::Invalid { op, reason: reason.into() }
+        Error::Invalid {
+            op,
+            reason: reason.into(),
+        }
     }
 }
 
@@ -147,6 +179,9 @@ pub(crate) fn check(call: &'static str, code: CUresult) -> Result<()> {
     if code == CUresult::CUDA_SUCCESS {
         Ok(())
     } else {
-        Err(Error::Driver { call, code: DriverCode(code) })
+        Err(Error::Driver {
+            call,
+            code: DriverCode(code),
+        })
     }
 }

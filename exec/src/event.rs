@@ -33,7 +33,11 @@ impl Event {
             Device::Host(_) => Kind::Host(Arc::new(HostEventState::new())),
             Device::Cuda(c) => Kind::Cuda(c.event_create(timing)?),
         };
-        Ok(Event { ctx: ctx.clone(), kind, timing })
+        Ok(Event {
+            ctx: ctx.clone(),
+            kind,
+            timing,
+        })
     }
 
     pub fn ctx(&self) -> &Ctx {
@@ -41,14 +45,20 @@ impl Event {
     }
 
     pub(crate) fn check_ctx(&self, ctx: &Ctx, op: &'static str) -> Result<()> {
-        if self.ctx.same(ctx) { Ok(()) } else { Err(Error::invalid(op, "the event belongs to another context")) }
+        if self.ctx.same(ctx) {
+            Ok(())
+        } else {
+            Err(Error::invalid(op, "the event belongs to another context"))
+        }
     }
 
     /// Records the event at the current end of `s`.
     pub fn record(&self, s: Stream) -> Result<()> {
         match (&self.ctx.inner.device, &self.kind) {
             (Device::Host(h), Kind::Host(e)) => h.record(e, s),
-            (Device::Cuda(c), Kind::Cuda(e)) => c.event_record(*e, self.ctx.inner.raw_stream(s)? as _),
+            (Device::Cuda(c), Kind::Cuda(e)) => {
+                c.event_record(*e, self.ctx.inner.raw_stream(s)? as _)
+            }
             _ => unreachable!("an event is made by its context's backend"),
         }
     }
@@ -56,7 +66,9 @@ impl Event {
     pub(crate) fn wait_on(&self, s: Stream) -> Result<()> {
         match (&self.ctx.inner.device, &self.kind) {
             (Device::Host(h), Kind::Host(e)) => h.wait_event(s, e),
-            (Device::Cuda(c), Kind::Cuda(e)) => c.stream_wait(self.ctx.inner.raw_stream(s)? as _, *e),
+            (Device::Cuda(c), Kind::Cuda(e)) => {
+                c.stream_wait(self.ctx.inner.raw_stream(s)? as _, *e)
+            }
             _ => unreachable!("an event is made by its context's backend"),
         }
     }
@@ -86,16 +98,28 @@ impl Event {
     pub fn elapsed_ms(&self, start: &Event) -> Result<f32> {
         start.check_ctx(&self.ctx, "Event::elapsed_ms")?;
         if !self.timing || !start.timing {
-            return Err(Error::invalid("Event::elapsed_ms", "both events must be timing events"));
+            return Err(Error::invalid(
+                "Event::elapsed_ms",
+                "both events must be timing events",
+            ));
         }
         match (&self.ctx.inner.device, &self.kind, &start.kind) {
             (Device::Host(h), Kind::Host(end), Kind::Host(begin)) => {
-                if !end.is_recorded() || !begin.is_recorded() || !h.query_event(end) || !h.query_event(begin) {
-                    return Err(Error::invalid("Event::elapsed_ms", "both events must be recorded and completed"));
+                if !end.is_recorded()
+                    || !begin.is_recorded()
+                    || !h.query_event(end)
+                    || !h.query_event(begin)
+                {
+                    return Err(Error::invalid(
+                        "Event::elapsed_ms",
+                        "both events must be recorded and completed",
+                    ));
                 }
                 Ok((end.stamp_ns() as f64 - begin.stamp_ns() as f64) as f32 / 1e6)
             }
-            (Device::Cuda(c), Kind::Cuda(end), Kind::Cuda(begin)) => c.event_elapsed_ms(*begin, *end),
+            (Device::Cuda(c), Kind::Cuda(end), Kind::Cuda(begin)) => {
+                c.event_elapsed_ms(*begin, *end)
+            }
             _ => unreachable!("an event is made by its context's backend"),
         }
     }

@@ -16,7 +16,10 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 enum Exec {
     Host(Arc<HostGraph>),
     /// `owned == false`: adopted, never destroyed by us.
-    Cuda { raw: CUgraphExec, owned: bool },
+    Cuda {
+        raw: CUgraphExec,
+        owned: bool,
+    },
 }
 
 struct Variant {
@@ -33,7 +36,9 @@ unsafe impl Send for Variant {}
 
 impl Drop for Variant {
     fn drop(&mut self) {
-        if let (Device::Cuda(c), Exec::Cuda { raw, owned: true }) = (&self.ctx.inner.device, &self.exec) {
+        if let (Device::Cuda(c), Exec::Cuda { raw, owned: true }) =
+            (&self.ctx.inner.device, &self.exec)
+        {
             // SAFETY: owned by this variant and dropped once. Evicting a variant in flight is
             // the caller's contract violation (documented on `evict`).
             if let Err(e) = unsafe { c.graph_exec_destroy(*raw) } {
@@ -106,7 +111,9 @@ fn register_host_exec(g: &Arc<HostGraph>) {
 
 fn find_host_exec(p: usize) -> Option<Arc<HostGraph>> {
     let v = HOST_EXECS.lock().unwrap_or_else(|p| p.into_inner());
-    v.iter().find(|(addr, _)| *addr == p).and_then(|(_, w)| w.upgrade())
+    v.iter()
+        .find(|(addr, _)| *addr == p)
+        .and_then(|(_, w)| w.upgrade())
 }
 
 impl Graph {
@@ -118,7 +125,11 @@ impl Graph {
                 ctx: ctx.clone(),
                 name: name.to_string(),
                 max_variants,
-                state: Mutex::new(State { ports: Vec::new(), table: LruTable::with_capacity(cap + 1), captures: 0 }),
+                state: Mutex::new(State {
+                    ports: Vec::new(),
+                    table: LruTable::with_capacity(cap + 1),
+                    captures: 0,
+                }),
             }),
         }
     }
@@ -142,7 +153,10 @@ impl Graph {
     /// Binds `port` to `buffer` (see the type's docs for when a port may change).
     pub fn bind(&self, port: &str, buffer: &Buffer) -> Result<()> {
         if !buffer.ctx().same(&self.inner.ctx) {
-            return Err(Error::invalid("Graph::bind", format!("buffer `{}` belongs to another context", buffer.name())));
+            return Err(Error::invalid(
+                "Graph::bind",
+                format!("buffer `{}` belongs to another context", buffer.name()),
+            ));
         }
         if port.is_empty() {
             return Err(Error::invalid("Graph::bind", "a port needs a name"));
@@ -184,7 +198,10 @@ impl Graph {
             .iter()
             .find(|(p, _)| p == port)
             .map(|(_, b)| b.clone())
-            .ok_or_else(|| Error::Unbound { graph: self.inner.name.clone(), port: port.to_string() })
+            .ok_or_else(|| Error::Unbound {
+                graph: self.inner.name.clone(),
+                port: port.to_string(),
+            })
     }
 
     /// All bindings, in binding order.
@@ -202,13 +219,23 @@ impl Graph {
         F: FnOnce(Stream) -> Result<()>,
     {
         if key.is_inherit() {
-            return Err(Error::invalid("Graph::capture", "ShapeKey::INHERIT cannot name a variant"));
+            return Err(Error::invalid(
+                "Graph::capture",
+                "ShapeKey::INHERIT cannot name a variant",
+            ));
         }
         let ctx = &self.inner.ctx;
         if CAPTURING_CTX.with(|c| c.get()) == ctx.inner.id {
-            return Err(Error::invalid("Graph::capture", "a capture cannot start inside another capture"));
+            return Err(Error::invalid(
+                "Graph::capture",
+                "a capture cannot start inside another capture",
+            ));
         }
-        let _one_at_a_time = ctx.inner.capture_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _one_at_a_time = ctx
+            .inner
+            .capture_lock
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let s = ctx.capture_stream()?;
         let raw = ctx.inner.raw_stream(s)?;
         let capture_err = |reason: String, source: Option<Error>| Error::Capture {
@@ -233,7 +260,9 @@ impl Graph {
                 register_host_exec(&g);
                 Exec::Host(g)
             }),
-            Device::Cuda(c) if recorded_ok => c.end_capture(raw as _).map(|raw| Exec::Cuda { raw, owned: true }),
+            Device::Cuda(c) if recorded_ok => c
+                .end_capture(raw as _)
+                .map(|raw| Exec::Cuda { raw, owned: true }),
             Device::Cuda(c) => {
                 c.abort_capture(raw as _);
                 Err(Error::invalid("capture", "aborted"))
@@ -244,14 +273,20 @@ impl Graph {
             Err(panic) => resume_unwind(panic),
         };
         user.map_err(|e| capture_err("the record closure failed".into(), Some(e)))?;
-        let exec = exec.map_err(|e| capture_err("the backend rejected the captured work".into(), Some(e)))?;
+        let exec = exec
+            .map_err(|e| capture_err("the backend rejected the captured work".into(), Some(e)))?;
         let mut buffers = session.buffers;
         for (_, b) in self.lock().ports.iter() {
             if !buffers.iter().any(|x| x.id() == b.id()) {
                 buffers.push(b.clone());
             }
         }
-        let variant = Variant { ctx: ctx.clone(), exec, _buffers: buffers, _objects: session.objects };
+        let variant = Variant {
+            ctx: ctx.clone(),
+            exec,
+            _buffers: buffers,
+            _objects: session.objects,
+        };
         self.insert(key, variant);
         Ok(())
     }
@@ -269,18 +304,32 @@ impl Graph {
     /// alive while this graph may replay it.
     pub unsafe fn adopt(&self, key: ShapeKey, exec: *mut c_void) -> Result<()> {
         if key.is_inherit() {
-            return Err(Error::invalid("Graph::adopt", "ShapeKey::INHERIT cannot name a variant"));
+            return Err(Error::invalid(
+                "Graph::adopt",
+                "ShapeKey::INHERIT cannot name a variant",
+            ));
         }
         if exec.is_null() {
             return Err(Error::invalid("Graph::adopt", "null executable graph"));
         }
         let exec = match &self.inner.ctx.inner.device {
-            Device::Cuda(_) => Exec::Cuda { raw: exec as CUgraphExec, owned: false },
+            Device::Cuda(_) => Exec::Cuda {
+                raw: exec as CUgraphExec,
+                owned: false,
+            },
             Device::Host(_) => Exec::Host(find_host_exec(exec as usize).ok_or_else(|| {
-                Error::invalid("Graph::adopt", "not a live host executable graph from Graph::native_exec")
+                Error::invalid(
+                    "Graph::adopt",
+                    "not a live host executable graph from Graph::native_exec",
+                )
             })?),
         };
-        let variant = Variant { ctx: self.inner.ctx.clone(), exec, _buffers: Vec::new(), _objects: Vec::new() };
+        let variant = Variant {
+            ctx: self.inner.ctx.clone(),
+            exec,
+            _buffers: Vec::new(),
+            _objects: Vec::new(),
+        };
         self.insert(key, variant);
         Ok(())
     }
@@ -288,7 +337,10 @@ impl Graph {
     fn insert(&self, key: ShapeKey, variant: Variant) {
         let mut st = self.lock();
         let mut evicted = None;
-        if self.inner.max_variants > 0 && !st.table.contains(key.0) && st.table.len() >= self.inner.max_variants {
+        if self.inner.max_variants > 0
+            && !st.table.contains(key.0)
+            && st.table.len() >= self.inner.max_variants
+        {
             evicted = st.table.pop_lru();
         }
         let replaced = st.table.insert(key.0, variant);
@@ -304,7 +356,10 @@ impl Graph {
         match st.table.get_touch(key.0).map(|v| &v.exec) {
             Some(Exec::Host(g)) => Ok(Arc::as_ptr(g) as *mut c_void),
             Some(Exec::Cuda { raw, .. }) => Ok(*raw as *mut c_void),
-            None => Err(Error::NoVariant { graph: self.inner.name.clone(), key }),
+            None => Err(Error::NoVariant {
+                graph: self.inner.name.clone(),
+                key,
+            }),
         }
     }
 
@@ -315,13 +370,19 @@ impl Graph {
         let raw = ctx.inner.raw_stream(s)?;
         let mut st = self.lock();
         let Some(v) = st.table.get_touch(key.0) else {
-            return Err(Error::NoVariant { graph: self.inner.name.clone(), key });
+            return Err(Error::NoVariant {
+                graph: self.inner.name.clone(),
+                key,
+            });
         };
         match (&ctx.inner.device, &v.exec) {
             (Device::Host(h), Exec::Host(g)) => h.enqueue_graph(s, g),
             (Device::Cuda(c), Exec::Cuda { raw: exec, .. }) => {
                 if ctx.is_capturing(s) {
-                    return Err(Error::invalid("Graph::replay", "graphs cannot be replayed inside a capture"));
+                    return Err(Error::invalid(
+                        "Graph::replay",
+                        "graphs cannot be replayed inside a capture",
+                    ));
                 }
                 // SAFETY: the variant is alive while the lock is held; an adopted exec is
                 // alive by `adopt`'s contract; `raw` is a stream of this context.
@@ -345,7 +406,10 @@ impl Graph {
                 drop(v);
                 Ok(())
             }
-            None => Err(Error::NoVariant { graph: self.inner.name.clone(), key }),
+            None => Err(Error::NoVariant {
+                graph: self.inner.name.clone(),
+                key,
+            }),
         }
     }
 
@@ -365,7 +429,12 @@ impl Graph {
 
     /// Keys from most to least recently used.
     pub fn keys(&self) -> Vec<ShapeKey> {
-        self.lock().table.keys_mru().into_iter().map(ShapeKey).collect()
+        self.lock()
+            .table
+            .keys_mru()
+            .into_iter()
+            .map(ShapeKey)
+            .collect()
     }
 
     /// How many variants were captured or adopted over this graph's life (replacements

@@ -79,7 +79,12 @@ impl<V> LruTable<V> {
             self.push_front(i);
             return old;
         }
-        let slot = Slot { key, value: Some(value), prev: NIL, next: NIL };
+        let slot = Slot {
+            key,
+            value: Some(value),
+            prev: NIL,
+            next: NIL,
+        };
         let i = match self.free.pop() {
             Some(i) => {
                 self.slots[i] = slot;

@@ -39,7 +39,11 @@ pub struct Plan {
 
 impl Plan {
     pub fn new(ctx: &Ctx) -> Plan {
-        Plan { ctx: ctx.clone(), nodes: Vec::new(), streams: Vec::new() }
+        Plan {
+            ctx: ctx.clone(),
+            nodes: Vec::new(),
+            streams: Vec::new(),
+        }
     }
 
     pub fn ctx(&self) -> &Ctx {
@@ -49,13 +53,22 @@ impl Plan {
     /// Appends a node replaying `graph` at `key` (or [`ShapeKey::INHERIT`]) on `stream`.
     pub fn add(&mut self, graph: &Graph, key: ShapeKey, stream: Stream) -> Result<NodeId> {
         if !graph.ctx().same(&self.ctx) {
-            return Err(Error::invalid("Plan::add", format!("graph `{}` belongs to another context", graph.name())));
+            return Err(Error::invalid(
+                "Plan::add",
+                format!("graph `{}` belongs to another context", graph.name()),
+            ));
         }
         self.ctx.stream_priority(stream)?;
         if !self.streams.contains(&stream) {
             self.streams.push(stream);
         }
-        self.nodes.push(Node { graph: graph.clone(), key, stream, waits_for: Vec::new(), done: None });
+        self.nodes.push(Node {
+            graph: graph.clone(),
+            key,
+            stream,
+            waits_for: Vec::new(),
+            done: None,
+        });
         Ok(self.nodes.len() - 1)
     }
 
@@ -63,15 +76,22 @@ impl Plan {
     pub fn after(&mut self, node: NodeId, dep: NodeId) -> Result<()> {
         let n = self.nodes.len();
         if node >= n || dep >= n {
-            return Err(Error::invalid("Plan::after", format!("node {node} or {dep} does not exist ({n} nodes)")));
+            return Err(Error::invalid(
+                "Plan::after",
+                format!("node {node} or {dep} does not exist ({n} nodes)"),
+            ));
         }
         if dep >= node {
             return Err(Error::invalid(
                 "Plan::after",
-                format!("node {node} cannot depend on node {dep}: dependencies must be earlier nodes (no cycles)"),
+                format!(
+                    "node {node} cannot depend on node {dep}: dependencies must be earlier nodes (no cycles)"
+                ),
             ));
         }
-        if self.nodes[node].stream == self.nodes[dep].stream || self.nodes[node].waits_for.contains(&dep) {
+        if self.nodes[node].stream == self.nodes[dep].stream
+            || self.nodes[node].waits_for.contains(&dep)
+        {
             return Ok(());
         }
         if self.nodes[dep].done.is_none() {
@@ -103,15 +123,24 @@ impl Plan {
         for node in &self.nodes {
             let k = Self::resolve(node, key);
             if k.is_inherit() {
-                return Err(Error::invalid("Plan::execute", "a node inherits the key, but execute was given INHERIT"));
+                return Err(Error::invalid(
+                    "Plan::execute",
+                    "a node inherits the key, but execute was given INHERIT",
+                ));
             }
             if !node.graph.has_variant(k) {
-                return Err(Error::NoVariant { graph: node.graph.name().to_string(), key: k });
+                return Err(Error::NoVariant {
+                    graph: node.graph.name().to_string(),
+                    key: k,
+                });
             }
         }
         for node in &self.nodes {
             for &dep in &node.waits_for {
-                let ev = self.nodes[dep].done.as_ref().expect("created when the dependency was declared");
+                let ev = self.nodes[dep]
+                    .done
+                    .as_ref()
+                    .expect("created when the dependency was declared");
                 self.ctx.stream_wait(node.stream, ev)?;
             }
             node.graph.replay(Self::resolve(node, key), node.stream)?;

@@ -44,15 +44,21 @@ fn hot_path_allocates_nothing(b: &common::Backend) {
     let y = Buffer::alloc(ctx, "y", 256 * 4).unwrap();
     let step = Graph::new(ctx, "step", 16);
     for k in 0..10u64 {
-        step.capture(ShapeKey(k), |cs| b.k.axpb(ctx, cs, &x, 1.0, k as f32)).unwrap();
+        step.capture(ShapeKey(k), |cs| b.k.axpb(ctx, cs, &x, 1.0, k as f32))
+            .unwrap();
     }
     let read = Graph::new(ctx, "read", 1);
-    read.capture(ShapeKey(0), |cs| b.k.add_from(ctx, cs, &y, &x, 0.0)).unwrap();
+    read.capture(ShapeKey(0), |cs| b.k.add_from(ctx, cs, &y, &x, 0.0))
+        .unwrap();
     // A 12-node plan over two streams with a cross-stream dependency every other node.
     let mut plan = Plan::new(ctx);
     let mut prev = None;
     for i in 0..12u64 {
-        let (g, k, s) = if i % 2 == 0 { (&step, ShapeKey(i % 10), s1) } else { (&read, ShapeKey::INHERIT, s2) };
+        let (g, k, s) = if i % 2 == 0 {
+            (&step, ShapeKey(i % 10), s1)
+        } else {
+            (&read, ShapeKey::INHERIT, s2)
+        };
         let n = plan.add(g, k, s).unwrap();
         if let Some(p) = prev {
             plan.after(n, p).unwrap();
@@ -79,12 +85,18 @@ fn hot_path_allocates_nothing(b: &common::Backend) {
         run();
     }
     let allocs = ALLOCS.load(Ordering::SeqCst) - before;
-    println!("[{}] allocations in 200 iterations of 11 replays + 1 twelve-node plan: {allocs}", b.name);
+    println!(
+        "[{}] allocations in 200 iterations of 11 replays + 1 twelve-node plan: {allocs}",
+        b.name
+    );
     assert_eq!(allocs, 0, "[{}] the hot path allocated", b.name);
     // Outside the hot path, allocation is normal: the counter does count.
     let before = ALLOCS.load(Ordering::SeqCst);
     let _v = x.to_vec::<f32>(s1).unwrap();
-    assert!(ALLOCS.load(Ordering::SeqCst) > before, "the counting allocator counts");
+    assert!(
+        ALLOCS.load(Ordering::SeqCst) > before,
+        "the counting allocator counts"
+    );
 }
 
 fn main() {

@@ -16,7 +16,11 @@ fn vals(_b: &Backend, x: &Buffer, s: Stream) -> Vec<f32> {
 fn streams_and_priorities(b: &Backend) {
     let ctx = &b.ctx;
     let (least, greatest) = ctx.priority_range();
-    assert!(greatest < least, "{}: a priority range with more than one level", b.name);
+    assert!(
+        greatest < least,
+        "{}: a priority range with more than one level",
+        b.name
+    );
     assert_eq!(ctx.default_stream(), Stream::DEFAULT);
     ctx.sync_stream(Stream::DEFAULT).unwrap();
     let hi = ctx.stream(greatest).unwrap();
@@ -24,12 +28,21 @@ fn streams_and_priorities(b: &Backend) {
     assert_ne!(hi, lo);
     assert_eq!(ctx.stream_priority(hi).unwrap(), greatest);
     assert_eq!(ctx.stream_priority(lo).unwrap(), least);
-    assert!(matches!(ctx.stream(greatest - 1), Err(Error::Invalid { .. })));
+    assert!(matches!(
+        ctx.stream(greatest - 1),
+        Err(Error::Invalid { .. })
+    ));
     assert!(matches!(ctx.stream(least + 1), Err(Error::Invalid { .. })));
     let unknown = Stream(9999);
-    assert!(matches!(ctx.sync_stream(unknown), Err(Error::UnknownStream(_))));
+    assert!(matches!(
+        ctx.sync_stream(unknown),
+        Err(Error::UnknownStream(_))
+    ));
     let x = Buffer::alloc(ctx, "x", 64).unwrap();
-    assert!(matches!(b.k.fill(ctx, unknown, &x, 1.0), Err(Error::UnknownStream(_))));
+    assert!(matches!(
+        b.k.fill(ctx, unknown, &x, 1.0),
+        Err(Error::UnknownStream(_))
+    ));
     // Work on the default stream runs and completes.
     b.k.fill(ctx, Stream::DEFAULT, &x, 3.0).unwrap();
     assert_eq!(vals(b, &x, Stream::DEFAULT), vec![3.0; 16]);
@@ -60,11 +73,26 @@ fn buffer_upload_download(b: &Backend) {
     assert_eq!(vals(b, &x, s), vec![49.0; 10]);
     assert_eq!(x.ptr(), p, "the address is stable");
     // Out of range, and zero-sized buffers.
-    assert!(matches!(x.upload(s, 38, &[0u8; 4]), Err(Error::OutOfRange { .. })));
-    assert!(matches!(x.upload(s, usize::MAX, &[0u8; 4]), Err(Error::OutOfRange { .. })));
-    assert!(matches!(x.download(s, 0, &mut [0u8; 41]), Err(Error::OutOfRange { .. })));
-    assert!(matches!(Buffer::alloc(ctx, "empty", 0), Err(Error::Invalid { .. })));
-    assert!(matches!(x.upload(Stream(777), 0, &[1u8]), Err(Error::UnknownStream(_))));
+    assert!(matches!(
+        x.upload(s, 38, &[0u8; 4]),
+        Err(Error::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        x.upload(s, usize::MAX, &[0u8; 4]),
+        Err(Error::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        x.download(s, 0, &mut [0u8; 41]),
+        Err(Error::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        Buffer::alloc(ctx, "empty", 0),
+        Err(Error::Invalid { .. })
+    ));
+    assert!(matches!(
+        x.upload(Stream(777), 0, &[1u8]),
+        Err(Error::UnknownStream(_))
+    ));
 }
 
 fn copies_with_offsets(b: &Backend) {
@@ -72,7 +100,8 @@ fn copies_with_offsets(b: &Backend) {
     let s = ctx.stream(0).unwrap();
     let src = Buffer::alloc(ctx, "src", 32).unwrap();
     let dst = Buffer::alloc(ctx, "dst", 32).unwrap();
-    src.write(s, 0, &[1f32, 2., 3., 4., 5., 6., 7., 8.]).unwrap();
+    src.write(s, 0, &[1f32, 2., 3., 4., 5., 6., 7., 8.])
+        .unwrap();
     b.k.fill(ctx, s, &dst, -1.0).unwrap();
     // src[2..5] -> dst[4..7]
     Buffer::copy(&dst, 16, &src, 8, 12, s).unwrap();
@@ -82,11 +111,20 @@ fn copies_with_offsets(b: &Backend) {
     assert_eq!(vals(b, &dst, s), vec![3., 4., -1., -1., 3., 4., 5., -1.]);
     // Zero bytes at the end is fine; anything past the end is not.
     Buffer::copy(&dst, 32, &src, 32, 0, s).unwrap();
-    for (doff, soff, n) in [(28, 0, 8), (0, 28, 8), (0, 0, 33), (usize::MAX, 0, 2), (0, usize::MAX - 1, 4)] {
+    for (doff, soff, n) in [
+        (28, 0, 8),
+        (0, 28, 8),
+        (0, 0, 33),
+        (usize::MAX, 0, 2),
+        (0, usize::MAX - 1, 4),
+    ] {
         let e = Buffer::copy(&dst, doff, &src, soff, n, s).unwrap_err();
         assert!(matches!(e, Error::OutOfRange { .. }), "{e}");
     }
-    assert!(matches!(Buffer::copy(&dst, 0, &src, 0, 4, Stream(555)), Err(Error::UnknownStream(_))));
+    assert!(matches!(
+        Buffer::copy(&dst, 0, &src, 0, 4, Stream(555)),
+        Err(Error::UnknownStream(_))
+    ));
     ctx.sync_stream(s).unwrap();
 }
 
@@ -125,14 +163,21 @@ fn capture_and_replay(b: &Backend) {
         other => panic!("expected NoVariant, got {other:?}"),
     }
     // Re-capturing a key replaces the variant.
-    g.capture(ShapeKey(7), |cs| b.k.fill(ctx, cs, &x, -2.0)).unwrap();
+    g.capture(ShapeKey(7), |cs| b.k.fill(ctx, cs, &x, -2.0))
+        .unwrap();
     assert_eq!(g.variant_count(), 1);
     assert_eq!(g.capture_count(), 2);
     g.replay(ShapeKey(7), s).unwrap();
     assert_eq!(vals(b, &x, s), vec![-2.0; 1024]);
     // INHERIT cannot name a variant.
-    assert!(matches!(g.capture(ShapeKey::INHERIT, |_| Ok(())), Err(Error::Invalid { .. })));
-    assert!(matches!(g.replay(ShapeKey(7), Stream(4242)), Err(Error::UnknownStream(_))));
+    assert!(matches!(
+        g.capture(ShapeKey::INHERIT, |_| Ok(())),
+        Err(Error::Invalid { .. })
+    ));
+    assert!(matches!(
+        g.replay(ShapeKey(7), Stream(4242)),
+        Err(Error::UnknownStream(_))
+    ));
 }
 
 fn capture_errors(b: &Backend) {
@@ -144,23 +189,39 @@ fn capture_errors(b: &Backend) {
     let e = g
         .capture(ShapeKey(1), |cs| {
             b.k.fill(ctx, cs, &x, 1.0)?;
-            Err(Error::Invalid { op: "record", reason: "planted".into() })
+            Err(Error::Invalid {
+                op: "record",
+                reason: "planted".into(),
+            })
         })
         .unwrap_err();
     match &e {
-        Error::Capture { source: Some(inner), .. } => assert!(inner.to_string().contains("planted")),
+        Error::Capture {
+            source: Some(inner),
+            ..
+        } => assert!(inner.to_string().contains("planted")),
         other => panic!("expected a Capture error, got {other:?}"),
     }
     assert_eq!(e.status(), frt_exec::Status::Capture);
     assert!(!g.has_variant(ShapeKey(1)));
     // Uploads, downloads and replays cannot be captured; a nested capture is rejected.
-    g.capture(ShapeKey(2), |cs| b.k.fill(ctx, cs, &x, 2.0)).unwrap();
+    g.capture(ShapeKey(2), |cs| b.k.fill(ctx, cs, &x, 2.0))
+        .unwrap();
     let g2 = Graph::new(ctx, "g2", 0);
-    let e = g2.capture(ShapeKey(1), |cs| x.upload(cs, 0, &[0u8; 4])).unwrap_err();
-    assert!(matches!(&e, Error::Capture { source: Some(inner), .. } if matches!(**inner, Error::Invalid { .. })), "{e}");
-    let e = g2.capture(ShapeKey(1), |cs| g.replay(ShapeKey(2), cs)).unwrap_err();
+    let e = g2
+        .capture(ShapeKey(1), |cs| x.upload(cs, 0, &[0u8; 4]))
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::Capture { source: Some(inner), .. } if matches!(**inner, Error::Invalid { .. })),
+        "{e}"
+    );
+    let e = g2
+        .capture(ShapeKey(1), |cs| g.replay(ShapeKey(2), cs))
+        .unwrap_err();
     assert!(matches!(e, Error::Capture { .. }), "{e}");
-    let e = g2.capture(ShapeKey(1), |_| g.capture(ShapeKey(3), |_| Ok(()))).unwrap_err();
+    let e = g2
+        .capture(ShapeKey(1), |_| g.capture(ShapeKey(3), |_| Ok(())))
+        .unwrap_err();
     assert!(matches!(e, Error::Capture { .. }), "{e}");
     assert_eq!(g2.variant_count(), 0);
     // The context is still healthy afterwards.
@@ -175,17 +236,23 @@ fn lru_order_and_capacity(b: &Backend) {
     let g = Graph::new(ctx, "steps", 3);
     assert_eq!(g.max_variants(), 3);
     for k in 1..=3u64 {
-        g.capture(ShapeKey(k), |cs| b.k.fill(ctx, cs, &x, k as f32)).unwrap();
+        g.capture(ShapeKey(k), |cs| b.k.fill(ctx, cs, &x, k as f32))
+            .unwrap();
     }
     assert_eq!(g.keys(), vec![ShapeKey(3), ShapeKey(2), ShapeKey(1)]);
     g.replay(ShapeKey(1), s).unwrap(); // 1 becomes most recent
     assert_eq!(g.keys(), vec![ShapeKey(1), ShapeKey(3), ShapeKey(2)]);
-    g.capture(ShapeKey(4), |cs| b.k.fill(ctx, cs, &x, 4.0)).unwrap(); // evicts 2
+    g.capture(ShapeKey(4), |cs| b.k.fill(ctx, cs, &x, 4.0))
+        .unwrap(); // evicts 2
     assert_eq!(g.variant_count(), 3);
     assert!(!g.has_variant(ShapeKey(2)));
-    assert!(matches!(g.replay(ShapeKey(2), s), Err(Error::NoVariant { .. })));
+    assert!(matches!(
+        g.replay(ShapeKey(2), s),
+        Err(Error::NoVariant { .. })
+    ));
     // Replacing an existing key at capacity evicts nothing.
-    g.capture(ShapeKey(3), |cs| b.k.fill(ctx, cs, &x, 33.0)).unwrap();
+    g.capture(ShapeKey(3), |cs| b.k.fill(ctx, cs, &x, 33.0))
+        .unwrap();
     assert_eq!(g.keys(), vec![ShapeKey(3), ShapeKey(4), ShapeKey(1)]);
     assert_eq!(g.evict_lru(), Some(ShapeKey(1)));
     assert!(matches!(g.evict(ShapeKey(1)), Err(Error::NoVariant { .. })));
@@ -199,7 +266,8 @@ fn lru_order_and_capacity(b: &Backend) {
     // Unbounded table.
     let u = Graph::new(ctx, "unbounded", 0);
     for k in 0..40u64 {
-        u.capture(ShapeKey(k), |cs| b.k.fill(ctx, cs, &x, k as f32)).unwrap();
+        u.capture(ShapeKey(k), |cs| b.k.fill(ctx, cs, &x, k as f32))
+            .unwrap();
     }
     assert_eq!(u.variant_count(), 40);
     u.replay(ShapeKey(17), s).unwrap();
@@ -222,14 +290,20 @@ fn graph_keeps_buffers_alive(b: &Backend) {
     .unwrap();
     drop(tmp);
     drop(bound);
-    assert!(weak_tmp.is_alive(), "the variant keeps the buffer its work used");
+    assert!(
+        weak_tmp.is_alive(),
+        "the variant keeps the buffer its work used"
+    );
     assert!(weak_bound.is_alive(), "the graph keeps its bound buffers");
     g.replay(ShapeKey(0), s).unwrap();
     assert_eq!(vals(b, &out, s), vec![6.0; 256]);
     g.evict(ShapeKey(0)).unwrap();
     ctx.sync_stream(s).unwrap();
     assert!(!weak_tmp.is_alive(), "evicting the variant releases it");
-    assert!(weak_bound.is_alive(), "eviction never releases bound buffers");
+    assert!(
+        weak_bound.is_alive(),
+        "eviction never releases bound buffers"
+    );
     drop(g);
     assert!(!weak_bound.is_alive());
     assert_eq!(vals(b, &out, s), vec![6.0; 256]);
@@ -243,7 +317,14 @@ fn ports_and_binding(b: &Backend) {
     a.write(s, 0, &[-1.0f32; 4]).unwrap();
     let g = Graph::new(ctx, "ported", 0);
     assert!(matches!(g.port("in"), Err(Error::Unbound { .. })));
-    assert_eq!(Error::Unbound { graph: "g".into(), port: "p".into() }.status(), frt_exec::Status::Unbound);
+    assert_eq!(
+        Error::Unbound {
+            graph: "g".into(),
+            port: "p".into()
+        }
+        .status(),
+        frt_exec::Status::Unbound
+    );
     g.bind("in", &a).unwrap();
     g.bind("in", &a2).unwrap(); // no variant yet: rebinding is allowed
     assert_eq!(g.port("in").unwrap().id(), a2.id());
@@ -259,11 +340,16 @@ fn ports_and_binding(b: &Backend) {
     // The binding in effect is the one captured.
     g.replay(ShapeKey(1), s).unwrap();
     assert_eq!(vals(b, &a2, s), vec![8.0; 4]);
-    assert_eq!(vals(b, &a, s), vec![-1.0; 4], "the buffer no longer bound is untouched");
+    assert_eq!(
+        vals(b, &a, s),
+        vec![-1.0; 4],
+        "the buffer no longer bound is untouched"
+    );
     // Without variants, ports can change again.
     g.evict(ShapeKey(1)).unwrap();
     g.bind("in", &a).unwrap();
-    g.capture(ShapeKey(1), |cs| b.k.fill(ctx, cs, &g.port("in")?, 9.0)).unwrap();
+    g.capture(ShapeKey(1), |cs| b.k.fill(ctx, cs, &g.port("in")?, 9.0))
+        .unwrap();
     g.replay(ShapeKey(1), s).unwrap();
     assert_eq!(vals(b, &a, s), vec![9.0; 4]);
     assert_eq!(g.ports().len(), 1);
@@ -279,10 +365,25 @@ fn zero_copy_handoff(b: &Backend) {
     producer.bind("out", &shared).unwrap();
     consumer.bind("in", &shared).unwrap();
     consumer.bind("out", &out).unwrap();
-    assert_eq!(producer.port("out").unwrap().ptr(), consumer.port("in").unwrap().ptr());
-    producer.capture(ShapeKey(0), |cs| b.k.fill(ctx, cs, &producer.port("out")?, 2.0)).unwrap();
-    producer.capture(ShapeKey(1), |cs| b.k.fill(ctx, cs, &producer.port("out")?, 5.0)).unwrap();
-    consumer.capture(ShapeKey(0), |cs| b.k.add_from(ctx, cs, &consumer.port("out")?, &consumer.port("in")?, 0.25)).unwrap();
+    assert_eq!(
+        producer.port("out").unwrap().ptr(),
+        consumer.port("in").unwrap().ptr()
+    );
+    producer
+        .capture(ShapeKey(0), |cs| {
+            b.k.fill(ctx, cs, &producer.port("out")?, 2.0)
+        })
+        .unwrap();
+    producer
+        .capture(ShapeKey(1), |cs| {
+            b.k.fill(ctx, cs, &producer.port("out")?, 5.0)
+        })
+        .unwrap();
+    consumer
+        .capture(ShapeKey(0), |cs| {
+            b.k.add_from(ctx, cs, &consumer.port("out")?, &consumer.port("in")?, 0.25)
+        })
+        .unwrap();
     for (k, want) in [(0u64, 2.25f32), (1, 5.25), (0, 2.25)] {
         producer.replay(ShapeKey(k), s).unwrap();
         consumer.replay(ShapeKey(0), s).unwrap();
@@ -302,13 +403,16 @@ fn plan_across_streams(b: &Backend) {
     let consumer = Graph::new(ctx, "consumer", 0);
     for k in 1..=3u64 {
         // The producer is slow: a consumer that did not wait would read stale data.
-        producer.capture(ShapeKey(k), |cs| {
-            b.k.spin(ctx, cs, 3000)?;
-            b.k.fill(ctx, cs, &feats, k as f32 * 10.0)
-        })
-        .unwrap();
+        producer
+            .capture(ShapeKey(k), |cs| {
+                b.k.spin(ctx, cs, 3000)?;
+                b.k.fill(ctx, cs, &feats, k as f32 * 10.0)
+            })
+            .unwrap();
     }
-    consumer.capture(ShapeKey(0), |cs| b.k.add_from(ctx, cs, &out, &feats, 1.0)).unwrap();
+    consumer
+        .capture(ShapeKey(0), |cs| b.k.add_from(ctx, cs, &out, &feats, 1.0))
+        .unwrap();
     let mut plan = Plan::new(ctx);
     let p = plan.add(&producer, ShapeKey::INHERIT, slow).unwrap();
     let c = plan.add(&consumer, ShapeKey(0), fast).unwrap();
@@ -318,7 +422,11 @@ fn plan_across_streams(b: &Backend) {
     for k in [1u64, 2, 3, 2] {
         plan.execute(ShapeKey(k)).unwrap();
         plan.sync().unwrap();
-        assert_eq!(vals(b, &out, fast), vec![k as f32 * 10.0 + 1.0; n], "key {k}");
+        assert_eq!(
+            vals(b, &out, fast),
+            vec![k as f32 * 10.0 + 1.0; n],
+            "key {k}"
+        );
     }
 }
 
@@ -329,11 +437,15 @@ fn plan_errors(b: &Backend) {
     let x = Buffer::alloc(ctx, "x", 16).unwrap();
     x.write(s1, 0, &[0.0f32; 4]).unwrap();
     let g = Graph::new(ctx, "g", 0);
-    g.capture(ShapeKey(1), |cs| b.k.axpb(ctx, cs, &x, 1.0, 1.0)).unwrap();
+    g.capture(ShapeKey(1), |cs| b.k.axpb(ctx, cs, &x, 1.0, 1.0))
+        .unwrap();
     let mut plan = Plan::new(ctx);
     let a = plan.add(&g, ShapeKey(1), s1).unwrap();
     let c = plan.add(&g, ShapeKey::INHERIT, s2).unwrap();
-    assert!(matches!(plan.add(&g, ShapeKey(1), Stream(3000)), Err(Error::UnknownStream(_))));
+    assert!(matches!(
+        plan.add(&g, ShapeKey(1), Stream(3000)),
+        Err(Error::UnknownStream(_))
+    ));
     // Unknown, self, and later dependencies are rejected when declared (no cycles).
     assert!(matches!(plan.after(c, 5), Err(Error::Invalid { .. })));
     assert!(matches!(plan.after(9, a), Err(Error::Invalid { .. })));
@@ -343,14 +455,29 @@ fn plan_errors(b: &Backend) {
     plan.after(c, a).unwrap(); // idempotent
     // A missing variant is reported before anything is enqueued.
     let e = plan.execute(ShapeKey(2)).unwrap_err();
-    assert!(matches!(e, Error::NoVariant { key: ShapeKey(2), .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::NoVariant {
+                key: ShapeKey(2),
+                ..
+            }
+        ),
+        "{e}"
+    );
     plan.sync().unwrap();
     assert_eq!(vals(b, &x, s1), vec![0.0; 4], "nothing ran");
-    assert!(matches!(plan.execute(ShapeKey::INHERIT), Err(Error::Invalid { .. })));
+    assert!(matches!(
+        plan.execute(ShapeKey::INHERIT),
+        Err(Error::Invalid { .. })
+    ));
     plan.execute(ShapeKey(1)).unwrap();
     plan.sync().unwrap();
     assert_eq!(vals(b, &x, s1), vec![2.0; 4]);
-    assert!(Plan::new(ctx).execute(ShapeKey(0)).is_ok(), "an empty plan does nothing");
+    assert!(
+        Plan::new(ctx).execute(ShapeKey(0)).is_ok(),
+        "an empty plan does nothing"
+    );
 }
 
 fn events(b: &Backend) {
@@ -382,8 +509,15 @@ fn events(b: &Backend) {
     t1.record(s1).unwrap();
     t1.synchronize().unwrap();
     let ms = t1.elapsed_ms(&t0).unwrap();
-    assert!((1.5..1000.0).contains(&ms), "{}: spin of 2 ms measured {ms} ms", b.name);
-    assert!(matches!(t1.elapsed_ms(&ev), Err(Error::Invalid { .. })), "needs timing events");
+    assert!(
+        (1.5..1000.0).contains(&ms),
+        "{}: spin of 2 ms measured {ms} ms",
+        b.name
+    );
+    assert!(
+        matches!(t1.elapsed_ms(&ev), Err(Error::Invalid { .. })),
+        "needs timing events"
+    );
 }
 
 /// A short high-priority graph submitted while a long low-priority graph runs finishes first.
@@ -394,9 +528,18 @@ fn priority_honoured(b: &Backend) {
     let hi = ctx.stream(greatest).unwrap();
     let long = Graph::new(ctx, "long", 0);
     let short = Graph::new(ctx, "short", 0);
-    long.capture(ShapeKey(0), |cs| (0..100).try_for_each(|_| b.k.spin(ctx, cs, 200))).unwrap();
-    short.capture(ShapeKey(0), |cs| b.k.spin(ctx, cs, 200)).unwrap();
-    let (t0, lo_done, hi_done) = (ctx.timing_event().unwrap(), ctx.timing_event().unwrap(), ctx.timing_event().unwrap());
+    long.capture(ShapeKey(0), |cs| {
+        (0..100).try_for_each(|_| b.k.spin(ctx, cs, 200))
+    })
+    .unwrap();
+    short
+        .capture(ShapeKey(0), |cs| b.k.spin(ctx, cs, 200))
+        .unwrap();
+    let (t0, lo_done, hi_done) = (
+        ctx.timing_event().unwrap(),
+        ctx.timing_event().unwrap(),
+        ctx.timing_event().unwrap(),
+    );
     let start = ctx.event().unwrap();
     // Warm-up of both graphs.
     long.replay(ShapeKey(0), lo).unwrap();
@@ -418,17 +561,32 @@ fn priority_honoured(b: &Backend) {
          short high-priority graph (1 x 200 us, submitted at ~2 ms) done at {hi_ms:.3} ms",
         b.name
     );
-    assert!(hi_ms < lo_ms, "the high-priority graph finishes first ({hi_ms} ms vs {lo_ms} ms)");
-    assert!(hi_ms < lo_ms * 0.5, "and well before the long one ({hi_ms} ms vs {lo_ms} ms)");
+    assert!(
+        hi_ms < lo_ms,
+        "the high-priority graph finishes first ({hi_ms} ms vs {lo_ms} ms)"
+    );
+    assert!(
+        hi_ms < lo_ms * 0.5,
+        "and well before the long one ({hi_ms} ms vs {lo_ms} ms)"
+    );
 }
 
 fn host_operation_errors(b: &Backend) {
     let ctx = &b.ctx;
     let s = ctx.stream(0).unwrap();
-    ctx.launch_host(s, || Err(frt_exec::HostOpError::msg("sensor unplugged"))).unwrap();
+    ctx.launch_host(s, || Err(frt_exec::HostOpError::msg("sensor unplugged")))
+        .unwrap();
     let e = ctx.sync_stream(s).unwrap_err();
-    assert!(matches!(&e, Error::HostOp { stream, .. } if *stream == s), "{e}");
-    assert!(std::error::Error::source(&e).unwrap().to_string().contains("sensor unplugged"));
+    assert!(
+        matches!(&e, Error::HostOp { stream, .. } if *stream == s),
+        "{e}"
+    );
+    assert!(
+        std::error::Error::source(&e)
+            .unwrap()
+            .to_string()
+            .contains("sensor unplugged")
+    );
     ctx.sync_stream(s).unwrap(); // reported once
     ctx.launch_host(s, || panic!("planted panic")).unwrap();
     assert!(matches!(ctx.sync_stream(s), Err(Error::HostOp { .. })));
@@ -457,7 +615,9 @@ fn adopt_foreign_exec(b: &Backend) {
     let s = ctx.stream(0).unwrap();
     let x = Buffer::alloc(ctx, "x", 64).unwrap();
     let owner = Graph::new(ctx, "owner", 0);
-    owner.capture(ShapeKey(1), |cs| b.k.fill(ctx, cs, &x, 6.0)).unwrap();
+    owner
+        .capture(ShapeKey(1), |cs| b.k.fill(ctx, cs, &x, 6.0))
+        .unwrap();
     let exec = owner.native_exec(ShapeKey(1)).unwrap();
     let adopter = Graph::new(ctx, "adopter", 2);
     // SAFETY: `owner` keeps the executable graph alive for the whole test.
@@ -477,8 +637,14 @@ fn adopt_foreign_exec(b: &Backend) {
     owner.replay(ShapeKey(1), s).unwrap();
     ctx.sync_stream(s).unwrap();
     // SAFETY: null is rejected before any use.
-    assert!(matches!(unsafe { owner.adopt(ShapeKey(2), std::ptr::null_mut()) }, Err(Error::Invalid { .. })));
-    assert!(matches!(unsafe { owner.adopt(ShapeKey::INHERIT, exec) }, Err(Error::Invalid { .. })));
+    assert!(matches!(
+        unsafe { owner.adopt(ShapeKey(2), std::ptr::null_mut()) },
+        Err(Error::Invalid { .. })
+    ));
+    assert!(matches!(
+        unsafe { owner.adopt(ShapeKey::INHERIT, exec) },
+        Err(Error::Invalid { .. })
+    ));
 }
 
 fn wrapped_memory(b: &Backend) {
@@ -494,7 +660,10 @@ fn wrapped_memory(b: &Backend) {
     let v = vals(b, &owner, s);
     assert_eq!(&v[8..], &[7.0; 8]);
     // SAFETY: null is rejected before any use.
-    assert!(matches!(unsafe { Buffer::wrap(ctx, "null", std::ptr::null_mut(), 8) }, Err(Error::Invalid { .. })));
+    assert!(matches!(
+        unsafe { Buffer::wrap(ctx, "null", std::ptr::null_mut(), 8) },
+        Err(Error::Invalid { .. })
+    ));
 }
 
 backend_tests!(

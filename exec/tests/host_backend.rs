@@ -45,7 +45,10 @@ fn pending_work_runs_by_priority_then_submission_order() {
     log_op(&ctx, hi, &log, "hi2");
     open.store(true, Ordering::Release);
     ctx.synchronize().unwrap();
-    assert_eq!(*log.lock().unwrap(), vec!["hi1", "hi2", "mid1", "mid2", "lo1", "lo2"]);
+    assert_eq!(
+        *log.lock().unwrap(),
+        vec!["hi1", "hi2", "mid1", "mid2", "lo1", "lo2"]
+    );
 }
 
 #[test]
@@ -79,7 +82,9 @@ fn blocking_from_inside_a_host_operation_is_an_error_not_a_deadlock() {
     let c = ctx.clone();
     ctx.launch_host(s, move || match c.sync_stream(Stream::DEFAULT) {
         Err(Error::WouldDeadlock { .. }) => Ok(()),
-        other => Err(HostOpError::msg(format!("expected WouldDeadlock, got {other:?}"))),
+        other => Err(HostOpError::msg(format!(
+            "expected WouldDeadlock, got {other:?}"
+        ))),
     })
     .unwrap();
     ctx.sync_stream(s).unwrap();
@@ -91,13 +96,22 @@ fn objects_of_another_context_are_rejected() {
     let b = Ctx::host().unwrap();
     let xa = Buffer::alloc(&a, "xa", 8).unwrap();
     let xb = Buffer::alloc(&b, "xb", 8).unwrap();
-    assert!(matches!(Buffer::copy(&xa, 0, &xb, 0, 8, Stream::DEFAULT), Err(Error::Invalid { .. })));
+    assert!(matches!(
+        Buffer::copy(&xa, 0, &xb, 0, 8, Stream::DEFAULT),
+        Err(Error::Invalid { .. })
+    ));
     let ga = Graph::new(&a, "ga", 0);
     assert!(matches!(ga.bind("p", &xb), Err(Error::Invalid { .. })));
     let mut plan = Plan::new(&b);
-    assert!(matches!(plan.add(&ga, ShapeKey(0), Stream::DEFAULT), Err(Error::Invalid { .. })));
+    assert!(matches!(
+        plan.add(&ga, ShapeKey(0), Stream::DEFAULT),
+        Err(Error::Invalid { .. })
+    ));
     let eb = b.event().unwrap();
-    assert!(matches!(a.stream_wait(Stream::DEFAULT, &eb), Err(Error::Invalid { .. })));
+    assert!(matches!(
+        a.stream_wait(Stream::DEFAULT, &eb),
+        Err(Error::Invalid { .. })
+    ));
     // Host graphs cannot adopt arbitrary pointers.
     let mut junk = 0u64;
     // SAFETY: rejected before use.
@@ -105,7 +119,10 @@ fn objects_of_another_context_are_rejected() {
     assert!(matches!(r, Err(Error::Invalid { .. })));
     // The host backend has no external streams.
     // SAFETY: rejected before use.
-    assert!(matches!(unsafe { a.wrap_stream(&mut junk as *mut u64 as *mut _) }, Err(Error::Invalid { .. })));
+    assert!(matches!(
+        unsafe { a.wrap_stream(&mut junk as *mut u64 as *mut _) },
+        Err(Error::Invalid { .. })
+    ));
 }
 
 #[test]
@@ -115,7 +132,9 @@ fn events_cannot_be_captured_on_the_host_backend() {
     let g = Graph::new(&ctx, "g", 0);
     let e = g.capture(ShapeKey(0), |cs| ev.record(cs)).unwrap_err();
     assert!(matches!(e, Error::Capture { .. }), "{e}");
-    let e = g.capture(ShapeKey(0), |cs| ctx.sync_stream(cs)).unwrap_err();
+    let e = g
+        .capture(ShapeKey(0), |cs| ctx.sync_stream(cs))
+        .unwrap_err();
     assert!(matches!(e, Error::Capture { .. }), "{e}");
 }
 

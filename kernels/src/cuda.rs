@@ -3,8 +3,8 @@
 //! NVRTC version), loaded once, and its entry points are looked up by `(name, dtype)` in a
 //! fixed table built at start-up. Nothing is compiled or searched per call.
 
-use crate::error::{Error, Result};
 use crate::DType;
+use crate::error::{Error, Result};
 use frt_exec::cudarc::driver::{result as dr, sys};
 use frt_exec::cudarc::nvrtc::sys as nv;
 use frt_exec::{Ctx, Stream};
@@ -61,24 +61,43 @@ pub fn cache_dir() -> Option<PathBuf> {
 }
 
 fn nvrtc(call: &'static str, r: nv::nvrtcResult) -> Result<()> {
-    if r == nv::nvrtcResult::NVRTC_SUCCESS { Ok(()) } else { Err(Error::Nvrtc { call, status: r as i32 }) }
+    if r == nv::nvrtcResult::NVRTC_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::Nvrtc {
+            call,
+            status: r as i32,
+        })
+    }
 }
 
 fn compile(file: &'static str, source: &str, arch: &str) -> Result<Vec<u8>> {
     let src = CString::new(source).expect("sources have no NUL");
     let name = CString::new(file).expect("file names have no NUL");
-    let opts: Vec<CString> = [format!("--gpu-architecture={arch}"), "--std=c++17".into(), "-default-device".into()]
-        .into_iter()
-        .map(|o| CString::new(o).unwrap())
-        .collect();
+    let opts: Vec<CString> = [
+        format!("--gpu-architecture={arch}"),
+        "--std=c++17".into(),
+        "-default-device".into(),
+    ]
+    .into_iter()
+    .map(|o| CString::new(o).unwrap())
+    .collect();
     let opt_ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
     let mut prog = std::ptr::null_mut();
     // SAFETY: valid NUL-terminated strings; no headers.
     nvrtc("nvrtcCreateProgram", unsafe {
-        nv::nvrtcCreateProgram(&mut prog, src.as_ptr(), name.as_ptr(), 0, std::ptr::null(), std::ptr::null())
+        nv::nvrtcCreateProgram(
+            &mut prog,
+            src.as_ptr(),
+            name.as_ptr(),
+            0,
+            std::ptr::null(),
+            std::ptr::null(),
+        )
     })?;
     // SAFETY: `prog` was created above; option pointers live across the call.
-    let compiled = unsafe { nv::nvrtcCompileProgram(prog, opt_ptrs.len() as i32, opt_ptrs.as_ptr()) };
+    let compiled =
+        unsafe { nv::nvrtcCompileProgram(prog, opt_ptrs.len() as i32, opt_ptrs.as_ptr()) };
     let result = if compiled != nv::nvrtcResult::NVRTC_SUCCESS {
         let mut n = 0usize;
         // SAFETY: `prog` is live; buffers are sized from the driver's answer.
@@ -86,16 +105,26 @@ fn compile(file: &'static str, source: &str, arch: &str) -> Result<Vec<u8>> {
             nv::nvrtcGetProgramLogSize(prog, &mut n);
             let mut buf = vec![0u8; n.max(1)];
             nv::nvrtcGetProgramLog(prog, buf.as_mut_ptr() as *mut c_char);
-            String::from_utf8_lossy(&buf).trim_end_matches('\0').to_string()
+            String::from_utf8_lossy(&buf)
+                .trim_end_matches('\0')
+                .to_string()
         };
-        Err(Error::Compile { file, arch: arch.to_string(), log })
+        Err(Error::Compile {
+            file,
+            arch: arch.to_string(),
+            log,
+        })
     } else {
         let mut n = 0usize;
         // SAFETY: `prog` compiled; the buffer is sized from the driver's answer.
         unsafe {
             nvrtc("nvrtcGetCUBINSize", nv::nvrtcGetCUBINSize(prog, &mut n)).and_then(|_| {
                 let mut cubin = vec![0u8; n];
-                nvrtc("nvrtcGetCUBIN", nv::nvrtcGetCUBIN(prog, cubin.as_mut_ptr() as *mut c_char)).map(|_| cubin)
+                nvrtc(
+                    "nvrtcGetCUBIN",
+                    nv::nvrtcGetCUBIN(prog, cubin.as_mut_ptr() as *mut c_char),
+                )
+                .map(|_| cubin)
             })
         }
     };
@@ -107,11 +136,22 @@ fn compile(file: &'static str, source: &str, arch: &str) -> Result<Vec<u8>> {
 /// The cache file of one source for one architecture and NVRTC version.
 fn cache_path(file: &str, full: &str, arch: &str, nvrtc_version: &str) -> Option<PathBuf> {
     let key = fnv1a(&[full, arch, nvrtc_version]);
-    cache_dir().map(|d| d.join(format!("{}-{key:016x}-{arch}-nvrtc{nvrtc_version}.cubin", file.trim_end_matches(".cu"))))
+    cache_dir().map(|d| {
+        d.join(format!(
+            "{}-{key:016x}-{arch}-nvrtc{nvrtc_version}.cubin",
+            file.trim_end_matches(".cu")
+        ))
+    })
 }
 
 /// The cubin of one source: from the disk cache (unless `fresh`), or compiled and cached.
-fn cubin(file: &'static str, source: &str, arch: &str, nvrtc_version: &str, fresh: bool) -> Result<Vec<u8>> {
+fn cubin(
+    file: &'static str,
+    source: &str,
+    arch: &str,
+    nvrtc_version: &str,
+    fresh: bool,
+) -> Result<Vec<u8>> {
     let full = format!("{COMMON}\n{source}");
     let path = cache_path(file, &full, arch, nvrtc_version);
     if let (Some(p), false) = (&path, fresh) {
@@ -141,7 +181,10 @@ fn cubin(file: &'static str, source: &str, arch: &str, nvrtc_version: &str, fres
 /// # Safety
 /// `module` is a loaded module of the current context.
 unsafe fn module_functions(module: sys::CUmodule) -> Result<Vec<(String, sys::CUfunction)>> {
-    let drv = |call: &'static str, r: sys::CUresult| frt_exec::Error::Driver { call, code: frt_exec::DriverCode(r) };
+    let drv = |call: &'static str, r: sys::CUresult| frt_exec::Error::Driver {
+        call,
+        code: frt_exec::DriverCode(r),
+    };
     let mut n = 0u32;
     // SAFETY: valid out pointer; the module is loaded.
     let r = unsafe { sys::cuModuleGetFunctionCount(&mut n, module) };
@@ -163,7 +206,12 @@ unsafe fn module_functions(module: sys::CUmodule) -> Result<Vec<(String, sys::CU
             return Err(drv("cuFuncGetName", r).into());
         }
         // SAFETY: a NUL-terminated string owned by the driver.
-        out.push((unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy().into_owned(), f));
+        out.push((
+            unsafe { std::ffi::CStr::from_ptr(name) }
+                .to_string_lossy()
+                .into_owned(),
+            f,
+        ));
     }
     Ok(out)
 }
@@ -181,12 +229,21 @@ impl CudaOps {
     pub fn load(ctx: &Ctx) -> Result<CudaOps> {
         let cu = ctx.cuda_context().expect("a CUDA context");
         ctx.bind_to_thread()?;
-        let drv = |call: &'static str| move |e: frt_exec::cudarc::driver::DriverError| frt_exec::Error::Driver { call, code: frt_exec::DriverCode(e.0) };
-        let (maj, min) = cu.compute_capability().map_err(drv("cuDeviceGetAttribute"))?;
+        let drv = |call: &'static str| {
+            move |e: frt_exec::cudarc::driver::DriverError| frt_exec::Error::Driver {
+                call,
+                code: frt_exec::DriverCode(e.0),
+            }
+        };
+        let (maj, min) = cu
+            .compute_capability()
+            .map_err(drv("cuDeviceGetAttribute"))?;
         let arch = format!("sm_{maj}{min}");
         let (mut vmaj, mut vmin) = (0, 0);
         // SAFETY: valid out pointers.
-        nvrtc("nvrtcVersion", unsafe { nv::nvrtcVersion(&mut vmaj, &mut vmin) })?;
+        nvrtc("nvrtcVersion", unsafe {
+            nv::nvrtcVersion(&mut vmaj, &mut vmin)
+        })?;
         let nvrtc_version = format!("{vmaj}.{vmin}");
         let mut funcs = HashMap::new();
         for &(file, source) in SOURCES {
@@ -199,7 +256,8 @@ impl CudaOps {
                 Err(_) => {
                     let bin = cubin(file, source, &arch, &nvrtc_version, true)?;
                     // SAFETY: as above, a freshly compiled cubin.
-                    unsafe { dr::module::load_data(bin.as_ptr() as *const c_void) }.map_err(drv("cuModuleLoadData"))?
+                    unsafe { dr::module::load_data(bin.as_ptr() as *const c_void) }
+                        .map_err(drv("cuModuleLoadData"))?
                 }
             };
             // SAFETY: `module` was just loaded into the current context.
@@ -210,7 +268,12 @@ impl CudaOps {
                 funcs.insert((base, dt), f);
             }
         }
-        Ok(CudaOps { ctx: ctx.clone(), funcs, arch, workspaces: Default::default() })
+        Ok(CudaOps {
+            ctx: ctx.clone(),
+            funcs,
+            arch,
+            workspaces: Default::default(),
+        })
     }
 
     /// The GEMM workspace of stream `s` (GEMMs on one stream run one after another, so they
@@ -226,7 +289,13 @@ impl CudaOps {
     }
 
     fn func(&self, name: &'static str, dt: Option<DType>) -> Result<sys::CUfunction> {
-        self.funcs.get(&(name, dt)).copied().ok_or(Error::MissingKernel { name, dtype: dt.map_or("", |d| d.name()) })
+        self.funcs
+            .get(&(name, dt))
+            .copied()
+            .ok_or(Error::MissingKernel {
+                name,
+                dtype: dt.map_or("", |d| d.name()),
+            })
     }
 
     /// Launches `name_{dtype}` (or `name` for `None`) on `s`.
@@ -249,8 +318,13 @@ impl CudaOps {
         self.ctx.bind_to_thread()?;
         let raw = self.ctx.raw_stream(s)? as sys::CUstream;
         // SAFETY: the caller's contract.
-        unsafe { dr::launch_kernel(f, grid, block, shared, raw, params) }
-            .map_err(|e| frt_exec::Error::Driver { call: "cuLaunchKernel", code: frt_exec::DriverCode(e.0) }.into())
+        unsafe { dr::launch_kernel(f, grid, block, shared, raw, params) }.map_err(|e| {
+            frt_exec::Error::Driver {
+                call: "cuLaunchKernel",
+                code: frt_exec::DriverCode(e.0),
+            }
+            .into()
+        })
     }
 }
 
@@ -266,7 +340,10 @@ mod tests {
 
     #[test]
     fn kernel_names_split_into_op_and_dtype() {
-        assert_eq!(split_dtype("rms_norm_bf16"), ("rms_norm", Some(DType::BF16)));
+        assert_eq!(
+            split_dtype("rms_norm_bf16"),
+            ("rms_norm", Some(DType::BF16))
+        );
         assert_eq!(split_dtype("im2col"), ("im2col", None));
     }
 }

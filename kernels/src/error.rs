@@ -15,11 +15,20 @@ pub enum Error {
 
     /// A tensor of a dtype the op does not take there.
     #[error("{op}: `{arg}` is {got:?}, expected {expected}")]
-    DType { op: &'static str, arg: &'static str, got: DType, expected: &'static str },
+    DType {
+        op: &'static str,
+        arg: &'static str,
+        got: DType,
+        expected: &'static str,
+    },
 
     /// NVRTC rejected a CUDA source (the compiler log is kept).
     #[error("NVRTC could not compile kernels/cuda/{file} for {arch}:\n{log}")]
-    Compile { file: &'static str, arch: String, log: String },
+    Compile {
+        file: &'static str,
+        arch: String,
+        log: String,
+    },
 
     /// An NVRTC call failed.
     #[error("NVRTC call {call} failed with status {status}")]
@@ -35,11 +44,17 @@ pub enum Error {
 
     /// A CUDA entry point missing from the registry (a source without it).
     #[error("no CUDA kernel `{name}_{dtype}` in kernels/cuda")]
-    MissingKernel { name: &'static str, dtype: &'static str },
+    MissingKernel {
+        name: &'static str,
+        dtype: &'static str,
+    },
 }
 
 impl Error {
     pub(crate) fn shape(op: &'static str, reason: impl Into<String>) -> Self {
-        Error::Shape { op, reason: reason.into() }
+        Error::Shape {
+            op,
+            reason: reason.into(),
+        }
     }
 }

@@ -63,7 +63,10 @@ impl Kernels {
             BackendKind::Cuda { .. } => Some(Arc::new(cuda::CudaOps::load(ctx)?)),
             BackendKind::Host => None,
         };
-        Ok(Kernels { ctx: ctx.clone(), cuda })
+        Ok(Kernels {
+            ctx: ctx.clone(),
+            cuda,
+        })
     }
 
     pub fn ctx(&self) -> &Ctx {
@@ -72,7 +75,9 @@ impl Kernels {
 
     /// `"host"` or the CUDA architecture the kernels were built for (e.g. `"sm_90"`).
     pub fn target(&self) -> String {
-        self.cuda.as_ref().map_or_else(|| "host".to_string(), |c| c.arch.clone())
+        self.cuda
+            .as_ref()
+            .map_or_else(|| "host".to_string(), |c| c.arch.clone())
     }
 
     /// Enqueues a host kernel; the tensors it reads and writes are captured by `f`.
@@ -93,7 +98,10 @@ impl Kernels {
     fn check_ctx(&self, op: &'static str, tensors: &[&Tensor]) -> Result<()> {
         for t in tensors {
             if !t.buffer().ctx().same(&self.ctx) {
-                return Err(Error::shape(op, format!("{t:?} belongs to another context")));
+                return Err(Error::shape(
+                    op,
+                    format!("{t:?} belongs to another context"),
+                ));
             }
         }
         Ok(())

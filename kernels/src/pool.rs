@@ -43,12 +43,22 @@ impl Pool {
     /// The process-wide pool: one worker per available CPU besides the caller.
     pub fn global() -> &'static Pool {
         static POOL: OnceLock<Pool> = OnceLock::new();
-        POOL.get_or_init(|| Pool::new(std::thread::available_parallelism().map_or(1, |n| n.get()).saturating_sub(1)))
+        POOL.get_or_init(|| {
+            Pool::new(
+                std::thread::available_parallelism()
+                    .map_or(1, |n| n.get())
+                    .saturating_sub(1),
+            )
+        })
     }
 
     fn new(workers: usize) -> Pool {
         let shared = Arc::new(Shared {
-            state: Mutex::new(State { job: None, epoch: 0, active: 0 }),
+            state: Mutex::new(State {
+                job: None,
+                epoch: 0,
+                active: 0,
+            }),
             start: Condvar::new(),
             done: Condvar::new(),
             next: AtomicUsize::new(0),
@@ -58,11 +68,19 @@ impl Pool {
         let mut started = 0;
         for i in 0..workers {
             let s = shared.clone();
-            if std::thread::Builder::new().name(format!("frt-kernels-{i}")).spawn(move || worker(s)).is_ok() {
+            if std::thread::Builder::new()
+                .name(format!("frt-kernels-{i}"))
+                .spawn(move || worker(s))
+                .is_ok()
+            {
                 started += 1;
             }
         }
-        Pool { shared, workers: started, serial: Mutex::new(()) }
+        Pool {
+            shared,
+            workers: started,
+            serial: Mutex::new(()),
+        }
     }
 
     /// Runs `job(i)` for every `i < tasks`, on the workers and the calling thread; returns
@@ -84,7 +102,9 @@ impl Pool {
             let mut st = lock(&sh.state);
             // SAFETY: erases the borrow's lifetime; we wait below until no worker uses it.
             let erased: *const (dyn Fn(usize) + Sync + '_) = job;
-            st.job = Some(unsafe { std::mem::transmute::<*const (dyn Fn(usize) + Sync + '_), *const Job>(erased) });
+            st.job = Some(unsafe {
+                std::mem::transmute::<*const (dyn Fn(usize) + Sync + '_), *const Job>(erased)
+            });
             st.epoch += 1;
             st.active = self.workers;
         }
@@ -150,7 +170,10 @@ mod tests {
             pool.run(n, &|i| {
                 hits[i].fetch_add(1, Ordering::SeqCst);
             });
-            assert!(hits.iter().all(|h| h.load(Ordering::SeqCst) == 1), "n = {n}");
+            assert!(
+                hits.iter().all(|h| h.load(Ordering::SeqCst) == 1),
+                "n = {n}"
+            );
         }
     }
 }

@@ -1,8 +1,8 @@
 //! `Tensor`: a typed view (dtype, shape, strides, offset) over an exec `Buffer`.
 
+use crate::DType;
 use crate::dtype::{Float, with_float};
 use crate::error::{Error, Result};
-use crate::DType;
 use frt_exec::{Buffer, Ctx, Stream};
 use std::fmt;
 
@@ -24,7 +24,13 @@ pub struct Tensor {
 
 impl fmt::Debug for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Tensor({} {:?} {:?}", self.buffer.name(), self.dtype, self.shape())?;
+        write!(
+            f,
+            "Tensor({} {:?} {:?}",
+            self.buffer.name(),
+            self.dtype,
+            self.shape()
+        )?;
         if !self.is_contiguous() {
             write!(f, " strides {:?}", self.strides())?;
         }
@@ -48,34 +54,72 @@ fn contiguous_strides(shape: &[usize]) -> [usize; MAX_RANK] {
 impl Tensor {
     /// A contiguous row-major view of the start of `buffer`.
     pub fn new(buffer: &Buffer, dtype: DType, shape: &[usize]) -> Result<Tensor> {
-        Tensor::with_layout(buffer, dtype, shape, &contiguous_strides(shape)[..shape.len()], 0)
+        Tensor::with_layout(
+            buffer,
+            dtype,
+            shape,
+            &contiguous_strides(shape)[..shape.len()],
+            0,
+        )
     }
 
     /// A view with explicit element strides and offset; it must lie inside the buffer.
-    pub fn with_layout(buffer: &Buffer, dtype: DType, shape: &[usize], strides: &[usize], offset: usize) -> Result<Tensor> {
+    pub fn with_layout(
+        buffer: &Buffer,
+        dtype: DType,
+        shape: &[usize],
+        strides: &[usize],
+        offset: usize,
+    ) -> Result<Tensor> {
         let op = "Tensor";
         if shape.is_empty() || shape.len() > MAX_RANK || strides.len() != shape.len() {
-            return Err(Error::shape(op, format!("rank {} (strides {}) outside 1..={MAX_RANK}", shape.len(), strides.len())));
+            return Err(Error::shape(
+                op,
+                format!(
+                    "rank {} (strides {}) outside 1..={MAX_RANK}",
+                    shape.len(),
+                    strides.len()
+                ),
+            ));
         }
         if shape.contains(&0) {
-            return Err(Error::shape(op, format!("`{}`: empty dimension in {shape:?}", buffer.name())));
+            return Err(Error::shape(
+                op,
+                format!("`{}`: empty dimension in {shape:?}", buffer.name()),
+            ));
         }
         let mut last = offset;
         for (d, s) in shape.iter().zip(strides) {
-            last = (d - 1).checked_mul(*s).and_then(|x| x.checked_add(last)).ok_or_else(|| Error::shape(op, "layout overflows"))?;
+            last = (d - 1)
+                .checked_mul(*s)
+                .and_then(|x| x.checked_add(last))
+                .ok_or_else(|| Error::shape(op, "layout overflows"))?;
         }
-        let needed = (last + 1).checked_mul(dtype.size()).ok_or_else(|| Error::shape(op, "layout overflows"))?;
+        let needed = (last + 1)
+            .checked_mul(dtype.size())
+            .ok_or_else(|| Error::shape(op, "layout overflows"))?;
         if needed > buffer.bytes() {
             return Err(Error::shape(
                 op,
-                format!("`{}` has {} bytes; {dtype:?} {shape:?} (strides {strides:?}, offset {offset}) needs {needed}", buffer.name(), buffer.bytes()),
+                format!(
+                    "`{}` has {} bytes; {dtype:?} {shape:?} (strides {strides:?}, offset {offset}) needs {needed}",
+                    buffer.name(),
+                    buffer.bytes()
+                ),
             ));
         }
         let mut dims = [0; MAX_RANK];
         dims[..shape.len()].copy_from_slice(shape);
         let mut st = [0; MAX_RANK];
         st[..shape.len()].copy_from_slice(strides);
-        Ok(Tensor { buffer: buffer.clone(), dtype, rank: shape.len(), dims, strides: st, offset })
+        Ok(Tensor {
+            buffer: buffer.clone(),
+            dtype,
+            rank: shape.len(),
+            dims,
+            strides: st,
+            offset,
+        })
     }
 
     /// Allocates a buffer for a contiguous tensor.
@@ -125,26 +169,54 @@ impl Tensor {
     /// The same memory with another contiguous shape of as many elements.
     pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
         if !self.is_contiguous() || shape.iter().product::<usize>() != self.numel() {
-            return Err(Error::shape("reshape", format!("{self:?} cannot be viewed as {shape:?}")));
+            return Err(Error::shape(
+                "reshape",
+                format!("{self:?} cannot be viewed as {shape:?}"),
+            ));
         }
-        Tensor::with_layout(&self.buffer, self.dtype, shape, &contiguous_strides(shape)[..shape.len()], self.offset)
+        Tensor::with_layout(
+            &self.buffer,
+            self.dtype,
+            shape,
+            &contiguous_strides(shape)[..shape.len()],
+            self.offset,
+        )
     }
 
     /// Elements `start..start + len` of dimension `dim`.
     pub fn narrow(&self, dim: usize, start: usize, len: usize) -> Result<Tensor> {
         if dim >= self.rank || len == 0 || start + len > self.dims[dim] {
-            return Err(Error::shape("narrow", format!("{self:?}: dim {dim} range {start}..{}", start + len)));
+            return Err(Error::shape(
+                "narrow",
+                format!("{self:?}: dim {dim} range {start}..{}", start + len),
+            ));
         }
         let mut shape = self.dims;
         shape[dim] = len;
-        Tensor::with_layout(&self.buffer, self.dtype, &shape[..self.rank], self.strides(), self.offset + start * self.strides[dim])
+        Tensor::with_layout(
+            &self.buffer,
+            self.dtype,
+            &shape[..self.rank],
+            self.strides(),
+            self.offset + start * self.strides[dim],
+        )
     }
 
-    pub(crate) fn expect_dtype(&self, op: &'static str, arg: &'static str, want: DType) -> Result<()> {
+    pub(crate) fn expect_dtype(
+        &self,
+        op: &'static str,
+        arg: &'static str,
+        want: DType,
+    ) -> Result<()> {
         if self.dtype == want {
             Ok(())
         } else {
-            Err(Error::DType { op, arg, got: self.dtype, expected: want.name() })
+            Err(Error::DType {
+                op,
+                arg,
+                got: self.dtype,
+                expected: want.name(),
+            })
         }
     }
 
@@ -152,7 +224,12 @@ impl Tensor {
         if self.dtype.is_float() {
             Ok(())
         } else {
-            Err(Error::DType { op, arg, got: self.dtype, expected: "f32, bf16 or f16" })
+            Err(Error::DType {
+                op,
+                arg,
+                got: self.dtype,
+                expected: "f32, bf16 or f16",
+            })
         }
     }
 
@@ -170,14 +247,25 @@ impl Tensor {
         self.expect_contiguous("write_f32")?;
         self.expect_float("write_f32", "tensor")?;
         if values.len() != self.numel() {
-            return Err(Error::shape("write_f32", format!("{} values for {self:?}", values.len())));
+            return Err(Error::shape(
+                "write_f32",
+                format!("{} values for {self:?}", values.len()),
+            ));
         }
         let bytes = with_float!(self.dtype, T, {
             let v: Vec<T> = values.iter().map(|&x| T::from_f32(x)).collect();
             // SAFETY: plain numbers, no padding.
-            unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, v.len() * std::mem::size_of::<T>()) }.to_vec()
+            unsafe {
+                std::slice::from_raw_parts(
+                    v.as_ptr() as *const u8,
+                    v.len() * std::mem::size_of::<T>(),
+                )
+            }
+            .to_vec()
         });
-        Ok(self.buffer.upload(s, self.offset * self.dtype.size(), &bytes)?)
+        Ok(self
+            .buffer
+            .upload(s, self.offset * self.dtype.size(), &bytes)?)
     }
 
     /// Reads the values as f32 (contiguous float tensors; allocates).
@@ -185,7 +273,8 @@ impl Tensor {
         self.expect_contiguous("read_f32")?;
         self.expect_float("read_f32", "tensor")?;
         let mut bytes = vec![0u8; self.numel() * self.dtype.size()];
-        self.buffer.download(s, self.offset * self.dtype.size(), &mut bytes)?;
+        self.buffer
+            .download(s, self.offset * self.dtype.size(), &mut bytes)?;
         Ok(with_float!(self.dtype, T, {
             bytes
                 .chunks_exact(std::mem::size_of::<T>())
@@ -202,7 +291,10 @@ impl Tensor {
         self.expect_contiguous("write_i32")?;
         self.expect_dtype("write_i32", "tensor", DType::I32)?;
         if values.len() != self.numel() {
-            return Err(Error::shape("write_i32", format!("{} values for {self:?}", values.len())));
+            return Err(Error::shape(
+                "write_i32",
+                format!("{} values for {self:?}", values.len()),
+            ));
         }
         Ok(self.buffer.write(s, self.offset, values)?)
     }

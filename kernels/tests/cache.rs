@@ -33,17 +33,30 @@ fn kernels_are_compiled_once_and_cached_on_disk() {
     let first = cubins(&dir);
     assert_eq!(first.len(), 5, "one cubin per kernels/cuda/*.cu: {first:?}");
     for (p, _) in &first {
-        assert!(p.file_name().unwrap().to_string_lossy().contains(&k.target()), "{p:?} names the architecture");
+        assert!(
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .contains(&k.target()),
+            "{p:?} names the architecture"
+        );
     }
     std::thread::sleep(Duration::from_millis(20));
     let t = std::time::Instant::now();
     let _k2 = Kernels::new(&ctx).unwrap();
     let warm = t.elapsed();
-    assert_eq!(cubins(&dir), first, "a second start reuses the cache (no file rewritten)");
+    assert_eq!(
+        cubins(&dir),
+        first,
+        "a second start reuses the cache (no file rewritten)"
+    );
     // A damaged entry is compiled again and replaced.
     std::fs::write(&first[0].0, b"not a cubin").unwrap();
     let _k3 = Kernels::new(&ctx).unwrap();
-    assert!(std::fs::read(&first[0].0).unwrap().len() > 100, "the damaged entry was rebuilt");
+    assert!(
+        std::fs::read(&first[0].0).unwrap().len() > 100,
+        "the damaged entry was rebuilt"
+    );
     println!("kernel registry: cold start {cold:?} (NVRTC), warm start {warm:?} (disk cache)");
     let _ = std::fs::remove_dir_all(&dir);
 }

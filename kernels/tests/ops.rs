@@ -18,14 +18,24 @@ fn erf(x: f64) -> f64 {
 
 /// (rows, cols) shapes: small, odd, and the models' (SigLIP, Gemma prefix, action expert,
 /// Whisper); the last four only on CUDA.
-const ROW_SHAPES: &[(usize, usize, bool)] = &[(3, 8, false), (5, 33, false), (7, 130, false), (256, 1152, true), (800, 2048, true), (50, 1024, true), (1500, 384, true)];
+const ROW_SHAPES: &[(usize, usize, bool)] = &[
+    (3, 8, false),
+    (5, 33, false),
+    (7, 130, false),
+    (256, 1152, true),
+    (800, 2048, true),
+    (50, 1024, true),
+    (1500, 384, true),
+];
 
 fn unary_ops(b: &Backend) {
     type F = fn(f64) -> f64;
     let ops: [(&str, F); 4] = [
         ("silu", |x| x / (1.0 + (-x).exp())),
         ("gelu_tanh", gelu_tanh),
-        ("gelu", |x| 0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2))),
+        ("gelu", |x| {
+            0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2))
+        }),
         ("scale", |x| -0.75 * x),
     ];
     let mut rng = Rng::new(1);
@@ -42,15 +52,18 @@ fn unary_ops(b: &Backend) {
                     _ => k.scale(s, &i[0], -0.75, o),
                 };
                 let reference = |v: &Vals| v.f[0].iter().map(|&x| f(x)).collect();
-                run(b, &Case {
-                    name: format!("{name} {rows}x{cols}"),
-                    dtype: dt,
-                    inputs: vec![Input::F(vec![rows, cols], rng.vec(rows * cols, 4.0))],
-                    out: (vec![rows, cols], dt),
-                    op: &run_op,
-                    reference: &reference,
-                    f32_tol: 1e-5,
-                });
+                run(
+                    b,
+                    &Case {
+                        name: format!("{name} {rows}x{cols}"),
+                        dtype: dt,
+                        inputs: vec![Input::F(vec![rows, cols], rng.vec(rows * cols, 4.0))],
+                        out: (vec![rows, cols], dt),
+                        op: &run_op,
+                        reference: &reference,
+                        f32_tol: 1e-5,
+                    },
+                );
             }
         }
     }
@@ -63,35 +76,161 @@ fn binary_ops(b: &Backend) {
             continue;
         }
         for dt in FLOATS {
-            let (a, bb, bias) = (rng.vec(rows * cols, 3.0), rng.vec(rows * cols, 3.0), rng.vec(cols, 1.0));
+            let (a, bb, bias) = (
+                rng.vec(rows * cols, 3.0),
+                rng.vec(rows * cols, 3.0),
+                rng.vec(cols, 1.0),
+            );
             // a + b, a + bias row, a·b, euler step with dt = -0.1.
             let add = |k: &Kernels, s, i: &[Tensor], o: &Tensor| k.add(s, &i[0], &i[1], o);
             let add_ref = |v: &Vals| v.f[0].iter().zip(&v.f[1]).map(|(x, y)| x + y).collect();
-            run(b, &Case { name: format!("add {rows}x{cols}"), dtype: dt, inputs: vec![Input::F(vec![rows, cols], a.clone()), Input::F(vec![rows, cols], bb.clone())], out: (vec![rows, cols], dt), op: &add, reference: &add_ref, f32_tol: 1e-6 });
-            let bias_ref = |v: &Vals| v.f[0].iter().enumerate().map(|(i, x)| x + v.f[1][i % cols]).collect();
-            run(b, &Case { name: format!("add bias {rows}x{cols}"), dtype: dt, inputs: vec![Input::F(vec![rows, cols], a.clone()), Input::F(vec![cols], bias.clone())], out: (vec![rows, cols], dt), op: &add, reference: &bias_ref, f32_tol: 1e-6 });
+            run(
+                b,
+                &Case {
+                    name: format!("add {rows}x{cols}"),
+                    dtype: dt,
+                    inputs: vec![
+                        Input::F(vec![rows, cols], a.clone()),
+                        Input::F(vec![rows, cols], bb.clone()),
+                    ],
+                    out: (vec![rows, cols], dt),
+                    op: &add,
+                    reference: &add_ref,
+                    f32_tol: 1e-6,
+                },
+            );
+            let bias_ref = |v: &Vals| {
+                v.f[0]
+                    .iter()
+                    .enumerate()
+                    .map(|(i, x)| x + v.f[1][i % cols])
+                    .collect()
+            };
+            run(
+                b,
+                &Case {
+                    name: format!("add bias {rows}x{cols}"),
+                    dtype: dt,
+                    inputs: vec![
+                        Input::F(vec![rows, cols], a.clone()),
+                        Input::F(vec![cols], bias.clone()),
+                    ],
+                    out: (vec![rows, cols], dt),
+                    op: &add,
+                    reference: &bias_ref,
+                    f32_tol: 1e-6,
+                },
+            );
             let mul = |k: &Kernels, s, i: &[Tensor], o: &Tensor| k.mul(s, &i[0], &i[1], o);
             let mul_ref = |v: &Vals| v.f[0].iter().zip(&v.f[1]).map(|(x, y)| x * y).collect();
-            run(b, &Case { name: format!("mul {rows}x{cols}"), dtype: dt, inputs: vec![Input::F(vec![rows, cols], a.clone()), Input::F(vec![rows, cols], bb.clone())], out: (vec![rows, cols], dt), op: &mul, reference: &mul_ref, f32_tol: 1e-6 });
+            run(
+                b,
+                &Case {
+                    name: format!("mul {rows}x{cols}"),
+                    dtype: dt,
+                    inputs: vec![
+                        Input::F(vec![rows, cols], a.clone()),
+                        Input::F(vec![rows, cols], bb.clone()),
+                    ],
+                    out: (vec![rows, cols], dt),
+                    op: &mul,
+                    reference: &mul_ref,
+                    f32_tol: 1e-6,
+                },
+            );
             // Euler in place: copy x into the output first, then step it.
             let euler = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
                 k.scale(s, &i[0], 1.0, o)?;
                 k.euler_step(s, o, &i[1], -0.1)
             };
-            let euler_ref = |v: &Vals| v.f[0].iter().zip(&v.f[1]).map(|(x, y)| x + (-0.1f32) as f64 * y).collect();
-            run(b, &Case { name: format!("euler_step {rows}x{cols}"), dtype: dt, inputs: vec![Input::F(vec![rows, cols], a.clone()), Input::F(vec![rows, cols], bb.clone())], out: (vec![rows, cols], dt), op: &euler, reference: &euler_ref, f32_tol: 1e-6 });
+            let euler_ref = |v: &Vals| {
+                v.f[0]
+                    .iter()
+                    .zip(&v.f[1])
+                    .map(|(x, y)| x + (-0.1f32) as f64 * y)
+                    .collect()
+            };
+            run(
+                b,
+                &Case {
+                    name: format!("euler_step {rows}x{cols}"),
+                    dtype: dt,
+                    inputs: vec![
+                        Input::F(vec![rows, cols], a.clone()),
+                        Input::F(vec![rows, cols], bb.clone()),
+                    ],
+                    out: (vec![rows, cols], dt),
+                    op: &euler,
+                    reference: &euler_ref,
+                    f32_tol: 1e-6,
+                },
+            );
             // GEGLU on the two halves of one [rows, 2·cols] tensor (strided rows).
             let fused = rng.vec(rows * 2 * cols, 3.0);
-            let geglu = |k: &Kernels, s, i: &[Tensor], o: &Tensor| k.geglu(s, &i[0].narrow(1, 0, cols)?, &i[0].narrow(1, cols, cols)?, o);
-            let geglu_ref = |v: &Vals| (0..rows * cols).map(|n| { let (r, c) = (n / cols, n % cols); gelu_tanh(v.f[0][r * 2 * cols + c]) * v.f[0][r * 2 * cols + cols + c] }).collect();
-            run(b, &Case { name: format!("geglu {rows}x{cols}"), dtype: dt, inputs: vec![Input::F(vec![rows, 2 * cols], fused)], out: (vec![rows, cols], dt), op: &geglu, reference: &geglu_ref, f32_tol: 1e-5 });
+            let geglu = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
+                k.geglu(
+                    s,
+                    &i[0].narrow(1, 0, cols)?,
+                    &i[0].narrow(1, cols, cols)?,
+                    o,
+                )
+            };
+            let geglu_ref = |v: &Vals| {
+                (0..rows * cols)
+                    .map(|n| {
+                        let (r, c) = (n / cols, n % cols);
+                        gelu_tanh(v.f[0][r * 2 * cols + c]) * v.f[0][r * 2 * cols + cols + c]
+                    })
+                    .collect()
+            };
+            run(
+                b,
+                &Case {
+                    name: format!("geglu {rows}x{cols}"),
+                    dtype: dt,
+                    inputs: vec![Input::F(vec![rows, 2 * cols], fused)],
+                    out: (vec![rows, cols], dt),
+                    op: &geglu,
+                    reference: &geglu_ref,
+                    f32_tol: 1e-5,
+                },
+            );
             // Gated residual, gate broadcast from one row and per row.
-            let gr = |k: &Kernels, s, i: &[Tensor], o: &Tensor| k.gated_residual(s, &i[0], &i[1], &i[2], o);
+            let gr = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
+                k.gated_residual(s, &i[0], &i[1], &i[2], o)
+            };
             for per_row in [false, true] {
-                let gate = if per_row { rng.vec(rows * cols, 1.0) } else { rng.vec(cols, 1.0) };
-                let gshape = if per_row { vec![rows, cols] } else { vec![cols] };
-                let gr_ref = move |v: &Vals| (0..rows * cols).map(|n| v.f[0][n] + v.f[1][n] * v.f[2][if per_row { n } else { n % cols }]).collect();
-                run(b, &Case { name: format!("gated_residual {rows}x{cols} per_row={per_row}"), dtype: dt, inputs: vec![Input::F(vec![rows, cols], a.clone()), Input::F(vec![rows, cols], bb.clone()), Input::F(gshape, gate)], out: (vec![rows, cols], dt), op: &gr, reference: &gr_ref, f32_tol: 1e-6 });
+                let gate = if per_row {
+                    rng.vec(rows * cols, 1.0)
+                } else {
+                    rng.vec(cols, 1.0)
+                };
+                let gshape = if per_row {
+                    vec![rows, cols]
+                } else {
+                    vec![cols]
+                };
+                let gr_ref = move |v: &Vals| {
+                    (0..rows * cols)
+                        .map(|n| v.f[0][n] + v.f[1][n] * v.f[2][if per_row { n } else { n % cols }])
+                        .collect()
+                };
+                run(
+                    b,
+                    &Case {
+                        name: format!("gated_residual {rows}x{cols} per_row={per_row}"),
+                        dtype: dt,
+                        inputs: vec![
+                            Input::F(vec![rows, cols], a.clone()),
+                            Input::F(vec![rows, cols], bb.clone()),
+                            Input::F(gshape, gate),
+                        ],
+                        out: (vec![rows, cols], dt),
+                        op: &gr,
+                        reference: &gr_ref,
+                        f32_tol: 1e-6,
+                    },
+                );
             }
         }
     }
@@ -104,7 +243,18 @@ fn casts(b: &Backend) {
             let n = if b.is_cuda() { 100_003 } else { 257 };
             let cast = |k: &Kernels, s, i: &[Tensor], o: &Tensor| k.cast(s, &i[0], o);
             let reference = |v: &Vals| v.f[0].clone();
-            run(b, &Case { name: format!("cast {from:?}->{to:?}"), dtype: from, inputs: vec![Input::F(vec![n], rng.vec(n, 50.0))], out: (vec![n], to), op: &cast, reference: &reference, f32_tol: 1e-7 });
+            run(
+                b,
+                &Case {
+                    name: format!("cast {from:?}->{to:?}"),
+                    dtype: from,
+                    inputs: vec![Input::F(vec![n], rng.vec(n, 50.0))],
+                    out: (vec![n], to),
+                    op: &cast,
+                    reference: &reference,
+                    f32_tol: 1e-7,
+                },
+            );
         }
     }
 }
@@ -118,10 +268,36 @@ fn norms(b: &Backend) {
         }
         for dt in FLOATS {
             let x = rng.vec(rows * cols, 2.0);
-            let rms = |row: &[f64]| (row.iter().map(|v| v * v).sum::<f64>() / row.len() as f64 + eps as f64).sqrt();
+            let rms = |row: &[f64]| {
+                (row.iter().map(|v| v * v).sum::<f64>() / row.len() as f64 + eps as f64).sqrt()
+            };
             let op = |k: &Kernels, s, i: &[Tensor], o: &Tensor| k.rms_norm(s, &i[0], &i[1], o, eps);
-            let reference = |v: &Vals| v.f[0].chunks(cols).flat_map(|row| { let r = rms(row); row.iter().map(move |x| x / r).collect::<Vec<_>>() }).enumerate().map(|(n, y)| y * (1.0 + v.f[1][n % cols])).collect();
-            run(b, &Case { name: format!("rms_norm {rows}x{cols}"), dtype: dt, inputs: vec![Input::F(vec![rows, cols], x.clone()), Input::F(vec![cols], rng.vec(cols, 0.5))], out: (vec![rows, cols], dt), op: &op, reference: &reference, f32_tol: 1e-5 });
+            let reference = |v: &Vals| {
+                v.f[0]
+                    .chunks(cols)
+                    .flat_map(|row| {
+                        let r = rms(row);
+                        row.iter().map(move |x| x / r).collect::<Vec<_>>()
+                    })
+                    .enumerate()
+                    .map(|(n, y)| y * (1.0 + v.f[1][n % cols]))
+                    .collect()
+            };
+            run(
+                b,
+                &Case {
+                    name: format!("rms_norm {rows}x{cols}"),
+                    dtype: dt,
+                    inputs: vec![
+                        Input::F(vec![rows, cols], x.clone()),
+                        Input::F(vec![cols], rng.vec(cols, 0.5)),
+                    ],
+                    out: (vec![rows, cols], dt),
+                    op: &op,
+                    reference: &reference,
+                    f32_tol: 1e-5,
+                },
+            );
             // Adaptive: modulation [scale | shift | gate], one row or per row; the gate view
             // is returned (checked by copying it out after the norm).
             for per_row in [false, true] {
@@ -129,33 +305,104 @@ fn norms(b: &Backend) {
                 let op = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
                     let gate = k.ada_rms_norm(s, &i[0], &i[1], o, eps)?;
                     assert_eq!(gate.shape(), &[if per_row { rows } else { 1 }, cols][..]);
-                    assert_eq!(gate.ptr(), i[1].ptr() + (2 * cols * i[1].dtype().size()) as u64);
+                    assert_eq!(
+                        gate.ptr(),
+                        i[1].ptr() + (2 * cols * i[1].dtype().size()) as u64
+                    );
                     Ok(())
                 };
                 let reference = move |v: &Vals| {
                     let m = &v.f[1];
-                    v.f[0].chunks(cols).enumerate().flat_map(|(r, row)| {
-                        let rr = rms(row);
-                        let base = if per_row { r * 3 * cols } else { 0 };
-                        row.iter().enumerate().map(move |(c, x)| x / rr * (1.0 + m[base + c]) + m[base + cols + c]).collect::<Vec<_>>()
-                    }).collect()
+                    v.f[0]
+                        .chunks(cols)
+                        .enumerate()
+                        .flat_map(|(r, row)| {
+                            let rr = rms(row);
+                            let base = if per_row { r * 3 * cols } else { 0 };
+                            row.iter()
+                                .enumerate()
+                                .map(move |(c, x)| {
+                                    x / rr * (1.0 + m[base + c]) + m[base + cols + c]
+                                })
+                                .collect::<Vec<_>>()
+                        })
+                        .collect()
                 };
-                run(b, &Case { name: format!("ada_rms_norm {rows}x{cols} per_row={per_row}"), dtype: dt, inputs: vec![Input::F(vec![rows, cols], x.clone()), Input::F(vec![mrows, 3 * cols], rng.vec(mrows * 3 * cols, 0.5))], out: (vec![rows, cols], dt), op: &op, reference: &reference, f32_tol: 1e-5 });
+                run(
+                    b,
+                    &Case {
+                        name: format!("ada_rms_norm {rows}x{cols} per_row={per_row}"),
+                        dtype: dt,
+                        inputs: vec![
+                            Input::F(vec![rows, cols], x.clone()),
+                            Input::F(vec![mrows, 3 * cols], rng.vec(mrows * 3 * cols, 0.5)),
+                        ],
+                        out: (vec![rows, cols], dt),
+                        op: &op,
+                        reference: &reference,
+                        f32_tol: 1e-5,
+                    },
+                );
             }
-            let op = |k: &Kernels, s, i: &[Tensor], o: &Tensor| k.layer_norm(s, &i[0], &i[1], &i[2], o, eps);
-            let reference = |v: &Vals| v.f[0].chunks(cols).flat_map(|row| {
-                let mean = row.iter().sum::<f64>() / cols as f64;
-                let var = row.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / cols as f64;
-                row.iter().enumerate().map(move |(c, x)| (x - mean) / (var + eps as f64).sqrt() * v.f[1][c] + v.f[2][c]).collect::<Vec<_>>()
-            }).collect();
-            run(b, &Case { name: format!("layer_norm {rows}x{cols}"), dtype: dt, inputs: vec![Input::F(vec![rows, cols], x.iter().map(|v| v + 0.3).collect()), Input::F(vec![cols], rng.vec(cols, 1.0)), Input::F(vec![cols], rng.vec(cols, 1.0))], out: (vec![rows, cols], dt), op: &op, reference: &reference, f32_tol: 1e-5 });
+            let op = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
+                k.layer_norm(s, &i[0], &i[1], &i[2], o, eps)
+            };
+            let reference = |v: &Vals| {
+                v.f[0]
+                    .chunks(cols)
+                    .flat_map(|row| {
+                        let mean = row.iter().sum::<f64>() / cols as f64;
+                        let var = row.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / cols as f64;
+                        row.iter()
+                            .enumerate()
+                            .map(move |(c, x)| {
+                                (x - mean) / (var + eps as f64).sqrt() * v.f[1][c] + v.f[2][c]
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                    .collect()
+            };
+            run(
+                b,
+                &Case {
+                    name: format!("layer_norm {rows}x{cols}"),
+                    dtype: dt,
+                    inputs: vec![
+                        Input::F(vec![rows, cols], x.iter().map(|v| v + 0.3).collect()),
+                        Input::F(vec![cols], rng.vec(cols, 1.0)),
+                        Input::F(vec![cols], rng.vec(cols, 1.0)),
+                    ],
+                    out: (vec![rows, cols], dt),
+                    op: &op,
+                    reference: &reference,
+                    f32_tol: 1e-5,
+                },
+            );
             let op = |k: &Kernels, s, i: &[Tensor], o: &Tensor| k.softmax(s, &i[0], o);
-            let reference = |v: &Vals| v.f[0].chunks(cols).flat_map(|row| {
-                let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let sum: f64 = row.iter().map(|x| (x - m).exp()).sum();
-                row.iter().map(move |x| (x - m).exp() / sum).collect::<Vec<_>>()
-            }).collect();
-            run(b, &Case { name: format!("softmax {rows}x{cols}"), dtype: dt, inputs: vec![Input::F(vec![rows, cols], rng.vec(rows * cols, 8.0))], out: (vec![rows, cols], dt), op: &op, reference: &reference, f32_tol: 1e-5 });
+            let reference = |v: &Vals| {
+                v.f[0]
+                    .chunks(cols)
+                    .flat_map(|row| {
+                        let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                        let sum: f64 = row.iter().map(|x| (x - m).exp()).sum();
+                        row.iter()
+                            .map(move |x| (x - m).exp() / sum)
+                            .collect::<Vec<_>>()
+                    })
+                    .collect()
+            };
+            run(
+                b,
+                &Case {
+                    name: format!("softmax {rows}x{cols}"),
+                    dtype: dt,
+                    inputs: vec![Input::F(vec![rows, cols], rng.vec(rows * cols, 8.0))],
+                    out: (vec![rows, cols], dt),
+                    op: &op,
+                    reference: &reference,
+                    f32_tol: 1e-5,
+                },
+            );
         }
     }
 }
@@ -163,13 +410,19 @@ fn norms(b: &Backend) {
 fn positional(b: &Backend) {
     let mut rng = Rng::new(5);
     // RoPE: (tokens, heads, dim): small, odd, Gemma (256), SigLIP-size is not rotary.
-    for &(t, h, d, big) in &[(4usize, 2usize, 8usize, false), (9, 3, 16, false), (800, 8, 256, true), (50, 1, 256, true)] {
+    for &(t, h, d, big) in &[
+        (4usize, 2usize, 8usize, false),
+        (9, 3, 16, false),
+        (800, 8, 256, true),
+        (50, 1, 256, true),
+    ] {
         if !size_ok(b, big) {
             continue;
         }
         for dt in FLOATS {
             let pos: Vec<i32> = (0..t).map(|_| rng.below(1000) as i32).collect();
-            let op = |k: &Kernels, s, i: &[Tensor], o: &Tensor| k.rope(s, &i[0], &i[1], o, 10_000.0);
+            let op =
+                |k: &Kernels, s, i: &[Tensor], o: &Tensor| k.rope(s, &i[0], &i[1], o, 10_000.0);
             let reference = |v: &Vals| {
                 let mut out = vec![0f64; t * h * d];
                 for tok in 0..t {
@@ -186,7 +439,21 @@ fn positional(b: &Backend) {
                 }
                 out
             };
-            run(b, &Case { name: format!("rope {t}x{h}x{d}"), dtype: dt, inputs: vec![Input::F(vec![t, h, d], rng.vec(t * h * d, 2.0)), Input::I(vec![t], pos)], out: (vec![t, h, d], dt), op: &op, reference: &reference, f32_tol: 2e-4 });
+            run(
+                b,
+                &Case {
+                    name: format!("rope {t}x{h}x{d}"),
+                    dtype: dt,
+                    inputs: vec![
+                        Input::F(vec![t, h, d], rng.vec(t * h * d, 2.0)),
+                        Input::I(vec![t], pos),
+                    ],
+                    out: (vec![t, h, d], dt),
+                    op: &op,
+                    reference: &reference,
+                    f32_tol: 2e-4,
+                },
+            );
         }
     }
     // Embedding gather with a scale; ids outside the vocabulary give zero rows.
@@ -199,27 +466,87 @@ fn positional(b: &Backend) {
             ids[1] = -3;
             ids[2] = vocab as i32;
             let scale = (width as f32).sqrt();
-            let op = |k: &Kernels, s, i: &[Tensor], o: &Tensor| k.embedding(s, &i[0], &i[1], o, scale);
-            let reference = |v: &Vals| (0..n * width).map(|e| { let id = v.i[0][e / width]; if id < 0 || id as usize >= vocab { 0.0 } else { v.f[0][id as usize * width + e % width] * scale as f64 } }).collect();
-            run(b, &Case { name: format!("embedding {n}x{width}"), dtype: dt, inputs: vec![Input::I(vec![n], ids), Input::F(vec![vocab, width], rng.vec(vocab * width, 1.0))], out: (vec![n, width], dt), op: &op, reference: &reference, f32_tol: 1e-6 });
+            let op =
+                |k: &Kernels, s, i: &[Tensor], o: &Tensor| k.embedding(s, &i[0], &i[1], o, scale);
+            let reference = |v: &Vals| {
+                (0..n * width)
+                    .map(|e| {
+                        let id = v.i[0][e / width];
+                        if id < 0 || id as usize >= vocab {
+                            0.0
+                        } else {
+                            v.f[0][id as usize * width + e % width] * scale as f64
+                        }
+                    })
+                    .collect()
+            };
+            run(
+                b,
+                &Case {
+                    name: format!("embedding {n}x{width}"),
+                    dtype: dt,
+                    inputs: vec![
+                        Input::I(vec![n], ids),
+                        Input::F(vec![vocab, width], rng.vec(vocab * width, 1.0)),
+                    ],
+                    out: (vec![n, width], dt),
+                    op: &op,
+                    reference: &reference,
+                    f32_tol: 1e-6,
+                },
+            );
         }
     }
     // Sin-cos embedding: pi05's time embedding and Whisper's positions.
-    for &(n, width, lo, hi) in &[(10usize, 32usize, 4e-3f32, 4.0f32), (7, 1024, 4e-3, 4.0), (1500, 384, std::f32::consts::TAU, std::f32::consts::TAU * 10_000.0)] {
-        let t: Vec<f32> = if n == 1500 { (0..n).map(|i| i as f32).collect() } else { (0..n).map(|_| (rng.uniform() + 1.0) / 2.0).collect() };
+    for &(n, width, lo, hi) in &[
+        (10usize, 32usize, 4e-3f32, 4.0f32),
+        (7, 1024, 4e-3, 4.0),
+        (
+            1500,
+            384,
+            std::f32::consts::TAU,
+            std::f32::consts::TAU * 10_000.0,
+        ),
+    ] {
+        let t: Vec<f32> = if n == 1500 {
+            (0..n).map(|i| i as f32).collect()
+        } else {
+            (0..n).map(|_| (rng.uniform() + 1.0) / 2.0).collect()
+        };
         let op = |k: &Kernels, s, i: &[Tensor], o: &Tensor| k.sinusoidal(s, &i[0], o, lo, hi);
         let reference = |v: &Vals| {
             let h = width / 2;
-            (0..n).flat_map(|r| {
-                let (lo, hi) = (lo as f64, hi as f64);
-                let periods: Vec<f64> = (0..h).map(|j| lo * (hi / lo).powf(j as f64 / (h - 1) as f64)).collect();
-                let tr = v.f[0][r];
-                let sin: Vec<f64> = periods.iter().map(|p| (std::f64::consts::TAU * tr / p).sin()).collect();
-                let cos: Vec<f64> = periods.iter().map(|p| (std::f64::consts::TAU * tr / p).cos()).collect();
-                sin.into_iter().chain(cos)
-            }).collect()
+            (0..n)
+                .flat_map(|r| {
+                    let (lo, hi) = (lo as f64, hi as f64);
+                    let periods: Vec<f64> = (0..h)
+                        .map(|j| lo * (hi / lo).powf(j as f64 / (h - 1) as f64))
+                        .collect();
+                    let tr = v.f[0][r];
+                    let sin: Vec<f64> = periods
+                        .iter()
+                        .map(|p| (std::f64::consts::TAU * tr / p).sin())
+                        .collect();
+                    let cos: Vec<f64> = periods
+                        .iter()
+                        .map(|p| (std::f64::consts::TAU * tr / p).cos())
+                        .collect();
+                    sin.into_iter().chain(cos)
+                })
+                .collect()
         };
-        run(b, &Case { name: format!("sinusoidal {n}x{width}"), dtype: DType::F32, inputs: vec![Input::F(vec![n], t)], out: (vec![n, width], DType::F32), op: &op, reference: &reference, f32_tol: 2e-3 });
+        run(
+            b,
+            &Case {
+                name: format!("sinusoidal {n}x{width}"),
+                dtype: DType::F32,
+                inputs: vec![Input::F(vec![n], t)],
+                out: (vec![n, width], DType::F32),
+                op: &op,
+                reference: &reference,
+                f32_tol: 2e-3,
+            },
+        );
     }
 }
 
@@ -232,7 +559,7 @@ const GEMM_SHAPES: &[(usize, usize, usize, bool)] = &[
     (256, 4304, 1152, true),  // SigLIP MLP down
     (800, 2048, 16384, true), // Gemma prefix MLP
     (800, 16384, 2048, true),
-    (50, 1024, 4096, true), // action expert MLP
+    (50, 1024, 4096, true),  // action expert MLP
     (1500, 384, 1536, true), // Whisper tiny encoder MLP
 ];
 
@@ -242,20 +569,34 @@ fn gemm(b: &Backend) {
         if !size_ok(b, big) {
             continue;
         }
-        let dts: &[DType] = if big { &[DType::BF16, DType::F16] } else { &FLOATS };
+        let dts: &[DType] = if big {
+            &[DType::BF16, DType::F16]
+        } else {
+            &FLOATS
+        };
         for &dt in dts {
             // Weights as checkpoints store them ([out, in], trans_b) with bias; and, for the
             // small shapes, every transpose combination, alpha/beta, GELU.
             let combos: &[(bool, bool, f32, f32, bool, Epilogue)] = if big {
                 &[(false, true, 1.0, 0.0, true, Epilogue::None)]
             } else {
-                &[(false, false, 1.0, 0.0, false, Epilogue::None), (false, true, 1.0, 0.0, true, Epilogue::None), (true, false, 0.5, 0.0, false, Epilogue::None), (true, true, 1.0, 0.0, true, Epilogue::Gelu), (false, true, 2.0, 0.5, false, Epilogue::None)]
+                &[
+                    (false, false, 1.0, 0.0, false, Epilogue::None),
+                    (false, true, 1.0, 0.0, true, Epilogue::None),
+                    (true, false, 0.5, 0.0, false, Epilogue::None),
+                    (true, true, 1.0, 0.0, true, Epilogue::Gelu),
+                    (false, true, 2.0, 0.5, false, Epilogue::None),
+                ]
             };
             for &(ta, tb, alpha, beta, bias, epi) in combos {
                 let a_shape = if ta { vec![kk, m] } else { vec![m, kk] };
                 let b_shape = if tb { vec![n, kk] } else { vec![kk, n] };
                 let c0 = rng.vec(m * n, 1.0);
-                let mut inputs = vec![Input::F(a_shape, rng.vec(m * kk, 1.0)), Input::F(b_shape, rng.vec(kk * n, 1.0)), Input::F(vec![m, n], c0)];
+                let mut inputs = vec![
+                    Input::F(a_shape, rng.vec(m * kk, 1.0)),
+                    Input::F(b_shape, rng.vec(kk * n, 1.0)),
+                    Input::F(vec![m, n], c0),
+                ];
                 if bias {
                     inputs.push(Input::F(vec![n], rng.vec(n, 1.0)));
                 }
@@ -267,22 +608,41 @@ fn gemm(b: &Backend) {
                 };
                 let reference = |v: &Vals| {
                     let (a, bm) = (&v.f[0], &v.f[1]);
-                    (0..m * n).map(|e| {
-                        let (i, j) = (e / n, e % n);
-                        let mut acc = 0f64;
-                        for p in 0..kk {
-                            let av = if ta { a[p * m + i] } else { a[i * kk + p] };
-                            let bv = if tb { bm[j * kk + p] } else { bm[p * n + j] };
-                            acc += av * bv;
-                        }
-                        let mut r = alpha as f64 * acc + beta as f64 * v.f[2][e];
-                        if bias {
-                            r += v.f[3][j];
-                        }
-                        if epi == Epilogue::Gelu { gelu_tanh(r) } else { r }
-                    }).collect()
+                    (0..m * n)
+                        .map(|e| {
+                            let (i, j) = (e / n, e % n);
+                            let mut acc = 0f64;
+                            for p in 0..kk {
+                                let av = if ta { a[p * m + i] } else { a[i * kk + p] };
+                                let bv = if tb { bm[j * kk + p] } else { bm[p * n + j] };
+                                acc += av * bv;
+                            }
+                            let mut r = alpha as f64 * acc + beta as f64 * v.f[2][e];
+                            if bias {
+                                r += v.f[3][j];
+                            }
+                            if epi == Epilogue::Gelu {
+                                gelu_tanh(r)
+                            } else {
+                                r
+                            }
+                        })
+                        .collect()
                 };
-                run(b, &Case { name: format!("gemm {m}x{kk}x{n} ta={ta} tb={tb} a={alpha} b={beta} bias={bias} {epi:?}"), dtype: dt, inputs, out: (vec![m, n], dt), op: &op, reference: &reference, f32_tol: 1e-5 * (kk as f64).sqrt() });
+                run(
+                    b,
+                    &Case {
+                        name: format!(
+                            "gemm {m}x{kk}x{n} ta={ta} tb={tb} a={alpha} b={beta} bias={bias} {epi:?}"
+                        ),
+                        dtype: dt,
+                        inputs,
+                        out: (vec![m, n], dt),
+                        op: &op,
+                        reference: &reference,
+                        f32_tol: 1e-5 * (kk as f64).sqrt(),
+                    },
+                );
             }
         }
     }
@@ -290,29 +650,92 @@ fn gemm(b: &Backend) {
     let (batch, m, kk, n) = (3, 6, 10, 7);
     for dt in FLOATS {
         let op = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
-            let g = k.gemm(&i[0], &i[1], o, false, true, 1.0, 0.0, false, Epilogue::None)?;
+            let g = k.gemm(
+                &i[0],
+                &i[1],
+                o,
+                false,
+                true,
+                1.0,
+                0.0,
+                false,
+                Epilogue::None,
+            )?;
             g.run(s, &i[0], &i[1], o, None)
         };
-        let reference = |v: &Vals| (0..batch * m * n).map(|e| { let (bi, i, j) = (e / (m * n), (e / n) % m, e % n); (0..kk).map(|p| v.f[0][(bi * m + i) * kk + p] * v.f[1][j * kk + p]).sum() }).collect();
-        run(b, &Case { name: format!("gemm batched {batch}x{m}x{kk}x{n}"), dtype: dt, inputs: vec![Input::F(vec![batch, m, kk], rng.vec(batch * m * kk, 1.0)), Input::F(vec![n, kk], rng.vec(n * kk, 1.0))], out: (vec![batch, m, n], dt), op: &op, reference: &reference, f32_tol: 1e-5 });
+        let reference = |v: &Vals| {
+            (0..batch * m * n)
+                .map(|e| {
+                    let (bi, i, j) = (e / (m * n), (e / n) % m, e % n);
+                    (0..kk)
+                        .map(|p| v.f[0][(bi * m + i) * kk + p] * v.f[1][j * kk + p])
+                        .sum()
+                })
+                .collect()
+        };
+        run(
+            b,
+            &Case {
+                name: format!("gemm batched {batch}x{m}x{kk}x{n}"),
+                dtype: dt,
+                inputs: vec![
+                    Input::F(vec![batch, m, kk], rng.vec(batch * m * kk, 1.0)),
+                    Input::F(vec![n, kk], rng.vec(n * kk, 1.0)),
+                ],
+                out: (vec![batch, m, n], dt),
+                op: &op,
+                reference: &reference,
+                f32_tol: 1e-5,
+            },
+        );
     }
 }
 
 #[allow(clippy::too_many_arguments)]
-fn attention_ref(q: &[f64], k: &[f64], v: &[f64], sq: usize, sk: usize, hq: usize, hkv: usize, d: usize, visible: &dyn Fn(usize, usize) -> bool, scale: f64) -> Vec<f64> {
+fn attention_ref(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    sq: usize,
+    sk: usize,
+    hq: usize,
+    hkv: usize,
+    d: usize,
+    visible: &dyn Fn(usize, usize) -> bool,
+    scale: f64,
+) -> Vec<f64> {
     let mut out = vec![0f64; sq * hq * d];
     for i in 0..sq {
         for h in 0..hq {
             let kh = h / (hq / hkv);
-            let scores: Vec<Option<f64>> = (0..sk).map(|j| visible(i, j).then(|| (0..d).map(|c| q[(i * hq + h) * d + c] * k[(j * hkv + kh) * d + c]).sum::<f64>() * scale)).collect();
-            let m = scores.iter().flatten().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let scores: Vec<Option<f64>> = (0..sk)
+                .map(|j| {
+                    visible(i, j).then(|| {
+                        (0..d)
+                            .map(|c| q[(i * hq + h) * d + c] * k[(j * hkv + kh) * d + c])
+                            .sum::<f64>()
+                            * scale
+                    })
+                })
+                .collect();
+            let m = scores
+                .iter()
+                .flatten()
+                .cloned()
+                .fold(f64::NEG_INFINITY, f64::max);
             if m == f64::NEG_INFINITY {
                 continue;
             }
-            let w: Vec<f64> = scores.iter().map(|s| s.map_or(0.0, |s| (s - m).exp())).collect();
+            let w: Vec<f64> = scores
+                .iter()
+                .map(|s| s.map_or(0.0, |s| (s - m).exp()))
+                .collect();
             let sum: f64 = w.iter().sum();
             for c in 0..d {
-                out[(i * hq + h) * d + c] = (0..sk).map(|j| w[j] * v[(j * hkv + kh) * d + c]).sum::<f64>() / sum;
+                out[(i * hq + h) * d + c] = (0..sk)
+                    .map(|j| w[j] * v[(j * hkv + kh) * d + c])
+                    .sum::<f64>()
+                    / sum;
             }
         }
     }
@@ -362,8 +785,13 @@ fn attention(b: &Backend) {
                 2 => AttentionMask::prefix_suffix(&i[3], prefix_cap),
                 _ => AttentionMask::causal(0),
             };
-            let direct = |k: &Kernels, s, i: &[Tensor], o: &Tensor| k.attention(s, &i[0], &i[1], &i[2], o, &mask_of(i), scale);
-            let planned = |k: &Kernels, s, i: &[Tensor], o: &Tensor| k.attention_plan(&i[0], &i[1], &i[2], o, &mask_of(i), scale)?.run(k, s);
+            let direct = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
+                k.attention(s, &i[0], &i[1], &i[2], o, &mask_of(i), scale)
+            };
+            let planned = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
+                k.attention_plan(&i[0], &i[1], &i[2], o, &mask_of(i), scale)?
+                    .run(k, s)
+            };
             let reference = |v: &Vals| {
                 let vis = |i: usize, j: usize| match kind {
                     0 => true,
@@ -371,10 +799,38 @@ fn attention(b: &Backend) {
                     2 => (j as i32) < prefix_valid || j >= prefix_cap,
                     _ => j <= i,
                 };
-                attention_ref(&v.f[0], &v.f[1], &v.f[2], sq, sk, hq, hkv, d, &vis, scale as f64)
+                attention_ref(
+                    &v.f[0],
+                    &v.f[1],
+                    &v.f[2],
+                    sq,
+                    sk,
+                    hq,
+                    hkv,
+                    d,
+                    &vis,
+                    scale as f64,
+                )
             };
-            for (form, op) in [("direct", &direct as &dyn Fn(&Kernels, _, &[Tensor], &Tensor) -> _), ("planned", &planned)] {
-                run(b, &Case { name: format!("attention ({form}) q{sq} k{sk} h{hq}/{hkv} d{d} mask{kind}"), dtype: dt, inputs: inputs.clone(), out: (vec![sq, hq, d], dt), op, reference: &reference, f32_tol: 1e-5 });
+            for (form, op) in [
+                (
+                    "direct",
+                    &direct as &dyn Fn(&Kernels, _, &[Tensor], &Tensor) -> _,
+                ),
+                ("planned", &planned),
+            ] {
+                run(
+                    b,
+                    &Case {
+                        name: format!("attention ({form}) q{sq} k{sk} h{hq}/{hkv} d{d} mask{kind}"),
+                        dtype: dt,
+                        inputs: inputs.clone(),
+                        out: (vec![sq, hq, d], dt),
+                        op,
+                        reference: &reference,
+                        f32_tol: 1e-5,
+                    },
+                );
             }
         }
     }
@@ -383,35 +839,73 @@ fn attention(b: &Backend) {
 fn conv(b: &Backend) {
     let mut rng = Rng::new(8);
     // Whisper's stem: conv1 (80 -> width, stride 1) and conv2 (stride 2); small and real.
-    for &(t_in, c_in, c_out, stride, big) in &[(9usize, 3usize, 4usize, 1usize, false), (10, 5, 6, 2, false), (3000, 80, 384, 1, true), (3000, 384, 384, 2, true)] {
+    for &(t_in, c_in, c_out, stride, big) in &[
+        (9usize, 3usize, 4usize, 1usize, false),
+        (10, 5, 6, 2, false),
+        (3000, 80, 384, 1, true),
+        (3000, 384, 384, 2, true),
+    ] {
         if !size_ok(b, big) {
             continue;
         }
         let t_out = (t_in + 2 - 3) / stride + 1;
         for dt in FLOATS {
-            let direct = |k: &Kernels, s, i: &[Tensor], o: &Tensor| k.conv1d(s, &i[0], &i[1], &i[2], o, stride, 1);
-            let planned = |k: &Kernels, s, i: &[Tensor], o: &Tensor| Conv1d::new(k, &i[0], &i[1], o, stride, 1)?.run(k, s, &i[0], &i[1], &i[2], o);
-            let reference = |v: &Vals| (0..t_out * c_out).map(|e| {
-                let (t, o) = (e / c_out, e % c_out);
-                let mut acc = v.f[2][o];
-                for r in 0..3 {
-                    let ti = (t * stride + r) as isize - 1;
-                    if ti >= 0 && (ti as usize) < t_in {
-                        for ci in 0..c_in {
-                            acc += v.f[1][(o * c_in + ci) * 3 + r] * v.f[0][ti as usize * c_in + ci];
+            let direct = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
+                k.conv1d(s, &i[0], &i[1], &i[2], o, stride, 1)
+            };
+            let planned = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
+                Conv1d::new(k, &i[0], &i[1], o, stride, 1)?.run(k, s, &i[0], &i[1], &i[2], o)
+            };
+            let reference = |v: &Vals| {
+                (0..t_out * c_out)
+                    .map(|e| {
+                        let (t, o) = (e / c_out, e % c_out);
+                        let mut acc = v.f[2][o];
+                        for r in 0..3 {
+                            let ti = (t * stride + r) as isize - 1;
+                            if ti >= 0 && (ti as usize) < t_in {
+                                for ci in 0..c_in {
+                                    acc += v.f[1][(o * c_in + ci) * 3 + r]
+                                        * v.f[0][ti as usize * c_in + ci];
+                                }
+                            }
                         }
-                    }
-                }
-                acc
-            }).collect();
-            let inputs = vec![Input::F(vec![t_in, c_in], rng.vec(t_in * c_in, 1.0)), Input::F(vec![c_out, c_in, 3], rng.vec(c_out * c_in * 3, 0.5)), Input::F(vec![c_out], rng.vec(c_out, 0.5))];
-            for (form, op) in [("direct", &direct as &dyn Fn(&Kernels, _, &[Tensor], &Tensor) -> _), ("im2col+gemm", &planned)] {
-                run(b, &Case { name: format!("conv1d ({form}) {t_in}x{c_in}->{c_out} s{stride}"), dtype: dt, inputs: inputs.clone(), out: (vec![t_out, c_out], dt), op, reference: &reference, f32_tol: 1e-5 });
+                        acc
+                    })
+                    .collect()
+            };
+            let inputs = vec![
+                Input::F(vec![t_in, c_in], rng.vec(t_in * c_in, 1.0)),
+                Input::F(vec![c_out, c_in, 3], rng.vec(c_out * c_in * 3, 0.5)),
+                Input::F(vec![c_out], rng.vec(c_out, 0.5)),
+            ];
+            for (form, op) in [
+                (
+                    "direct",
+                    &direct as &dyn Fn(&Kernels, _, &[Tensor], &Tensor) -> _,
+                ),
+                ("im2col+gemm", &planned),
+            ] {
+                run(
+                    b,
+                    &Case {
+                        name: format!("conv1d ({form}) {t_in}x{c_in}->{c_out} s{stride}"),
+                        dtype: dt,
+                        inputs: inputs.clone(),
+                        out: (vec![t_out, c_out], dt),
+                        op,
+                        reference: &reference,
+                        f32_tol: 1e-5,
+                    },
+                );
             }
         }
     }
     // Patch embedding: 2 images 8x8x3 with 4x4 patches (and SigLIP's 224/14 on CUDA).
-    for &(n, hw, c, p, width, big) in &[(2usize, 8usize, 3usize, 4usize, 5usize, false), (2, 224, 3, 14, 1152, true)] {
+    for &(n, hw, c, p, width, big) in &[
+        (2usize, 8usize, 3usize, 4usize, 5usize, false),
+        (2, 224, 3, 14, 1152, true),
+    ] {
         if !size_ok(b, big) {
             continue;
         }
@@ -422,22 +916,43 @@ fn conv(b: &Backend) {
                 let pe = PatchEmbed::new(k, &i[0], &patches, &i[1], o, p)?;
                 pe.run(k, s, &i[0], &patches, &i[1], &i[2], &i[3], o)
             };
-            let reference = |v: &Vals| (0..n * g * width).map(|e| {
-                let (patch, o) = (e / width, e % width);
-                let (img, py, px) = (patch / g, (patch % g) / (hw / p), patch % (hw / p));
-                let mut acc = v.f[2][o] + v.f[3][(patch % g) * width + o];
-                for ch in 0..c {
-                    for ky in 0..p {
-                        for kx in 0..p {
-                            let pix = v.f[0][((img * hw + py * p + ky) * hw + px * p + kx) * c + ch];
-                            acc += pix * v.f[1][o * len + (ch * p + ky) * p + kx];
+            let reference = |v: &Vals| {
+                (0..n * g * width)
+                    .map(|e| {
+                        let (patch, o) = (e / width, e % width);
+                        let (img, py, px) = (patch / g, (patch % g) / (hw / p), patch % (hw / p));
+                        let mut acc = v.f[2][o] + v.f[3][(patch % g) * width + o];
+                        for ch in 0..c {
+                            for ky in 0..p {
+                                for kx in 0..p {
+                                    let pix = v.f[0]
+                                        [((img * hw + py * p + ky) * hw + px * p + kx) * c + ch];
+                                    acc += pix * v.f[1][o * len + (ch * p + ky) * p + kx];
+                                }
+                            }
                         }
-                    }
-                }
-                acc
-            }).collect();
-            let inputs = vec![Input::F(vec![n, hw, hw, c], rng.vec(n * hw * hw * c, 1.0)), Input::F(vec![width, len], rng.vec(width * len, 0.2)), Input::F(vec![width], rng.vec(width, 0.5)), Input::F(vec![g, width], rng.vec(g * width, 0.5))];
-            run(b, &Case { name: format!("patch_embed {n}x{hw}x{hw}x{c} p{p} -> {width}"), dtype: dt, inputs, out: (vec![n * g, width], dt), op: &op, reference: &reference, f32_tol: 1e-5 });
+                        acc
+                    })
+                    .collect()
+            };
+            let inputs = vec![
+                Input::F(vec![n, hw, hw, c], rng.vec(n * hw * hw * c, 1.0)),
+                Input::F(vec![width, len], rng.vec(width * len, 0.2)),
+                Input::F(vec![width], rng.vec(width, 0.5)),
+                Input::F(vec![g, width], rng.vec(g * width, 0.5)),
+            ];
+            run(
+                b,
+                &Case {
+                    name: format!("patch_embed {n}x{hw}x{hw}x{c} p{p} -> {width}"),
+                    dtype: dt,
+                    inputs,
+                    out: (vec![n * g, width], dt),
+                    op: &op,
+                    reference: &reference,
+                    f32_tol: 1e-5,
+                },
+            );
         }
     }
 }
@@ -447,27 +962,155 @@ fn rejects_bad_arguments(b: &Backend) {
     let (k, s, ctx) = (&b.k, b.s, b.k.ctx());
     let t = |dt, shape: &[usize]| Tensor::alloc(ctx, "t", dt, shape).unwrap();
     let x = t(DType::F32, &[4, 8]);
-    assert!(k.silu(s, &x, &t(DType::BF16, &[4, 8])).is_err(), "dtype mismatch");
-    assert!(k.silu(s, &x, &t(DType::F32, &[4, 9])).is_err(), "size mismatch");
-    assert!(k.add(s, &x, &t(DType::F32, &[3, 8]), &x).is_err(), "rows mismatch");
-    assert!(k.rms_norm(s, &x, &t(DType::F32, &[7]), &x, 1e-6).is_err(), "weight length");
-    assert!(k.ada_rms_norm(s, &x, &t(DType::F32, &[2, 24]), &x, 1e-6).is_err(), "modulation rows");
-    assert!(k.silu(s, &t(DType::I32, &[4]), &t(DType::I32, &[4])).is_err(), "ints are not floats");
-    assert!(k.gemm(&x, &t(DType::F32, &[9, 3]), &t(DType::F32, &[4, 3]), false, false, 1.0, 0.0, false, Epilogue::None).is_err(), "inner dims");
-    let g = k.gemm(&x, &t(DType::F32, &[8, 3]), &t(DType::F32, &[4, 3]), false, false, 1.0, 0.0, false, Epilogue::None).unwrap();
-    assert!(g.run(s, &x, &t(DType::F32, &[8, 3]), &t(DType::F32, &[4, 3]), Some(&t(DType::F32, &[3]))).is_err(), "bias not planned");
-    assert!(g.run(s, &t(DType::F32, &[5, 8]), &t(DType::F32, &[8, 3]), &t(DType::F32, &[4, 3]), None).is_err(), "layout differs from the plan");
+    assert!(
+        k.silu(s, &x, &t(DType::BF16, &[4, 8])).is_err(),
+        "dtype mismatch"
+    );
+    assert!(
+        k.silu(s, &x, &t(DType::F32, &[4, 9])).is_err(),
+        "size mismatch"
+    );
+    assert!(
+        k.add(s, &x, &t(DType::F32, &[3, 8]), &x).is_err(),
+        "rows mismatch"
+    );
+    assert!(
+        k.rms_norm(s, &x, &t(DType::F32, &[7]), &x, 1e-6).is_err(),
+        "weight length"
+    );
+    assert!(
+        k.ada_rms_norm(s, &x, &t(DType::F32, &[2, 24]), &x, 1e-6)
+            .is_err(),
+        "modulation rows"
+    );
+    assert!(
+        k.silu(s, &t(DType::I32, &[4]), &t(DType::I32, &[4]))
+            .is_err(),
+        "ints are not floats"
+    );
+    assert!(
+        k.gemm(
+            &x,
+            &t(DType::F32, &[9, 3]),
+            &t(DType::F32, &[4, 3]),
+            false,
+            false,
+            1.0,
+            0.0,
+            false,
+            Epilogue::None
+        )
+        .is_err(),
+        "inner dims"
+    );
+    let g = k
+        .gemm(
+            &x,
+            &t(DType::F32, &[8, 3]),
+            &t(DType::F32, &[4, 3]),
+            false,
+            false,
+            1.0,
+            0.0,
+            false,
+            Epilogue::None,
+        )
+        .unwrap();
+    assert!(
+        g.run(
+            s,
+            &x,
+            &t(DType::F32, &[8, 3]),
+            &t(DType::F32, &[4, 3]),
+            Some(&t(DType::F32, &[3]))
+        )
+        .is_err(),
+        "bias not planned"
+    );
+    assert!(
+        g.run(
+            s,
+            &t(DType::F32, &[5, 8]),
+            &t(DType::F32, &[8, 3]),
+            &t(DType::F32, &[4, 3]),
+            None
+        )
+        .is_err(),
+        "layout differs from the plan"
+    );
     let q = t(DType::F32, &[2, 4, 16]);
-    assert!(k.attention(s, &q, &t(DType::F32, &[3, 3, 16]), &t(DType::F32, &[3, 3, 16]), &q, &AttentionMask::full(), 0.25).is_err(), "4 heads over 3 kv heads");
-    assert!(k.attention(s, &q, &t(DType::F32, &[3, 1, 16]), &t(DType::F32, &[3, 1, 16]), &q, &AttentionMask::valid(&t(DType::F32, &[1])), 0.25).is_err(), "valid length must be i32");
-    assert!(k.rope(s, &t(DType::F32, &[2, 7]), &t(DType::I32, &[2]), &t(DType::F32, &[2, 7]), 1e4).is_err(), "odd rope dim");
-    assert!(k.conv1d(s, &t(DType::F32, &[1, 3]), &t(DType::F32, &[4, 3, 3]), &t(DType::F32, &[4]), &t(DType::F32, &[1, 4]), 2, 0).is_err(), "too short for the kernel");
+    assert!(
+        k.attention(
+            s,
+            &q,
+            &t(DType::F32, &[3, 3, 16]),
+            &t(DType::F32, &[3, 3, 16]),
+            &q,
+            &AttentionMask::full(),
+            0.25
+        )
+        .is_err(),
+        "4 heads over 3 kv heads"
+    );
+    assert!(
+        k.attention(
+            s,
+            &q,
+            &t(DType::F32, &[3, 1, 16]),
+            &t(DType::F32, &[3, 1, 16]),
+            &q,
+            &AttentionMask::valid(&t(DType::F32, &[1])),
+            0.25
+        )
+        .is_err(),
+        "valid length must be i32"
+    );
+    assert!(
+        k.rope(
+            s,
+            &t(DType::F32, &[2, 7]),
+            &t(DType::I32, &[2]),
+            &t(DType::F32, &[2, 7]),
+            1e4
+        )
+        .is_err(),
+        "odd rope dim"
+    );
+    assert!(
+        k.conv1d(
+            s,
+            &t(DType::F32, &[1, 3]),
+            &t(DType::F32, &[4, 3, 3]),
+            &t(DType::F32, &[4]),
+            &t(DType::F32, &[1, 4]),
+            2,
+            0
+        )
+        .is_err(),
+        "too short for the kernel"
+    );
     let other = frt_exec::Ctx::host().unwrap();
     let foreign = Tensor::alloc(&other, "f", DType::F32, &[4, 8]).unwrap();
-    assert!(k.silu(s, &foreign, &x).is_err(), "tensor of another context");
-    assert!(Tensor::new(x.buffer(), DType::F32, &[4, 9]).is_err(), "view larger than its buffer");
+    assert!(
+        k.silu(s, &foreign, &x).is_err(),
+        "tensor of another context"
+    );
+    assert!(
+        Tensor::new(x.buffer(), DType::F32, &[4, 9]).is_err(),
+        "view larger than its buffer"
+    );
     assert!(x.narrow(1, 6, 3).is_err(), "narrow past the end");
     b.k.ctx().sync_stream(s).unwrap();
 }
 
-backend_tests!(unary_ops, binary_ops, casts, norms, positional, gemm, attention, conv, rejects_bad_arguments);
+backend_tests!(
+    unary_ops,
+    binary_ops,
+    casts,
+    norms,
+    positional,
+    gemm,
+    attention,
+    conv,
+    rejects_bad_arguments
+);

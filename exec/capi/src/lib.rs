@@ -148,7 +148,11 @@ unsafe fn cstr<'a>(s: *const c_char) -> Option<&'a str> {
 ///
 /// # Safety
 /// `name` is null or a NUL-terminated string.
-unsafe fn ctx_and_name<'a>(ctx: FrtCtx, name: *const c_char, what: &str) -> Option<(std::sync::Arc<CtxEntry>, &'a str)> {
+unsafe fn ctx_and_name<'a>(
+    ctx: FrtCtx,
+    name: *const c_char,
+    what: &str,
+) -> Option<(std::sync::Arc<CtxEntry>, &'a str)> {
     let Some(c) = CTXS.get(ctx) else {
         invalid("invalid context handle");
         return None;
@@ -191,7 +195,8 @@ impl CtxEntry {
                     .map(|r| Stream(r.stream))
                     .ok_or(Error::Invalid {
                         op: "native stream",
-                        reason: "not a stream handle of this context (use frt_ctx_native_stream)".into(),
+                        reason: "not a stream handle of this context (use frt_ctx_native_stream)"
+                            .into(),
                     })
             }
         }
@@ -202,7 +207,10 @@ impl CtxEntry {
 
 fn create_ctx(r: frt_exec::Result<Ctx>) -> FrtCtx {
     match r {
-        Ok(ctx) => CTXS.insert(CtxEntry { ctx, host_streams: Mutex::new(Vec::new()) }),
+        Ok(ctx) => CTXS.insert(CtxEntry {
+            ctx,
+            host_streams: Mutex::new(Vec::new()),
+        }),
         Err(e) => {
             fail(e);
             std::ptr::null_mut()
@@ -234,7 +242,9 @@ pub extern "C" fn frt_ctx_create_cuda(device: c_int) -> FrtCtx {
 #[unsafe(no_mangle)]
 pub extern "C" fn frt_ctx_destroy(ctx: FrtCtx) {
     guard_value((), || {
-        let Some(entry) = CTXS.remove(ctx) else { return };
+        let Some(entry) = CTXS.remove(ctx) else {
+            return;
+        };
         let _ = entry.ctx.synchronize();
         let owner = ctx as usize;
         // Children first, dropped outside the tables' locks.
@@ -260,7 +270,9 @@ pub extern "C" fn frt_ctx_backend(ctx: FrtCtx) -> c_int {
 #[unsafe(no_mangle)]
 pub extern "C" fn frt_ctx_stream(ctx: FrtCtx, priority: c_int) -> c_int {
     guard(|| {
-        let Some(c) = CTXS.get(ctx) else { return invalid("invalid context handle") };
+        let Some(c) = CTXS.get(ctx) else {
+            return invalid("invalid context handle");
+        };
         match c.ctx.stream(priority) {
             Ok(s) => s.0 as c_int,
             Err(e) => fail(e),
@@ -271,7 +283,9 @@ pub extern "C" fn frt_ctx_stream(ctx: FrtCtx, priority: c_int) -> c_int {
 #[unsafe(no_mangle)]
 pub extern "C" fn frt_ctx_wrap_stream(ctx: FrtCtx, external_stream: *mut c_void) -> c_int {
     guard(|| {
-        let Some(c) = CTXS.get(ctx) else { return invalid("invalid context handle") };
+        let Some(c) = CTXS.get(ctx) else {
+            return invalid("invalid context handle");
+        };
         match c.stream_of(external_stream) {
             Ok(s) => s.0 as c_int,
             Err(e) => fail(e),
@@ -299,8 +313,12 @@ pub extern "C" fn frt_ctx_native_stream(ctx: FrtCtx, stream: c_int) -> *mut c_vo
 #[unsafe(no_mangle)]
 pub extern "C" fn frt_stream_sync(ctx: FrtCtx, stream: c_int) -> c_int {
     guard(|| {
-        let Some(c) = CTXS.get(ctx) else { return invalid("invalid context handle") };
-        let Some(s) = stream_id(stream) else { return invalid("negative stream id") };
+        let Some(c) = CTXS.get(ctx) else {
+            return invalid("invalid context handle");
+        };
+        let Some(s) = stream_id(stream) else {
+            return invalid("negative stream id");
+        };
         status(c.ctx.sync_stream(s))
     })
 }
@@ -314,10 +332,19 @@ pub extern "C" fn frt_ctx_sync(ctx: FrtCtx) -> c_int {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn frt_launch_host(ctx: FrtCtx, native_stream: *mut c_void, f: HostFn, user: *mut c_void) -> c_int {
+pub unsafe extern "C" fn frt_launch_host(
+    ctx: FrtCtx,
+    native_stream: *mut c_void,
+    f: HostFn,
+    user: *mut c_void,
+) -> c_int {
     guard(|| {
-        let Some(c) = CTXS.get(ctx) else { return invalid("invalid context handle") };
-        let Some(f) = f else { return invalid("null host function") };
+        let Some(c) = CTXS.get(ctx) else {
+            return invalid("invalid context handle");
+        };
+        let Some(f) = f else {
+            return invalid("null host function");
+        };
         let s = match c.stream_of(native_stream) {
             Ok(s) => s,
             Err(e) => return fail(e),
@@ -347,7 +374,10 @@ pub extern "C" fn frt_ctx_event(ctx: FrtCtx) -> FrtEvent {
             return std::ptr::null_mut();
         };
         match c.ctx.event() {
-            Ok(event) => EVENTS.insert(EventEntry { owner: ctx as usize, event }),
+            Ok(event) => EVENTS.insert(EventEntry {
+                owner: ctx as usize,
+                event,
+            }),
             Err(e) => {
                 fail(e);
                 std::ptr::null_mut()
@@ -364,8 +394,12 @@ pub extern "C" fn frt_event_destroy(ev: FrtEvent) {
 #[unsafe(no_mangle)]
 pub extern "C" fn frt_event_record(ev: FrtEvent, stream: c_int) -> c_int {
     guard(|| {
-        let Some(e) = EVENTS.get(ev) else { return invalid("invalid event handle") };
-        let Some(s) = stream_id(stream) else { return invalid("negative stream id") };
+        let Some(e) = EVENTS.get(ev) else {
+            return invalid("invalid event handle");
+        };
+        let Some(s) = stream_id(stream) else {
+            return invalid("negative stream id");
+        };
         status(e.event.record(s))
     })
 }
@@ -373,9 +407,15 @@ pub extern "C" fn frt_event_record(ev: FrtEvent, stream: c_int) -> c_int {
 #[unsafe(no_mangle)]
 pub extern "C" fn frt_stream_wait(ctx: FrtCtx, stream: c_int, ev: FrtEvent) -> c_int {
     guard(|| {
-        let Some(c) = CTXS.get(ctx) else { return invalid("invalid context handle") };
-        let Some(e) = EVENTS.get(ev) else { return invalid("invalid event handle") };
-        let Some(s) = stream_id(stream) else { return invalid("negative stream id") };
+        let Some(c) = CTXS.get(ctx) else {
+            return invalid("invalid context handle");
+        };
+        let Some(e) = EVENTS.get(ev) else {
+            return invalid("invalid event handle");
+        };
+        let Some(s) = stream_id(stream) else {
+            return invalid("negative stream id");
+        };
         status(c.ctx.stream_wait(s, &e.event))
     })
 }
@@ -394,7 +434,11 @@ fn insert_buffer(owner: FrtCtx, r: frt_exec::Result<Buffer>) -> FrtBuffer {
     match r {
         Ok(buffer) => {
             let name = CString::new(buffer.name()).unwrap_or_default();
-            BUFFERS.insert(BufferEntry { owner: owner as usize, buffer, name })
+            BUFFERS.insert(BufferEntry {
+                owner: owner as usize,
+                buffer,
+                name,
+            })
         }
         Err(e) => {
             fail(e);
@@ -404,19 +448,32 @@ fn insert_buffer(owner: FrtCtx, r: frt_exec::Result<Buffer>) -> FrtBuffer {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn frt_buffer_alloc(ctx: FrtCtx, name: *const c_char, bytes: usize) -> FrtBuffer {
+pub unsafe extern "C" fn frt_buffer_alloc(
+    ctx: FrtCtx,
+    name: *const c_char,
+    bytes: usize,
+) -> FrtBuffer {
     guard_value(std::ptr::null_mut(), || {
         // SAFETY: C string by contract.
-        let Some((c, name)) = (unsafe { ctx_and_name(ctx, name, "buffer") }) else { return std::ptr::null_mut() };
+        let Some((c, name)) = (unsafe { ctx_and_name(ctx, name, "buffer") }) else {
+            return std::ptr::null_mut();
+        };
         insert_buffer(ctx, Buffer::alloc(&c.ctx, name, bytes))
     })
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn frt_buffer_wrap(ctx: FrtCtx, name: *const c_char, dptr: *mut c_void, bytes: usize) -> FrtBuffer {
+pub unsafe extern "C" fn frt_buffer_wrap(
+    ctx: FrtCtx,
+    name: *const c_char,
+    dptr: *mut c_void,
+    bytes: usize,
+) -> FrtBuffer {
     guard_value(std::ptr::null_mut(), || {
         // SAFETY: C string by contract.
-        let Some((c, name)) = (unsafe { ctx_and_name(ctx, name, "buffer") }) else { return std::ptr::null_mut() };
+        let Some((c, name)) = (unsafe { ctx_and_name(ctx, name, "buffer") }) else {
+            return std::ptr::null_mut();
+        };
         // SAFETY: the caller vouches for the memory (documented in the header).
         insert_buffer(ctx, unsafe { Buffer::wrap(&c.ctx, name, dptr, bytes) })
     })
@@ -424,7 +481,11 @@ pub unsafe extern "C" fn frt_buffer_wrap(ctx: FrtCtx, name: *const c_char, dptr:
 
 #[unsafe(no_mangle)]
 pub extern "C" fn frt_buffer_dptr(buf: FrtBuffer) -> *mut c_void {
-    guard_value(std::ptr::null_mut(), || BUFFERS.get(buf).map_or(std::ptr::null_mut(), |b| b.buffer.ptr() as *mut c_void))
+    guard_value(std::ptr::null_mut(), || {
+        BUFFERS
+            .get(buf)
+            .map_or(std::ptr::null_mut(), |b| b.buffer.ptr() as *mut c_void)
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -435,7 +496,11 @@ pub extern "C" fn frt_buffer_bytes(buf: FrtBuffer) -> usize {
 #[unsafe(no_mangle)]
 pub extern "C" fn frt_buffer_name(buf: FrtBuffer) -> *const c_char {
     // The string lives in the table entry, i.e. until the buffer's context is destroyed.
-    guard_value(std::ptr::null(), || BUFFERS.get(buf).map_or(std::ptr::null(), |b| b.name.as_ptr()))
+    guard_value(std::ptr::null(), || {
+        BUFFERS
+            .get(buf)
+            .map_or(std::ptr::null(), |b| b.name.as_ptr())
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -452,20 +517,36 @@ pub extern "C" fn frt_buffer_copy(
         if CTXS.get(ctx).is_none() {
             return invalid("invalid context handle");
         }
-        let (Some(d), Some(s)) = (BUFFERS.get(dst), BUFFERS.get(src)) else { return invalid("invalid buffer handle") };
+        let (Some(d), Some(s)) = (BUFFERS.get(dst), BUFFERS.get(src)) else {
+            return invalid("invalid buffer handle");
+        };
         if d.owner != ctx as usize || s.owner != ctx as usize {
             return invalid("buffers belong to another context");
         }
-        let Some(st) = stream_id(stream) else { return invalid("negative stream id") };
-        status(Buffer::copy(&d.buffer, dst_off, &s.buffer, src_off, bytes, st))
+        let Some(st) = stream_id(stream) else {
+            return invalid("negative stream id");
+        };
+        status(Buffer::copy(
+            &d.buffer, dst_off, &s.buffer, src_off, bytes, st,
+        ))
     })
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn frt_buffer_upload(buf: FrtBuffer, offset: usize, src: *const c_void, bytes: usize, stream: c_int) -> c_int {
+pub unsafe extern "C" fn frt_buffer_upload(
+    buf: FrtBuffer,
+    offset: usize,
+    src: *const c_void,
+    bytes: usize,
+    stream: c_int,
+) -> c_int {
     guard(|| {
-        let Some(b) = BUFFERS.get(buf) else { return invalid("invalid buffer handle") };
-        let Some(s) = stream_id(stream) else { return invalid("negative stream id") };
+        let Some(b) = BUFFERS.get(buf) else {
+            return invalid("invalid buffer handle");
+        };
+        let Some(s) = stream_id(stream) else {
+            return invalid("negative stream id");
+        };
         if src.is_null() && bytes > 0 {
             return invalid("null source");
         }
@@ -480,10 +561,20 @@ pub unsafe extern "C" fn frt_buffer_upload(buf: FrtBuffer, offset: usize, src: *
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn frt_buffer_download(buf: FrtBuffer, offset: usize, dst: *mut c_void, bytes: usize, stream: c_int) -> c_int {
+pub unsafe extern "C" fn frt_buffer_download(
+    buf: FrtBuffer,
+    offset: usize,
+    dst: *mut c_void,
+    bytes: usize,
+    stream: c_int,
+) -> c_int {
     guard(|| {
-        let Some(b) = BUFFERS.get(buf) else { return invalid("invalid buffer handle") };
-        let Some(s) = stream_id(stream) else { return invalid("negative stream id") };
+        let Some(b) = BUFFERS.get(buf) else {
+            return invalid("invalid buffer handle");
+        };
+        let Some(s) = stream_id(stream) else {
+            return invalid("negative stream id");
+        };
         if dst.is_null() && bytes > 0 {
             return invalid("null destination");
         }
@@ -500,11 +591,20 @@ pub unsafe extern "C" fn frt_buffer_download(buf: FrtBuffer, offset: usize, dst:
 // ------------------------------------------------------------------ graphs
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn frt_graph_create(ctx: FrtCtx, name: *const c_char, max_variants: usize) -> FrtGraph {
+pub unsafe extern "C" fn frt_graph_create(
+    ctx: FrtCtx,
+    name: *const c_char,
+    max_variants: usize,
+) -> FrtGraph {
     guard_value(std::ptr::null_mut(), || {
         // SAFETY: C string by contract.
-        let Some((c, name)) = (unsafe { ctx_and_name(ctx, name, "graph") }) else { return std::ptr::null_mut() };
-        GRAPHS.insert(GraphEntry { owner: ctx as usize, graph: Graph::new(&c.ctx, name, max_variants) })
+        let Some((c, name)) = (unsafe { ctx_and_name(ctx, name, "graph") }) else {
+            return std::ptr::null_mut();
+        };
+        GRAPHS.insert(GraphEntry {
+            owner: ctx as usize,
+            graph: Graph::new(&c.ctx, name, max_variants),
+        })
     })
 }
 
@@ -514,11 +614,22 @@ pub extern "C" fn frt_graph_destroy(g: FrtGraph) {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn frt_graph_capture(g: FrtGraph, key: FrtShapeKey, record: RecordFn, user: *mut c_void) -> c_int {
+pub unsafe extern "C" fn frt_graph_capture(
+    g: FrtGraph,
+    key: FrtShapeKey,
+    record: RecordFn,
+    user: *mut c_void,
+) -> c_int {
     guard(|| {
-        let Some(ge) = GRAPHS.get(g) else { return invalid("invalid graph handle") };
-        let Some(record) = record else { return invalid("null record callback") };
-        let Some(c) = CTXS.get(ge.owner as *const c_void) else { return invalid("the graph's context was destroyed") };
+        let Some(ge) = GRAPHS.get(g) else {
+            return invalid("invalid graph handle");
+        };
+        let Some(record) = record else {
+            return invalid("null record callback");
+        };
+        let Some(c) = CTXS.get(ge.owner as *const c_void) else {
+            return invalid("the graph's context was destroyed");
+        };
         status(ge.graph.capture(ShapeKey(key), |s| {
             let native = c.native(s);
             // SAFETY: the C caller's callback, given its own data and the stream being captured.
@@ -529,9 +640,15 @@ pub unsafe extern "C" fn frt_graph_capture(g: FrtGraph, key: FrtShapeKey, record
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn frt_graph_adopt(g: FrtGraph, key: FrtShapeKey, external_graph_exec: *mut c_void) -> c_int {
+pub unsafe extern "C" fn frt_graph_adopt(
+    g: FrtGraph,
+    key: FrtShapeKey,
+    external_graph_exec: *mut c_void,
+) -> c_int {
     guard(|| {
-        let Some(ge) = GRAPHS.get(g) else { return invalid("invalid graph handle") };
+        let Some(ge) = GRAPHS.get(g) else {
+            return invalid("invalid graph handle");
+        };
         // SAFETY: the caller vouches for the executable graph (documented in the header).
         status(unsafe { ge.graph.adopt(ShapeKey(key), external_graph_exec) })
     })
@@ -540,20 +657,34 @@ pub unsafe extern "C" fn frt_graph_adopt(g: FrtGraph, key: FrtShapeKey, external
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn frt_graph_bind(g: FrtGraph, port: *const c_char, buf: FrtBuffer) -> c_int {
     guard(|| {
-        let Some(ge) = GRAPHS.get(g) else { return invalid("invalid graph handle") };
-        let Some(b) = BUFFERS.get(buf) else { return invalid("invalid buffer handle") };
+        let Some(ge) = GRAPHS.get(g) else {
+            return invalid("invalid graph handle");
+        };
+        let Some(b) = BUFFERS.get(buf) else {
+            return invalid("invalid buffer handle");
+        };
         // SAFETY: C string by contract.
-        let Some(port) = (unsafe { cstr(port) }) else { return invalid("port name must be a non-null UTF-8 string") };
+        let Some(port) = (unsafe { cstr(port) }) else {
+            return invalid("port name must be a non-null UTF-8 string");
+        };
         status(ge.graph.bind(port, &b.buffer))
     })
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn frt_graph_port(g: FrtGraph, port: *const c_char, out: *mut FrtBuffer) -> c_int {
+pub unsafe extern "C" fn frt_graph_port(
+    g: FrtGraph,
+    port: *const c_char,
+    out: *mut FrtBuffer,
+) -> c_int {
     guard(|| {
-        let Some(ge) = GRAPHS.get(g) else { return invalid("invalid graph handle") };
+        let Some(ge) = GRAPHS.get(g) else {
+            return invalid("invalid graph handle");
+        };
         // SAFETY: C string by contract.
-        let Some(port) = (unsafe { cstr(port) }) else { return invalid("port name must be a non-null UTF-8 string") };
+        let Some(port) = (unsafe { cstr(port) }) else {
+            return invalid("port name must be a non-null UTF-8 string");
+        };
         if out.is_null() {
             return invalid("null output pointer");
         }
@@ -577,8 +708,12 @@ pub unsafe extern "C" fn frt_graph_port(g: FrtGraph, port: *const c_char, out: *
 #[unsafe(no_mangle)]
 pub extern "C" fn frt_graph_replay(g: FrtGraph, key: FrtShapeKey, stream: c_int) -> c_int {
     guard(|| {
-        let Some(ge) = GRAPHS.get(g) else { return invalid("invalid graph handle") };
-        let Some(s) = stream_id(stream) else { return invalid("negative stream id") };
+        let Some(ge) = GRAPHS.get(g) else {
+            return invalid("invalid graph handle");
+        };
+        let Some(s) = stream_id(stream) else {
+            return invalid("negative stream id");
+        };
         status(ge.graph.replay(ShapeKey(key), s))
     })
 }
@@ -593,15 +728,17 @@ pub extern "C" fn frt_graph_has_variant(g: FrtGraph, key: FrtShapeKey) -> c_int 
 
 #[unsafe(no_mangle)]
 pub extern "C" fn frt_graph_native_exec(g: FrtGraph, key: FrtShapeKey) -> *mut c_void {
-    guard_value(std::ptr::null_mut(), || match GRAPHS.get(g).map(|ge| ge.graph.native_exec(ShapeKey(key))) {
-        Some(Ok(p)) => p,
-        Some(Err(e)) => {
-            fail(e);
-            std::ptr::null_mut()
-        }
-        None => {
-            invalid("invalid graph handle");
-            std::ptr::null_mut()
+    guard_value(std::ptr::null_mut(), || {
+        match GRAPHS.get(g).map(|ge| ge.graph.native_exec(ShapeKey(key))) {
+            Some(Ok(p)) => p,
+            Some(Err(e)) => {
+                fail(e);
+                std::ptr::null_mut()
+            }
+            None => {
+                invalid("invalid graph handle");
+                std::ptr::null_mut()
+            }
         }
     })
 }
@@ -620,7 +757,10 @@ pub extern "C" fn frt_graph_evict_lru(g: FrtGraph) -> c_int {
         Some(ge) => match ge.graph.evict_lru() {
             Some(_) => FRT_OK,
             None => {
-                set_last_error(format!("graph `{}` has no variant to evict", ge.graph.name()));
+                set_last_error(format!(
+                    "graph `{}` has no variant to evict",
+                    ge.graph.name()
+                ));
                 FRT_ERR_NO_VARIANT
             }
         },
@@ -638,7 +778,10 @@ pub extern "C" fn frt_graph_variant_count(g: FrtGraph) -> usize {
 #[unsafe(no_mangle)]
 pub extern "C" fn frt_plan_create(ctx: FrtCtx) -> FrtPlan {
     guard_value(std::ptr::null_mut(), || match CTXS.get(ctx) {
-        Some(c) => PLANS.insert(PlanEntry { owner: ctx as usize, plan: Mutex::new(Plan::new(&c.ctx)) }),
+        Some(c) => PLANS.insert(PlanEntry {
+            owner: ctx as usize,
+            plan: Mutex::new(Plan::new(&c.ctx)),
+        }),
         None => {
             invalid("invalid context handle");
             std::ptr::null_mut()
@@ -660,8 +803,12 @@ fn with_plan<R>(p: FrtPlan, f: impl FnOnce(&mut Plan) -> R) -> Option<R> {
 #[unsafe(no_mangle)]
 pub extern "C" fn frt_plan_add(p: FrtPlan, g: FrtGraph, key: FrtShapeKey, stream: c_int) -> c_int {
     guard(|| {
-        let Some(ge) = GRAPHS.get(g) else { return invalid("invalid graph handle") };
-        let Some(s) = stream_id(stream) else { return invalid("negative stream id") };
+        let Some(ge) = GRAPHS.get(g) else {
+            return invalid("invalid graph handle");
+        };
+        let Some(s) = stream_id(stream) else {
+            return invalid("negative stream id");
+        };
         with_plan(p, |plan| match plan.add(&ge.graph, ShapeKey(key), s) {
             Ok(n) => c_int::try_from(n).unwrap_or_else(|_| invalid("too many plan nodes")),
             Err(e) => fail(e),
@@ -676,18 +823,24 @@ pub extern "C" fn frt_plan_after(p: FrtPlan, node_idx: c_int, dep_node_idx: c_in
         let (Ok(n), Ok(d)) = (usize::try_from(node_idx), usize::try_from(dep_node_idx)) else {
             return invalid("negative node index");
         };
-        with_plan(p, |plan| status(plan.after(n, d))).unwrap_or_else(|| invalid("invalid plan handle"))
+        with_plan(p, |plan| status(plan.after(n, d)))
+            .unwrap_or_else(|| invalid("invalid plan handle"))
     })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn frt_plan_execute(p: FrtPlan, key: FrtShapeKey) -> c_int {
-    guard(|| with_plan(p, |plan| status(plan.execute(ShapeKey(key)))).unwrap_or_else(|| invalid("invalid plan handle")))
+    guard(|| {
+        with_plan(p, |plan| status(plan.execute(ShapeKey(key))))
+            .unwrap_or_else(|| invalid("invalid plan handle"))
+    })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn frt_plan_sync(p: FrtPlan) -> c_int {
-    guard(|| with_plan(p, |plan| status(plan.sync())).unwrap_or_else(|| invalid("invalid plan handle")))
+    guard(|| {
+        with_plan(p, |plan| status(plan.sync())).unwrap_or_else(|| invalid("invalid plan handle"))
+    })
 }
 
 // ------------------------------------------------------------------ diagnostics

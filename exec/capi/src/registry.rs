@@ -28,11 +28,19 @@ const GEN_MASK: u32 = 0x00FF_FFFF;
 
 impl<T> Registry<T> {
     pub const fn new(tag: u8) -> Self {
-        Registry { tag, table: RwLock::new(Table { slots: Vec::new(), free: Vec::new() }) }
+        Registry {
+            tag,
+            table: RwLock::new(Table {
+                slots: Vec::new(),
+                free: Vec::new(),
+            }),
+        }
     }
 
     fn encode(&self, index: u32, generation: u32) -> *mut c_void {
-        let h = (u64::from(self.tag) << 56) | (u64::from(generation & GEN_MASK) << 32) | (u64::from(index) + 1);
+        let h = (u64::from(self.tag) << 56)
+            | (u64::from(generation & GEN_MASK) << 32)
+            | (u64::from(index) + 1);
         h as usize as *mut c_void
     }
 
@@ -60,7 +68,10 @@ impl<T> Registry<T> {
                 self.encode(i, g)
             }
             None => {
-                t.slots.push(Slot { generation: 0, value });
+                t.slots.push(Slot {
+                    generation: 0,
+                    value,
+                });
                 let i = (t.slots.len() - 1) as u32;
                 self.encode(i, 0)
             }

@@ -14,13 +14,19 @@ fn target_dir() -> PathBuf {
 }
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
 }
 
 /// The cdylib cargo built for this test run: `cargo test` leaves it in `deps/` (only
 /// `cargo build` copies it up to `target/<profile>/`).
 fn cdylib() -> PathBuf {
-    let candidates = [target_dir().join("deps/libflashrt_exec.so"), target_dir().join("libflashrt_exec.so")];
+    let candidates = [
+        target_dir().join("deps/libflashrt_exec.so"),
+        target_dir().join("libflashrt_exec.so"),
+    ];
     candidates
         .iter()
         .find(|p| p.exists())
@@ -34,7 +40,14 @@ pub fn build_c_test(out_dir: &Path) -> PathBuf {
     let exe = out_dir.join("abi_test");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let status = Command::new(&cc)
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O1"])
+        .args([
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-pedantic",
+            "-O1",
+        ])
         .arg("-I")
         .arg(repo().join("exec/include"))
         .arg(repo().join("exec/capi/tests/c/abi_test.c"))
@@ -46,7 +59,10 @@ pub fn build_c_test(out_dir: &Path) -> PathBuf {
         .arg(format!("-Wl,-rpath,{}", so.parent().unwrap().display()))
         .status()
         .unwrap_or_else(|e| panic!("cannot run the C compiler `{cc}`: {e}"));
-    assert!(status.success(), "the C test program does not compile against exec.h");
+    assert!(
+        status.success(),
+        "the C test program does not compile against exec.h"
+    );
     exe
 }
 
@@ -56,7 +72,11 @@ fn c_program_exercises_the_abi_on_the_host_backend() {
     std::fs::create_dir_all(&dir).unwrap();
     let exe = build_c_test(&dir);
     let out = Command::new(&exe).arg("host").output().unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     println!("{text}");
     assert!(out.status.success(), "abi_test host failed:\n{text}");
     assert!(text.contains("C ABI (host): all checks passed"), "{text}");
@@ -64,7 +84,11 @@ fn c_program_exercises_the_abi_on_the_host_backend() {
 
 #[test]
 fn shared_library_exports_exactly_the_header() {
-    let out = Command::new("nm").args(["-D", "--defined-only"]).arg(cdylib()).output().expect("nm (binutils)");
+    let out = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(cdylib())
+        .output()
+        .expect("nm (binutils)");
     assert!(out.status.success());
     let mut exported: Vec<String> = String::from_utf8_lossy(&out.stdout)
         .lines()

@@ -10,7 +10,11 @@ const SOURCE: &str = include_str!("../src/lib.rs");
 type Sigs = BTreeMap<String, (String, Vec<String>)>;
 
 fn squash(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ").replace(" *", "*").replace("* ", "*")
+    s.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace(" *", "*")
+        .replace("* ", "*")
 }
 
 fn strip_c_comments(s: &str) -> String {
@@ -23,7 +27,10 @@ fn strip_c_comments(s: &str) -> String {
         rest = &rest[j + 2..];
     }
     out.push_str(rest);
-    out.lines().filter(|l| !l.trim_start().starts_with('#')).collect::<Vec<_>>().join("\n")
+    out.lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Splits at top-level commas (not inside parentheses).
@@ -52,13 +59,18 @@ fn c_param_type(p: &str) -> String {
     let p = squash(p);
     if let Some(star) = p.find("(*") {
         let close = p[star..].find(')').unwrap() + star;
-        let args: Vec<String> = split_params(&p[close + 2..p.len() - 1]).iter().map(|a| c_param_type(a)).collect();
+        let args: Vec<String> = split_params(&p[close + 2..p.len() - 1])
+            .iter()
+            .map(|a| c_param_type(a))
+            .collect();
         return format!("{}(*)({})", p[..star].trim(), args.join(","));
     }
     if p == "void" {
         return p;
     }
-    let cut = p.rfind(|c: char| !(c.is_alphanumeric() || c == '_')).map_or(0, |i| i + 1);
+    let cut = p
+        .rfind(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .map_or(0, |i| i + 1);
     squash(&p[..cut])
 }
 
@@ -72,7 +84,9 @@ fn header_sigs() -> Sigs {
         }
         let Some(open) = stmt.find('(') else { continue };
         let head = &stmt[..open];
-        let name_at = head.rfind(|c: char| !(c.is_alphanumeric() || c == '_')).map_or(0, |i| i + 1);
+        let name_at = head
+            .rfind(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .map_or(0, |i| i + 1);
         let name = head[name_at..].to_string();
         if !name.starts_with("frt_") {
             continue;
@@ -83,7 +97,10 @@ fn header_sigs() -> Sigs {
             .map(|p| c_param_type(p))
             .filter(|p| p != "void")
             .collect();
-        assert!(sigs.insert(name.clone(), (ret, params)).is_none(), "{name} declared twice");
+        assert!(
+            sigs.insert(name.clone(), (ret, params)).is_none(),
+            "{name} declared twice"
+        );
     }
     sigs
 }
@@ -115,7 +132,12 @@ fn rust_sigs() -> Sigs {
     let mut sigs = Sigs::new();
     for (i, _) in SOURCE.match_indices("extern \"C\" fn frt_") {
         let line_start = SOURCE[..i].rfind('\n').unwrap() + 1;
-        assert!(SOURCE[..line_start].trim_end().ends_with("#[unsafe(no_mangle)]"), "exported with no_mangle");
+        assert!(
+            SOURCE[..line_start]
+                .trim_end()
+                .ends_with("#[unsafe(no_mangle)]"),
+            "exported with no_mangle"
+        );
         let rest = &SOURCE[i + "extern \"C\" fn ".len()..];
         let open = rest.find('(').unwrap();
         let name = rest[..open].to_string();
@@ -146,7 +168,10 @@ fn header_matches_exports() {
     assert!(h.len() >= 40, "parsed {} header prototypes", h.len());
     let only_h: Vec<_> = h.keys().filter(|k| !r.contains_key(*k)).collect();
     let only_r: Vec<_> = r.keys().filter(|k| !h.contains_key(*k)).collect();
-    assert!(only_h.is_empty() && only_r.is_empty(), "declared only in the header: {only_h:?}; defined only in Rust: {only_r:?}");
+    assert!(
+        only_h.is_empty() && only_r.is_empty(),
+        "declared only in the header: {only_h:?}; defined only in Rust: {only_r:?}"
+    );
     for (name, sig) in &h {
         assert_eq!(sig, &r[name], "signature of {name}: header vs Rust");
     }
@@ -161,15 +186,35 @@ fn header_matches_exports() {
         ("frt_event_destroy", "void", "frt_event"),
         ("frt_event_record", "int", "frt_event;int"),
         ("frt_stream_wait", "int", "frt_ctx;int;frt_event"),
-        ("frt_buffer_alloc", "frt_buffer", "frt_ctx;const char*;size_t"),
-        ("frt_buffer_wrap", "frt_buffer", "frt_ctx;const char*;void*;size_t"),
+        (
+            "frt_buffer_alloc",
+            "frt_buffer",
+            "frt_ctx;const char*;size_t",
+        ),
+        (
+            "frt_buffer_wrap",
+            "frt_buffer",
+            "frt_ctx;const char*;void*;size_t",
+        ),
         ("frt_buffer_dptr", "void*", "frt_buffer"),
         ("frt_buffer_bytes", "size_t", "frt_buffer"),
         ("frt_buffer_name", "const char*", "frt_buffer"),
-        ("frt_buffer_copy", "int", "frt_ctx;frt_buffer;size_t;frt_buffer;size_t;size_t;int"),
-        ("frt_graph_create", "frt_graph", "frt_ctx;const char*;size_t"),
+        (
+            "frt_buffer_copy",
+            "int",
+            "frt_ctx;frt_buffer;size_t;frt_buffer;size_t;size_t;int",
+        ),
+        (
+            "frt_graph_create",
+            "frt_graph",
+            "frt_ctx;const char*;size_t",
+        ),
         ("frt_graph_destroy", "void", "frt_graph"),
-        ("frt_graph_capture", "int", "frt_graph;frt_shape_key;void(*)(void*,void*);void*"),
+        (
+            "frt_graph_capture",
+            "int",
+            "frt_graph;frt_shape_key;void(*)(void*,void*);void*",
+        ),
         ("frt_graph_adopt", "int", "frt_graph;frt_shape_key;void*"),
         ("frt_graph_bind", "int", "frt_graph;const char*;frt_buffer"),
         ("frt_graph_replay", "int", "frt_graph;frt_shape_key;int"),
@@ -179,14 +224,26 @@ fn header_matches_exports() {
         ("frt_graph_variant_count", "size_t", "frt_graph"),
         ("frt_plan_create", "frt_plan", "frt_ctx"),
         ("frt_plan_destroy", "void", "frt_plan"),
-        ("frt_plan_add", "int", "frt_plan;frt_graph;frt_shape_key;int"),
+        (
+            "frt_plan_add",
+            "int",
+            "frt_plan;frt_graph;frt_shape_key;int",
+        ),
         ("frt_plan_after", "int", "frt_plan;int;int"),
         ("frt_plan_execute", "int", "frt_plan;frt_shape_key"),
         ("frt_plan_sync", "int", "frt_plan"),
     ];
     for (name, ret, params) in required {
-        let want: Vec<String> = params.split(';').filter(|p| !p.is_empty()).map(String::from).collect();
-        assert_eq!(h.get(name), Some(&(ret.to_string(), want)), "required function {name}");
+        let want: Vec<String> = params
+            .split(';')
+            .filter(|p| !p.is_empty())
+            .map(String::from)
+            .collect();
+        assert_eq!(
+            h.get(name),
+            Some(&(ret.to_string(), want)),
+            "required function {name}"
+        );
     }
 }
 
@@ -213,7 +270,18 @@ fn status_codes_and_sentinel_match() {
     for (k, v) in want {
         assert_eq!(codes.get(k), Some(&v), "{k}");
     }
-    assert_eq!([FRT_OK, FRT_ERR_INVALID, FRT_ERR_NO_VARIANT, FRT_ERR_UNBOUND, FRT_ERR_CAPTURE, FRT_ERR_BACKEND, FRT_ERR_OOM], [0, -1, -2, -3, -4, -5, -6]);
+    assert_eq!(
+        [
+            FRT_OK,
+            FRT_ERR_INVALID,
+            FRT_ERR_NO_VARIANT,
+            FRT_ERR_UNBOUND,
+            FRT_ERR_CAPTURE,
+            FRT_ERR_BACKEND,
+            FRT_ERR_OOM
+        ],
+        [0, -1, -2, -3, -4, -5, -6]
+    );
     assert!(HEADER.contains("#define FRT_KEY_INHERIT ((frt_shape_key)~0ull)"));
     assert_eq!(FRT_KEY_INHERIT, u64::MAX);
     assert_eq!(FRT_KEY_INHERIT, frt_exec::ShapeKey::INHERIT.0);

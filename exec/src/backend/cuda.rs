@@ -21,11 +21,14 @@ pub(crate) struct CudaDevice {
 pub(crate) fn device_count() -> Result<usize> {
     // SAFETY: only probes whether the shared library can be opened.
     if !unsafe { sys::is_culib_present() } {
-        return Err(Error::NoCuda { reason: "libcuda.so could not be loaded".into() });
+        return Err(Error::NoCuda {
+            reason: "libcuda.so could not be loaded".into(),
+        });
     }
     // SAFETY: the library is present (checked above); cuInit may be called repeatedly.
-    check("cuInit", unsafe { sys::cuInit(0) })
-        .map_err(|e| Error::NoCuda { reason: e.to_string() })?;
+    check("cuInit", unsafe { sys::cuInit(0) }).map_err(|e| Error::NoCuda {
+        reason: e.to_string(),
+    })?;
     let mut n = 0;
     // SAFETY: the driver is initialized; `n` is a valid out pointer.
     check("cuDeviceGetCount", unsafe { sys::cuDeviceGetCount(&mut n) })?;
@@ -36,29 +39,41 @@ impl CudaDevice {
     pub fn new(ordinal: usize) -> Result<Self> {
         let n = device_count()?;
         if ordinal >= n {
-            return Err(Error::NoCuda { reason: format!("device {ordinal} requested, {n} present") });
+            return Err(Error::NoCuda {
+                reason: format!("device {ordinal} requested, {n} present"),
+            });
         }
-        let cu = CudaContext::new(ordinal)
-            .map_err(|e| Error::Driver { call: "cuDevicePrimaryCtxRetain", code: crate::error::DriverCode(e.0) })?;
+        let cu = CudaContext::new(ordinal).map_err(|e| Error::Driver {
+            call: "cuDevicePrimaryCtxRetain",
+            code: crate::error::DriverCode(e.0),
+        })?;
         // SAFETY: called before this context allocates anything through cudarc; exec never
         // relies on cudarc's implicit synchronization.
         unsafe { cu.disable_event_tracking() };
-        let dev = CudaDevice { cu, ordinal, priority_range: (0, 0) };
+        let dev = CudaDevice {
+            cu,
+            ordinal,
+            priority_range: (0, 0),
+        };
         dev.bind()?;
         let (mut least, mut greatest) = (0, 0);
         // SAFETY: valid out pointers; the context is current.
         check("cuCtxGetStreamPriorityRange", unsafe {
             sys::cuCtxGetStreamPriorityRange(&mut least, &mut greatest)
         })?;
-        Ok(CudaDevice { priority_range: (least, greatest), ..dev })
+        Ok(CudaDevice {
+            priority_range: (least, greatest),
+            ..dev
+        })
     }
 
     /// Makes the context current on the calling thread (a no-op when it already is).
     #[inline]
     pub fn bind(&self) -> Result<()> {
-        self.cu
-            .bind_to_thread()
-            .map_err(|e| Error::Driver { call: "cuCtxSetCurrent", code: crate::error::DriverCode(e.0) })
+        self.cu.bind_to_thread().map_err(|e| Error::Driver {
+            call: "cuCtxSetCurrent",
+            code: crate::error::DriverCode(e.0),
+        })
     }
 
     pub fn create_stream(&self, priority: i32) -> Result<CUstream> {
@@ -66,7 +81,11 @@ impl CudaDevice {
         let mut s = ptr::null_mut();
         // SAFETY: valid out pointer; the context is current.
         check("cuStreamCreateWithPriority", unsafe {
-            sys::cuStreamCreateWithPriority(&mut s, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32, priority)
+            sys::cuStreamCreateWithPriority(
+                &mut s,
+                sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
+                priority,
+            )
         })?;
         Ok(s)
     }
@@ -74,7 +93,9 @@ impl CudaDevice {
     pub fn stream_priority(&self, s: CUstream) -> Result<i32> {
         let mut p = 0;
         // SAFETY: `s` is a live stream of this context (caller's invariant); valid out pointer.
-        check("cuStreamGetPriority", unsafe { sys::cuStreamGetPriority(s, &mut p) })?;
+        check("cuStreamGetPriority", unsafe {
+            sys::cuStreamGetPriority(s, &mut p)
+        })?;
         Ok(p)
     }
 
@@ -88,15 +109,22 @@ impl CudaDevice {
     pub fn sync_stream(&self, s: CUstream) -> Result<()> {
         self.bind()?;
         // SAFETY: `s` is a live stream of this context or the null stream.
-        check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(s) })
+        check("cuStreamSynchronize", unsafe {
+            sys::cuStreamSynchronize(s)
+        })
     }
 
     pub fn alloc(&self, bytes: usize) -> Result<u64, sys::CUresult> {
-        self.bind().map_err(|_| sys::CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
+        self.bind()
+            .map_err(|_| sys::CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
         let mut p = 0;
         // SAFETY: valid out pointer; the context is current.
         let r = unsafe { sys::cuMemAlloc_v2(&mut p, bytes) };
-        if r == sys::CUresult::CUDA_SUCCESS { Ok(p) } else { Err(r) }
+        if r == sys::CUresult::CUDA_SUCCESS {
+            Ok(p)
+        } else {
+            Err(r)
+        }
     }
 
     /// # Safety
@@ -107,30 +135,45 @@ impl CudaDevice {
     }
 
     pub fn alloc_pinned(&self, bytes: usize) -> Result<*mut u8, sys::CUresult> {
-        self.bind().map_err(|_| sys::CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
+        self.bind()
+            .map_err(|_| sys::CUresult::CUDA_ERROR_INVALID_CONTEXT)?;
         let mut p = ptr::null_mut();
         // SAFETY: valid out pointer; flags 0 = portable-less page-locked memory.
         let r = unsafe { sys::cuMemHostAlloc(&mut p, bytes, 0) };
-        if r == sys::CUresult::CUDA_SUCCESS { Ok(p as *mut u8) } else { Err(r) }
+        if r == sys::CUresult::CUDA_SUCCESS {
+            Ok(p as *mut u8)
+        } else {
+            Err(r)
+        }
     }
 
     /// # Safety
     /// `p` came from `alloc_pinned` and no copy that uses it is pending.
     pub unsafe fn free_pinned(&self, p: *mut u8) -> Result<()> {
         self.bind()?;
-        check("cuMemFreeHost", unsafe { sys::cuMemFreeHost(p as *mut c_void) })
+        check("cuMemFreeHost", unsafe {
+            sys::cuMemFreeHost(p as *mut c_void)
+        })
     }
 
     /// # Safety
     /// Both ranges lie inside live device allocations; `s` is a live stream.
     pub unsafe fn copy_dtod(&self, dst: u64, src: u64, bytes: usize, s: CUstream) -> Result<()> {
         self.bind()?;
-        check("cuMemcpyDtoDAsync", unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, s) })
+        check("cuMemcpyDtoDAsync", unsafe {
+            sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, s)
+        })
     }
 
     /// # Safety
     /// `src` is pinned host memory of `bytes` that stays untouched until the copy completes.
-    pub unsafe fn copy_htod(&self, dst: u64, src: *const u8, bytes: usize, s: CUstream) -> Result<()> {
+    pub unsafe fn copy_htod(
+        &self,
+        dst: u64,
+        src: *const u8,
+        bytes: usize,
+        s: CUstream,
+    ) -> Result<()> {
         self.bind()?;
         check("cuMemcpyHtoDAsync", unsafe {
             sys::cuMemcpyHtoDAsync_v2(dst, src as *const c_void, bytes, s)
@@ -139,7 +182,13 @@ impl CudaDevice {
 
     /// # Safety
     /// `dst` is pinned host memory of `bytes`, not read until the copy completes.
-    pub unsafe fn copy_dtoh(&self, dst: *mut u8, src: u64, bytes: usize, s: CUstream) -> Result<()> {
+    pub unsafe fn copy_dtoh(
+        &self,
+        dst: *mut u8,
+        src: u64,
+        bytes: usize,
+        s: CUstream,
+    ) -> Result<()> {
         self.bind()?;
         check("cuMemcpyDtoHAsync", unsafe {
             sys::cuMemcpyDtoHAsync_v2(dst as *mut c_void, src, bytes, s)
@@ -155,7 +204,9 @@ impl CudaDevice {
         };
         let mut e = ptr::null_mut();
         // SAFETY: valid out pointer; the context is current.
-        check("cuEventCreate", unsafe { sys::cuEventCreate(&mut e, flags as u32) })?;
+        check("cuEventCreate", unsafe {
+            sys::cuEventCreate(&mut e, flags as u32)
+        })?;
         Ok(e)
     }
 
@@ -175,7 +226,9 @@ impl CudaDevice {
     pub fn stream_wait(&self, s: CUstream, e: CUevent) -> Result<()> {
         self.bind()?;
         // SAFETY: `e` and `s` are live objects of this context.
-        check("cuStreamWaitEvent", unsafe { sys::cuStreamWaitEvent(s, e, 0) })
+        check("cuStreamWaitEvent", unsafe {
+            sys::cuStreamWaitEvent(s, e, 0)
+        })
     }
 
     pub fn event_sync(&self, e: CUevent) -> Result<()> {
@@ -190,7 +243,10 @@ impl CudaDevice {
         match unsafe { sys::cuEventQuery(e) } {
             sys::CUresult::CUDA_SUCCESS => Ok(true),
             sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-            code => Err(Error::Driver { call: "cuEventQuery", code: crate::error::DriverCode(code) }),
+            code => Err(Error::Driver {
+                call: "cuEventQuery",
+                code: crate::error::DriverCode(code),
+            }),
         }
     }
 
@@ -198,7 +254,9 @@ impl CudaDevice {
         self.bind()?;
         let mut ms = 0.0f32;
         // SAFETY: both are live timing events of this context; valid out pointer.
-        check("cuEventElapsedTime", unsafe { sys::cuEventElapsedTime_v2(&mut ms, start, end) })?;
+        check("cuEventElapsedTime", unsafe {
+            sys::cuEventElapsedTime_v2(&mut ms, start, end)
+        })?;
         Ok(ms)
     }
 
@@ -206,7 +264,10 @@ impl CudaDevice {
         self.bind()?;
         // SAFETY: `s` is a live non-null stream of this context.
         check("cuStreamBeginCapture", unsafe {
-            sys::cuStreamBeginCapture_v2(s, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+            sys::cuStreamBeginCapture_v2(
+                s,
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+            )
         })
     }
 
@@ -215,7 +276,9 @@ impl CudaDevice {
         self.bind()?;
         let mut graph = ptr::null_mut();
         // SAFETY: `s` is capturing (begin_capture succeeded); valid out pointer.
-        check("cuStreamEndCapture", unsafe { sys::cuStreamEndCapture(s, &mut graph) })?;
+        check("cuStreamEndCapture", unsafe {
+            sys::cuStreamEndCapture(s, &mut graph)
+        })?;
         let mut exec = ptr::null_mut();
         // SAFETY: `graph` is the graph just captured.
         let inst = check("cuGraphInstantiateWithFlags", unsafe {
@@ -261,7 +324,9 @@ impl CudaDevice {
     /// `exec` came from `end_capture` and is not in flight and not used afterwards.
     pub unsafe fn graph_exec_destroy(&self, exec: CUgraphExec) -> Result<()> {
         self.bind()?;
-        check("cuGraphExecDestroy", unsafe { sys::cuGraphExecDestroy(exec) })
+        check("cuGraphExecDestroy", unsafe {
+            sys::cuGraphExecDestroy(exec)
+        })
     }
 
     /// # Safety
@@ -273,6 +338,8 @@ impl CudaDevice {
         user: *mut c_void,
     ) -> Result<()> {
         self.bind()?;
-        check("cuLaunchHostFunc", unsafe { sys::cuLaunchHostFunc(s, Some(f), user) })
+        check("cuLaunchHostFunc", unsafe {
+            sys::cuLaunchHostFunc(s, Some(f), user)
+        })
     }
 }

@@ -31,9 +31,20 @@ pub(crate) type HostFn = Arc<dyn Fn() -> Result<(), HostOpError> + Send + Sync +
 pub(crate) enum HostOp {
     Run(HostFn),
     /// `memmove` between two host addresses; `_keep` holds the buffers they belong to.
-    Memcpy { dst: usize, src: usize, bytes: usize, _keep: [Option<Buffer>; 2] },
-    Record { event: Arc<HostEventState>, generation: u64 },
-    Wait { event: Arc<HostEventState>, generation: u64 },
+    Memcpy {
+        dst: usize,
+        src: usize,
+        bytes: usize,
+        _keep: [Option<Buffer>; 2],
+    },
+    Record {
+        event: Arc<HostEventState>,
+        generation: u64,
+    },
+    Wait {
+        event: Arc<HostEventState>,
+        generation: u64,
+    },
 }
 
 /// What a host capture produces: the recorded operations, replayed in order.
@@ -122,7 +133,12 @@ pub(crate) struct HostDevice {
 impl HostDevice {
     pub fn new() -> Result<Self> {
         let shared = Arc::new(Shared {
-            state: Mutex::new(State { streams: Vec::new(), seq: 0, error: None, shutdown: false }),
+            state: Mutex::new(State {
+                streams: Vec::new(),
+                seq: 0,
+                error: None,
+                shutdown: false,
+            }),
             work: Condvar::new(),
             progress: Condvar::new(),
             epoch: Instant::now(),
@@ -131,8 +147,16 @@ impl HostDevice {
         let worker = std::thread::Builder::new()
             .name("frt-host-device".into())
             .spawn(move || executor(s))
-            .map_err(|e| Error::invalid("Ctx::host", format!("cannot start the executor thread: {e}")))?;
-        Ok(HostDevice { shared, worker: Mutex::new(Some(worker)) })
+            .map_err(|e| {
+                Error::invalid(
+                    "Ctx::host",
+                    format!("cannot start the executor thread: {e}"),
+                )
+            })?;
+        Ok(HostDevice {
+            shared,
+            worker: Mutex::new(Some(worker)),
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -146,7 +170,11 @@ impl HostDevice {
     }
 
     fn guard_blocking(&self, op: &'static str) -> Result<()> {
-        if self.on_executor() { Err(Error::WouldDeadlock { op }) } else { Ok(()) }
+        if self.on_executor() {
+            Err(Error::WouldDeadlock { op })
+        } else {
+            Ok(())
+        }
     }
 
     /// Adds a stream; returns its index (equal to its `Stream` id).
@@ -163,7 +191,9 @@ impl HostDevice {
     }
 
     fn stream_mut(st: &mut State, s: Stream) -> Result<&mut HStream> {
-        st.streams.get_mut(s.0 as usize).ok_or(Error::UnknownStream(s))
+        st.streams
+            .get_mut(s.0 as usize)
+            .ok_or(Error::UnknownStream(s))
     }
 
     /// Enqueues (or, while the stream captures, records) one operation.
@@ -182,7 +212,10 @@ impl HostDevice {
             rec.push(op);
             return Ok(());
         }
-        hs.queue.push_back(Queued { seq, item: Item::Op(op) });
+        hs.queue.push_back(Queued {
+            seq,
+            item: Item::Op(op),
+        });
         hs.submitted += 1;
         st.seq += 1;
         drop(st);
@@ -199,9 +232,18 @@ impl HostDevice {
         let seq = st.seq;
         let hs = Self::stream_mut(&mut st, s)?;
         if hs.capture.is_some() {
-            return Err(Error::invalid("Graph::replay", "graphs cannot be replayed inside a capture"));
+            return Err(Error::invalid(
+                "Graph::replay",
+                "graphs cannot be replayed inside a capture",
+            ));
         }
-        hs.queue.push_back(Queued { seq, item: Item::Graph { graph: graph.clone(), next: 0 } });
+        hs.queue.push_back(Queued {
+            seq,
+            item: Item::Graph {
+                graph: graph.clone(),
+                next: 0,
+            },
+        });
         hs.submitted += 1;
         st.seq += 1;
         drop(st);
@@ -215,12 +257,24 @@ impl HostDevice {
         Self::stream_mut(&mut st, s)?;
         if st.streams[s.0 as usize].capture.is_some() {
             drop(st);
-            return self.enqueue(s, HostOp::Record { event: event.clone(), generation: 0 });
+            return self.enqueue(
+                s,
+                HostOp::Record {
+                    event: event.clone(),
+                    generation: 0,
+                },
+            );
         }
         let generation = event.recorded.fetch_add(1, Ordering::AcqRel) + 1;
         event.stream.store(s.0, Ordering::Release);
         drop(st);
-        self.enqueue(s, HostOp::Record { event: event.clone(), generation })
+        self.enqueue(
+            s,
+            HostOp::Record {
+                event: event.clone(),
+                generation,
+            },
+        )
     }
 
     pub fn wait_event(&self, s: Stream, event: &Arc<HostEventState>) -> Result<()> {
@@ -229,7 +283,13 @@ impl HostDevice {
             // As in CUDA: waiting on an event that was never recorded is a no-op.
             return self.check_stream(s);
         }
-        self.enqueue(s, HostOp::Wait { event: event.clone(), generation })
+        self.enqueue(
+            s,
+            HostOp::Wait {
+                event: event.clone(),
+                generation,
+            },
+        )
     }
 
     fn check_stream(&self, s: Stream) -> Result<()> {
@@ -243,7 +303,11 @@ impl HostDevice {
         let target = event.recorded.load(Ordering::Acquire);
         let mut st = self.lock();
         while event.completed.load(Ordering::Acquire) < target {
-            st = self.shared.progress.wait(st).unwrap_or_else(|p| p.into_inner());
+            st = self
+                .shared
+                .progress
+                .wait(st)
+                .unwrap_or_else(|p| p.into_inner());
         }
         take_error(&mut st)
     }
@@ -263,7 +327,11 @@ impl HostDevice {
         }
         let target = hs.submitted;
         while st.streams[s.0 as usize].completed < target {
-            st = self.shared.progress.wait(st).unwrap_or_else(|p| p.into_inner());
+            st = self
+                .shared
+                .progress
+                .wait(st)
+                .unwrap_or_else(|p| p.into_inner());
         }
         take_error(&mut st)
     }
@@ -272,7 +340,10 @@ impl HostDevice {
         let mut st = self.lock();
         let hs = Self::stream_mut(&mut st, s)?;
         if hs.capture.is_some() {
-            return Err(Error::invalid("capture", format!("{s:?} is already capturing")));
+            return Err(Error::invalid(
+                "capture",
+                format!("{s:?} is already capturing"),
+            ));
         }
         hs.capture = Some(Vec::new());
         Ok(())
@@ -321,14 +392,18 @@ fn pick(st: &mut State, epoch: Instant) -> Option<Pick> {
         let mut best: Option<(i32, u64, usize)> = None;
         let mut retired = false;
         for (i, hs) in st.streams.iter_mut().enumerate() {
-            let Some(head) = hs.queue.front() else { continue };
+            let Some(head) = hs.queue.front() else {
+                continue;
+            };
             let op = match &head.item {
                 Item::Op(op) => op,
                 Item::Graph { graph, next } => &graph.ops[*next],
             };
             match op {
                 HostOp::Record { event, generation } => {
-                    event.stamp_ns.store(epoch.elapsed().as_nanos() as u64, Ordering::Release);
+                    event
+                        .stamp_ns
+                        .store(epoch.elapsed().as_nanos() as u64, Ordering::Release);
                     event.completed.fetch_max(*generation, Ordering::AcqRel);
                     hs.queue.pop_front();
                     hs.completed += 1;
@@ -358,7 +433,10 @@ fn pick(st: &mut State, epoch: Instant) -> Option<Pick> {
         let head = hs.queue.front_mut().expect("picked stream has a head");
         return Some(match &mut head.item {
             Item::Op(_) => {
-                let Some(Queued { item: Item::Op(op), .. }) = hs.queue.pop_front() else {
+                let Some(Queued {
+                    item: Item::Op(op), ..
+                }) = hs.queue.pop_front()
+                else {
                     unreachable!("head was an operation")
                 };
                 (i, op, true, None)
@@ -367,7 +445,10 @@ fn pick(st: &mut State, epoch: Instant) -> Option<Pick> {
                 let op = graph.ops[*next].clone();
                 *next += 1;
                 if *next == graph.ops.len() {
-                    let Some(Queued { item: Item::Graph { graph, .. }, .. }) = hs.queue.pop_front()
+                    let Some(Queued {
+                        item: Item::Graph { graph, .. },
+                        ..
+                    }) = hs.queue.pop_front()
                     else {
                         unreachable!("head was a graph")
                     };
@@ -393,7 +474,9 @@ fn run(op: &HostOp) -> Result<(), HostOpError> {
                 Err(HostOpError::msg(format!("host operation panicked: {what}")))
             }
         },
-        HostOp::Memcpy { dst, src, bytes, .. } => {
+        HostOp::Memcpy {
+            dst, src, bytes, ..
+        } => {
             // SAFETY: the enqueuing call checked both ranges against their buffers, and
             // `_keep` holds those buffers alive; overlapping ranges are allowed (memmove).
             unsafe { std::ptr::copy(*src as *const u8, *dst as *mut u8, *bytes) };
@@ -420,7 +503,10 @@ fn executor(shared: Arc<Shared>) {
                 st = shared.state.lock().unwrap_or_else(|p| p.into_inner());
                 if let Err(source) = result {
                     if st.error.is_none() {
-                        st.error = Some(Error::HostOp { stream: Stream(i as u32), source });
+                        st.error = Some(Error::HostOp {
+                            stream: Stream(i as u32),
+                            source,
+                        });
                     }
                 }
                 if finishes {

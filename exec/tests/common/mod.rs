@@ -30,14 +30,22 @@ pub struct Backend {
 
 pub fn host() -> Backend {
     static K: HostKernels = HostKernels;
-    Backend { ctx: Ctx::host().expect("host context"), k: &K, name: "host" }
+    Backend {
+        ctx: Ctx::host().expect("host context"),
+        k: &K,
+        name: "host",
+    }
 }
 
 pub fn cuda() -> Backend {
     let ctx = Ctx::cuda(0).expect("CUDA device 0 (this test needs a CUDA GPU)");
     static K: OnceLock<CudaKernels> = OnceLock::new();
     let k = K.get_or_init(|| CudaKernels::load(&ctx));
-    Backend { ctx, k, name: "cuda" }
+    Backend {
+        ctx,
+        k,
+        name: "cuda",
+    }
 }
 
 /// Instantiates each listed `fn(&Backend)` as a host test and an ignored CUDA test.
@@ -96,7 +104,10 @@ impl Kernels for HostKernels {
 
     fn add_from(&self, ctx: &Ctx, s: Stream, dst: &Buffer, src: &Buffer, v: f32) -> Result<()> {
         if elems(dst) != elems(src) {
-            return Err(frt_exec::Error::Invalid { op: "add_from", reason: "length mismatch".into() });
+            return Err(frt_exec::Error::Invalid {
+                op: "add_from",
+                reason: "length mismatch".into(),
+            });
         }
         let (d, n) = host_f32(dst);
         let (sp, _) = host_f32(src);
@@ -167,24 +178,47 @@ impl CudaKernels {
         let ptx = nvrtc::compile_ptx(CUDA_SRC).expect("NVRTC compiles the test kernels");
         let src = CString::new(ptx.to_src()).unwrap();
         // SAFETY: `src` is NUL-terminated PTX; the context is current.
-        let module = unsafe { result::module::load_data(src.as_ptr() as *const c_void) }.expect("load PTX");
+        let module =
+            unsafe { result::module::load_data(src.as_ptr() as *const c_void) }.expect("load PTX");
         let get = |name: &str| {
             let n = CString::new(name).unwrap();
             // SAFETY: `module` is loaded and never unloaded (process lifetime).
             unsafe { result::module::get_function(module, n) }.expect("kernel in module")
         };
-        let sms = ctx.cuda_context().unwrap().attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT).unwrap();
-        CudaKernels { _ctx: ctx.clone(), fill: get("fill_f32"), axpb: get("axpb_f32"), add_from: get("add_from_f32"), spin: get("spin"), sms: sms as u32 }
+        let sms = ctx
+            .cuda_context()
+            .unwrap()
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .unwrap();
+        CudaKernels {
+            _ctx: ctx.clone(),
+            fill: get("fill_f32"),
+            axpb: get("axpb_f32"),
+            add_from: get("add_from_f32"),
+            spin: get("spin"),
+            sms: sms as u32,
+        }
     }
 
-    fn launch(&self, ctx: &Ctx, s: Stream, f: sys::CUfunction, n: u32, params: &mut [*mut c_void]) -> Result<()> {
+    fn launch(
+        &self,
+        ctx: &Ctx,
+        s: Stream,
+        f: sys::CUfunction,
+        n: u32,
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
         ctx.bind_to_thread()?;
         let raw = ctx.raw_stream(s)? as sys::CUstream;
         let grid = n.div_ceil(256).max(1);
         // SAFETY: every kernel checks `i < n`; the pointers are live buffers the caller
         // retained; the parameters match the kernel's signature.
-        unsafe { result::launch_kernel(f, (grid, 1, 1), (256, 1, 1), 0, raw, params) }
-            .map_err(|e| frt_exec::Error::Driver { call: "cuLaunchKernel", code: frt_exec::DriverCode(e.0) })
+        unsafe { result::launch_kernel(f, (grid, 1, 1), (256, 1, 1), 0, raw, params) }.map_err(
+            |e| frt_exec::Error::Driver {
+                call: "cuLaunchKernel",
+                code: frt_exec::DriverCode(e.0),
+            },
+        )
     }
 }
 
@@ -192,23 +226,58 @@ impl Kernels for CudaKernels {
     fn fill(&self, ctx: &Ctx, s: Stream, x: &Buffer, v: f32) -> Result<()> {
         ctx.retain(s, x);
         let (mut p, mut n, mut v) = (x.ptr(), elems(x) as u32, v);
-        self.launch(ctx, s, self.fill, n, &mut [&mut p as *mut _ as _, &mut n as *mut _ as _, &mut v as *mut _ as _])
+        self.launch(
+            ctx,
+            s,
+            self.fill,
+            n,
+            &mut [
+                &mut p as *mut _ as _,
+                &mut n as *mut _ as _,
+                &mut v as *mut _ as _,
+            ],
+        )
     }
 
     fn axpb(&self, ctx: &Ctx, s: Stream, x: &Buffer, a: f32, b: f32) -> Result<()> {
         ctx.retain(s, x);
         let (mut p, mut n, mut a, mut b) = (x.ptr(), elems(x) as u32, a, b);
-        self.launch(ctx, s, self.axpb, n, &mut [&mut p as *mut _ as _, &mut n as *mut _ as _, &mut a as *mut _ as _, &mut b as *mut _ as _])
+        self.launch(
+            ctx,
+            s,
+            self.axpb,
+            n,
+            &mut [
+                &mut p as *mut _ as _,
+                &mut n as *mut _ as _,
+                &mut a as *mut _ as _,
+                &mut b as *mut _ as _,
+            ],
+        )
     }
 
     fn add_from(&self, ctx: &Ctx, s: Stream, dst: &Buffer, src: &Buffer, v: f32) -> Result<()> {
         if elems(dst) != elems(src) {
-            return Err(frt_exec::Error::Invalid { op: "add_from", reason: "length mismatch".into() });
+            return Err(frt_exec::Error::Invalid {
+                op: "add_from",
+                reason: "length mismatch".into(),
+            });
         }
         ctx.retain(s, dst);
         ctx.retain(s, src);
         let (mut d, mut sp, mut n, mut v) = (dst.ptr(), src.ptr(), elems(dst) as u32, v);
-        self.launch(ctx, s, self.add_from, n, &mut [&mut d as *mut _ as _, &mut sp as *mut _ as _, &mut n as *mut _ as _, &mut v as *mut _ as _])
+        self.launch(
+            ctx,
+            s,
+            self.add_from,
+            n,
+            &mut [
+                &mut d as *mut _ as _,
+                &mut sp as *mut _ as _,
+                &mut n as *mut _ as _,
+                &mut v as *mut _ as _,
+            ],
+        )
     }
 
     fn spin(&self, ctx: &Ctx, s: Stream, us: u32) -> Result<()> {
@@ -219,7 +288,19 @@ impl Kernels for CudaKernels {
         ctx.bind_to_thread()?;
         let raw = ctx.raw_stream(s)? as sys::CUstream;
         // SAFETY: `spin` takes one u64 and touches no memory.
-        unsafe { result::launch_kernel(self.spin, (blocks, 1, 1), (1024, 1, 1), 0, raw, &mut [&mut ns as *mut _ as _]) }
-            .map_err(|e| frt_exec::Error::Driver { call: "cuLaunchKernel", code: frt_exec::DriverCode(e.0) })
+        unsafe {
+            result::launch_kernel(
+                self.spin,
+                (blocks, 1, 1),
+                (1024, 1, 1),
+                0,
+                raw,
+                &mut [&mut ns as *mut _ as _],
+            )
+        }
+        .map_err(|e| frt_exec::Error::Driver {
+            call: "cuLaunchKernel",
+            code: frt_exec::DriverCode(e.0),
+        })
     }
 }

@@ -23,7 +23,10 @@ struct Bench {
 
 fn stats(mut v: Vec<f64>) -> (f64, f64) {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    (v[v.len() / 2], v[((v.len() - 1) as f64 * 0.99).round() as usize])
+    (
+        v[v.len() / 2],
+        v[((v.len() - 1) as f64 * 0.99).round() as usize],
+    )
 }
 
 impl Bench {
@@ -58,11 +61,24 @@ impl Bench {
         self.time_reps(name, op, reps, self.iters)
     }
 
-    fn time_reps(&self, name: &str, op: &dyn Fn(Stream) -> Result<()>, reps: usize, iters: usize) -> (f64, f64) {
+    fn time_reps(
+        &self,
+        name: &str,
+        op: &dyn Fn(Stream) -> Result<()>,
+        reps: usize,
+        iters: usize,
+    ) -> (f64, f64) {
         let ctx = self.k.ctx();
         let g = Graph::new(ctx, name, 1);
-        g.capture(ShapeKey(0), |cs| (0..reps).try_for_each(|_| op(cs)).map_err(|e| frt_exec::Error::Invalid { op: "bench", reason: e.to_string() }))
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        g.capture(ShapeKey(0), |cs| {
+            (0..reps)
+                .try_for_each(|_| op(cs))
+                .map_err(|e| frt_exec::Error::Invalid {
+                    op: "bench",
+                    reason: e.to_string(),
+                })
+        })
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
         let (t0, t1) = (ctx.timing_event().unwrap(), ctx.timing_event().unwrap());
         for _ in 0..3 {
             g.replay(ShapeKey(0), self.s).unwrap();
@@ -78,10 +94,23 @@ impl Bench {
         stats(ms)
     }
 
-    fn mem_row(&self, op: &str, shape: &str, dt: DType, bytes: f64, f: &dyn Fn(Stream) -> Result<()>) {
+    fn mem_row(
+        &self,
+        op: &str,
+        shape: &str,
+        dt: DType,
+        bytes: f64,
+        f: &dyn Fn(Stream) -> Result<()>,
+    ) {
         let (m, p) = self.time(op, f);
         let gbs = bytes / (m * 1e-3) / 1e9;
-        println!("| {op:<16} | {shape:<24} | {:<4} | {:>9.1} | {:>9.1} | {gbs:>8.0} GB/s | {:>5.0} % of copy |", dt.name(), m * 1e3, p * 1e3, 100.0 * gbs / self.copy_gbs);
+        println!(
+            "| {op:<16} | {shape:<24} | {:<4} | {:>9.1} | {:>9.1} | {gbs:>8.0} GB/s | {:>5.0} % of copy |",
+            dt.name(),
+            m * 1e3,
+            p * 1e3,
+            100.0 * gbs / self.copy_gbs
+        );
     }
 
     fn gemm_row(&mut self, what: &str, m: usize, kk: usize, n: usize, bias: bool, dt: DType) {
@@ -89,15 +118,29 @@ impl Bench {
         let w = self.tensor("w", dt, &[n, kk]);
         let c = self.tensor("c", dt, &[m, n]);
         let b = self.tensor("bias", dt, &[n]);
-        let g = self.k.gemm(&a, &w, &c, false, true, 1.0, 0.0, bias, Epilogue::None).unwrap();
+        let g = self
+            .k
+            .gemm(&a, &w, &c, false, true, 1.0, 0.0, bias, Epilogue::None)
+            .unwrap();
         let (med, p) = self.time(what, &|s| g.run(s, &a, &w, &c, bias.then_some(&b)));
         let tf = 2.0 * (m * n * kk) as f64 / (med * 1e-3) / 1e12;
-        println!("| {what:<16} | {:<24} | {:<4} | {:>9.1} | {:>9.1} | {tf:>6.0} TFLOP/s | {:>5.0} % of GEMM |", format!("{m}x{kk}x{n}"), dt.name(), med * 1e3, p * 1e3, 100.0 * tf / self.gemm_tflops);
+        println!(
+            "| {what:<16} | {:<24} | {:<4} | {:>9.1} | {:>9.1} | {tf:>6.0} TFLOP/s | {:>5.0} % of GEMM |",
+            format!("{m}x{kk}x{n}"),
+            dt.name(),
+            med * 1e3,
+            p * 1e3,
+            100.0 * tf / self.gemm_tflops
+        );
     }
 }
 
 fn main() {
-    let iters = std::env::args().skip_while(|a| a != "--iters").nth(1).and_then(|v| v.parse().ok()).unwrap_or(200usize);
+    let iters = std::env::args()
+        .skip_while(|a| a != "--iters")
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200usize);
     let ctx = match Ctx::cuda(0) {
         Ok(c) => c,
         Err(e) => {
@@ -108,24 +151,58 @@ fn main() {
     let s = ctx.stream(0).unwrap();
     let k = Kernels::new(&ctx).unwrap();
     let name = ctx.cuda_context().unwrap().name().unwrap_or_default();
-    println!("device: {name} ({}), per op inside a graph repeating it (≥ 100 µs a replay), {iters} timed replays per row\n", k.target());
-    let mut b = Bench { k, s, iters, copy_gbs: 1.0, gemm_tflops: 1.0, seed: 0x1234_5678 };
+    println!(
+        "device: {name} ({}), per op inside a graph repeating it (≥ 100 µs a replay), {iters} timed replays per row\n",
+        k.target()
+    );
+    let mut b = Bench {
+        k,
+        s,
+        iters,
+        copy_gbs: 1.0,
+        gemm_tflops: 1.0,
+        seed: 0x1234_5678,
+    };
 
     // Ceilings.
     let big = 1usize << 30;
-    let (src, dst) = (Buffer::alloc(&ctx, "src", big).unwrap(), Buffer::alloc(&ctx, "dst", big).unwrap());
+    let (src, dst) = (
+        Buffer::alloc(&ctx, "src", big).unwrap(),
+        Buffer::alloc(&ctx, "dst", big).unwrap(),
+    );
     let (m, _) = b.time("copy", &|s| Ok(Buffer::copy(&dst, 0, &src, 0, big, s)?));
     b.copy_gbs = 2.0 * big as f64 / (m * 1e-3) / 1e9;
     drop((src, dst));
     let n = 8192;
-    let (a, w, c) = (b.tensor("a", DType::BF16, &[n, n]), b.tensor("w", DType::BF16, &[n, n]), b.tensor("c", DType::BF16, &[n, n]));
-    let g = b.k.gemm(&a, &w, &c, false, true, 1.0, 0.0, false, Epilogue::None).unwrap();
+    let (a, w, c) = (
+        b.tensor("a", DType::BF16, &[n, n]),
+        b.tensor("w", DType::BF16, &[n, n]),
+        b.tensor("c", DType::BF16, &[n, n]),
+    );
+    let g =
+        b.k.gemm(&a, &w, &c, false, true, 1.0, 0.0, false, Epilogue::None)
+            .unwrap();
     let (m, _) = b.time("gemm ceiling", &|s| g.run(s, &a, &w, &c, None));
     b.gemm_tflops = 2.0 * (n * n * n) as f64 / (m * 1e-3) / 1e12;
     drop((a, w, c, g));
-    println!("ceilings: device-to-device copy of 1 GiB {:.0} GB/s (read + write); bf16 GEMM 8192³ {:.0} TFLOP/s\n", b.copy_gbs, b.gemm_tflops);
-    println!("| {:<16} | {:<24} | {:<4} | {:>9} | {:>9} | {:>13} | {:>17} |", "op", "shape", "type", "median µs", "p99 µs", "achieved", "of ceiling");
-    println!("|{}|{}|{}|{}|{}|{}|{}|", "-".repeat(18), "-".repeat(26), "-".repeat(6), "-".repeat(11), "-".repeat(11), "-".repeat(15), "-".repeat(19));
+    println!(
+        "ceilings: device-to-device copy of 1 GiB {:.0} GB/s (read + write); bf16 GEMM 8192³ {:.0} TFLOP/s\n",
+        b.copy_gbs, b.gemm_tflops
+    );
+    println!(
+        "| {:<16} | {:<24} | {:<4} | {:>9} | {:>9} | {:>13} | {:>17} |",
+        "op", "shape", "type", "median µs", "p99 µs", "achieved", "of ceiling"
+    );
+    println!(
+        "|{}|{}|{}|{}|{}|{}|{}|",
+        "-".repeat(18),
+        "-".repeat(26),
+        "-".repeat(6),
+        "-".repeat(11),
+        "-".repeat(11),
+        "-".repeat(15),
+        "-".repeat(19)
+    );
 
     // GEMMs (weights [out, in], as checkpoints store them).
     for (what, m, kk, n, bias) in [
@@ -146,15 +223,23 @@ fn main() {
     let dt = DType::BF16;
     let sz = dt.size() as f64;
     // Memory-bound ops.
-    for (rows, cols, tag) in [(800usize, 2048usize, "gemma"), (256, 1152, "siglip"), (1500, 384, "whisper")] {
+    for (rows, cols, tag) in [
+        (800usize, 2048usize, "gemma"),
+        (256, 1152, "siglip"),
+        (1500, 384, "whisper"),
+    ] {
         let x = b.tensor("x", dt, &[rows, cols]);
         let w = b.tensor("w", dt, &[cols]);
         let bb = b.tensor("b", dt, &[cols]);
         let o = b.tensor("o", dt, &[rows, cols]);
         let io = 2.0 * (rows * cols) as f64 * sz;
         let shape = format!("{rows}x{cols} ({tag})");
-        b.mem_row("rms_norm", &shape, dt, io, &|s| b.k.rms_norm(s, &x, &w, &o, 1e-6));
-        b.mem_row("layer_norm", &shape, dt, io, &|s| b.k.layer_norm(s, &x, &w, &bb, &o, 1e-6));
+        b.mem_row("rms_norm", &shape, dt, io, &|s| {
+            b.k.rms_norm(s, &x, &w, &o, 1e-6)
+        });
+        b.mem_row("layer_norm", &shape, dt, io, &|s| {
+            b.k.layer_norm(s, &x, &w, &bb, &o, 1e-6)
+        });
         b.mem_row("add", &shape, dt, 1.5 * io, &|s| b.k.add(s, &x, &o, &o));
         b.mem_row("softmax", &shape, dt, io, &|s| b.k.softmax(s, &x, &o));
     }
@@ -163,39 +248,109 @@ fn main() {
         let x = b.tensor("x", dt, &[rows, cols]);
         let m = b.tensor("mod", dt, &[1, 3 * cols]);
         let o = b.tensor("o", dt, &[rows, cols]);
-        b.mem_row("ada_rms_norm", "50x1024 (expert)", dt, (2 * rows * cols + 2 * cols) as f64 * sz, &|s| b.k.ada_rms_norm(s, &x, &m, &o, 1e-6).map(|_| ()));
+        b.mem_row(
+            "ada_rms_norm",
+            "50x1024 (expert)",
+            dt,
+            (2 * rows * cols + 2 * cols) as f64 * sz,
+            &|s| b.k.ada_rms_norm(s, &x, &m, &o, 1e-6).map(|_| ()),
+        );
         let g = m.narrow(1, 2 * cols, cols).unwrap();
-        b.mem_row("gated_residual", "50x1024 (expert)", dt, (3 * rows * cols) as f64 * sz, &|s| b.k.gated_residual(s, &x, &o, &g, &o));
+        b.mem_row(
+            "gated_residual",
+            "50x1024 (expert)",
+            dt,
+            (3 * rows * cols) as f64 * sz,
+            &|s| b.k.gated_residual(s, &x, &o, &g, &o),
+        );
     }
     {
         let (rows, f) = (800, 16384);
         let gu = b.tensor("gate_up", dt, &[rows, 2 * f]);
         let o = b.tensor("o", dt, &[rows, f]);
-        b.mem_row("geglu", "800x16384 (gemma)", dt, (3 * rows * f) as f64 * sz, &|s| b.k.geglu(s, &gu.narrow(1, 0, f)?, &gu.narrow(1, f, f)?, &o));
+        b.mem_row(
+            "geglu",
+            "800x16384 (gemma)",
+            dt,
+            (3 * rows * f) as f64 * sz,
+            &|s| b.k.geglu(s, &gu.narrow(1, 0, f)?, &gu.narrow(1, f, f)?, &o),
+        );
         let x = b.tensor("x", dt, &[1500, 1536]);
         let o2 = b.tensor("o", dt, &[1500, 1536]);
-        b.mem_row("gelu (erf)", "1500x1536 (whisper)", dt, (2 * 1500 * 1536) as f64 * sz, &|s| b.k.gelu(s, &x, &o2));
-        b.mem_row("silu", "1500x1536", dt, (2 * 1500 * 1536) as f64 * sz, &|s| b.k.silu(s, &x, &o2));
+        b.mem_row(
+            "gelu (erf)",
+            "1500x1536 (whisper)",
+            dt,
+            (2 * 1500 * 1536) as f64 * sz,
+            &|s| b.k.gelu(s, &x, &o2),
+        );
+        b.mem_row(
+            "silu",
+            "1500x1536",
+            dt,
+            (2 * 1500 * 1536) as f64 * sz,
+            &|s| b.k.silu(s, &x, &o2),
+        );
         let xf = b.tensor("xf", DType::F32, &[1500, 1536]);
-        b.mem_row("cast f32->bf16", "1500x1536", dt, (1500 * 1536 * 6) as f64, &|s| b.k.cast(s, &xf, &o2));
+        b.mem_row(
+            "cast f32->bf16",
+            "1500x1536",
+            dt,
+            (1500 * 1536 * 6) as f64,
+            &|s| b.k.cast(s, &xf, &o2),
+        );
     }
     {
         let q = b.tensor("q", dt, &[800, 8, 256]);
         let pos = Tensor::alloc(b.k.ctx(), "pos", DType::I32, &[800]).unwrap();
         pos.write_i32(b.s, &(0..800).collect::<Vec<i32>>()).unwrap();
-        b.mem_row("rope", "800x8x256 (gemma q)", dt, (2 * 800 * 8 * 256) as f64 * sz + 3200.0, &|s| b.k.rope(s, &q, &pos, &q, 10_000.0));
+        b.mem_row(
+            "rope",
+            "800x8x256 (gemma q)",
+            dt,
+            (2 * 800 * 8 * 256) as f64 * sz + 3200.0,
+            &|s| b.k.rope(s, &q, &pos, &q, 10_000.0),
+        );
         let ids = Tensor::alloc(b.k.ctx(), "ids", DType::I32, &[200]).unwrap();
-        ids.write_i32(b.s, &(0..200).map(|i| i * 997).collect::<Vec<i32>>()).unwrap();
+        ids.write_i32(b.s, &(0..200).map(|i| i * 997).collect::<Vec<i32>>())
+            .unwrap();
         let table = b.tensor("table", dt, &[257152, 2048]);
         let e = b.tensor("e", dt, &[200, 2048]);
-        b.mem_row("embedding", "200 of 257152x2048", dt, (2 * 200 * 2048) as f64 * sz, &|s| b.k.embedding(s, &ids, &table, &e, 45.25));
+        b.mem_row(
+            "embedding",
+            "200 of 257152x2048",
+            dt,
+            (2 * 200 * 2048) as f64 * sz,
+            &|s| b.k.embedding(s, &ids, &table, &e, 45.25),
+        );
     }
     // Attention: FLOPs 4·Sq·Sk·Hq·D (two products), bytes q + k + v + out.
-    println!("\nattention (reported separately: FLOP floor at the GEMM ceiling, byte floor at the copy ceiling)\n");
-    println!("| {:<30} | {:>9} | {:>9} | {:>9} | {:>10} | {:>10} |", "case, form", "median µs", "p99 µs", "TFLOP/s", "FLOP floor", "byte floor");
-    println!("|{}|{}|{}|{}|{}|{}|", "-".repeat(32), "-".repeat(11), "-".repeat(11), "-".repeat(11), "-".repeat(12), "-".repeat(12));
+    println!(
+        "\nattention (reported separately: FLOP floor at the GEMM ceiling, byte floor at the copy ceiling)\n"
+    );
+    println!(
+        "| {:<30} | {:>9} | {:>9} | {:>9} | {:>10} | {:>10} |",
+        "case, form", "median µs", "p99 µs", "TFLOP/s", "FLOP floor", "byte floor"
+    );
+    println!(
+        "|{}|{}|{}|{}|{}|{}|",
+        "-".repeat(32),
+        "-".repeat(11),
+        "-".repeat(11),
+        "-".repeat(11),
+        "-".repeat(12),
+        "-".repeat(12)
+    );
     for (what, sq, sk, hq, hkv, d, kind) in [
-        ("gemma prefix, valid len", 800usize, 800usize, 8usize, 1usize, 256usize, 1u8),
+        (
+            "gemma prefix, valid len",
+            800usize,
+            800usize,
+            8usize,
+            1usize,
+            256usize,
+            1u8,
+        ),
         ("expert over prefix+suffix", 50, 850, 8, 1, 256, 2),
         ("siglip (2 views: 1 of them)", 256, 256, 16, 16, 72, 0),
         ("whisper tiny encoder", 1500, 1500, 6, 6, 64, 0),
@@ -217,7 +372,17 @@ fn main() {
         let bytes = (2 * sq * hq * d + 2 * sk * hkv * d) as f64 * sz;
         let fused = b.time(what, &|s| b.k.attention(s, &q, &kt, &v, &o, &mask, scale));
         let planned = b.time(what, &|s| plan.run(&b.k, s));
-        for (form, (m, p)) in [("fused kernel", fused), (if plan.uses_gemm() { "plan: GEMM+softmax+GEMM" } else { "plan: fused kernel" }, planned)] {
+        for (form, (m, p)) in [
+            ("fused kernel", fused),
+            (
+                if plan.uses_gemm() {
+                    "plan: GEMM+softmax+GEMM"
+                } else {
+                    "plan: fused kernel"
+                },
+                planned,
+            ),
+        ] {
             println!(
                 "| {:<30} | {:>9.1} | {:>9.1} | {:>9.1} | {:>7.1} µs | {:>7.1} µs |",
                 format!("{what}, {form}"),
@@ -241,13 +406,34 @@ fn main() {
         let c1 = frt_kernels::Conv1d::new(&b.k, &x, &w1, &h1, 1, 1).unwrap();
         let c2 = frt_kernels::Conv1d::new(&b.k, &h1, &w2, &h2, 2, 1).unwrap();
         let rows = [
-            ("conv1d 3000x80->384 s1, direct", b.time("conv1", &|s| b.k.conv1d(s, &x, &w1, &b1, &h1, 1, 1)), 3000 * 384 * 80 * 3),
-            ("conv1d 3000x80->384 s1, im2col+gemm", b.time("conv1p", &|s| c1.run(&b.k, s, &x, &w1, &b1, &h1)), 3000 * 384 * 80 * 3),
-            ("conv1d 3000x384->384 s2, direct", b.time("conv2", &|s| b.k.conv1d(s, &h1, &w2, &b1, &h2, 2, 1)), 1500 * 384 * 384 * 3),
-            ("conv1d 3000x384->384 s2, im2col+gemm", b.time("conv2p", &|s| c2.run(&b.k, s, &h1, &w2, &b1, &h2)), 1500 * 384 * 384 * 3),
+            (
+                "conv1d 3000x80->384 s1, direct",
+                b.time("conv1", &|s| b.k.conv1d(s, &x, &w1, &b1, &h1, 1, 1)),
+                3000 * 384 * 80 * 3,
+            ),
+            (
+                "conv1d 3000x80->384 s1, im2col+gemm",
+                b.time("conv1p", &|s| c1.run(&b.k, s, &x, &w1, &b1, &h1)),
+                3000 * 384 * 80 * 3,
+            ),
+            (
+                "conv1d 3000x384->384 s2, direct",
+                b.time("conv2", &|s| b.k.conv1d(s, &h1, &w2, &b1, &h2, 2, 1)),
+                1500 * 384 * 384 * 3,
+            ),
+            (
+                "conv1d 3000x384->384 s2, im2col+gemm",
+                b.time("conv2p", &|s| c2.run(&b.k, s, &h1, &w2, &b1, &h2)),
+                1500 * 384 * 384 * 3,
+            ),
         ];
         for (what, (m, p), macs) in rows {
-            println!("| {what:<38} | {:>9.1} µs median | {:>9.1} µs p99 | {:>6.1} TFLOP/s |", m * 1e3, p * 1e3, 2.0 * macs as f64 / (m * 1e-3) / 1e12);
+            println!(
+                "| {what:<38} | {:>9.1} µs median | {:>9.1} µs p99 | {:>6.1} TFLOP/s |",
+                m * 1e3,
+                p * 1e3,
+                2.0 * macs as f64 / (m * 1e-3) / 1e12
+            );
         }
         let imgs = b.tensor("imgs", dt, &[2, 224, 224, 3]);
         let patches = b.tensor("patches", dt, &[512, 588]);
@@ -256,7 +442,13 @@ fn main() {
         let pos = b.tensor("pos", dt, &[256, 1152]);
         let out = b.tensor("out", dt, &[512, 1152]);
         let pe = PatchEmbed::new(&b.k, &imgs, &patches, &w, &out, 14).unwrap();
-        let (m, p) = b.time("patch_embed", &|s| pe.run(&b.k, s, &imgs, &patches, &w, &bias, &pos, &out));
-        println!("| patch_embed 2x224x224x3 p14 -> 1152 | {:>9.1} µs median | {:>9.1} µs p99 |", m * 1e3, p * 1e3);
+        let (m, p) = b.time("patch_embed", &|s| {
+            pe.run(&b.k, s, &imgs, &patches, &w, &bias, &pos, &out)
+        });
+        println!(
+            "| patch_embed 2x224x224x3 p14 -> 1152 | {:>9.1} µs median | {:>9.1} µs p99 |",
+            m * 1e3,
+            p * 1e3
+        );
     }
 }

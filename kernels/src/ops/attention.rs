@@ -33,15 +33,25 @@ impl AttentionMask {
     }
     /// Keys `0..*valid_len` (device-side length).
     pub fn valid(valid_len: &Tensor) -> Self {
-        AttentionMask { valid_len: Some(valid_len.clone()), ..Default::default() }
+        AttentionMask {
+            valid_len: Some(valid_len.clone()),
+            ..Default::default()
+        }
     }
     /// Keys `0..*prefix_len` of a prefix of capacity `prefix_capacity`, and every key after it.
     pub fn prefix_suffix(prefix_len: &Tensor, prefix_capacity: usize) -> Self {
-        AttentionMask { valid_len: Some(prefix_len.clone()), always_from: Some(prefix_capacity), causal_offset: None }
+        AttentionMask {
+            valid_len: Some(prefix_len.clone()),
+            always_from: Some(prefix_capacity),
+            causal_offset: None,
+        }
     }
     /// Query `i` sees keys `0..=i + offset`.
     pub fn causal(offset: usize) -> Self {
-        AttentionMask { causal_offset: Some(offset), ..Default::default() }
+        AttentionMask {
+            causal_offset: Some(offset),
+            ..Default::default()
+        }
     }
 }
 
@@ -67,13 +77,23 @@ struct Dims {
 fn heads_layout(op: &'static str, name: &str, t: &Tensor) -> Result<(usize, usize, usize, usize)> {
     let (sh, st) = (t.shape(), t.strides());
     if sh.len() != 3 || st[2] != 1 || st[1] != sh[2] {
-        return Err(Error::shape(op, format!("`{name}` {t:?} must be [tokens, heads, head_dim] with contiguous heads")));
+        return Err(Error::shape(
+            op,
+            format!("`{name}` {t:?} must be [tokens, heads, head_dim] with contiguous heads"),
+        ));
     }
     Ok((sh[0], sh[1], sh[2], st[0]))
 }
 
 impl Kernels {
-    fn attention_dims(&self, q: &Tensor, k: &Tensor, v: &Tensor, out: &Tensor, mask: &AttentionMask) -> Result<(Dims, usize)> {
+    fn attention_dims(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        out: &Tensor,
+        mask: &AttentionMask,
+    ) -> Result<(Dims, usize)> {
         let op = "attention";
         self.check_ctx(op, &[q, k, v, out])?;
         q.expect_float(op, "q")?;
@@ -84,20 +104,48 @@ impl Kernels {
         let (sk_len, hkv, dk, sk) = heads_layout(op, "k", k)?;
         let (sv_len, hv, dv, sv) = heads_layout(op, "v", v)?;
         let (so_len, ho, dout, so) = heads_layout(op, "out", out)?;
-        if dk != d || dv != d || dout != d || hv != hkv || ho != hq || sv_len != sk_len || so_len != sq_len || hkv == 0 || hq % hkv != 0 {
-            return Err(Error::shape(op, format!("q {q:?}, k {k:?}, v {v:?}, out {out:?} do not agree")));
+        if dk != d
+            || dv != d
+            || dout != d
+            || hv != hkv
+            || ho != hq
+            || sv_len != sk_len
+            || so_len != sq_len
+            || hkv == 0
+            || hq % hkv != 0
+        {
+            return Err(Error::shape(
+                op,
+                format!("q {q:?}, k {k:?}, v {v:?}, out {out:?} do not agree"),
+            ));
         }
         if let Some(vl) = &mask.valid_len {
             self.check_ctx(op, &[vl])?;
             vl.expect_dtype(op, "valid_len", DType::I32)?;
             if vl.numel() != 1 {
-                return Err(Error::shape(op, format!("valid_len {vl:?} must hold one i32")));
+                return Err(Error::shape(
+                    op,
+                    format!("valid_len {vl:?} must hold one i32"),
+                ));
             }
         }
         if d > MAX_HEAD_DIM {
-            return Err(Error::shape(op, format!("head dim {d} exceeds {MAX_HEAD_DIM}")));
+            return Err(Error::shape(
+                op,
+                format!("head dim {d} exceeds {MAX_HEAD_DIM}"),
+            ));
         }
-        let dims = Dims { sq_len, sk_len, hq, hkv, d, sq, sk, sv, so };
+        let dims = Dims {
+            sq_len,
+            sk_len,
+            hq,
+            hkv,
+            d,
+            sq,
+            sk,
+            sv,
+            so,
+        };
         let always_from = mask.always_from.unwrap_or(sk_len).min(sk_len);
         Ok((dims, always_from))
     }
@@ -106,15 +154,39 @@ impl Kernels {
     /// `[Sq, Hq, D]`; `k`, `v`: `[Sk, Hkv, D]` with `Hq` a multiple of `Hkv` (views into a
     /// larger cache are fine: rows may be strided). A query that sees no key gets zeros.
     #[allow(clippy::too_many_arguments)]
-    pub fn attention(&self, s: Stream, q: &Tensor, k: &Tensor, v: &Tensor, out: &Tensor, mask: &AttentionMask, scale: f32) -> Result<()> {
+    pub fn attention(
+        &self,
+        s: Stream,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        out: &Tensor,
+        mask: &AttentionMask,
+        scale: f32,
+    ) -> Result<()> {
         let (dims, always_from) = self.attention_dims(q, k, v, out, mask)?;
-        let (sq_len, sk_len, hq, hkv, d, sq, sk, sv, so) = (dims.sq_len, dims.sk_len, dims.hq, dims.hkv, dims.d, dims.sq, dims.sk, dims.sv, dims.so);
+        let (sq_len, sk_len, hq, hkv, d, sq, sk, sv, so) = (
+            dims.sq_len,
+            dims.sk_len,
+            dims.hq,
+            dims.hkv,
+            dims.d,
+            dims.sq,
+            dims.sk,
+            dims.sv,
+            dims.so,
+        );
         let op = "attention";
         let dt = q.dtype();
         match &self.cuda {
             Some(c) => {
                 if d + sk_len > MAX_SHARED_FLOATS {
-                    return Err(Error::shape(op, format!("{sk_len} keys × head dim {d} exceed the kernel's shared memory ({MAX_SHARED_FLOATS} floats)")));
+                    return Err(Error::shape(
+                        op,
+                        format!(
+                            "{sk_len} keys × head dim {d} exceed the kernel's shared memory ({MAX_SHARED_FLOATS} floats)"
+                        ),
+                    ));
                 }
                 self.retain(s, &[q, k, v, out]);
                 let mut vlp = 0u64;
@@ -123,15 +195,35 @@ impl Kernels {
                     vlp = vl.ptr();
                 }
                 let (mut qp, mut kp, mut vp, mut op_) = (q.ptr(), k.ptr(), v.ptr(), out.ptr());
-                let (mut a, mut b, mut hq_, mut hkv_, mut d_) = (sq_len as u32, sk_len as u32, hq as u32, hkv as u32, d as u32);
-                let (mut sq_, mut sk_, mut sv_, mut so_) = (sq as u64, sk as u64, sv as u64, so as u64);
-                let (mut af, mut causal, mut co, mut sc) = (always_from as u32, mask.causal_offset.is_some() as i32, mask.causal_offset.unwrap_or(0) as u32, scale);
+                let (mut a, mut b, mut hq_, mut hkv_, mut d_) = (
+                    sq_len as u32,
+                    sk_len as u32,
+                    hq as u32,
+                    hkv as u32,
+                    d as u32,
+                );
+                let (mut sq_, mut sk_, mut sv_, mut so_) =
+                    (sq as u64, sk as u64, sv as u64, so as u64);
+                let (mut af, mut causal, mut co, mut sc) = (
+                    always_from as u32,
+                    mask.causal_offset.is_some() as i32,
+                    mask.causal_offset.unwrap_or(0) as u32,
+                    scale,
+                );
                 let shared = ((d + sk_len) * 4) as u32;
                 // SAFETY: layouts were checked; shared memory holds d + Sk floats (≤ 48 KiB).
                 unsafe {
                     c.launch(
-                        s, "attention", Some(dt), (sq_len as u32, hq as u32, 1), (128, 1, 1), shared,
-                        &mut args!(qp, kp, vp, op_, vlp, a, b, hq_, hkv_, d_, sq_, sk_, sv_, so_, af, causal, co, sc),
+                        s,
+                        "attention",
+                        Some(dt),
+                        (sq_len as u32, hq as u32, 1),
+                        (128, 1, 1),
+                        shared,
+                        &mut args!(
+                            qp, kp, vp, op_, vlp, a, b, hq_, hkv_, d_, sq_, sk_, sv_, so_, af,
+                            causal, co, sc
+                        ),
                     )
                 }
             }
@@ -139,7 +231,13 @@ impl Kernels {
                 let (qp, kp, vp, op_) = (P::of(q), P::of(k), P::of(v), P::of(out));
                 let vlp = mask.valid_len.as_ref().map(P::of);
                 let causal = mask.causal_offset;
-                let keep = (q.clone(), k.clone(), v.clone(), out.clone(), mask.valid_len.clone());
+                let keep = (
+                    q.clone(),
+                    k.clone(),
+                    v.clone(),
+                    out.clone(),
+                    mask.valid_len.clone(),
+                );
                 self.host(s, move || {
                     let _ = &keep;
                     // SAFETY: one i32 (checked).
@@ -148,7 +246,21 @@ impl Kernels {
                         Pool::global().run(dims.sq_len * dims.hq, &|task| {
                             let (i, h) = (task / dims.hq, task % dims.hq);
                             // SAFETY: indices inside the checked layouts.
-                            unsafe { host_head::<T>(&dims, i, h, qp, kp, vp, op_, valid, always_from, causal, scale) };
+                            unsafe {
+                                host_head::<T>(
+                                    &dims,
+                                    i,
+                                    h,
+                                    qp,
+                                    kp,
+                                    vp,
+                                    op_,
+                                    valid,
+                                    always_from,
+                                    causal,
+                                    scale,
+                                )
+                            };
                         })
                     })
                 })
@@ -163,7 +275,17 @@ impl Kernels {
 /// `dims` describe the tensors behind the pointers.
 #[allow(clippy::too_many_arguments)]
 unsafe fn host_head<T: crate::dtype::Float>(
-    dims: &Dims, i: usize, h: usize, q: P, k: P, v: P, out: P, valid: i64, always_from: usize, causal: Option<usize>, scale: f32,
+    dims: &Dims,
+    i: usize,
+    h: usize,
+    q: P,
+    k: P,
+    v: P,
+    out: P,
+    valid: i64,
+    always_from: usize,
+    causal: Option<usize>,
+    scale: f32,
 ) {
     const MAX_D: usize = MAX_HEAD_DIM;
     let d = dims.d;
@@ -178,7 +300,11 @@ unsafe fn host_head<T: crate::dtype::Float>(
         let mut sc = 0f32;
         for c in 0..d {
             // SAFETY: the caller's contract.
-            sc += unsafe { q.ld::<T>(i * dims.sq + h * dims.d + c) * scale * k.ld::<T>(j * dims.sk + kh * dims.d + c) };
+            sc += unsafe {
+                q.ld::<T>(i * dims.sq + h * dims.d + c)
+                    * scale
+                    * k.ld::<T>(j * dims.sk + kh * dims.d + c)
+            };
         }
         let m_new = m.max(sc);
         let correction = (m - m_new).exp();
@@ -209,7 +335,12 @@ enum Path {
     /// The fused kernel (host: the reference; CUDA: short query counts, e.g. decoding).
     Direct,
     /// CUDA, many queries: scores = Q·Kᵀ (cuBLASLt, f32), masked softmax, out = P·V.
-    Gemm { qk: Vec<Step>, pv: Vec<Step>, scores: Box<Tensor>, probs: Box<Tensor> },
+    Gemm {
+        qk: Vec<Step>,
+        pv: Vec<Step>,
+        scores: Box<Tensor>,
+        probs: Box<Tensor>,
+    },
 }
 
 /// Attention planned once for fixed tensors: on CUDA with at least
@@ -233,50 +364,171 @@ pub struct AttentionPlan {
 pub const GEMM_MIN_QUERIES: usize = 16;
 
 /// `t` seen as `[heads, tokens, d]` for heads `h0..h0 + n` (`t` is `[tokens, heads, d]`).
-fn heads_view(t: &Tensor, h0: usize, n: usize, tokens: usize, d: usize, row_stride: usize) -> Result<Tensor> {
-    Tensor::with_layout(t.buffer(), t.dtype(), &[n, tokens, d], &[d, row_stride, 1], t.offset() + h0 * d)
+fn heads_view(
+    t: &Tensor,
+    h0: usize,
+    n: usize,
+    tokens: usize,
+    d: usize,
+    row_stride: usize,
+) -> Result<Tensor> {
+    Tensor::with_layout(
+        t.buffer(),
+        t.dtype(),
+        &[n, tokens, d],
+        &[d, row_stride, 1],
+        t.offset() + h0 * d,
+    )
 }
 
 impl Kernels {
     /// Plans attention over these tensors (see [`AttentionPlan`]).
     #[allow(clippy::too_many_arguments)]
-    pub fn attention_plan(&self, q: &Tensor, k: &Tensor, v: &Tensor, out: &Tensor, mask: &AttentionMask, scale: f32) -> Result<AttentionPlan> {
+    pub fn attention_plan(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        out: &Tensor,
+        mask: &AttentionMask,
+        scale: f32,
+    ) -> Result<AttentionPlan> {
         let (dims, always_from) = self.attention_dims(q, k, v, out, mask)?;
-        let path = if self.cuda.is_some() && dims.sq_len >= GEMM_MIN_QUERIES { self.attention_gemm_path(q, k, v, out, &dims)? } else { Path::Direct };
-        Ok(AttentionPlan { q: q.clone(), k: k.clone(), v: v.clone(), out: out.clone(), mask: mask.clone(), scale, dims, always_from, path })
+        let path = if self.cuda.is_some() && dims.sq_len >= GEMM_MIN_QUERIES {
+            self.attention_gemm_path(q, k, v, out, &dims)?
+        } else {
+            Path::Direct
+        };
+        Ok(AttentionPlan {
+            q: q.clone(),
+            k: k.clone(),
+            v: v.clone(),
+            out: out.clone(),
+            mask: mask.clone(),
+            scale,
+            dims,
+            always_from,
+            path,
+        })
     }
 
-    fn attention_gemm_path(&self, q: &Tensor, k: &Tensor, v: &Tensor, out: &Tensor, dims: &Dims) -> Result<Path> {
-        let Dims { sq_len, sk_len, hq, hkv, d, sq, sk, sv, so } = *dims;
+    fn attention_gemm_path(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        out: &Tensor,
+        dims: &Dims,
+    ) -> Result<Path> {
+        let Dims {
+            sq_len,
+            sk_len,
+            hq,
+            hkv,
+            d,
+            sq,
+            sk,
+            sv,
+            so,
+        } = *dims;
         let dt = q.dtype();
-        let scores = Tensor::alloc(self.ctx(), "attention.scores", DType::F32, &[hq, sq_len, sk_len])?;
+        let scores = Tensor::alloc(
+            self.ctx(),
+            "attention.scores",
+            DType::F32,
+            &[hq, sq_len, sk_len],
+        )?;
         let probs = Tensor::alloc(self.ctx(), "attention.probs", dt, &[hq, sq_len, sk_len])?;
         let (mut qk, mut pv) = (Vec::new(), Vec::new());
         // Query heads that share key/value heads form one batch: all heads when every head has
         // its own (MHA), else one batch per key/value head (GQA/MQA) with K, V shared.
         let groups: Vec<(usize, usize, Tensor, Tensor)> = if hkv == hq {
-            vec![(0, hq, heads_view(k, 0, hq, sk_len, d, sk)?, heads_view(v, 0, hq, sk_len, d, sv)?)]
+            vec![(
+                0,
+                hq,
+                heads_view(k, 0, hq, sk_len, d, sk)?,
+                heads_view(v, 0, hq, sk_len, d, sv)?,
+            )]
         } else {
             let g = hq / hkv;
             (0..hkv)
                 .map(|kh| -> Result<_> {
-                    let kv = Tensor::with_layout(k.buffer(), dt, &[sk_len, d], &[sk, 1], k.offset() + kh * d)?;
-                    let vv = Tensor::with_layout(v.buffer(), dt, &[sk_len, d], &[sv, 1], v.offset() + kh * d)?;
+                    let kv = Tensor::with_layout(
+                        k.buffer(),
+                        dt,
+                        &[sk_len, d],
+                        &[sk, 1],
+                        k.offset() + kh * d,
+                    )?;
+                    let vv = Tensor::with_layout(
+                        v.buffer(),
+                        dt,
+                        &[sk_len, d],
+                        &[sv, 1],
+                        v.offset() + kh * d,
+                    )?;
                     Ok((kh * g, g, kv, vv))
                 })
                 .collect::<Result<_>>()?
         };
         for (h0, n, kv, vv) in groups {
             let qv = heads_view(q, h0, n, sq_len, d, sq)?;
-            let sc = Tensor::with_layout(scores.buffer(), DType::F32, &[n, sq_len, sk_len], &[sq_len * sk_len, sk_len, 1], h0 * sq_len * sk_len)?;
-            let pr = Tensor::with_layout(probs.buffer(), dt, &[n, sq_len, sk_len], &[sq_len * sk_len, sk_len, 1], h0 * sq_len * sk_len)?;
+            let sc = Tensor::with_layout(
+                scores.buffer(),
+                DType::F32,
+                &[n, sq_len, sk_len],
+                &[sq_len * sk_len, sk_len, 1],
+                h0 * sq_len * sk_len,
+            )?;
+            let pr = Tensor::with_layout(
+                probs.buffer(),
+                dt,
+                &[n, sq_len, sk_len],
+                &[sq_len * sk_len, sk_len, 1],
+                h0 * sq_len * sk_len,
+            )?;
             let ov = heads_view(out, h0, n, sq_len, d, so)?;
-            let g1 = self.gemm(&qv, &kv, &sc, false, true, 1.0, 0.0, false, crate::Epilogue::None)?;
-            let g2 = self.gemm(&pr, &vv, &ov, false, false, 1.0, 0.0, false, crate::Epilogue::None)?;
-            qk.push(Step { gemm: g1, a: qv, b: kv, c: sc });
-            pv.push(Step { gemm: g2, a: pr, b: vv, c: ov });
+            let g1 = self.gemm(
+                &qv,
+                &kv,
+                &sc,
+                false,
+                true,
+                1.0,
+                0.0,
+                false,
+                crate::Epilogue::None,
+            )?;
+            let g2 = self.gemm(
+                &pr,
+                &vv,
+                &ov,
+                false,
+                false,
+                1.0,
+                0.0,
+                false,
+                crate::Epilogue::None,
+            )?;
+            qk.push(Step {
+                gemm: g1,
+                a: qv,
+                b: kv,
+                c: sc,
+            });
+            pv.push(Step {
+                gemm: g2,
+                a: pr,
+                b: vv,
+                c: ov,
+            });
         }
-        Ok(Path::Gemm { qk, pv, scores: Box::new(scores), probs: Box::new(probs) })
+        Ok(Path::Gemm {
+            qk,
+            pv,
+            scores: Box::new(scores),
+            probs: Box::new(probs),
+        })
     }
 }
 
@@ -289,8 +541,15 @@ impl AttentionPlan {
     /// Enqueues the planned attention on `s`.
     pub fn run(&self, k: &Kernels, s: Stream) -> Result<()> {
         match &self.path {
-            Path::Direct => k.attention(s, &self.q, &self.k, &self.v, &self.out, &self.mask, self.scale),
-            Path::Gemm { qk, pv, scores, probs } => {
+            Path::Direct => k.attention(
+                s, &self.q, &self.k, &self.v, &self.out, &self.mask, self.scale,
+            ),
+            Path::Gemm {
+                qk,
+                pv,
+                scores,
+                probs,
+            } => {
                 for st in qk {
                     st.gemm.run(s, &st.a, &st.b, &st.c, None)?;
                 }
@@ -302,11 +561,25 @@ impl AttentionPlan {
                     vlp = vl.ptr();
                 }
                 let d = self.dims;
-                let (mut sp, mut pp, mut a, mut b) = (scores.ptr(), probs.ptr(), d.sq_len as u32, d.sk_len as u32);
-                let (mut af, mut causal, mut co, mut sc) = (self.always_from as u32, self.mask.causal_offset.is_some() as i32, self.mask.causal_offset.unwrap_or(0) as u32, self.scale);
+                let (mut sp, mut pp, mut a, mut b) =
+                    (scores.ptr(), probs.ptr(), d.sq_len as u32, d.sk_len as u32);
+                let (mut af, mut causal, mut co, mut sc) = (
+                    self.always_from as u32,
+                    self.mask.causal_offset.is_some() as i32,
+                    self.mask.causal_offset.unwrap_or(0) as u32,
+                    self.scale,
+                );
                 // SAFETY: scores and probs hold hq·sq·sk elements (allocated by the plan).
                 unsafe {
-                    c.launch(s, "masked_softmax", Some(probs.dtype()), ((d.hq * d.sq_len) as u32, 1, 1), (256, 1, 1), 0, &mut args!(sp, pp, a, b, vlp, af, causal, co, sc))?;
+                    c.launch(
+                        s,
+                        "masked_softmax",
+                        Some(probs.dtype()),
+                        ((d.hq * d.sq_len) as u32, 1, 1),
+                        (256, 1, 1),
+                        0,
+                        &mut args!(sp, pp, a, b, vlp, af, causal, co, sc),
+                    )?;
                 }
                 for st in pv {
                     st.gemm.run(s, &st.a, &st.b, &st.c, None)?;

@@ -15,7 +15,16 @@ impl Kernels {
     /// (PyTorch's layout), `b` `[c_out]`, `out` `[t_out, c_out]` with
     /// `t_out = (t_in + 2·pad − kw) / stride + 1`.
     #[allow(clippy::too_many_arguments)]
-    pub fn conv1d(&self, s: Stream, x: &Tensor, w: &Tensor, b: &Tensor, out: &Tensor, stride: usize, pad: usize) -> Result<()> {
+    pub fn conv1d(
+        &self,
+        s: Stream,
+        x: &Tensor,
+        w: &Tensor,
+        b: &Tensor,
+        out: &Tensor,
+        stride: usize,
+        pad: usize,
+    ) -> Result<()> {
         let op = "conv1d";
         self.check_ctx(op, &[x, w, b, out])?;
         x.expect_float(op, "x")?;
@@ -25,21 +34,53 @@ impl Kernels {
         }
         x.expect_contiguous(op)?;
         if x.rank() != 2 || w.rank() != 3 || out.rank() != 2 || stride == 0 {
-            return Err(Error::shape(op, format!("x {x:?}, w {w:?}, out {out:?} must be [t, c], [o, c, k], [t, o]")));
+            return Err(Error::shape(
+                op,
+                format!("x {x:?}, w {w:?}, out {out:?} must be [t, c], [o, c, k], [t, o]"),
+            ));
         }
         let (t_in, c_in, c_out, kw) = (x.dim(0), x.dim(1), w.dim(0), w.dim(2));
-        let t_out = (t_in + 2 * pad).checked_sub(kw).map(|v| v / stride + 1).unwrap_or(0);
-        if w.dim(1) != c_in || b.numel() != c_out || out.dim(0) != t_out || out.dim(1) != c_out || t_out == 0 {
-            return Err(Error::shape(op, format!("x {x:?}, w {w:?}, b {b:?}, out {out:?}: expected out [{t_out}, {c_out}]")));
+        let t_out = (t_in + 2 * pad)
+            .checked_sub(kw)
+            .map(|v| v / stride + 1)
+            .unwrap_or(0);
+        if w.dim(1) != c_in
+            || b.numel() != c_out
+            || out.dim(0) != t_out
+            || out.dim(1) != c_out
+            || t_out == 0
+        {
+            return Err(Error::shape(
+                op,
+                format!("x {x:?}, w {w:?}, b {b:?}, out {out:?}: expected out [{t_out}, {c_out}]"),
+            ));
         }
         let dt = x.dtype();
         match &self.cuda {
             Some(c) => {
                 self.retain(s, &[x, w, b, out]);
                 let (mut xp, mut wp, mut bp, mut op_) = (x.ptr(), w.ptr(), b.ptr(), out.ptr());
-                let (mut a, mut ci, mut to, mut co, mut k, mut st, mut pd) = (t_in as u32, c_in as u32, t_out as u32, c_out as u32, kw as u32, stride as u32, pad as u32);
+                let (mut a, mut ci, mut to, mut co, mut k, mut st, mut pd) = (
+                    t_in as u32,
+                    c_in as u32,
+                    t_out as u32,
+                    c_out as u32,
+                    kw as u32,
+                    stride as u32,
+                    pad as u32,
+                );
                 // SAFETY: sizes checked; reads outside [0, t_in) are skipped in the kernel.
-                unsafe { c.launch(s, "conv1d", Some(dt), (grid_1d(t_out * c_out), 1, 1), (256, 1, 1), 0, &mut args!(xp, wp, bp, op_, a, ci, to, co, k, st, pd)) }
+                unsafe {
+                    c.launch(
+                        s,
+                        "conv1d",
+                        Some(dt),
+                        (grid_1d(t_out * c_out), 1, 1),
+                        (256, 1, 1),
+                        0,
+                        &mut args!(xp, wp, bp, op_, a, ci, to, co, k, st, pd),
+                    )
+                }
             }
             None => {
                 let (xp, wp, bp, op_) = (P::of(x), P::of(w), P::of(b), P::of(out));
@@ -58,7 +99,8 @@ impl Kernels {
                                             continue;
                                         }
                                         for i in 0..c_in {
-                                            acc += wp.ld::<T>((o * c_in + i) * kw + r) * xp.ld::<T>(ti as usize * c_in + i);
+                                            acc += wp.ld::<T>((o * c_in + i) * kw + r)
+                                                * xp.ld::<T>(ti as usize * c_in + i);
                                         }
                                     }
                                     op_.st::<T>(t * c_out + o, acc);
@@ -82,21 +124,38 @@ impl Kernels {
         images.expect_contiguous(op)?;
         out.expect_contiguous(op)?;
         if images.rank() != 4 || p == 0 || images.dim(1) % p != 0 || images.dim(2) % p != 0 {
-            return Err(Error::shape(op, format!("images {images:?} must be [n, h, w, c] with h, w multiples of {p}")));
+            return Err(Error::shape(
+                op,
+                format!("images {images:?} must be [n, h, w, c] with h, w multiples of {p}"),
+            ));
         }
         let (n, h, w, c) = (images.dim(0), images.dim(1), images.dim(2), images.dim(3));
         let (patches, len) = (n * (h / p) * (w / p), c * p * p);
         if out.rank() != 2 || out.dim(0) != patches || out.dim(1) != len {
-            return Err(Error::shape(op, format!("out {out:?} must be [{patches}, {len}]")));
+            return Err(Error::shape(
+                op,
+                format!("out {out:?} must be [{patches}, {len}]"),
+            ));
         }
         let dt = images.dtype();
         match &self.cuda {
             Some(cu) => {
                 self.retain(s, &[images, out]);
                 let (mut ip, mut op_) = (images.ptr(), out.ptr());
-                let (mut n_, mut h_, mut w_, mut c_, mut p_) = (n as u32, h as u32, w as u32, c as u32, p as u32);
+                let (mut n_, mut h_, mut w_, mut c_, mut p_) =
+                    (n as u32, h as u32, w as u32, c as u32, p as u32);
                 // SAFETY: sizes checked.
-                unsafe { cu.launch(s, "patchify", Some(dt), (grid_1d(patches * len), 1, 1), (256, 1, 1), 0, &mut args!(ip, op_, n_, h_, w_, c_, p_)) }
+                unsafe {
+                    cu.launch(
+                        s,
+                        "patchify",
+                        Some(dt),
+                        (grid_1d(patches * len), 1, 1),
+                        (256, 1, 1),
+                        0,
+                        &mut args!(ip, op_, n_, h_, w_, c_, p_),
+                    )
+                }
             }
             None => {
                 let (ip, op_, keep) = (P::of(images), P::of(out), (images.clone(), out.clone()));
@@ -125,7 +184,15 @@ impl Kernels {
     /// `[t_out, c_in·kw]`, `cols[t, i·kw + r] = x[t·stride + r − pad, i]` (zero outside), the
     /// order of a weight `[c_out, c_in, kw]` flattened to `[c_out, c_in·kw]`.
     #[allow(clippy::too_many_arguments)]
-    pub fn im2col_1d(&self, s: Stream, x: &Tensor, cols: &Tensor, kw: usize, stride: usize, pad: usize) -> Result<()> {
+    pub fn im2col_1d(
+        &self,
+        s: Stream,
+        x: &Tensor,
+        cols: &Tensor,
+        kw: usize,
+        stride: usize,
+        pad: usize,
+    ) -> Result<()> {
         let op = "im2col_1d";
         self.check_ctx(op, &[x, cols])?;
         x.expect_float(op, "x")?;
@@ -133,21 +200,47 @@ impl Kernels {
         x.expect_contiguous(op)?;
         cols.expect_contiguous(op)?;
         if x.rank() != 2 || cols.rank() != 2 || stride == 0 || kw == 0 {
-            return Err(Error::shape(op, format!("x {x:?} and cols {cols:?} must be 2-D")));
+            return Err(Error::shape(
+                op,
+                format!("x {x:?} and cols {cols:?} must be 2-D"),
+            ));
         }
         let (t_in, c_in) = (x.dim(0), x.dim(1));
-        let t_out = (t_in + 2 * pad).checked_sub(kw).map(|v| v / stride + 1).unwrap_or(0);
+        let t_out = (t_in + 2 * pad)
+            .checked_sub(kw)
+            .map(|v| v / stride + 1)
+            .unwrap_or(0);
         if t_out == 0 || cols.dim(0) != t_out || cols.dim(1) != c_in * kw {
-            return Err(Error::shape(op, format!("cols {cols:?} must be [{t_out}, {}]", c_in * kw)));
+            return Err(Error::shape(
+                op,
+                format!("cols {cols:?} must be [{t_out}, {}]", c_in * kw),
+            ));
         }
         let dt = x.dtype();
         match &self.cuda {
             Some(c) => {
                 self.retain(s, &[x, cols]);
                 let (mut xp, mut cp) = (x.ptr(), cols.ptr());
-                let (mut a, mut ci, mut to, mut k, mut st, mut pd) = (t_in as u32, c_in as u32, t_out as u32, kw as u32, stride as u32, pad as u32);
+                let (mut a, mut ci, mut to, mut k, mut st, mut pd) = (
+                    t_in as u32,
+                    c_in as u32,
+                    t_out as u32,
+                    kw as u32,
+                    stride as u32,
+                    pad as u32,
+                );
                 // SAFETY: sizes checked; reads outside [0, t_in) are skipped in the kernel.
-                unsafe { c.launch(s, "im2col_1d", Some(dt), (grid_1d(t_out * c_in * kw), 1, 1), (256, 1, 1), 0, &mut args!(xp, cp, a, ci, to, k, st, pd)) }
+                unsafe {
+                    c.launch(
+                        s,
+                        "im2col_1d",
+                        Some(dt),
+                        (grid_1d(t_out * c_in * kw), 1, 1),
+                        (256, 1, 1),
+                        0,
+                        &mut args!(xp, cp, a, ci, to, k, st, pd),
+                    )
+                }
             }
             None => {
                 let (xp, cp, keep) = (P::of(x), P::of(cols), (x.clone(), cols.clone()));
@@ -160,7 +253,11 @@ impl Kernels {
                                     let ti = (t * stride + r) as isize - pad as isize;
                                     // SAFETY: indices inside the checked sizes.
                                     unsafe {
-                                        let v = if ti < 0 || ti >= t_in as isize { 0.0 } else { xp.ld::<T>(ti as usize * c_in + i) };
+                                        let v = if ti < 0 || ti >= t_in as isize {
+                                            0.0
+                                        } else {
+                                            xp.ld::<T>(ti as usize * c_in + i)
+                                        };
                                         cp.st::<T>(t * c_in * kw + i * kw + r, v);
                                     }
                                 }
@@ -185,18 +282,42 @@ pub struct Conv1d {
 
 impl Conv1d {
     /// For `x` `[t_in, c_in]`, `w` `[c_out, c_in, kw]`, `out` `[t_out, c_out]`.
-    pub fn new(k: &Kernels, x: &Tensor, w: &Tensor, out: &Tensor, stride: usize, pad: usize) -> Result<Conv1d> {
+    pub fn new(
+        k: &Kernels,
+        x: &Tensor,
+        w: &Tensor,
+        out: &Tensor,
+        stride: usize,
+        pad: usize,
+    ) -> Result<Conv1d> {
         if x.rank() != 2 || w.rank() != 3 || out.rank() != 2 {
-            return Err(Error::shape("conv1d", format!("x {x:?}, w {w:?}, out {out:?} must be [t, c], [o, c, k], [t, o]")));
+            return Err(Error::shape(
+                "conv1d",
+                format!("x {x:?}, w {w:?}, out {out:?} must be [t, c], [o, c, k], [t, o]"),
+            ));
         }
         let (c_in, c_out, kw) = (x.dim(1), w.dim(0), w.dim(2));
         let cols = Tensor::alloc(k.ctx(), "conv1d.cols", x.dtype(), &[out.dim(0), c_in * kw])?;
         let w2 = w.reshape(&[c_out, c_in * kw])?;
         let gemm = k.gemm(&cols, &w2, out, false, true, 1.0, 0.0, true, Epilogue::None)?;
-        Ok(Conv1d { gemm, cols, kw, stride, pad })
+        Ok(Conv1d {
+            gemm,
+            cols,
+            kw,
+            stride,
+            pad,
+        })
     }
 
-    pub fn run(&self, k: &Kernels, s: Stream, x: &Tensor, w: &Tensor, b: &Tensor, out: &Tensor) -> Result<()> {
+    pub fn run(
+        &self,
+        k: &Kernels,
+        s: Stream,
+        x: &Tensor,
+        w: &Tensor,
+        b: &Tensor,
+        out: &Tensor,
+    ) -> Result<()> {
         k.im2col_1d(s, x, &self.cols, self.kw, self.stride, self.pad)?;
         let w2 = w.reshape(&[w.dim(0), w.dim(1) * w.dim(2)])?;
         self.gemm.run(s, &self.cols, &w2, out, Some(b))
@@ -217,18 +338,43 @@ impl PatchEmbed {
     /// For `images` `[n, h, w, c]`, the scratch `patches` `[n·h/p·w/p, c·p·p]`, the weight
     /// `w` `[width, c·p·p]` (a `[width, c, p, p]` convolution weight reshaped), and `out`
     /// `[n·h/p·w/p, width]`.
-    pub fn new(k: &Kernels, images: &Tensor, patches: &Tensor, w: &Tensor, out: &Tensor, patch: usize) -> Result<PatchEmbed> {
+    pub fn new(
+        k: &Kernels,
+        images: &Tensor,
+        patches: &Tensor,
+        w: &Tensor,
+        out: &Tensor,
+        patch: usize,
+    ) -> Result<PatchEmbed> {
         if images.rank() != 4 || patch == 0 {
-            return Err(Error::shape("patch_embed", format!("images {images:?} must be [n, h, w, c]")));
+            return Err(Error::shape(
+                "patch_embed",
+                format!("images {images:?} must be [n, h, w, c]"),
+            ));
         }
         let gemm = k.gemm(patches, w, out, false, true, 1.0, 0.0, true, Epilogue::None)?;
         let per_image = (images.dim(1) / patch) * (images.dim(2) / patch);
-        Ok(PatchEmbed { gemm, patch, images: images.dim(0), per_image })
+        Ok(PatchEmbed {
+            gemm,
+            patch,
+            images: images.dim(0),
+            per_image,
+        })
     }
 
     /// `pos` is `[patches per image, width]`; `b` is `[width]`.
     #[allow(clippy::too_many_arguments)]
-    pub fn run(&self, k: &Kernels, s: Stream, images: &Tensor, patches: &Tensor, w: &Tensor, b: &Tensor, pos: &Tensor, out: &Tensor) -> Result<()> {
+    pub fn run(
+        &self,
+        k: &Kernels,
+        s: Stream,
+        images: &Tensor,
+        patches: &Tensor,
+        w: &Tensor,
+        b: &Tensor,
+        pos: &Tensor,
+        out: &Tensor,
+    ) -> Result<()> {
         k.patchify(s, images, patches, self.patch)?;
         self.gemm.run(s, patches, w, out, Some(b))?;
         for i in 0..self.images {

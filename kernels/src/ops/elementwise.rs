@@ -52,30 +52,58 @@ fn broadcast_rows(op: &'static str, a: Rows, b: &Tensor) -> Result<Rows> {
     } else if rb.rows == 1 && rb.cols == a.cols {
         Ok(Rows { stride: 0, ..rb })
     } else {
-        Err(Error::shape(op, format!("{b:?} matches neither {}×{} nor one row of {}", a.rows, a.cols, a.cols)))
+        Err(Error::shape(
+            op,
+            format!(
+                "{b:?} matches neither {}×{} nor one row of {}",
+                a.rows, a.cols, a.cols
+            ),
+        ))
     }
 }
 
 impl Kernels {
-    fn unary(&self, s: Stream, op: &'static str, kind: Unary, alpha: f32, x: &Tensor, out: &Tensor) -> Result<()> {
+    fn unary(
+        &self,
+        s: Stream,
+        op: &'static str,
+        kind: Unary,
+        alpha: f32,
+        x: &Tensor,
+        out: &Tensor,
+    ) -> Result<()> {
         self.check_ctx(op, &[x, out])?;
         x.expect_float(op, "x")?;
         out.expect_dtype(op, "out", x.dtype())?;
         x.expect_contiguous(op)?;
         out.expect_contiguous(op)?;
         if x.numel() != out.numel() {
-            return Err(Error::shape(op, format!("{x:?} and {out:?} differ in size")));
+            return Err(Error::shape(
+                op,
+                format!("{x:?} and {out:?} differ in size"),
+            ));
         }
         let (dt, n) = (x.dtype(), x.numel());
         match &self.cuda {
             Some(c) => {
                 self.retain(s, &[x, out]);
-                let (mut xp, mut op_, mut n64, mut code, mut a) = (x.ptr(), out.ptr(), n as u64, kind as i32, alpha);
+                let (mut xp, mut op_, mut n64, mut code, mut a) =
+                    (x.ptr(), out.ptr(), n as u64, kind as i32, alpha);
                 let mut v8 = vec8(&[xp, op_], n, &[]);
                 let units = if v8 != 0 { n / 8 } else { n };
                 // SAFETY: both tensors hold `n` contiguous elements of `dt` (checked above);
                 // the 8-wide path only when aligned and n % 8 == 0.
-                unsafe { c.launch(s, "unary", Some(dt), (grid_1d(units), 1, 1), (256, 1, 1), 0, &mut args!(xp, op_, n64, code, a, v8)) }
+                unsafe {
+                    c.launch(
+                        s,
+                        "unary",
+                        Some(dt),
+                        (grid_1d(units), 1, 1),
+                        (256, 1, 1),
+                        0,
+                        &mut args!(xp, op_, n64, code, a, v8),
+                    )
+                }
             }
             None => {
                 let (xp, op_, keep) = (P::of(x), P::of(out), (x.clone(), out.clone()));
@@ -93,7 +121,16 @@ impl Kernels {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn binary(&self, s: Stream, op: &'static str, kind: Binary, alpha: f32, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<()> {
+    fn binary(
+        &self,
+        s: Stream,
+        op: &'static str,
+        kind: Binary,
+        alpha: f32,
+        a: &Tensor,
+        b: &Tensor,
+        out: &Tensor,
+    ) -> Result<()> {
         self.check_ctx(op, &[a, b, out])?;
         a.expect_float(op, "a")?;
         b.expect_dtype(op, "b", a.dtype())?;
@@ -108,17 +145,31 @@ impl Kernels {
                 self.retain(s, &[a, b, out]);
                 let (mut ap, mut bp, mut op_) = (a.ptr(), b.ptr(), out.ptr());
                 let (mut r, mut cols) = (ra.rows as u32, ra.cols as u32);
-                let (mut sa, mut sb, mut so) = (ra.stride as u64, rb.stride as u64, ro.stride as u64);
+                let (mut sa, mut sb, mut so) =
+                    (ra.stride as u64, rb.stride as u64, ro.stride as u64);
                 let (mut code, mut al) = (kind as i32, alpha);
                 let mut v8 = vec8(&[ap, bp, op_], ra.cols, &[ra.stride, rb.stride, ro.stride]);
                 let units = ra.rows * ra.cols / if v8 != 0 { 8 } else { 1 };
                 // SAFETY: the three row layouts were checked against their tensors.
                 unsafe {
-                    c.launch(s, "binary", Some(dt), (grid_1d(units), 1, 1), (256, 1, 1), 0, &mut args!(ap, bp, op_, r, cols, sa, sb, so, code, al, v8))
+                    c.launch(
+                        s,
+                        "binary",
+                        Some(dt),
+                        (grid_1d(units), 1, 1),
+                        (256, 1, 1),
+                        0,
+                        &mut args!(ap, bp, op_, r, cols, sa, sb, so, code, al, v8),
+                    )
                 }
             }
             None => {
-                let (ap, bp, op_, keep) = (P::of(a), P::of(b), P::of(out), (a.clone(), b.clone(), out.clone()));
+                let (ap, bp, op_, keep) = (
+                    P::of(a),
+                    P::of(b),
+                    P::of(out),
+                    (a.clone(), b.clone(), out.clone()),
+                );
                 self.host(s, move || {
                     let _ = &keep;
                     with_float!(dt, T, {
@@ -126,7 +177,12 @@ impl Kernels {
                             for c in 0..ra.cols {
                                 // SAFETY: indices inside the checked row layouts.
                                 unsafe {
-                                    let v = binary_f32(kind, ap.ld::<T>(r * ra.stride + c), bp.ld::<T>(r * rb.stride + c), alpha);
+                                    let v = binary_f32(
+                                        kind,
+                                        ap.ld::<T>(r * ra.stride + c),
+                                        bp.ld::<T>(r * rb.stride + c),
+                                        alpha,
+                                    );
                                     op_.st::<T>(r * ro.stride + c, v);
                                 }
                             }
@@ -180,7 +236,14 @@ impl Kernels {
 
     /// `out = x + y·gate`, the residual of an adaptive norm; `gate` has `x`'s rows or is one
     /// row broadcast over them.
-    pub fn gated_residual(&self, s: Stream, x: &Tensor, y: &Tensor, gate: &Tensor, out: &Tensor) -> Result<()> {
+    pub fn gated_residual(
+        &self,
+        s: Stream,
+        x: &Tensor,
+        y: &Tensor,
+        gate: &Tensor,
+        out: &Tensor,
+    ) -> Result<()> {
         let op = "gated_residual";
         self.check_ctx(op, &[x, y, gate, out])?;
         x.expect_float(op, "x")?;
@@ -197,12 +260,29 @@ impl Kernels {
                 self.retain(s, &[x, y, gate, out]);
                 let (mut xp, mut yp, mut gp, mut op_) = (x.ptr(), y.ptr(), gate.ptr(), out.ptr());
                 let (mut r, mut cols) = (rx.rows as u32, rx.cols as u32);
-                let (mut sx, mut sy, mut sg, mut so) = (rx.stride as u64, ry.stride as u64, rg.stride as u64, ro.stride as u64);
-                let mut v8 = vec8(&[xp, yp, gp, op_], rx.cols, &[rx.stride, ry.stride, rg.stride, ro.stride]);
+                let (mut sx, mut sy, mut sg, mut so) = (
+                    rx.stride as u64,
+                    ry.stride as u64,
+                    rg.stride as u64,
+                    ro.stride as u64,
+                );
+                let mut v8 = vec8(
+                    &[xp, yp, gp, op_],
+                    rx.cols,
+                    &[rx.stride, ry.stride, rg.stride, ro.stride],
+                );
                 let units = rx.rows * rx.cols / if v8 != 0 { 8 } else { 1 };
                 // SAFETY: the row layouts were checked against their tensors.
                 unsafe {
-                    c.launch(s, "gated_residual", Some(dt), (grid_1d(units), 1, 1), (256, 1, 1), 0, &mut args!(xp, yp, gp, op_, r, cols, sx, sy, sg, so, v8))
+                    c.launch(
+                        s,
+                        "gated_residual",
+                        Some(dt),
+                        (grid_1d(units), 1, 1),
+                        (256, 1, 1),
+                        0,
+                        &mut args!(xp, yp, gp, op_, r, cols, sx, sy, sg, so, v8),
+                    )
                 }
             }
             None => {
@@ -215,7 +295,9 @@ impl Kernels {
                             for c in 0..rx.cols {
                                 // SAFETY: indices inside the checked row layouts.
                                 unsafe {
-                                    let v = xp.ld::<T>(r * rx.stride + c) + yp.ld::<T>(r * ry.stride + c) * gp.ld::<T>(r * rg.stride + c);
+                                    let v = xp.ld::<T>(r * rx.stride + c)
+                                        + yp.ld::<T>(r * ry.stride + c)
+                                            * gp.ld::<T>(r * rg.stride + c);
                                     op_.st::<T>(r * ro.stride + c, v);
                                 }
                             }
@@ -235,7 +317,10 @@ impl Kernels {
         x.expect_contiguous(op)?;
         out.expect_contiguous(op)?;
         if x.numel() != out.numel() {
-            return Err(Error::shape(op, format!("{x:?} and {out:?} differ in size")));
+            return Err(Error::shape(
+                op,
+                format!("{x:?} and {out:?} differ in size"),
+            ));
         }
         let (sd, dd, n) = (x.dtype(), out.dtype(), x.numel());
         match &self.cuda {
@@ -248,7 +333,17 @@ impl Kernels {
                 };
                 let (mut xp, mut op_, mut n64) = (x.ptr(), out.ptr(), n as u64);
                 // SAFETY: both tensors hold `n` contiguous elements of their dtypes.
-                unsafe { c.launch(s, name, Some(dd), (grid_1d(n), 1, 1), (256, 1, 1), 0, &mut args!(xp, op_, n64)) }
+                unsafe {
+                    c.launch(
+                        s,
+                        name,
+                        Some(dd),
+                        (grid_1d(n), 1, 1),
+                        (256, 1, 1),
+                        0,
+                        &mut args!(xp, op_, n64),
+                    )
+                }
             }
             None => {
                 let (xp, op_, keep) = (P::of(x), P::of(out), (x.clone(), out.clone()));

@@ -11,8 +11,8 @@ use crate::dtype::with_float;
 use crate::error::{Error, Result};
 use crate::pool::Pool;
 use crate::{DType, Kernels, Tensor};
-use frt_exec::cudarc::cublaslt::{result as lt, sys as lts};
 use frt_exec::Stream;
+use frt_exec::cudarc::cublaslt::{result as lt, sys as lts};
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -37,10 +37,29 @@ struct Layout {
 
 fn layout(op: &'static str, name: &str, t: &Tensor) -> Result<Layout> {
     let (sh, st) = (t.shape(), t.strides());
-    let bad = || Error::shape(op, format!("`{name}` {t:?} must be [rows, cols] or [batch, rows, cols] with unit column stride"));
+    let bad = || {
+        Error::shape(
+            op,
+            format!(
+                "`{name}` {t:?} must be [rows, cols] or [batch, rows, cols] with unit column stride"
+            ),
+        )
+    };
     match sh.len() {
-        2 if st[1] == 1 => Ok(Layout { batch: 1, rows: sh[0], cols: sh[1], ld: st[0], batch_stride: 0 }),
-        3 if st[2] == 1 => Ok(Layout { batch: sh[0], rows: sh[1], cols: sh[2], ld: st[1], batch_stride: st[0] }),
+        2 if st[1] == 1 => Ok(Layout {
+            batch: 1,
+            rows: sh[0],
+            cols: sh[1],
+            ld: st[0],
+            batch_stride: 0,
+        }),
+        3 if st[2] == 1 => Ok(Layout {
+            batch: sh[0],
+            rows: sh[1],
+            cols: sh[2],
+            ld: st[1],
+            batch_stride: st[0],
+        }),
         _ => Err(bad()),
     }
 }
@@ -93,7 +112,10 @@ impl Drop for LtPlan {
 }
 
 fn lt_err(call: &'static str) -> impl Fn(lt::CublasError) -> Error {
-    move |e| Error::Cublas { call, status: e.0 as i32 }
+    move |e| Error::Cublas {
+        call,
+        status: e.0 as i32,
+    }
 }
 
 fn cuda_type(dt: DType) -> lts::cudaDataType {
@@ -111,58 +133,106 @@ impl LtPlan {
     fn new(k: &Kernels, sp: &Spec) -> Result<LtPlan> {
         k.ctx.bind_to_thread()?;
         let handle = lt::create_handle().map_err(lt_err("cublasLtCreate"))?;
-        let desc = lt::create_matmul_desc(lts::cublasComputeType_t::CUBLAS_COMPUTE_32F, lts::cudaDataType::CUDA_R_32F)
-            .map_err(lt_err("cublasLtMatmulDescCreate"))?;
+        let desc = lt::create_matmul_desc(
+            lts::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            lts::cudaDataType::CUDA_R_32F,
+        )
+        .map_err(lt_err("cublasLtMatmulDescCreate"))?;
         let set = |attr, v: *const c_void, size| {
             // SAFETY: `desc` is live; `v` points to `size` bytes of the attribute's type.
-            unsafe { lt::set_matmul_desc_attribute(desc, attr, v, size) }.map_err(lt_err("cublasLtMatmulDescSetAttribute"))
+            unsafe { lt::set_matmul_desc_attribute(desc, attr, v, size) }
+                .map_err(lt_err("cublasLtMatmulDescSetAttribute"))
         };
         // Swapped operands: cuBLASLt's A is our B, its B is our A.
         // cublasOperation_t: 0 = N, 1 = T.
         let op = |t: bool| -> i32 { if t { 1 } else { 0 } };
         let (ta, tb) = (op(sp.trans_b), op(sp.trans_a));
-        set(lts::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA, &ta as *const _ as *const c_void, size_of_val(&ta))?;
-        set(lts::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSB, &tb as *const _ as *const c_void, size_of_val(&tb))?;
+        set(
+            lts::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA,
+            &ta as *const _ as *const c_void,
+            size_of_val(&ta),
+        )?;
+        set(
+            lts::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSB,
+            &tb as *const _ as *const c_void,
+            size_of_val(&tb),
+        )?;
         let epi = match (sp.bias, sp.epilogue) {
             (false, Epilogue::None) => lts::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_DEFAULT,
             (true, Epilogue::None) => lts::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS,
             (false, Epilogue::Gelu) => lts::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_GELU,
             (true, Epilogue::Gelu) => lts::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_GELU_BIAS,
         };
-        set(lts::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_EPILOGUE, &epi as *const _ as *const c_void, size_of_val(&epi))?;
+        set(
+            lts::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_EPILOGUE,
+            &epi as *const _ as *const c_void,
+            size_of_val(&epi),
+        )?;
         if sp.bias {
             let bt = cuda_type(sp.c_dt);
-            set(lts::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt as *const _ as *const c_void, size_of_val(&bt))?;
+            set(
+                lts::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                &bt as *const _ as *const c_void,
+                size_of_val(&bt),
+            )?;
         }
         // Column-major views: our row-major X[r, c] with row stride ld is Xᵀ[c, r] with ld.
         let mk = |l: &Layout, dt: DType| -> Result<lts::cublasLtMatrixLayout_t> {
-            let ml = lt::create_matrix_layout(cuda_type(dt), l.cols as u64, l.rows as u64, l.ld as i64).map_err(lt_err("cublasLtMatrixLayoutCreate"))?;
+            let ml =
+                lt::create_matrix_layout(cuda_type(dt), l.cols as u64, l.rows as u64, l.ld as i64)
+                    .map_err(lt_err("cublasLtMatrixLayoutCreate"))?;
             if sp.batch > 1 {
                 let (count, stride) = (sp.batch as i32, l.batch_stride as i64);
                 // SAFETY: `ml` is live; the values have the attributes' types.
                 unsafe {
-                    lt::set_matrix_layout_attribute(ml, lts::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count as *const _ as *const c_void, 4)
-                        .map_err(lt_err("cublasLtMatrixLayoutSetAttribute"))?;
+                    lt::set_matrix_layout_attribute(
+                        ml,
+                        lts::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                        &count as *const _ as *const c_void,
+                        4,
+                    )
+                    .map_err(lt_err("cublasLtMatrixLayoutSetAttribute"))?;
                     lt::set_matrix_layout_attribute(ml, lts::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride as *const _ as *const c_void, 8)
                         .map_err(lt_err("cublasLtMatrixLayoutSetAttribute"))?;
                 }
             }
             Ok(ml)
         };
-        let layouts = [mk(&sp.b, sp.a_dt)?, mk(&sp.a, sp.a_dt)?, mk(&sp.c, sp.c_dt)?];
+        let layouts = [
+            mk(&sp.b, sp.a_dt)?,
+            mk(&sp.a, sp.a_dt)?,
+            mk(&sp.c, sp.c_dt)?,
+        ];
         let pref = lt::create_matmul_pref().map_err(lt_err("cublasLtMatmulPreferenceCreate"))?;
         let ws = WORKSPACE as u64;
         // SAFETY: `pref` is live; the value has the attribute's type.
         unsafe {
-            lt::set_matmul_pref_attribute(pref, lts::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws as *const _ as *const c_void, 8)
-                .map_err(lt_err("cublasLtMatmulPreferenceSetAttribute"))?;
+            lt::set_matmul_pref_attribute(
+                pref,
+                lts::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                &ws as *const _ as *const c_void,
+                8,
+            )
+            .map_err(lt_err("cublasLtMatmulPreferenceSetAttribute"))?;
         }
         // SAFETY: every descriptor is live and describes the operands.
-        let heur = unsafe { lt::get_matmul_algo_heuristic(handle, desc, layouts[0], layouts[1], layouts[2], layouts[2], pref) };
+        let heur = unsafe {
+            lt::get_matmul_algo_heuristic(
+                handle, desc, layouts[0], layouts[1], layouts[2], layouts[2], pref,
+            )
+        };
         // SAFETY: destroyed once.
-        unsafe { lt::destroy_matmul_pref(pref) }.map_err(lt_err("cublasLtMatmulPreferenceDestroy"))?;
-        let heur = heur.map_err(|_| Error::NoAlgorithm { what: format!("{sp:?}") })?;
-        Ok(LtPlan { handle, desc, layouts, algo: heur.algo })
+        unsafe { lt::destroy_matmul_pref(pref) }
+            .map_err(lt_err("cublasLtMatmulPreferenceDestroy"))?;
+        let heur = heur.map_err(|_| Error::NoAlgorithm {
+            what: format!("{sp:?}"),
+        })?;
+        Ok(LtPlan {
+            handle,
+            desc,
+            layouts,
+            algo: heur.algo,
+        })
     }
 }
 
@@ -181,32 +251,89 @@ impl Kernels {
     /// PyTorch/safetensors weight `[out, in]` is `b` with `trans_b`. `bias` (`[n]`, `c`'s
     /// dtype) is given to [`Gemm::run`] when `with_bias`.
     #[allow(clippy::too_many_arguments)]
-    pub fn gemm(&self, a: &Tensor, b: &Tensor, c: &Tensor, trans_a: bool, trans_b: bool, alpha: f32, beta: f32, with_bias: bool, epilogue: Epilogue) -> Result<Gemm> {
+    pub fn gemm(
+        &self,
+        a: &Tensor,
+        b: &Tensor,
+        c: &Tensor,
+        trans_a: bool,
+        trans_b: bool,
+        alpha: f32,
+        beta: f32,
+        with_bias: bool,
+        epilogue: Epilogue,
+    ) -> Result<Gemm> {
         let op = "gemm";
         self.check_ctx(op, &[a, b, c])?;
         a.expect_float(op, "a")?;
         b.expect_dtype(op, "b", a.dtype())?;
         if c.dtype() != a.dtype() && c.dtype() != DType::F32 {
-            return Err(Error::DType { op, arg: "c", got: c.dtype(), expected: "a's dtype or f32" });
+            return Err(Error::DType {
+                op,
+                arg: "c",
+                got: c.dtype(),
+                expected: "a's dtype or f32",
+            });
         }
-        let (la, lb, lc) = (layout(op, "a", a)?, layout(op, "b", b)?, layout(op, "c", c)?);
-        let (m, ka) = if trans_a { (la.cols, la.rows) } else { (la.rows, la.cols) };
-        let (kb, n) = if trans_b { (lb.cols, lb.rows) } else { (lb.rows, lb.cols) };
+        let (la, lb, lc) = (
+            layout(op, "a", a)?,
+            layout(op, "b", b)?,
+            layout(op, "c", c)?,
+        );
+        let (m, ka) = if trans_a {
+            (la.cols, la.rows)
+        } else {
+            (la.rows, la.cols)
+        };
+        let (kb, n) = if trans_b {
+            (lb.cols, lb.rows)
+        } else {
+            (lb.rows, lb.cols)
+        };
         if ka != kb || lc.rows != m || lc.cols != n {
-            return Err(Error::shape(op, format!("op(a) is {m}×{ka}, op(b) {kb}×{n}, c {}×{}", lc.rows, lc.cols)));
+            return Err(Error::shape(
+                op,
+                format!(
+                    "op(a) is {m}×{ka}, op(b) {kb}×{n}, c {}×{}",
+                    lc.rows, lc.cols
+                ),
+            ));
         }
         let batch = lc.batch;
         for (l, name) in [(la, "a"), (lb, "b")] {
             if l.batch != batch && l.batch != 1 {
-                return Err(Error::shape(op, format!("`{name}` has batch {} but c has {batch}", l.batch)));
+                return Err(Error::shape(
+                    op,
+                    format!("`{name}` has batch {} but c has {batch}", l.batch),
+                ));
             }
         }
-        let spec = Spec { a: la, b: lb, c: lc, a_dt: a.dtype(), c_dt: c.dtype(), trans_a, trans_b, m, n, k: ka, batch, alpha, beta, bias: with_bias, epilogue };
+        let spec = Spec {
+            a: la,
+            b: lb,
+            c: lc,
+            a_dt: a.dtype(),
+            c_dt: c.dtype(),
+            trans_a,
+            trans_b,
+            m,
+            n,
+            k: ka,
+            batch,
+            alpha,
+            beta,
+            bias: with_bias,
+            epilogue,
+        };
         let lt = match &self.cuda {
             Some(_) => Some(Arc::new(LtPlan::new(self, &spec)?)),
             None => None,
         };
-        Ok(Gemm { spec, lt, kernels: self.clone() })
+        Ok(Gemm {
+            spec,
+            lt,
+            kernels: self.clone(),
+        })
     }
 }
 
@@ -218,13 +345,29 @@ impl Gemm {
 
     /// Enqueues the GEMM on `s`. The tensors must have the planned layouts (their buffers
     /// may differ from those the plan was made with).
-    pub fn run(&self, s: Stream, a: &Tensor, b: &Tensor, c: &Tensor, bias: Option<&Tensor>) -> Result<()> {
+    pub fn run(
+        &self,
+        s: Stream,
+        a: &Tensor,
+        b: &Tensor,
+        c: &Tensor,
+        bias: Option<&Tensor>,
+    ) -> Result<()> {
         let op = "gemm";
         let sp = self.spec;
         let k = &self.kernels;
         k.check_ctx(op, &[a, b, c])?;
-        if layout(op, "a", a)? != sp.a || layout(op, "b", b)? != sp.b || layout(op, "c", c)? != sp.c || a.dtype() != sp.a_dt || b.dtype() != sp.a_dt || c.dtype() != sp.c_dt {
-            return Err(Error::shape(op, format!("{a:?}, {b:?}, {c:?} differ from the planned layout {sp:?}")));
+        if layout(op, "a", a)? != sp.a
+            || layout(op, "b", b)? != sp.b
+            || layout(op, "c", c)? != sp.c
+            || a.dtype() != sp.a_dt
+            || b.dtype() != sp.a_dt
+            || c.dtype() != sp.c_dt
+        {
+            return Err(Error::shape(
+                op,
+                format!("{a:?}, {b:?}, {c:?} differ from the planned layout {sp:?}"),
+            ));
         }
         match (bias, sp.bias) {
             (Some(t), true) => {
@@ -232,15 +375,27 @@ impl Gemm {
                 t.expect_dtype(op, "bias", sp.c_dt)?;
                 t.expect_contiguous(op)?;
                 if t.numel() != sp.n {
-                    return Err(Error::shape(op, format!("bias {t:?} must have n = {} elements", sp.n)));
+                    return Err(Error::shape(
+                        op,
+                        format!("bias {t:?} must have n = {} elements", sp.n),
+                    ));
                 }
             }
             (None, false) => {}
-            _ => return Err(Error::shape(op, "a bias is given exactly when the plan was made with one")),
+            _ => {
+                return Err(Error::shape(
+                    op,
+                    "a bias is given exactly when the plan was made with one",
+                ));
+            }
         }
         match &self.lt {
             Some(p) => {
-                let workspace = k.cuda.as_ref().expect("CUDA plans exist on CUDA").workspace(&k.ctx, s)?;
+                let workspace = k
+                    .cuda
+                    .as_ref()
+                    .expect("CUDA plans exist on CUDA")
+                    .workspace(&k.ctx, s)?;
                 k.retain(s, &[a, b, c]);
                 if let Some(t) = bias {
                     k.retain(s, &[t]);
@@ -251,7 +406,12 @@ impl Gemm {
                     let ptr = t.ptr();
                     // SAFETY: the descriptor is live; the value is a device pointer.
                     unsafe {
-                        lt::set_matmul_desc_attribute(p.desc, lts::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr as *const _ as *const c_void, 8)
+                        lt::set_matmul_desc_attribute(
+                            p.desc,
+                            lts::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                            &ptr as *const _ as *const c_void,
+                            8,
+                        )
                     }
                     .map_err(lt_err("cublasLtMatmulDescSetAttribute"))?;
                 }
@@ -262,13 +422,22 @@ impl Gemm {
                 // memory retained by a capture in progress; the workspace is this plan's.
                 unsafe {
                     lt::matmul(
-                        p.handle, p.desc,
-                        &alpha as *const f32 as *const c_void, &beta as *const f32 as *const c_void,
-                        b.ptr() as *const c_void, p.layouts[0],
-                        a.ptr() as *const c_void, p.layouts[1],
-                        c.ptr() as *const c_void, p.layouts[2],
-                        c.ptr() as *mut c_void, p.layouts[2],
-                        &p.algo, workspace.ptr() as *mut c_void, WORKSPACE, raw,
+                        p.handle,
+                        p.desc,
+                        &alpha as *const f32 as *const c_void,
+                        &beta as *const f32 as *const c_void,
+                        b.ptr() as *const c_void,
+                        p.layouts[0],
+                        a.ptr() as *const c_void,
+                        p.layouts[1],
+                        c.ptr() as *const c_void,
+                        p.layouts[2],
+                        c.ptr() as *mut c_void,
+                        p.layouts[2],
+                        &p.algo,
+                        workspace.ptr() as *mut c_void,
+                        WORKSPACE,
+                        raw,
                     )
                 }
                 .map_err(lt_err("cublasLtMatmul"))
@@ -307,9 +476,29 @@ fn host_gemm(sp: &Spec, ap: P, bp: P, cp: P, bias: Option<P>) {
 
 /// Row `i` of batch `bi` of C, in tiles of `TILE` columns accumulated in f32 on the stack.
 #[allow(clippy::too_many_arguments)]
-fn gemm_row<T: crate::dtype::Float, C: crate::dtype::Float>(sp: &Spec, bi: usize, i: usize, ap: P, bp: P, cp: P, bias: Option<P>) {
-    let a_at = |kk: usize| if sp.trans_a { bi * sp.a.batch_stride + kk * sp.a.ld + i } else { bi * sp.a.batch_stride + i * sp.a.ld + kk };
-    let b_at = |kk: usize, j: usize| if sp.trans_b { bi * sp.b.batch_stride + j * sp.b.ld + kk } else { bi * sp.b.batch_stride + kk * sp.b.ld + j };
+fn gemm_row<T: crate::dtype::Float, C: crate::dtype::Float>(
+    sp: &Spec,
+    bi: usize,
+    i: usize,
+    ap: P,
+    bp: P,
+    cp: P,
+    bias: Option<P>,
+) {
+    let a_at = |kk: usize| {
+        if sp.trans_a {
+            bi * sp.a.batch_stride + kk * sp.a.ld + i
+        } else {
+            bi * sp.a.batch_stride + i * sp.a.ld + kk
+        }
+    };
+    let b_at = |kk: usize, j: usize| {
+        if sp.trans_b {
+            bi * sp.b.batch_stride + j * sp.b.ld + kk
+        } else {
+            bi * sp.b.batch_stride + kk * sp.b.ld + j
+        }
+    };
     let mut j0 = 0;
     while j0 < sp.n {
         let w = TILE.min(sp.n - j0);

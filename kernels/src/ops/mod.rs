@@ -8,9 +8,9 @@ pub mod gemm;
 pub mod norm;
 pub mod rope;
 
+use crate::Tensor;
 use crate::dtype::Float;
 use crate::error::{Error, Result};
-use crate::Tensor;
 
 /// A tensor seen as `rows × cols` with unit column stride and a row stride (the leading
 /// dimensions must be collapsible into one).
@@ -25,11 +25,17 @@ pub(crate) fn rows(op: &'static str, t: &Tensor) -> Result<Rows> {
     let (sh, st) = (t.shape(), t.strides());
     let r = sh.len();
     if st[r - 1] != 1 {
-        return Err(Error::shape(op, format!("{t:?}: the last dimension must be contiguous")));
+        return Err(Error::shape(
+            op,
+            format!("{t:?}: the last dimension must be contiguous"),
+        ));
     }
     for i in 0..r.saturating_sub(2) {
         if st[i] != st[i + 1] * sh[i + 1] {
-            return Err(Error::shape(op, format!("{t:?}: leading dimensions must collapse into rows")));
+            return Err(Error::shape(
+                op,
+                format!("{t:?}: leading dimensions must collapse into rows"),
+            ));
         }
     }
     let cols = sh[r - 1];
@@ -42,7 +48,10 @@ pub(crate) fn same_rows(op: &'static str, a: Rows, b: Rows, what: &str) -> Resul
     if a.rows == b.rows && a.cols == b.cols {
         Ok(())
     } else {
-        Err(Error::shape(op, format!("{what}: {}×{} vs {}×{}", a.rows, a.cols, b.rows, b.cols)))
+        Err(Error::shape(
+            op,
+            format!("{what}: {}×{} vs {}×{}", a.rows, a.cols, b.rows, b.cols),
+        ))
     }
 }
 

@@ -17,16 +17,33 @@ enum Affine {
 }
 
 impl Kernels {
-    fn check_vector(op: &'static str, name: &'static str, v: &Tensor, x: &Tensor, len: usize) -> Result<()> {
+    fn check_vector(
+        op: &'static str,
+        name: &'static str,
+        v: &Tensor,
+        x: &Tensor,
+        len: usize,
+    ) -> Result<()> {
         v.expect_dtype(op, name, x.dtype())?;
         v.expect_contiguous(op)?;
         if v.numel() != len {
-            return Err(Error::shape(op, format!("`{name}` {v:?} must have {len} elements")));
+            return Err(Error::shape(
+                op,
+                format!("`{name}` {v:?} must have {len} elements"),
+            ));
         }
         Ok(())
     }
 
-    fn rms_common(&self, s: Stream, op: &'static str, x: &Tensor, affine: Affine, out: &Tensor, eps: f32) -> Result<()> {
+    fn rms_common(
+        &self,
+        s: Stream,
+        op: &'static str,
+        x: &Tensor,
+        affine: Affine,
+        out: &Tensor,
+        eps: f32,
+    ) -> Result<()> {
         let (rx, ro) = (rows(op, x)?, rows(op, out)?);
         same_rows(op, rx, ro, "x vs out")?;
         out.expect_dtype(op, "out", x.dtype())?;
@@ -47,12 +64,29 @@ impl Kernels {
                     }
                 }
                 self.retain(s, &[x, out]);
-                let (mut xp, mut op_, mut n, mut sx, mut so, mut e) = (x.ptr(), out.ptr(), cols as u32, rx.stride as u64, ro.stride as u64, eps);
+                let (mut xp, mut op_, mut n, mut sx, mut so, mut e) = (
+                    x.ptr(),
+                    out.ptr(),
+                    cols as u32,
+                    rx.stride as u64,
+                    ro.stride as u64,
+                    eps,
+                );
                 let aff = if w != 0 { w } else { m };
                 let mut v8 = vec8(&[xp, op_, aff], cols, &[rx.stride, ro.stride, sm as usize]);
                 // SAFETY: one block per checked row; `w` has `cols` elements or the modulation
                 // rows have 3·cols (checked by the callers).
-                unsafe { c.launch(s, "rms_norm", Some(dt), (rx.rows as u32, 1, 1), (row_block(cols, v8), 1, 1), 0, &mut args!(xp, w, m, op_, n, sx, sm, so, e, v8)) }
+                unsafe {
+                    c.launch(
+                        s,
+                        "rms_norm",
+                        Some(dt),
+                        (rx.rows as u32, 1, 1),
+                        (row_block(cols, v8), 1, 1),
+                        0,
+                        &mut args!(xp, w, m, op_, n, sx, sm, so, e, v8),
+                    )
+                }
             }
             None => {
                 let (xp, op_) = (P::of(x), P::of(out));
@@ -63,14 +97,17 @@ impl Kernels {
                         for r in 0..rx.rows {
                             // SAFETY: indices inside the checked layouts.
                             unsafe {
-                                let ss: f32 = (0..cols).map(|c| xp.ld::<T>(r * rx.stride + c).powi(2)).sum();
+                                let ss: f32 = (0..cols)
+                                    .map(|c| xp.ld::<T>(r * rx.stride + c).powi(2))
+                                    .sum();
                                 let inv = 1.0 / (ss / cols as f32 + eps).sqrt();
                                 for c in 0..cols {
                                     let v = xp.ld::<T>(r * rx.stride + c) * inv;
                                     let y = match &affine {
                                         Affine::OnePlusW(w) => v * (1.0 + P::of(w).ld::<T>(c)),
                                         Affine::Modulation(m, rm) => {
-                                            let row = P(P::of(m).0 + r * rm.stride * std::mem::size_of::<T>());
+                                            let row = P(P::of(m).0
+                                                + r * rm.stride * std::mem::size_of::<T>());
                                             v * (1.0 + row.ld::<T>(c)) + row.ld::<T>(cols + c)
                                         }
                                     };
@@ -85,7 +122,14 @@ impl Kernels {
     }
 
     /// Gemma's RMSNorm: `out = x / sqrt(mean(x²) + eps) · (1 + w)`, over the last dimension.
-    pub fn rms_norm(&self, s: Stream, x: &Tensor, w: &Tensor, out: &Tensor, eps: f32) -> Result<()> {
+    pub fn rms_norm(
+        &self,
+        s: Stream,
+        x: &Tensor,
+        w: &Tensor,
+        out: &Tensor,
+        eps: f32,
+    ) -> Result<()> {
         let op = "rms_norm";
         self.check_ctx(op, &[x, w, out])?;
         x.expect_float(op, "x")?;
@@ -96,7 +140,14 @@ impl Kernels {
     /// Adaptive RMSNorm (pi05's action expert): `out = norm(x)·(1 + scale) + shift`, where
     /// `modulation` holds `[scale | shift | gate]` (3 × width) per row of `x`, or one such row
     /// for all. Returns the `gate` part as a view, for [`gated_residual`](Self::gated_residual).
-    pub fn ada_rms_norm(&self, s: Stream, x: &Tensor, modulation: &Tensor, out: &Tensor, eps: f32) -> Result<Tensor> {
+    pub fn ada_rms_norm(
+        &self,
+        s: Stream,
+        x: &Tensor,
+        modulation: &Tensor,
+        out: &Tensor,
+        eps: f32,
+    ) -> Result<Tensor> {
         let op = "ada_rms_norm";
         self.check_ctx(op, &[x, modulation, out])?;
         x.expect_float(op, "x")?;
@@ -104,17 +155,38 @@ impl Kernels {
         let rx = rows(op, x)?;
         let mut rm = rows(op, modulation)?;
         if rm.cols != 3 * rx.cols || (rm.rows != rx.rows && rm.rows != 1) {
-            return Err(Error::shape(op, format!("modulation {modulation:?} must be 1 or {} rows of 3×{}", rx.rows, rx.cols)));
+            return Err(Error::shape(
+                op,
+                format!(
+                    "modulation {modulation:?} must be 1 or {} rows of 3×{}",
+                    rx.rows, rx.cols
+                ),
+            ));
         }
         if rm.rows == 1 {
             rm.stride = 0;
         }
-        self.rms_common(s, op, x, Affine::Modulation(modulation.clone(), rm), out, eps)?;
+        self.rms_common(
+            s,
+            op,
+            x,
+            Affine::Modulation(modulation.clone(), rm),
+            out,
+            eps,
+        )?;
         modulation.narrow(modulation.rank() - 1, 2 * rx.cols, rx.cols)
     }
 
     /// LayerNorm over the last dimension: `(x − mean) / sqrt(var + eps) · w + b`.
-    pub fn layer_norm(&self, s: Stream, x: &Tensor, w: &Tensor, b: &Tensor, out: &Tensor, eps: f32) -> Result<()> {
+    pub fn layer_norm(
+        &self,
+        s: Stream,
+        x: &Tensor,
+        w: &Tensor,
+        b: &Tensor,
+        out: &Tensor,
+        eps: f32,
+    ) -> Result<()> {
         let op = "layer_norm";
         self.check_ctx(op, &[x, w, b, out])?;
         x.expect_float(op, "x")?;
@@ -128,10 +200,21 @@ impl Kernels {
             Some(c) => {
                 self.retain(s, &[x, w, b, out]);
                 let (mut xp, mut wp, mut bp, mut op_) = (x.ptr(), w.ptr(), b.ptr(), out.ptr());
-                let (mut n, mut sx, mut so, mut e) = (cols as u32, rx.stride as u64, ro.stride as u64, eps);
+                let (mut n, mut sx, mut so, mut e) =
+                    (cols as u32, rx.stride as u64, ro.stride as u64, eps);
                 let mut v8 = vec8(&[xp, wp, bp, op_], cols, &[rx.stride, ro.stride]);
                 // SAFETY: one block per checked row; `w`, `b` have `cols` elements.
-                unsafe { c.launch(s, "layer_norm", Some(dt), (rx.rows as u32, 1, 1), (row_block(cols, v8), 1, 1), 0, &mut args!(xp, wp, bp, op_, n, sx, so, e, v8)) }
+                unsafe {
+                    c.launch(
+                        s,
+                        "layer_norm",
+                        Some(dt),
+                        (rx.rows as u32, 1, 1),
+                        (row_block(cols, v8), 1, 1),
+                        0,
+                        &mut args!(xp, wp, bp, op_, n, sx, so, e, v8),
+                    )
+                }
             }
             None => {
                 let (xp, wp, bp, op_) = (P::of(x), P::of(w), P::of(b), P::of(out));
@@ -144,10 +227,14 @@ impl Kernels {
                             unsafe {
                                 let at = |c: usize| xp.ld::<T>(r * rx.stride + c);
                                 let mean = (0..cols).map(at).sum::<f32>() / cols as f32;
-                                let var = (0..cols).map(|c| (at(c) - mean).powi(2)).sum::<f32>() / cols as f32;
+                                let var = (0..cols).map(|c| (at(c) - mean).powi(2)).sum::<f32>()
+                                    / cols as f32;
                                 let inv = 1.0 / (var + eps).sqrt();
                                 for c in 0..cols {
-                                    op_.st::<T>(r * ro.stride + c, (at(c) - mean) * inv * wp.ld::<T>(c) + bp.ld::<T>(c));
+                                    op_.st::<T>(
+                                        r * ro.stride + c,
+                                        (at(c) - mean) * inv * wp.ld::<T>(c) + bp.ld::<T>(c),
+                                    );
                                 }
                             }
                         }
@@ -169,10 +256,26 @@ impl Kernels {
         match &self.cuda {
             Some(c) => {
                 self.retain(s, &[x, out]);
-                let (mut xp, mut op_, mut n, mut sx, mut so) = (x.ptr(), out.ptr(), cols as u32, rx.stride as u64, ro.stride as u64);
+                let (mut xp, mut op_, mut n, mut sx, mut so) = (
+                    x.ptr(),
+                    out.ptr(),
+                    cols as u32,
+                    rx.stride as u64,
+                    ro.stride as u64,
+                );
                 let mut v8 = vec8(&[xp, op_], cols, &[rx.stride, ro.stride]);
                 // SAFETY: one block per checked row.
-                unsafe { c.launch(s, "softmax", Some(dt), (rx.rows as u32, 1, 1), (row_block(cols, v8), 1, 1), 0, &mut args!(xp, op_, n, sx, so, v8)) }
+                unsafe {
+                    c.launch(
+                        s,
+                        "softmax",
+                        Some(dt),
+                        (rx.rows as u32, 1, 1),
+                        (row_block(cols, v8), 1, 1),
+                        0,
+                        &mut args!(xp, op_, n, sx, so, v8),
+                    )
+                }
             }
             None => {
                 let (xp, op_, keep) = (P::of(x), P::of(out), (x.clone(), out.clone()));

@@ -13,7 +13,14 @@ impl Kernels {
     /// Rotary embedding: `x` is `[tokens, heads, dim]` (or `[tokens, dim]`), `positions` an
     /// i32 `[tokens]` tensor read on the device. Pair `i` of each head is `(x[i], x[i+dim/2])`,
     /// rotated by `position / max_wavelength^(2i/dim)`. `out` may be `x`.
-    pub fn rope(&self, s: Stream, x: &Tensor, positions: &Tensor, out: &Tensor, max_wavelength: f32) -> Result<()> {
+    pub fn rope(
+        &self,
+        s: Stream,
+        x: &Tensor,
+        positions: &Tensor,
+        out: &Tensor,
+        max_wavelength: f32,
+    ) -> Result<()> {
         let op = "rope";
         self.check_ctx(op, &[x, positions, out])?;
         x.expect_float(op, "x")?;
@@ -26,16 +33,38 @@ impl Kernels {
         let heads = rx.rows / tokens;
         let dim = rx.cols;
         if x.rank() < 2 || dim % 2 != 0 || positions.numel() != tokens {
-            return Err(Error::shape(op, format!("x {x:?} must be [tokens, (heads,) even dim] with positions [tokens], got {positions:?}")));
+            return Err(Error::shape(
+                op,
+                format!(
+                    "x {x:?} must be [tokens, (heads,) even dim] with positions [tokens], got {positions:?}"
+                ),
+            ));
         }
         let dt = x.dtype();
         match &self.cuda {
             Some(c) => {
                 self.retain(s, &[x, positions, out]);
                 let (mut xp, mut pp, mut op_) = (x.ptr(), positions.ptr(), out.ptr());
-                let (mut r, mut h, mut d, mut sx, mut so, mut mw) = (rx.rows as u32, heads as u32, dim as u32, rx.stride as u64, ro.stride as u64, max_wavelength);
+                let (mut r, mut h, mut d, mut sx, mut so, mut mw) = (
+                    rx.rows as u32,
+                    heads as u32,
+                    dim as u32,
+                    rx.stride as u64,
+                    ro.stride as u64,
+                    max_wavelength,
+                );
                 // SAFETY: layouts and the positions length were checked.
-                unsafe { c.launch(s, "rope", Some(dt), (grid_1d(rx.rows * dim / 2), 1, 1), (256, 1, 1), 0, &mut args!(xp, pp, op_, r, h, d, sx, so, mw)) }
+                unsafe {
+                    c.launch(
+                        s,
+                        "rope",
+                        Some(dt),
+                        (grid_1d(rx.rows * dim / 2), 1, 1),
+                        (256, 1, 1),
+                        0,
+                        &mut args!(xp, pp, op_, r, h, d, sx, so, mw),
+                    )
+                }
             }
             None => {
                 let (xp, pp, op_) = (P::of(x), P::of(positions), P::of(out));
@@ -49,9 +78,13 @@ impl Kernels {
                             unsafe {
                                 let pos = pp.ld_i32(r / heads) as f32;
                                 for i in 0..half {
-                                    let timescale = max_wavelength.powf((2.0 / dim as f32) * i as f32);
+                                    let timescale =
+                                        max_wavelength.powf((2.0 / dim as f32) * i as f32);
                                     let (sn, cs) = (pos / timescale).sin_cos();
-                                    let (x1, x2) = (xp.ld::<T>(r * rx.stride + i), xp.ld::<T>(r * rx.stride + half + i));
+                                    let (x1, x2) = (
+                                        xp.ld::<T>(r * rx.stride + i),
+                                        xp.ld::<T>(r * rx.stride + half + i),
+                                    );
                                     op_.st::<T>(r * ro.stride + i, x1 * cs - x2 * sn);
                                     op_.st::<T>(r * ro.stride + half + i, x2 * cs + x1 * sn);
                                 }
@@ -65,7 +98,14 @@ impl Kernels {
 
     /// `out[r] = table[ids[r]]·scale` (`ids` i32 `[n]`, `table` `[vocab, width]`, `out`
     /// `[n, width]`). An id outside the vocabulary gives a zero row (never a wild read).
-    pub fn embedding(&self, s: Stream, ids: &Tensor, table: &Tensor, out: &Tensor, scale: f32) -> Result<()> {
+    pub fn embedding(
+        &self,
+        s: Stream,
+        ids: &Tensor,
+        table: &Tensor,
+        out: &Tensor,
+        scale: f32,
+    ) -> Result<()> {
         let op = "embedding";
         self.check_ctx(op, &[ids, table, out])?;
         ids.expect_dtype(op, "ids", DType::I32)?;
@@ -75,7 +115,13 @@ impl Kernels {
             t.expect_contiguous(op)?;
         }
         if table.rank() != 2 || out.numel() != ids.numel() * table.dim(1) {
-            return Err(Error::shape(op, format!("table {table:?} must be [vocab, width] and out {out:?} [{}, width]", ids.numel())));
+            return Err(Error::shape(
+                op,
+                format!(
+                    "table {table:?} must be [vocab, width] and out {out:?} [{}, width]",
+                    ids.numel()
+                ),
+            ));
         }
         let (n, vocab, width, dt) = (ids.numel(), table.dim(0), table.dim(1), table.dtype());
         match &self.cuda {
@@ -84,7 +130,17 @@ impl Kernels {
                 let (mut ip, mut tp, mut op_) = (ids.ptr(), table.ptr(), out.ptr());
                 let (mut r, mut w, mut v, mut sc) = (n as u32, width as u32, vocab as u32, scale);
                 // SAFETY: sizes checked; ids are bounds-checked in the kernel.
-                unsafe { c.launch(s, "embedding", Some(dt), (grid_1d(n * width), 1, 1), (256, 1, 1), 0, &mut args!(ip, tp, op_, r, w, v, sc)) }
+                unsafe {
+                    c.launch(
+                        s,
+                        "embedding",
+                        Some(dt),
+                        (grid_1d(n * width), 1, 1),
+                        (256, 1, 1),
+                        0,
+                        &mut args!(ip, tp, op_, r, w, v, sc),
+                    )
+                }
             }
             None => {
                 let (ip, tp, op_) = (P::of(ids), P::of(table), P::of(out));
@@ -98,7 +154,11 @@ impl Kernels {
                                 let id = ip.ld_i32(r);
                                 let ok = id >= 0 && (id as usize) < vocab;
                                 for c in 0..width {
-                                    let v = if ok { tp.ld::<T>(id as usize * width + c) * scale } else { 0.0 };
+                                    let v = if ok {
+                                        tp.ld::<T>(id as usize * width + c) * scale
+                                    } else {
+                                        0.0
+                                    };
                                     op_.st::<T>(r * width + c, v);
                                 }
                             }
@@ -112,7 +172,14 @@ impl Kernels {
     /// Sin-cos embedding of `t` (`[n]`) into `out` (`[n, 2h]`): `out[r, j] = sin(2π·t_r/p_j)`,
     /// `out[r, h+j] = cos(2π·t_r/p_j)` with periods `p_j = min·(max/min)^(j/(h−1))` — openpi's
     /// `posemb_sincos`; Whisper's positions are `min = 2π`, `max = 2π·10000`.
-    pub fn sinusoidal(&self, s: Stream, t: &Tensor, out: &Tensor, min_period: f32, max_period: f32) -> Result<()> {
+    pub fn sinusoidal(
+        &self,
+        s: Stream,
+        t: &Tensor,
+        out: &Tensor,
+        min_period: f32,
+        max_period: f32,
+    ) -> Result<()> {
         let op = "sinusoidal";
         self.check_ctx(op, &[t, out])?;
         t.expect_float(op, "t")?;
@@ -120,16 +187,40 @@ impl Kernels {
         t.expect_contiguous(op)?;
         out.expect_contiguous(op)?;
         let n = t.numel();
-        if out.rank() != 2 || out.dim(0) != n || out.dim(1) % 2 != 0 || !(min_period > 0.0 && max_period > 0.0) {
-            return Err(Error::shape(op, format!("out {out:?} must be [{n}, even width]; periods must be positive")));
+        if out.rank() != 2
+            || out.dim(0) != n
+            || out.dim(1) % 2 != 0
+            || !(min_period > 0.0 && max_period > 0.0)
+        {
+            return Err(Error::shape(
+                op,
+                format!("out {out:?} must be [{n}, even width]; periods must be positive"),
+            ));
         }
         let (half, dt) = (out.dim(1) / 2, t.dtype());
         match &self.cuda {
             Some(c) => {
                 self.retain(s, &[t, out]);
-                let (mut tp, mut op_, mut r, mut h, mut lo, mut hi) = (t.ptr(), out.ptr(), n as u32, half as u32, min_period, max_period);
+                let (mut tp, mut op_, mut r, mut h, mut lo, mut hi) = (
+                    t.ptr(),
+                    out.ptr(),
+                    n as u32,
+                    half as u32,
+                    min_period,
+                    max_period,
+                );
                 // SAFETY: sizes checked.
-                unsafe { c.launch(s, "sinusoidal", Some(dt), (grid_1d(n * half), 1, 1), (256, 1, 1), 0, &mut args!(tp, op_, r, h, lo, hi)) }
+                unsafe {
+                    c.launch(
+                        s,
+                        "sinusoidal",
+                        Some(dt),
+                        (grid_1d(n * half), 1, 1),
+                        (256, 1, 1),
+                        0,
+                        &mut args!(tp, op_, r, h, lo, hi),
+                    )
+                }
             }
             None => {
                 let (tp, op_, keep) = (P::of(t), P::of(out), (t.clone(), out.clone()));
@@ -138,7 +229,11 @@ impl Kernels {
                     with_float!(dt, T, {
                         for r in 0..n {
                             for j in 0..half {
-                                let fraction = if half > 1 { j as f32 / (half - 1) as f32 } else { 0.0 };
+                                let fraction = if half > 1 {
+                                    j as f32 / (half - 1) as f32
+                                } else {
+                                    0.0
+                                };
                                 let period = min_period * (max_period / min_period).powf(fraction);
                                 // SAFETY: indices inside the checked sizes.
                                 unsafe {

@@ -22,14 +22,24 @@ pub struct Backend {
 pub fn host() -> Backend {
     let ctx = Ctx::host().unwrap();
     let s = ctx.stream(0).unwrap();
-    Backend { name: "host", k: Kernels::new(&ctx).unwrap(), s, host: None }
+    Backend {
+        name: "host",
+        k: Kernels::new(&ctx).unwrap(),
+        s,
+        host: None,
+    }
 }
 
 pub fn cuda() -> Backend {
     let ctx = Ctx::cuda(0).expect("CUDA device 0 (this test needs a CUDA GPU)");
     let s = ctx.stream(0).unwrap();
     let k = Kernels::new(&ctx).expect("the CUDA kernels compile and load");
-    Backend { name: "cuda", k, s, host: Some(Box::new(host())) }
+    Backend {
+        name: "cuda",
+        k,
+        s,
+        host: Some(Box::new(host())),
+    }
 }
 
 impl Backend {
@@ -61,9 +71,16 @@ fn seed() -> u64 {
     if s != 0 {
         return s;
     }
-    let s = std::env::var("FRT_TEST_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1
-    });
+    let s = std::env::var("FRT_TEST_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
     SEED.store(s, Ordering::Relaxed);
     eprintln!("FRT_TEST_SEED={s}");
     s
@@ -77,7 +94,10 @@ impl Rng {
         Rng(seed() ^ salt.wrapping_mul(0x9E37_79B9_7F4A_7C15))
     }
     pub fn next_u32(&mut self) -> u32 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         ((self.0 ^ (self.0 >> 22)) >> (22 + (self.0 >> 61))) as u32
     }
     /// Uniform in [-1, 1).
@@ -112,14 +132,23 @@ pub struct Vals {
 fn make(b: &Backend, dt: DType, inputs: &[Input]) -> (Vec<Tensor>, Vals) {
     let ctx = b.k.ctx();
     let mut ts = Vec::new();
-    let mut vals = Vals { f: Vec::new(), i: Vec::new() };
+    let mut vals = Vals {
+        f: Vec::new(),
+        i: Vec::new(),
+    };
     for (n, inp) in inputs.iter().enumerate() {
         match inp {
             Input::F(shape, v) | Input::FD(_, shape, v) => {
                 let d = if let Input::FD(d, ..) = inp { *d } else { dt };
                 let t = Tensor::alloc(ctx, &format!("in{n}"), d, shape).unwrap();
                 t.write_f32(b.s, v).unwrap();
-                vals.f.push(t.read_f32(b.s).unwrap().into_iter().map(f64::from).collect());
+                vals.f.push(
+                    t.read_f32(b.s)
+                        .unwrap()
+                        .into_iter()
+                        .map(f64::from)
+                        .collect(),
+                );
                 ts.push(t);
             }
             Input::I(shape, v) => {
@@ -193,24 +222,49 @@ pub fn run(b: &Backend, case: &Case) {
             let hout = Tensor::alloc(h.k.ctx(), "out", case.out.1, &case.out.0).unwrap();
             poison(h, &hout);
             (case.op)(&h.k, h.s, &hins, &hout).unwrap();
-            (hout.read_f32(h.s).unwrap().into_iter().map(f64::from).collect(), "host backend")
+            (
+                hout.read_f32(h.s)
+                    .unwrap()
+                    .into_iter()
+                    .map(f64::from)
+                    .collect(),
+                "host backend",
+            )
         }
     };
     let err = rel_err(&got, &want);
     let t = tol(case.out.1, case.f32_tol);
-    assert!(err <= t, "[{}] {} ({:?}): relative error {err:.3e} > {t:.1e} against the {against}", b.name, case.name, case.dtype);
+    assert!(
+        err <= t,
+        "[{}] {} ({:?}): relative error {err:.3e} > {t:.1e} against the {against}",
+        b.name,
+        case.name,
+        case.dtype
+    );
     // The same op captured into a graph and replayed.
     let g = Graph::new(b.k.ctx(), &case.name, 1);
-    g.capture(ShapeKey(0), |cs| (case.op)(&b.k, cs, &ins, &out).map_err(|e| match e {
-        frt_kernels::Error::Exec(e) => e,
-        other => frt_exec::Error::Invalid { op: "capture", reason: other.to_string() },
-    }))
+    g.capture(ShapeKey(0), |cs| {
+        (case.op)(&b.k, cs, &ins, &out).map_err(|e| match e {
+            frt_kernels::Error::Exec(e) => e,
+            other => frt_exec::Error::Invalid {
+                op: "capture",
+                reason: other.to_string(),
+            },
+        })
+    })
     .unwrap_or_else(|e| panic!("{}: capture: {e}", case.name));
     poison(b, &out);
     g.replay(ShapeKey(0), b.s).unwrap();
     let replayed = out.read_f32(b.s).unwrap();
-    let same = got.iter().zip(&replayed).all(|(a, r)| a.to_bits() == r.to_bits());
-    assert!(same, "[{}] {}: the replayed graph differs from the eager run", b.name, case.name);
+    let same = got
+        .iter()
+        .zip(&replayed)
+        .all(|(a, r)| a.to_bits() == r.to_bits());
+    assert!(
+        same,
+        "[{}] {}: the replayed graph differs from the eager run",
+        b.name, case.name
+    );
 }
 
 /// `true` when the case should run on this backend: big shapes only on CUDA.

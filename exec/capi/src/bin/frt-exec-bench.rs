@@ -14,7 +14,10 @@
 //! `Plan::execute`. Times are host wall-clock over many iterations after warm-up; median and
 //! p99 over rounds.
 
-use flashrt_exec::{frt_ctx_create_cuda, frt_ctx_create_host, frt_ctx_destroy, frt_ctx_stream, frt_graph_capture, frt_graph_create, frt_graph_replay, frt_launch_host};
+use flashrt_exec::{
+    frt_ctx_create_cuda, frt_ctx_create_host, frt_ctx_destroy, frt_ctx_stream, frt_graph_capture,
+    frt_graph_create, frt_graph_replay, frt_launch_host,
+};
 use frt_exec::cudarc::driver::{result, sys};
 use frt_exec::cudarc::nvrtc;
 use frt_exec::{BackendKind, Ctx, Graph, Plan, ShapeKey, Stream};
@@ -37,7 +40,10 @@ fn row(what: &str, v: Vec<f64>) -> (f64, f64) {
 
 fn header(title: &str) {
     println!("\n{title}\n");
-    println!("| {:<58} | {:>9} | {:>9} |", "what (per call)", "median µs", "p99 µs");
+    println!(
+        "| {:<58} | {:>9} | {:>9} |",
+        "what (per call)", "median µs", "p99 µs"
+    );
     println!("|{}|{}|{}|", "-".repeat(60), "-".repeat(11), "-".repeat(11));
 }
 
@@ -48,14 +54,17 @@ struct Noop {
 
 impl Noop {
     fn new(ctx: &Ctx) -> Noop {
-        let Some(_) = ctx.cuda_context() else { return Noop { f: None } };
+        let Some(_) = ctx.cuda_context() else {
+            return Noop { f: None };
+        };
         ctx.bind_to_thread().unwrap();
         let ptx = nvrtc::compile_ptx("extern \"C\" __global__ void noop() {}").expect("NVRTC");
         let src = CString::new(ptx.to_src()).unwrap();
         // SAFETY: NUL-terminated PTX; the context is current; the module lives for the process.
         let module = unsafe { result::module::load_data(src.as_ptr() as *const c_void) }.unwrap();
         // SAFETY: the module is loaded.
-        let f = unsafe { result::module::get_function(module, CString::new("noop").unwrap()) }.unwrap();
+        let f =
+            unsafe { result::module::get_function(module, CString::new("noop").unwrap()) }.unwrap();
         Noop { f: Some(f) }
     }
 
@@ -64,8 +73,12 @@ impl Noop {
             Some(f) => {
                 let raw = ctx.raw_stream(s)? as sys::CUstream;
                 // SAFETY: `noop` takes no parameters and touches nothing.
-                unsafe { result::launch_kernel(f, (1, 1, 1), (32, 1, 1), 0, raw, &mut []) }
-                    .map_err(|e| frt_exec::Error::Driver { call: "cuLaunchKernel", code: frt_exec::DriverCode(e.0) })
+                unsafe { result::launch_kernel(f, (1, 1, 1), (32, 1, 1), 0, raw, &mut []) }.map_err(
+                    |e| frt_exec::Error::Driver {
+                        call: "cuLaunchKernel",
+                        code: frt_exec::DriverCode(e.0),
+                    },
+                )
             }
             None => ctx.launch_host(s, || Ok(())),
         }
@@ -80,7 +93,14 @@ unsafe extern "C" fn c_record(user: *mut c_void, stream: *mut c_void) {
     match f {
         // SAFETY: `stream` is the capture stream; `noop` takes no parameters.
         Some(f) => unsafe {
-            let _ = result::launch_kernel(f, (1, 1, 1), (32, 1, 1), 0, stream as sys::CUstream, &mut []);
+            let _ = result::launch_kernel(
+                f,
+                (1, 1, 1),
+                (32, 1, 1),
+                0,
+                stream as sys::CUstream,
+                &mut [],
+            );
         },
         // SAFETY: the host backend's capture stream handle, as documented.
         None => unsafe {
@@ -101,7 +121,10 @@ fn main() {
                 i += 1;
             }
             "--rounds" => {
-                rounds = args.get(i + 1).and_then(|r| r.parse().ok()).expect("--rounds N");
+                rounds = args
+                    .get(i + 1)
+                    .and_then(|r| r.parse().ok())
+                    .expect("--rounds N");
                 i += 1;
             }
             "-h" | "--help" => {
@@ -134,26 +157,45 @@ fn main() {
             let mut v = 0;
             // SAFETY: valid out pointer.
             unsafe { sys::cuDriverGetVersion(&mut v) };
-            println!("device: {} (CUDA driver API {}.{}), {rounds} rounds", cu.name().unwrap_or_default(), v / 1000, v % 1000 / 10);
+            println!(
+                "device: {} (CUDA driver API {}.{}), {rounds} rounds",
+                cu.name().unwrap_or_default(),
+                v / 1000,
+                v % 1000 / 10
+            );
         }
-        None => println!("device: host backend ({} CPUs), {rounds} rounds", std::thread::available_parallelism().map_or(1, |n| n.get())),
+        None => println!(
+            "device: host backend ({} CPUs), {rounds} rounds",
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        ),
     }
     let noop = Noop::new(&ctx);
     let s = ctx.stream(0).unwrap();
     let g = Graph::new(&ctx, "noop", 1);
     g.capture(ShapeKey(1), |cs| noop.enqueue(&ctx, cs)).unwrap();
     let exec = g.native_exec(ShapeKey(1)).unwrap() as sys::CUgraphExec;
-    let raw = if cuda { ctx.raw_stream(s).unwrap() as sys::CUstream } else { std::ptr::null_mut() };
+    let raw = if cuda {
+        ctx.raw_stream(s).unwrap() as sys::CUstream
+    } else {
+        std::ptr::null_mut()
+    };
 
     // The same kind of graph through the C ABI, in a context of its own.
-    let cctx = if cuda { frt_ctx_create_cuda(0) } else { frt_ctx_create_host() };
+    let cctx = if cuda {
+        frt_ctx_create_cuda(0)
+    } else {
+        frt_ctx_create_host()
+    };
     assert!(!cctx.is_null());
     let cs = frt_ctx_stream(cctx, 0);
     // SAFETY: valid name; the handles are live.
     let cg = unsafe { frt_graph_create(cctx, c"noop".as_ptr(), 1) };
     let mut user = (cctx, noop.f);
     // SAFETY: `user` outlives the capture; c_record matches the callback type.
-    assert_eq!(unsafe { frt_graph_capture(cg, 1, Some(c_record), &mut user as *mut _ as *mut c_void) }, 0);
+    assert_eq!(
+        unsafe { frt_graph_capture(cg, 1, Some(c_record), &mut user as *mut _ as *mut c_void) },
+        0
+    );
     let c_sync = |c: *mut c_void, st: i32| assert_eq!(flashrt_exec::frt_stream_sync(c, st), 0);
 
     // --- submission cost, interleaved rounds
@@ -191,12 +233,26 @@ fn main() {
         }
     }
     header("Graph replay: host time to submit one replay of a 1-kernel graph (100 per round)");
-    let b = if cuda { Some(row("bare cuGraphLaunch", bare)) } else { None };
+    let b = if cuda {
+        Some(row("bare cuGraphLaunch", bare))
+    } else {
+        None
+    };
     let r = row("Graph::replay", rep);
     let c = row("frt_graph_replay (C ABI)", capi);
     if let Some(b) = b {
-        println!("| {:<58} | {:>9.3} | {:>9} |", "added by Graph::replay (median difference)", r.0 - b.0, "");
-        println!("| {:<58} | {:>9.3} | {:>9} |", "added by frt_graph_replay (median difference)", c.0 - b.0, "");
+        println!(
+            "| {:<58} | {:>9.3} | {:>9} |",
+            "added by Graph::replay (median difference)",
+            r.0 - b.0,
+            ""
+        );
+        println!(
+            "| {:<58} | {:>9.3} | {:>9} |",
+            "added by frt_graph_replay (median difference)",
+            c.0 - b.0,
+            ""
+        );
     }
 
     // --- round trip: one submission + sync
@@ -229,26 +285,35 @@ fn main() {
     let mut plan = Plan::new(&ctx);
     let mut prev = None;
     for n in 0..12 {
-        let node = plan.add(&g, ShapeKey(1), if n % 2 == 0 { s } else { s2 }).unwrap();
+        let node = plan
+            .add(&g, ShapeKey(1), if n % 2 == 0 { s } else { s2 })
+            .unwrap();
         if let Some(p) = prev {
             plan.after(node, p).unwrap();
         }
         prev = Some(node);
     }
-    let raw2 = if cuda { ctx.raw_stream(s2).unwrap() as sys::CUstream } else { std::ptr::null_mut() };
+    let raw2 = if cuda {
+        ctx.raw_stream(s2).unwrap() as sys::CUstream
+    } else {
+        std::ptr::null_mut()
+    };
     let bare_evs: Vec<sys::CUevent> = if cuda {
         (0..12)
             .map(|_| {
                 let mut e = std::ptr::null_mut();
                 // SAFETY: valid out pointer; the context is current.
-                unsafe { sys::cuEventCreate(&mut e, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32) };
+                unsafe {
+                    sys::cuEventCreate(&mut e, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32)
+                };
                 e
             })
             .collect()
     } else {
         Vec::new()
     };
-    let (mut bare_sub, mut plan_sub, mut bare_rt, mut plan_rt) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut bare_sub, mut plan_sub, mut bare_rt, mut plan_rt) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for it in 0..rounds * 3 + 50 {
         if cuda {
             let t = Instant::now();
@@ -282,15 +347,29 @@ fn main() {
             plan_rt.push(t.elapsed().as_secs_f64() * 1e6);
         }
     }
-    header("Plan: 12 nodes (1-kernel graphs) over 2 streams, a cross-stream dependency between consecutive nodes");
-    let bs = if cuda { Some(row("bare driver calls: submit (12 launches, 11 records, 11 waits)", bare_sub)) } else { None };
+    header(
+        "Plan: 12 nodes (1-kernel graphs) over 2 streams, a cross-stream dependency between consecutive nodes",
+    );
+    let bs = if cuda {
+        Some(row(
+            "bare driver calls: submit (12 launches, 11 records, 11 waits)",
+            bare_sub,
+        ))
+    } else {
+        None
+    };
     let ps = row("Plan::execute: submit", plan_sub);
     if cuda {
         row("bare driver calls: submit + sync both streams", bare_rt);
     }
     row("Plan::execute + Plan::sync", plan_rt);
     if let Some(bs) = bs {
-        println!("| {:<58} | {:>9.3} | {:>9} |", "added by Plan::execute per execute (median difference)", ps.0 - bs.0, "");
+        println!(
+            "| {:<58} | {:>9.3} | {:>9} |",
+            "added by Plan::execute per execute (median difference)",
+            ps.0 - bs.0,
+            ""
+        );
     }
     for e in bare_evs {
         // SAFETY: created above, idle after the syncs.
