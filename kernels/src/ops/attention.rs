@@ -242,6 +242,14 @@ impl Kernels {
                     let _ = &keep;
                     // SAFETY: one i32 (checked).
                     let valid = vlp.map_or(dims.sk_len as i64, |p| unsafe { p.ld_i32(0) } as i64);
+                    if dt == DType::F32 {
+                        Pool::global().run(dims.sq_len * dims.hq, &|task| {
+                            let (i, h) = (task / dims.hq, task % dims.hq);
+                            // SAFETY: indices inside the checked layouts.
+                            unsafe { host_head_f32(&dims, i, h, qp, kp, vp, op_, valid, always_from, causal, scale) };
+                        });
+                        return;
+                    }
                     with_float!(dt, T, {
                         Pool::global().run(dims.sq_len * dims.hq, &|task| {
                             let (i, h) = (task / dims.hq, task % dims.hq);
@@ -266,6 +274,49 @@ impl Kernels {
                 })
             }
         }
+    }
+}
+
+/// [`host_head`] for f32 tensors, on contiguous head slices (vectorizable).
+///
+/// # Safety
+/// `dims` describe the f32 tensors behind the pointers.
+#[allow(clippy::too_many_arguments)]
+unsafe fn host_head_f32(dims: &Dims, i: usize, h: usize, q: P, k: P, v: P, out: P, valid: i64, always_from: usize, causal: Option<usize>, scale: f32) {
+    let d = dims.d;
+    let kh = h / (dims.hq / dims.hkv);
+    // SAFETY: every slice is one head row inside its checked layout.
+    let row = |p: P, r: usize, stride: usize, head: usize| unsafe { std::slice::from_raw_parts((p.0 as *const f32).add(r * stride + head * d), d) };
+    let mut qs = [0f32; MAX_HEAD_DIM];
+    for (dst, src) in qs.iter_mut().zip(row(q, i, dims.sq, h)) {
+        *dst = src * scale;
+    }
+    let qs = &qs[..d];
+    let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
+    let mut acc = [0f32; MAX_HEAD_DIM];
+    for j in 0..dims.sk_len {
+        let visible = ((j as i64) < valid || j >= always_from) && causal.is_none_or(|o| j <= i + o);
+        if !visible {
+            continue;
+        }
+        let sc = super::gemm::dot(qs, row(k, j, dims.sk, kh));
+        if sc > m {
+            let correction = (m - sc).exp();
+            sum *= correction;
+            acc[..d].iter_mut().for_each(|a| *a *= correction);
+            m = sc;
+        }
+        let p = (sc - m).exp();
+        sum += p;
+        for (a, x) in acc[..d].iter_mut().zip(row(v, j, dims.sv, kh)) {
+            *a += p * x;
+        }
+    }
+    let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+    // SAFETY: the output head row is inside its checked layout.
+    let o = unsafe { std::slice::from_raw_parts_mut((out.0 as *mut f32).add(i * dims.so + h * d), d) };
+    for (dst, a) in o.iter_mut().zip(&acc[..d]) {
+        *dst = a * inv;
     }
 }
 

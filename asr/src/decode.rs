@@ -1,0 +1,157 @@
+//! Greedy decoding with the prompt, suppression and scores that faster-whisper uses with
+//! `beam_size=1, temperature=0, without_timestamps=True` (which CTranslate2 carries out):
+//!
+//! * prompt `<|startoftranscript|>` (+ `<|en|><|transcribe|>` on multilingual models), then
+//!   `<|notimestamps|>`; the no-speech probability is the softmax of the logits at the
+//!   `<|startoftranscript|>` position, at `<|nocaptions|>` / `<|nospeech|>`;
+//! * at every step the suppressed tokens (faster-whisper's list for `suppress_tokens=[-1]`)
+//!   are set to −∞ before the log-softmax; at the first step also `" "` and
+//!   `<|endoftext|>` (`suppress_blank`);
+//! * the next token is the arg-max; decoding stops at `<|endoftext|>` or after
+//!   `max_new_tokens`;
+//! * `avg_logprob` is the sum of the chosen tokens' log-probabilities, `<|endoftext|>`
+//!   included, divided by (tokens + 1).
+
+use crate::error::Result;
+use crate::model::WhisperModel;
+use crate::tokenizer::Tokenizer;
+use std::time::{Duration, Instant};
+
+/// The result of one utterance.
+#[derive(Clone, Debug)]
+pub struct Transcript {
+    /// Generated tokens, without the prompt and `<|endoftext|>`.
+    pub tokens: Vec<u32>,
+    pub text: String,
+    pub avg_logprob: f32,
+    pub no_speech_prob: f32,
+    /// Frames of audio content the encoder saw (10 ms each).
+    pub content_frames: usize,
+    pub timings: Timings,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Timings {
+    /// Features and encoder (host time until the decoder's first logits were read).
+    pub encoder: Duration,
+    /// Every decoder step, prompt included.
+    pub decoder: Duration,
+    pub steps: usize,
+    pub total: Duration,
+}
+
+/// What decoding needs besides the model: the tokenizer's ids and the suppression list.
+pub struct Decoder {
+    pub tokenizer: Tokenizer,
+    /// Sorted; set to −∞ at every step.
+    pub suppress: Vec<u32>,
+    /// Set to −∞ at the first generated step.
+    pub suppress_begin: Vec<u32>,
+    prompt: Vec<u32>,
+    logits: std::cell::RefCell<Vec<f32>>,
+}
+
+impl Decoder {
+    pub fn new(tokenizer: Tokenizer, n_vocab: usize, multilingual: bool) -> Decoder {
+        let sp = tokenizer.specials;
+        let mut prompt = vec![sp.sot];
+        if multilingual {
+            prompt.extend(sp.english);
+            prompt.push(sp.transcribe);
+        }
+        prompt.push(sp.no_timestamps);
+        let space = tokenizer.encode_word(" ");
+        let mut suppress_begin = space;
+        suppress_begin.push(sp.eot);
+        Decoder { suppress: tokenizer.suppressed_tokens(), suppress_begin, tokenizer, prompt, logits: std::cell::RefCell::new(vec![0.0; n_vocab]) }
+    }
+
+    /// The prompt fed before the first generated token.
+    pub fn prompt(&self) -> &[u32] {
+        &self.prompt
+    }
+
+    /// Transcribes 16 kHz mono audio (at most 30 s are seen).
+    pub fn transcribe(&self, model: &WhisperModel, audio: &[f32]) -> Result<Transcript> {
+        let t0 = Instant::now();
+        let content_frames = model.encode(audio)?;
+        let mut logits = self.logits.borrow_mut();
+        let sp = self.tokenizer.specials;
+        // Prompt: all but its last token; the no-speech probability is read at the SOT step.
+        let mut no_speech_prob = 0.0;
+        let mut steps = 0;
+        let mut t_enc = None;
+        for (p, &tok) in self.prompt[..self.prompt.len() - 1].iter().enumerate() {
+            model.step(p, tok, &mut logits)?;
+            steps += 1;
+            if t_enc.is_none() {
+                t_enc = Some(t0.elapsed());
+            }
+            if tok == sp.sot {
+                no_speech_prob = softmax_at(&logits, sp.no_speech as usize);
+            }
+        }
+        let t_dec = Instant::now();
+        let mut tokens = Vec::new();
+        let mut sum_logprob = 0f64;
+        let mut pos = self.prompt.len() - 1;
+        let mut input = *self.prompt.last().expect("non-empty prompt");
+        let max_new = model.options.max_new_tokens;
+        loop {
+            model.step(pos, input, &mut logits)?;
+            steps += 1;
+            for &t in &self.suppress {
+                if let Some(v) = logits.get_mut(t as usize) {
+                    *v = f32::NEG_INFINITY;
+                }
+            }
+            if tokens.is_empty() {
+                for &t in &self.suppress_begin {
+                    if let Some(v) = logits.get_mut(t as usize) {
+                        *v = f32::NEG_INFINITY;
+                    }
+                }
+            }
+            let (best, logprob) = argmax_logprob(&logits);
+            sum_logprob += logprob;
+            if best == sp.eot {
+                break;
+            }
+            tokens.push(best);
+            pos += 1;
+            input = best;
+            if tokens.len() >= max_new || pos >= model.positions {
+                break;
+            }
+        }
+        let decoder = t_dec.elapsed();
+        let text = self.tokenizer.decode(&tokens);
+        Ok(Transcript {
+            avg_logprob: (sum_logprob / (tokens.len() + 1) as f64) as f32,
+            tokens,
+            text,
+            no_speech_prob,
+            content_frames,
+            timings: Timings { encoder: t_enc.unwrap_or_default(), decoder, steps, total: t0.elapsed() },
+        })
+    }
+}
+
+fn softmax_at(logits: &[f32], i: usize) -> f32 {
+    let m = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|v| ((v - m) as f64).exp()).sum();
+    (((logits[i] - m) as f64).exp() / sum) as f32
+}
+
+/// The arg-max (first of equal maxima) and its log-softmax value.
+fn argmax_logprob(logits: &[f32]) -> (u32, f64) {
+    let (mut best, mut m) = (0usize, f32::NEG_INFINITY);
+    for (i, &v) in logits.iter().enumerate() {
+        if v > m {
+            m = v;
+            best = i;
+        }
+    }
+    let sum: f64 = logits.iter().map(|v| ((v - m) as f64).exp()).sum();
+    (best as u32, -sum.ln())
+}

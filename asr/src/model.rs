@@ -1,0 +1,337 @@
+//! The Whisper encoder and decoder as exec graphs (mirrors openai/whisper `model.py`:
+//! `AudioEncoder`, `TextDecoder`, `ResidualAttentionBlock`).
+//!
+//! * **Encoder graph** (one variant, replayed once per utterance): conv1 + GELU, conv2
+//!   (stride 2) + GELU, positional embedding, pre-norm attention/MLP blocks, final LayerNorm,
+//!   and the cross-attention keys/values of every decoder layer, computed once here.
+//! * **Decoder step graphs** keyed by position (`ShapeKey = position`): the token at that
+//!   position (read from a one-element device buffer) goes through the decoder; its keys and
+//!   values are written into row `position` of preallocated per-layer caches, and its
+//!   self-attention reads rows `0..=position`. Output: the logits of the next token.
+//!
+//! Everything is allocated and captured when the model is built; transcribing only writes the
+//! features and the token, replays, and reads the logits.
+
+use crate::config::WhisperConfig;
+use crate::error::{Error, Result};
+use crate::mel::{LogMel, N_FRAMES};
+use crate::weights::{HostTensor, Linear, Norm, WhisperWeights};
+use frt_exec::{Buffer, Ctx, Graph, ShapeKey, Stream};
+use frt_kernels::{AttentionMask, AttentionPlan, Conv1d, DType, Epilogue, Kernels, Tensor};
+
+/// LayerNorm epsilon of Whisper (PyTorch's default).
+const LN_EPS: f32 = 1e-5;
+
+struct DLinear {
+    w: Tensor,
+    b: Tensor,
+}
+
+struct DNorm {
+    g: Tensor,
+    b: Tensor,
+}
+
+struct DEncoderLayer {
+    attn_ln: DNorm,
+    qkv: DLinear,
+    out: DLinear,
+    mlp_ln: DNorm,
+    fc1: DLinear,
+    fc2: DLinear,
+}
+
+struct DDecoderLayer {
+    self_ln: DNorm,
+    self_qkv: DLinear,
+    self_out: DLinear,
+    cross_ln: DNorm,
+    cross_q: DLinear,
+    cross_kv: DLinear,
+    cross_out: DLinear,
+    mlp_ln: DNorm,
+    fc1: DLinear,
+    fc2: DLinear,
+    /// `[n_text_ctx, d]` each.
+    k_cache: Tensor,
+    v_cache: Tensor,
+    /// `[n_audio_ctx, 2d]`: keys | values of the encoder output.
+    cross: Tensor,
+}
+
+fn upload(k: &Kernels, s: Stream, name: &str, t: &HostTensor, dt: DType) -> Result<Tensor> {
+    let x = Tensor::alloc(k.ctx(), name, dt, &t.shape)?;
+    x.write_f32(s, &t.data)?;
+    Ok(x)
+}
+
+fn linear(k: &Kernels, s: Stream, name: &str, l: &Linear, dt: DType) -> Result<DLinear> {
+    Ok(DLinear { w: upload(k, s, &format!("{name}.w"), &l.w, dt)?, b: upload(k, s, &format!("{name}.b"), &l.b, dt)? })
+}
+
+fn norm(k: &Kernels, s: Stream, name: &str, n: &Norm, dt: DType) -> Result<DNorm> {
+    Ok(DNorm { g: upload(k, s, &format!("{name}.g"), &n.g, dt)?, b: upload(k, s, &format!("{name}.b"), &n.b, dt)? })
+}
+
+/// `[rows, heads, head_dim]` view of columns `col..col + heads·head_dim` of a row-major
+/// `[rows, width]` tensor.
+fn heads(t: &Tensor, rows: usize, col: usize, heads: usize, head_dim: usize) -> Result<Tensor> {
+    let width = t.shape()[t.rank() - 1];
+    Ok(Tensor::with_layout(t.buffer(), t.dtype(), &[rows, heads, head_dim], &[width, head_dim, 1], t.offset() + col)?)
+}
+
+/// Options for building a [`WhisperModel`].
+#[derive(Clone, Debug)]
+pub struct ModelOptions {
+    /// Compute precision of weights and activations (logits are always f32). f32 reproduces
+    /// the reference decoder token for token; f16/bf16 is faster on GPUs.
+    pub dtype: DType,
+    /// Most tokens generated per utterance (faster-whisper: 224, half the text context).
+    pub max_new_tokens: usize,
+}
+
+impl Default for ModelOptions {
+    fn default() -> Self {
+        ModelOptions { dtype: DType::F32, max_new_tokens: 224 }
+    }
+}
+
+/// Whisper on an exec stream (see the module docs).
+pub struct WhisperModel {
+    k: Kernels,
+    s: Stream,
+    pub config: WhisperConfig,
+    pub options: ModelOptions,
+    frontend: LogMel,
+    mel: Tensor,
+    token: Tensor,
+    logits: Tensor,
+    encoder: Graph,
+    decoder: Graph,
+    /// Positions with a captured decoder step.
+    pub positions: usize,
+}
+
+impl WhisperModel {
+    /// Uploads `w`, allocates every buffer, and captures the encoder graph and one decoder
+    /// step graph per position on stream `s` (the stream transcriptions run on).
+    pub fn new(ctx: &Ctx, s: Stream, w: &WhisperWeights, options: ModelOptions) -> Result<WhisperModel> {
+        let c = w.config.clone();
+        if c.n_audio_state != c.n_text_state || c.n_audio_state % c.n_audio_head != 0 || c.n_text_state % c.n_text_head != 0 {
+            return Err(Error::BadCheckpoint { file: "(config)".into(), reason: format!("inconsistent dimensions {c:?}") });
+        }
+        if c.n_audio_ctx * 2 != N_FRAMES {
+            return Err(Error::BadCheckpoint { file: "(config)".into(), reason: format!("n_audio_ctx {} does not match 30 s windows", c.n_audio_ctx) });
+        }
+        let dt = options.dtype;
+        let k = Kernels::new(ctx)?;
+        let d = c.n_audio_state;
+        let (t_audio, t_text) = (c.n_audio_ctx, c.n_text_ctx);
+        // Weights.
+        let conv1 = linear(&k, s, "conv1", &w.conv1, dt)?;
+        let conv2 = linear(&k, s, "conv2", &w.conv2, dt)?;
+        let enc_pos = upload(&k, s, "enc_pos", &w.enc_pos, dt)?;
+        let enc: Vec<DEncoderLayer> = w
+            .enc_layers
+            .iter()
+            .enumerate()
+            .map(|(i, l)| -> Result<_> {
+                let n = |x: &str| format!("enc{i}.{x}");
+                Ok(DEncoderLayer {
+                    attn_ln: norm(&k, s, &n("attn_ln"), &l.attn_ln, dt)?,
+                    qkv: linear(&k, s, &n("qkv"), &l.qkv, dt)?,
+                    out: linear(&k, s, &n("out"), &l.out, dt)?,
+                    mlp_ln: norm(&k, s, &n("mlp_ln"), &l.mlp_ln, dt)?,
+                    fc1: linear(&k, s, &n("fc1"), &l.fc1, dt)?,
+                    fc2: linear(&k, s, &n("fc2"), &l.fc2, dt)?,
+                })
+            })
+            .collect::<Result<_>>()?;
+        let enc_ln = norm(&k, s, "enc_ln", &w.enc_ln, dt)?;
+        let tok_emb = upload(&k, s, "tok_emb", &w.tok_emb, dt)?;
+        let dec_pos = upload(&k, s, "dec_pos", &w.dec_pos, dt)?;
+        let dec: Vec<DDecoderLayer> = w
+            .dec_layers
+            .iter()
+            .enumerate()
+            .map(|(i, l)| -> Result<_> {
+                let n = |x: &str| format!("dec{i}.{x}");
+                Ok(DDecoderLayer {
+                    self_ln: norm(&k, s, &n("self_ln"), &l.self_ln, dt)?,
+                    self_qkv: linear(&k, s, &n("self_qkv"), &l.self_qkv, dt)?,
+                    self_out: linear(&k, s, &n("self_out"), &l.self_out, dt)?,
+                    cross_ln: norm(&k, s, &n("cross_ln"), &l.cross_ln, dt)?,
+                    cross_q: linear(&k, s, &n("cross_q"), &l.cross_q, dt)?,
+                    cross_kv: linear(&k, s, &n("cross_kv"), &l.cross_kv, dt)?,
+                    cross_out: linear(&k, s, &n("cross_out"), &l.cross_out, dt)?,
+                    mlp_ln: norm(&k, s, &n("mlp_ln"), &l.mlp_ln, dt)?,
+                    fc1: linear(&k, s, &n("fc1"), &l.fc1, dt)?,
+                    fc2: linear(&k, s, &n("fc2"), &l.fc2, dt)?,
+                    k_cache: Tensor::alloc(ctx, &n("k_cache"), dt, &[t_text, d])?,
+                    v_cache: Tensor::alloc(ctx, &n("v_cache"), dt, &[t_text, d])?,
+                    cross: Tensor::alloc(ctx, &n("cross_kv"), dt, &[t_audio, 2 * d])?,
+                })
+            })
+            .collect::<Result<_>>()?;
+        let dec_ln = norm(&k, s, "dec_ln", &w.dec_ln, dt)?;
+
+        // Activations of the encoder.
+        let mel = Tensor::alloc(ctx, "mel", dt, &[N_FRAMES, c.n_mels])?;
+        let h1 = Tensor::alloc(ctx, "enc.h1", dt, &[N_FRAMES, d])?;
+        let x = Tensor::alloc(ctx, "enc.x", dt, &[t_audio, d])?;
+        let ln = Tensor::alloc(ctx, "enc.ln", dt, &[t_audio, d])?;
+        let qkv = Tensor::alloc(ctx, "enc.qkv", dt, &[t_audio, 3 * d])?;
+        let attn = Tensor::alloc(ctx, "enc.attn", dt, &[t_audio, d])?;
+        let hidden = Tensor::alloc(ctx, "enc.mlp", dt, &[t_audio, 4 * d])?;
+        let conv1_plan = Conv1d::new(&k, &mel, &conv1.w, &h1, 1, 1)?;
+        let conv2_plan = Conv1d::new(&k, &h1, &conv2.w, &x, 2, 1)?;
+        let (ha, dha) = (c.n_audio_head, d / c.n_audio_head);
+        let enc_attn: AttentionPlan = k.attention_plan(
+            &heads(&qkv, t_audio, 0, ha, dha)?,
+            &heads(&qkv, t_audio, d, ha, dha)?,
+            &heads(&qkv, t_audio, 2 * d, ha, dha)?,
+            &heads(&attn, t_audio, 0, ha, dha)?,
+            &AttentionMask::full(),
+            1.0 / (dha as f32).sqrt(),
+        )?;
+        let g_qkv = k.gemm(&ln, &enc[0].qkv.w, &qkv, false, true, 1.0, 0.0, true, Epilogue::None)?;
+        let g_out = k.gemm(&attn, &enc[0].out.w, &x, false, true, 1.0, 1.0, true, Epilogue::None)?;
+        let g_fc1 = k.gemm(&ln, &enc[0].fc1.w, &hidden, false, true, 1.0, 0.0, true, Epilogue::None)?;
+        let g_fc2 = k.gemm(&hidden, &enc[0].fc2.w, &x, false, true, 1.0, 1.0, true, Epilogue::None)?;
+        let g_cross = k.gemm(&ln, &dec[0].cross_kv.w, &dec[0].cross, false, true, 1.0, 0.0, true, Epilogue::None)?;
+        let encoder = Graph::new(ctx, "whisper.encoder", 1);
+        encoder
+            .capture(ShapeKey(0), |cs| {
+                let r = (|| -> Result<()> {
+                    conv1_plan.run(&k, cs, &mel, &conv1.w, &conv1.b, &h1)?;
+                    k.gelu(cs, &h1, &h1)?;
+                    conv2_plan.run(&k, cs, &h1, &conv2.w, &conv2.b, &x)?;
+                    k.gelu(cs, &x, &x)?;
+                    k.add(cs, &x, &enc_pos, &x)?;
+                    for l in &enc {
+                        k.layer_norm(cs, &x, &l.attn_ln.g, &l.attn_ln.b, &ln, LN_EPS)?;
+                        g_qkv.run(cs, &ln, &l.qkv.w, &qkv, Some(&l.qkv.b))?;
+                        enc_attn.run(&k, cs)?;
+                        g_out.run(cs, &attn, &l.out.w, &x, Some(&l.out.b))?;
+                        k.layer_norm(cs, &x, &l.mlp_ln.g, &l.mlp_ln.b, &ln, LN_EPS)?;
+                        g_fc1.run(cs, &ln, &l.fc1.w, &hidden, Some(&l.fc1.b))?;
+                        k.gelu(cs, &hidden, &hidden)?;
+                        g_fc2.run(cs, &hidden, &l.fc2.w, &x, Some(&l.fc2.b))?;
+                    }
+                    k.layer_norm(cs, &x, &enc_ln.g, &enc_ln.b, &ln, LN_EPS)?;
+                    for l in &dec {
+                        g_cross.run(cs, &ln, &l.cross_kv.w, &l.cross, Some(&l.cross_kv.b))?;
+                    }
+                    Ok(())
+                })();
+                r.map_err(capture_error)
+            })?;
+
+        // The decoder steps.
+        let token = Tensor::alloc(ctx, "token", DType::I32, &[1])?;
+        let dx = Tensor::alloc(ctx, "dec.x", dt, &[1, d])?;
+        let dln = Tensor::alloc(ctx, "dec.ln", dt, &[1, d])?;
+        let dqkv = Tensor::alloc(ctx, "dec.qkv", dt, &[1, 3 * d])?;
+        let dq = Tensor::alloc(ctx, "dec.q", dt, &[1, d])?;
+        let dattn = Tensor::alloc(ctx, "dec.attn", dt, &[1, d])?;
+        let dhidden = Tensor::alloc(ctx, "dec.mlp", dt, &[1, 4 * d])?;
+        let logits = Tensor::alloc(ctx, "logits", DType::F32, &[1, c.n_vocab])?;
+        let d0 = &dec[0];
+        let p_qkv = k.gemm(&dln, &d0.self_qkv.w, &dqkv, false, true, 1.0, 0.0, true, Epilogue::None)?;
+        let p_res = k.gemm(&dattn, &d0.self_out.w, &dx, false, true, 1.0, 1.0, true, Epilogue::None)?;
+        let p_q = k.gemm(&dln, &d0.cross_q.w, &dq, false, true, 1.0, 0.0, true, Epilogue::None)?;
+        let p_fc1 = k.gemm(&dln, &d0.fc1.w, &dhidden, false, true, 1.0, 0.0, true, Epilogue::None)?;
+        let p_fc2 = k.gemm(&dhidden, &d0.fc2.w, &dx, false, true, 1.0, 1.0, true, Epilogue::None)?;
+        let p_logits = k.gemm(&dln, &tok_emb, &logits, false, true, 1.0, 0.0, false, Epilogue::None)?;
+        let (ht, dht) = (c.n_text_head, d / c.n_text_head);
+        let scale = 1.0 / (dht as f32).sqrt();
+        let positions = (2 + options.max_new_tokens).min(t_text);
+        let decoder = Graph::new(ctx, "whisper.decoder", 0);
+        let es = dt.size();
+        let step = |cs: Stream, p: usize| -> Result<()> {
+            k.embedding(cs, &token, &tok_emb, &dx, 1.0)?;
+            k.add(cs, &dx, &dec_pos.narrow(0, p, 1)?, &dx)?;
+            for l in &dec {
+                k.layer_norm(cs, &dx, &l.self_ln.g, &l.self_ln.b, &dln, LN_EPS)?;
+                p_qkv.run(cs, &dln, &l.self_qkv.w, &dqkv, Some(&l.self_qkv.b))?;
+                Buffer::copy(l.k_cache.buffer(), p * d * es, dqkv.buffer(), d * es, d * es, cs)?;
+                Buffer::copy(l.v_cache.buffer(), p * d * es, dqkv.buffer(), 2 * d * es, d * es, cs)?;
+                k.attention(
+                    cs,
+                    &heads(&dqkv, 1, 0, ht, dht)?,
+                    &heads(&l.k_cache.narrow(0, 0, p + 1)?, p + 1, 0, ht, dht)?,
+                    &heads(&l.v_cache.narrow(0, 0, p + 1)?, p + 1, 0, ht, dht)?,
+                    &heads(&dattn, 1, 0, ht, dht)?,
+                    &AttentionMask::full(),
+                    scale,
+                )?;
+                p_res.run(cs, &dattn, &l.self_out.w, &dx, Some(&l.self_out.b))?;
+                k.layer_norm(cs, &dx, &l.cross_ln.g, &l.cross_ln.b, &dln, LN_EPS)?;
+                p_q.run(cs, &dln, &l.cross_q.w, &dq, Some(&l.cross_q.b))?;
+                k.attention(
+                    cs,
+                    &heads(&dq, 1, 0, ht, dht)?,
+                    &heads(&l.cross, t_audio, 0, ht, dht)?,
+                    &heads(&l.cross, t_audio, d, ht, dht)?,
+                    &heads(&dattn, 1, 0, ht, dht)?,
+                    &AttentionMask::full(),
+                    scale,
+                )?;
+                p_res.run(cs, &dattn, &l.cross_out.w, &dx, Some(&l.cross_out.b))?;
+                k.layer_norm(cs, &dx, &l.mlp_ln.g, &l.mlp_ln.b, &dln, LN_EPS)?;
+                p_fc1.run(cs, &dln, &l.fc1.w, &dhidden, Some(&l.fc1.b))?;
+                k.gelu(cs, &dhidden, &dhidden)?;
+                p_fc2.run(cs, &dhidden, &l.fc2.w, &dx, Some(&l.fc2.b))?;
+            }
+            k.layer_norm(cs, &dx, &dec_ln.g, &dec_ln.b, &dln, LN_EPS)?;
+            p_logits.run(cs, &dln, &tok_emb, &logits, None)?;
+            Ok(())
+        };
+        for p in 0..positions {
+            decoder.capture(ShapeKey(p as u64), |cs| step(cs, p).map_err(capture_error))?;
+        }
+        ctx.sync_stream(s)?;
+        Ok(WhisperModel { frontend: LogMel::new(c.n_mels), k, s, config: c, options, mel, token, logits, encoder, decoder, positions })
+    }
+
+    pub fn kernels(&self) -> &Kernels {
+        &self.k
+    }
+
+    pub fn stream(&self) -> Stream {
+        self.s
+    }
+
+    /// How many graphs were captured (1 encoder + one decoder step per position).
+    pub fn capture_count(&self) -> u64 {
+        self.encoder.capture_count() + self.decoder.capture_count()
+    }
+
+    /// Computes the features of 16 kHz mono audio and runs the encoder (including the
+    /// cross-attention keys and values). Returns the frames of content.
+    pub fn encode(&self, audio: &[f32]) -> Result<usize> {
+        let (x, content) = self.frontend.encoder_input(audio);
+        self.mel.write_f32(self.s, &x)?;
+        self.encoder.replay(ShapeKey(0), self.s)?;
+        Ok(content)
+    }
+
+    /// Feeds `token` at `position` and returns the logits of the next token (into `out`,
+    /// length `n_vocab`). Blocks until they are on the host.
+    pub fn step(&self, position: usize, token: u32, out: &mut [f32]) -> Result<()> {
+        if position >= self.positions {
+            return Err(Error::BadAudio { what: "decoder".into(), reason: format!("position {position} beyond the {} captured", self.positions) });
+        }
+        self.token.buffer().write(self.s, 0, &[token as i32])?;
+        self.decoder.replay(ShapeKey(position as u64), self.s)?;
+        self.logits.buffer().read(self.s, 0, out)?;
+        Ok(())
+    }
+}
+
+fn capture_error(e: Error) -> frt_exec::Error {
+    match e {
+        Error::Exec(e) => e,
+        other => frt_exec::Error::Invalid { op: "whisper capture", reason: other.to_string() },
+    }
+}

@@ -1,0 +1,1 @@
+//! Streaming: to be filled in (voice activity detection and a background transcriber).
