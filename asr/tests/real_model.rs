@@ -80,3 +80,73 @@ fn token_exact_with_faster_whisper_on_the_host_backend() {
 fn token_exact_with_faster_whisper_on_cuda() {
     run_clips(&Ctx::cuda(0).unwrap(), ModelOptions::default());
 }
+
+#[test]
+fn suppressed_tokens_match_faster_whisper() {
+    let tok = frt_asr::tokenizer::Tokenizer::from_file(&model_dir().join("tokenizer.json")).unwrap();
+    let want: Vec<u32> = references()["suppress_tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+    assert_eq!(tok.suppressed_tokens(), want);
+    assert_eq!(tok.encode_word(" "), vec![220], "suppress_blank's space token");
+    assert_eq!(tok.decode(&[13707, 0, 50256]), " Stop!", "special tokens are skipped");
+}
+
+/// The Hugging Face loader, checked with the real weights: written in the `openai/whisper-*`
+/// safetensors layout, loaded back, same tokens.
+#[test]
+fn safetensors_round_trip_gives_the_same_tokens() {
+    let w = frt_asr::weights::WhisperWeights::load(&model_dir()).unwrap();
+    assert_eq!(w.config.preset_name(), Some("tiny.en"));
+    let dir = std::env::temp_dir().join(format!("frt-whisper-hf-{}", std::process::id()));
+    w.write_safetensors(&dir).unwrap();
+    std::fs::copy(model_dir().join("tokenizer.json"), dir.join("tokenizer.json")).unwrap();
+    let back = frt_asr::weights::WhisperWeights::load(&dir).unwrap();
+    assert_eq!(back.config, w.config);
+    assert_eq!(back.dec_layers[2].cross_kv.w.data, w.dec_layers[2].cross_kv.w.data);
+    let ctx = Ctx::host().unwrap();
+    let wh = Whisper::load(&ctx, &dir, ctx.stream(0).unwrap(), ModelOptions::default()).unwrap();
+    let got = wh.transcribe_wav(&data("stop.wav")).unwrap();
+    assert_eq!(got.tokens, vec![13707, 0]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn broken_model_folders_and_inputs_are_clear_errors() {
+    use frt_asr::Error;
+    let ctx = Ctx::host().unwrap();
+    let s = ctx.stream(0).unwrap();
+    let tmp = std::env::temp_dir().join(format!("frt-whisper-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let e = Whisper::load(&ctx, &tmp.join("absent"), s, ModelOptions::default()).err().unwrap();
+    assert!(matches!(e, Error::ModelFolder { .. }), "{e}");
+    let e = Whisper::load(&ctx, &tmp, s, ModelOptions::default()).err().unwrap();
+    assert!(matches!(e, Error::ModelFolder { .. }), "no tokenizer: {e}");
+    std::fs::copy(model_dir().join("tokenizer.json"), tmp.join("tokenizer.json")).unwrap();
+    let e = Whisper::load(&ctx, &tmp, s, ModelOptions::default()).err().unwrap();
+    assert!(e.to_string().contains("neither model.bin"), "{e}");
+    // A truncated and a mislabelled checkpoint.
+    let bin = std::fs::read(model_dir().join("model.bin")).unwrap();
+    std::fs::write(tmp.join("model.bin"), &bin[..bin.len() / 3]).unwrap();
+    let e = Whisper::load(&ctx, &tmp, s, ModelOptions::default()).err().unwrap();
+    assert!(matches!(&e, Error::BadCheckpoint { reason, .. } if reason.contains("truncated")), "{e}");
+    let mut other = bin.clone();
+    other[6..17].copy_from_slice(b"OtherSpec00");
+    std::fs::write(tmp.join("model.bin"), &other).unwrap();
+    assert!(matches!(Whisper::load(&ctx, &tmp, s, ModelOptions::default()), Err(Error::BadCheckpoint { .. })));
+    std::fs::write(tmp.join("model.bin"), b"garbage").unwrap();
+    assert!(matches!(Whisper::load(&ctx, &tmp, s, ModelOptions::default()), Err(Error::BadCheckpoint { .. })));
+    std::fs::write(tmp.join("tokenizer.json"), b"{").unwrap();
+    std::fs::write(tmp.join("model.bin"), &bin).unwrap();
+    assert!(matches!(Whisper::load(&ctx, &tmp, s, ModelOptions::default()), Err(Error::Tokenizer(_))));
+    let _ = std::fs::remove_dir_all(&tmp);
+    // Bad audio for a good model.
+    let w = Whisper::load(&ctx, &model_dir(), s, ModelOptions::default()).unwrap();
+    assert!(matches!(w.transcribe(&[]), Err(Error::BadAudio { .. })));
+    assert!(matches!(w.transcribe(&[0.0, f32::NAN]), Err(Error::BadAudio { .. })));
+    let corrupt = tmp.with_extension("wav");
+    std::fs::write(&corrupt, b"RIFF\x10\x00\x00\x00WAVEjunk").unwrap();
+    assert!(matches!(w.transcribe_wav(&corrupt), Err(Error::BadAudio { .. })));
+    let _ = std::fs::remove_file(&corrupt);
+    // Silence decodes to something without crashing (and is what no_speech_prob flags).
+    let t = w.transcribe(&vec![0.0; 16_000]).unwrap();
+    assert!(t.no_speech_prob.is_finite());
+}
