@@ -150,3 +150,68 @@ fn broken_model_folders_and_inputs_are_clear_errors() {
     let t = w.transcribe(&vec![0.0; 16_000]).unwrap();
     assert!(t.no_speech_prob.is_finite());
 }
+
+/// Clips in a noisy stream: segmented by the VAD, transcribed on a background thread.
+#[test]
+fn a_noisy_stream_is_segmented_and_transcribed_in_the_background() {
+    use frt_asr::stream::{Segmenter, Transcriber, VadConfig};
+    let mut seed = 1u32;
+    let mut noise = |secs: f32| -> Vec<f32> {
+        (0..(secs * 16_000.0) as usize)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 17;
+                seed ^= seed << 5;
+                0.01 * (seed as f32 / u32::MAX as f32 - 0.5)
+            })
+            .collect()
+    };
+    let clip = |n: &str| audio::read_wav(&data(n)).unwrap().to_whisper();
+    let mut stream = noise(1.5);
+    for name in ["stop.wav", "open_drawer.wav", "screwdriver_noisy.wav", "wipe_table.wav"] {
+        let mut c = clip(name);
+        let bg = noise(c.len() as f32 / 16_000.0);
+        c.iter_mut().zip(bg).for_each(|(x, n)| *x += n);
+        stream.extend(c);
+        stream.extend(noise(1.2));
+    }
+    let ctx = Ctx::host().unwrap();
+    let low = ctx.stream(ctx.priority_range().0).unwrap();
+    let whisper = Whisper::load(&ctx, &model_dir(), low, ModelOptions::default()).unwrap();
+    let transcriber = Transcriber::spawn(whisper, 4);
+    let mut seg = Segmenter::new(VadConfig::default());
+    let mut submitted = Vec::new();
+    for chunk in stream.chunks(320) {
+        for u in seg.push(chunk) {
+            submitted.push((u.start_s, u.end_s));
+            transcriber.submit(u).map_err(|_| "queue full").unwrap();
+        }
+    }
+    if let Some(u) = seg.flush() {
+        submitted.push((u.start_s, u.end_s));
+        transcriber.submit(u).map_err(|_| "queue full").unwrap();
+    }
+    assert_eq!(submitted.len(), 4, "utterances found: {submitted:?}");
+    let mut texts = Vec::new();
+    while texts.len() < submitted.len() {
+        let r = transcriber.recv_timeout(std::time::Duration::from_secs(120)).expect("a transcription within 2 min");
+        texts.push(r.result.unwrap().text);
+    }
+    println!("{submitted:?} -> {texts:?}");
+    for (t, word) in texts.iter().zip(["stop", "drawer", "right", "sponge"]) {
+        assert!(t.to_lowercase().contains(word), "{t:?} should contain {word:?}");
+    }
+}
+
+/// The transcriber's queue is bounded: a full queue hands the utterance back at once.
+#[test]
+fn the_transcription_queue_is_bounded() {
+    use frt_asr::stream::{Transcriber, Utterance};
+    let ctx = Ctx::host().unwrap();
+    let whisper = Whisper::load(&ctx, &model_dir(), ctx.stream(0).unwrap(), ModelOptions::default()).unwrap();
+    let t = Transcriber::spawn(whisper, 1);
+    let u = || Utterance { samples: vec![0.0; 16_000], start_s: 0.0, end_s: 1.0 };
+    let outcomes: Vec<bool> = (0..4).map(|_| t.submit(u()).is_ok()).collect();
+    assert!(outcomes[0], "the first is taken");
+    assert!(outcomes.iter().any(|ok| !ok), "a full queue refuses instead of blocking: {outcomes:?}");
+}
