@@ -11,6 +11,12 @@ step() {
     "$@" || { echo "=== FAILED: $*"; fail=1; }
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+# Whisper tiny.en: joined from the two halves carried on consecutive calls (stage-gpu.sh).
+export FRT_WHISPER_TINY_EN=/tmp/frt-whisper FRT_ASR_TEST_DATA="$(pwd)/../asr/tests/data"
+if [ -f ../.gpu-model2/model.bin.part2 ] && [ -f /tmp/frt-whisper/model.bin.part1 ]; then
+    cat /tmp/frt-whisper/model.bin.part1 ../.gpu-model2/model.bin.part2 > /tmp/frt-whisper/model.bin
+    [ "$(sha256sum /tmp/frt-whisper/model.bin | cut -d' ' -f1)" = "$(cat ../.gpu-model2/model.bin.sha256)" ] || { echo "model halves do not join"; exit 1; }
+fi
 step ./exec-contract --ignored --test-threads=1 --nocapture
 step ./exec-host_backend
 step ./exec-alloc_free --ignored
@@ -21,6 +27,13 @@ step ./frt-exec-bench --backend cuda --rounds 300
 step ./kernels-ops --ignored --test-threads=1
 step ./kernels-cache --ignored --nocapture
 step ./frt-kernels-bench --iters 200
+if [ -f /tmp/frt-whisper/model.bin ]; then
+    step ./asr-real_model --ignored --test-threads=1 --nocapture
+    step ./transcribe ../asr/tests/data/pick_blue_cup.wav --model /tmp/frt-whisper --backend cuda
+    step ./frt-asr-bench --model /tmp/frt-whisper --wav ../asr/tests/data/pick_blue_cup.wav --iters 50
+else
+    echo "=== Whisper model not carried: ASR steps skipped"; fail=1
+fi
 echo
 if [ "$fail" = 0 ]; then echo "GPU suite: all steps passed"; else echo "GPU suite: FAILURES"; fi
 exit $fail

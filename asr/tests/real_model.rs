@@ -15,8 +15,10 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// The test clips: `$FRT_ASR_TEST_DATA` (on a machine where the source tree lives elsewhere,
+/// e.g. the GPU machine), else `asr/tests/data`.
 fn data(name: &str) -> PathBuf {
-    repo().join("asr/tests/data").join(name)
+    std::env::var_os("FRT_ASR_TEST_DATA").map(PathBuf::from).unwrap_or_else(|| repo().join("asr/tests/data")).join(name)
 }
 
 pub fn model_dir() -> PathBuf {
