@@ -4,7 +4,7 @@
 //! * prompt `<|startoftranscript|>` (+ `<|en|><|transcribe|>` on multilingual models), then
 //!   `<|notimestamps|>`; the no-speech probability is the softmax of the logits at the
 //!   `<|startoftranscript|>` position, at `<|nocaptions|>` / `<|nospeech|>`;
-//! * at every step the suppressed tokens (faster-whisper's list for `suppress_tokens=[-1]`)
+//! * at every step (inside the step graph, on the device) the suppressed tokens (faster-whisper's list for `suppress_tokens=[-1]`)
 //!   are set to −∞ before the log-softmax; at the first step also `" "` and
 //!   `<|endoftext|>` (`suppress_blank`);
 //! * the next token is the arg-max; decoding stops at `<|endoftext|>` or after
@@ -13,7 +13,7 @@
 //!   included, divided by (tokens + 1).
 
 use crate::error::Result;
-use crate::model::WhisperModel;
+use crate::model::{Suppression, WhisperModel};
 use crate::tokenizer::Tokenizer;
 use std::time::{Duration, Instant};
 
@@ -40,12 +40,12 @@ pub struct Timings {
     pub total: Duration,
 }
 
-/// What decoding needs besides the model: the tokenizer's ids and the suppression list.
+/// The prompt and suppression rules, derived from the tokenizer.
 pub struct Decoder {
     pub tokenizer: Tokenizer,
-    /// Sorted; set to −∞ at every step.
+    /// Suppressed at every step (faster-whisper's list for `suppress_tokens=[-1]`).
     pub suppress: Vec<u32>,
-    /// Set to −∞ at the first generated step.
+    /// Also suppressed at the first generated step (`suppress_blank`: `" "` and EOT).
     pub suppress_begin: Vec<u32>,
     prompt: Vec<u32>,
     logits: std::cell::RefCell<Vec<f32>>,
@@ -60,8 +60,7 @@ impl Decoder {
             prompt.push(sp.transcribe);
         }
         prompt.push(sp.no_timestamps);
-        let space = tokenizer.encode_word(" ");
-        let mut suppress_begin = space;
+        let mut suppress_begin = tokenizer.encode_word(" ");
         suppress_begin.push(sp.eot);
         Decoder { suppress: tokenizer.suppressed_tokens(), suppress_begin, tokenizer, prompt, logits: std::cell::RefCell::new(vec![0.0; n_vocab]) }
     }
@@ -71,19 +70,23 @@ impl Decoder {
         &self.prompt
     }
 
-    /// Transcribes 16 kHz mono audio (at most 30 s are seen).
+    /// What the model's step graphs must mask.
+    pub fn suppression(&self) -> Suppression {
+        Suppression { always: self.suppress.clone(), at_first: self.suppress_begin.clone(), first_position: self.prompt.len() - 1 }
+    }
+
+    /// Transcribes 16 kHz mono audio (at most 30 s are seen). The model must have been built
+    /// with this decoder's [`suppression`](Self::suppression).
     pub fn transcribe(&self, model: &WhisperModel, audio: &[f32]) -> Result<Transcript> {
         let t0 = Instant::now();
         let content_frames = model.encode(audio)?;
-        let mut logits = self.logits.borrow_mut();
         let sp = self.tokenizer.specials;
-        // Prompt: all but its last token; the no-speech probability is read at the SOT step.
+        // The prompt but its last token; the no-speech probability is read at the SOT step.
         let mut no_speech_prob = 0.0;
-        let mut steps = 0;
         let mut t_enc = None;
         for (p, &tok) in self.prompt[..self.prompt.len() - 1].iter().enumerate() {
-            model.step(p, tok, &mut logits)?;
-            steps += 1;
+            let mut logits = self.logits.borrow_mut();
+            model.step_logits(p, tok, &mut logits)?;
             if t_enc.is_none() {
                 t_enc = Some(t0.elapsed());
             }
@@ -97,23 +100,11 @@ impl Decoder {
         let mut pos = self.prompt.len() - 1;
         let mut input = *self.prompt.last().expect("non-empty prompt");
         let max_new = model.options.max_new_tokens;
+        let mut steps = self.prompt.len() - 1;
         loop {
-            model.step(pos, input, &mut logits)?;
+            let (best, logprob) = model.step_greedy(pos, input)?;
             steps += 1;
-            for &t in &self.suppress {
-                if let Some(v) = logits.get_mut(t as usize) {
-                    *v = f32::NEG_INFINITY;
-                }
-            }
-            if tokens.is_empty() {
-                for &t in &self.suppress_begin {
-                    if let Some(v) = logits.get_mut(t as usize) {
-                        *v = f32::NEG_INFINITY;
-                    }
-                }
-            }
-            let (best, logprob) = argmax_logprob(&logits);
-            sum_logprob += logprob;
+            sum_logprob += logprob as f64;
             if best == sp.eot {
                 break;
             }
@@ -141,17 +132,4 @@ fn softmax_at(logits: &[f32], i: usize) -> f32 {
     let m = logits.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
     let sum: f64 = logits.iter().map(|v| ((v - m) as f64).exp()).sum();
     (((logits[i] - m) as f64).exp() / sum) as f32
-}
-
-/// The arg-max (first of equal maxima) and its log-softmax value.
-fn argmax_logprob(logits: &[f32]) -> (u32, f64) {
-    let (mut best, mut m) = (0usize, f32::NEG_INFINITY);
-    for (i, &v) in logits.iter().enumerate() {
-        if v > m {
-            m = v;
-            best = i;
-        }
-    }
-    let sum: f64 = logits.iter().map(|v| ((v - m) as f64).exp()).sum();
-    (best as u32, -sum.ln())
 }

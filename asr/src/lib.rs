@@ -23,7 +23,7 @@ pub mod weights;
 pub use config::WhisperConfig;
 pub use decode::{Decoder, Timings, Transcript};
 pub use error::{Error, Result};
-pub use model::{ModelOptions, WhisperModel};
+pub use model::{ModelOptions, Suppression, WhisperModel};
 
 use frt_exec::{Ctx, Stream};
 use std::path::Path;
@@ -48,8 +48,8 @@ impl Whisper {
     }
 
     pub fn from_parts(ctx: &Ctx, s: Stream, weights: &weights::WhisperWeights, tokenizer: tokenizer::Tokenizer, options: ModelOptions) -> Result<Whisper> {
-        let model = WhisperModel::new(ctx, s, weights, options)?;
-        let decoder = Decoder::new(tokenizer, model.config.n_vocab, model.config.is_multilingual());
+        let decoder = Decoder::new(tokenizer, weights.config.n_vocab, weights.config.is_multilingual());
+        let model = WhisperModel::new(ctx, s, weights, options, &decoder.suppression())?;
         Ok(Whisper { model, decoder })
     }
 

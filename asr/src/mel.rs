@@ -25,6 +25,8 @@ pub struct LogMel {
     n_mels: usize,
     /// `n_mels × (N_FFT/2 + 1)`, f32 as the reference uses them.
     filters: Vec<f32>,
+    /// The bins where each filter is non-zero (a triangle spans a few bins).
+    support: Vec<std::ops::Range<usize>>,
     window: Vec<f64>,
     fft: Arc<dyn Fft<f64>>,
 }
@@ -77,7 +79,17 @@ pub struct Features {
 impl LogMel {
     pub fn new(n_mels: usize) -> LogMel {
         let window = (0..N_FFT).map(|n| 0.5 - 0.5 * (std::f64::consts::TAU * n as f64 / N_FFT as f64).cos()).collect();
-        LogMel { n_mels, filters: mel_filters(n_mels), window, fft: FftPlanner::new().plan_fft_forward(N_FFT) }
+        let filters = mel_filters(n_mels);
+        let bins = N_FFT / 2 + 1;
+        let support = (0..n_mels)
+            .map(|m| {
+                let row = &filters[m * bins..(m + 1) * bins];
+                let lo = row.iter().position(|v| *v != 0.0).unwrap_or(0);
+                let hi = row.iter().rposition(|v| *v != 0.0).map_or(lo, |i| i + 1);
+                lo..hi
+            })
+            .collect();
+        LogMel { n_mels, filters, support, window, fft: FftPlanner::new().plan_fft_forward(N_FFT) }
     }
 
     pub fn n_mels(&self) -> usize {
@@ -106,9 +118,10 @@ impl LogMel {
         }
         let mut values = vec![0f32; self.n_mels * frames];
         for m in 0..self.n_mels {
-            let f = &self.filters[m * bins..(m + 1) * bins];
+            let r = self.support[m].clone();
+            let f = &self.filters[m * bins + r.start..m * bins + r.end];
             for t in 0..frames {
-                let p = &power[t * bins..(t + 1) * bins];
+                let p = &power[t * bins + r.start..t * bins + r.end];
                 let e: f64 = f.iter().zip(p).map(|(a, b)| (*a as f64) * (*b as f64)).sum();
                 values[m * frames + t] = (e as f32).max(1e-10).log10();
             }

@@ -90,6 +90,15 @@ pub struct ModelOptions {
     pub max_new_tokens: usize,
 }
 
+/// What greedy decoding needs inside the step graphs: the tokens suppressed at every step,
+/// those suppressed at the first generated step too, and that step's position.
+#[derive(Clone, Debug)]
+pub struct Suppression {
+    pub always: Vec<u32>,
+    pub at_first: Vec<u32>,
+    pub first_position: usize,
+}
+
 impl Default for ModelOptions {
     fn default() -> Self {
         ModelOptions { dtype: DType::F32, max_new_tokens: 224 }
@@ -106,6 +115,8 @@ pub struct WhisperModel {
     mel: Tensor,
     token: Tensor,
     logits: Tensor,
+    /// `[index (i32) | log-probability (f32)]` of the greedy choice.
+    choice: frt_exec::Buffer,
     encoder: Graph,
     decoder: Graph,
     /// Positions with a captured decoder step.
@@ -115,7 +126,7 @@ pub struct WhisperModel {
 impl WhisperModel {
     /// Uploads `w`, allocates every buffer, and captures the encoder graph and one decoder
     /// step graph per position on stream `s` (the stream transcriptions run on).
-    pub fn new(ctx: &Ctx, s: Stream, w: &WhisperWeights, options: ModelOptions) -> Result<WhisperModel> {
+    pub fn new(ctx: &Ctx, s: Stream, w: &WhisperWeights, options: ModelOptions, suppression: &Suppression) -> Result<WhisperModel> {
         let c = w.config.clone();
         if c.n_audio_state != c.n_text_state || c.n_audio_state % c.n_audio_head != 0 || c.n_text_state % c.n_text_head != 0 {
             return Err(Error::BadCheckpoint { file: "(config)".into(), reason: format!("inconsistent dimensions {c:?}") });
@@ -236,6 +247,22 @@ impl WhisperModel {
         let dattn = Tensor::alloc(ctx, "dec.attn", dt, &[1, d])?;
         let dhidden = Tensor::alloc(ctx, "dec.mlp", dt, &[1, 4 * d])?;
         let logits = Tensor::alloc(ctx, "logits", DType::F32, &[1, c.n_vocab])?;
+        let choice = Buffer::alloc(ctx, "choice", 8)?;
+        let choice_index = Tensor::new(&choice, DType::I32, &[1])?;
+        let choice_logprob = Tensor::with_layout(&choice, DType::F32, &[1], &[1], 1)?;
+        let mask_of = |ids: &[&[u32]]| -> Result<Tensor> {
+            let mut m = vec![0f32; c.n_vocab];
+            for &id in ids.iter().flat_map(|l| l.iter()) {
+                if let Some(v) = m.get_mut(id as usize) {
+                    *v = f32::NEG_INFINITY;
+                }
+            }
+            let t = Tensor::alloc(ctx, "suppress", DType::F32, &[c.n_vocab])?;
+            t.write_f32(s, &m)?;
+            Ok(t)
+        };
+        let mask = mask_of(&[&suppression.always])?;
+        let mask_first = mask_of(&[&suppression.always, &suppression.at_first])?;
         let d0 = &dec[0];
         let p_qkv = k.gemm(&dln, &d0.self_qkv.w, &dqkv, false, true, 1.0, 0.0, true, Epilogue::None)?;
         let p_res = k.gemm(&dattn, &d0.self_out.w, &dx, false, true, 1.0, 1.0, true, Epilogue::None)?;
@@ -285,13 +312,15 @@ impl WhisperModel {
             }
             k.layer_norm(cs, &dx, &dec_ln.g, &dec_ln.b, &dln, LN_EPS)?;
             p_logits.run(cs, &dln, &tok_emb, &logits, None)?;
+            let m = if p == suppression.first_position { &mask_first } else { &mask };
+            k.argmax_logsoftmax(cs, &logits, Some(m), &choice_index, &choice_logprob)?;
             Ok(())
         };
         for p in 0..positions {
             decoder.capture(ShapeKey(p as u64), |cs| step(cs, p).map_err(capture_error))?;
         }
         ctx.sync_stream(s)?;
-        Ok(WhisperModel { frontend: LogMel::new(c.n_mels), k, s, config: c, options, mel, token, logits, encoder, decoder, positions })
+        Ok(WhisperModel { frontend: LogMel::new(c.n_mels), k, s, config: c, options, mel, token, logits, choice, encoder, decoder, positions })
     }
 
     pub fn kernels(&self) -> &Kernels {
@@ -316,16 +345,33 @@ impl WhisperModel {
         Ok(content)
     }
 
-    /// Feeds `token` at `position` and returns the logits of the next token (into `out`,
-    /// length `n_vocab`). Blocks until they are on the host.
-    pub fn step(&self, position: usize, token: u32, out: &mut [f32]) -> Result<()> {
+    fn feed(&self, position: usize, token: u32) -> Result<()> {
         if position >= self.positions {
             return Err(Error::BadAudio { what: "decoder".into(), reason: format!("position {position} beyond the {} captured", self.positions) });
         }
         self.token.buffer().write(self.s, 0, &[token as i32])?;
         self.decoder.replay(ShapeKey(position as u64), self.s)?;
+        Ok(())
+    }
+
+    /// Feeds `token` at `position` and copies the logits of the next token into `out`
+    /// (`n_vocab` values). Blocks until they are on the host.
+    pub fn step_logits(&self, position: usize, token: u32, out: &mut [f32]) -> Result<()> {
+        self.feed(position, token)?;
         self.logits.buffer().read(self.s, 0, out)?;
         Ok(())
+    }
+
+    /// Feeds `token` at `position` and returns the greedy choice for the next position: its
+    /// id and log-probability, with the suppressed tokens masked out (computed on the
+    /// device; only these 8 bytes come back).
+    pub fn step_greedy(&self, position: usize, token: u32) -> Result<(u32, f32)> {
+        self.feed(position, token)?;
+        let mut b = [0u8; 8];
+        self.choice.download(self.s, 0, &mut b)?;
+        let id = i32::from_le_bytes(b[0..4].try_into().unwrap());
+        let lp = f32::from_le_bytes(b[4..8].try_into().unwrap());
+        Ok((id.max(0) as u32, lp))
     }
 }
 

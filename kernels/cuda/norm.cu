@@ -120,3 +120,44 @@ __device__ void softmax(const T* x, T* out, unsigned cols, unsigned long long sx
         softmax<T>(x, out, cols, sx, so, vec8);                                                        \
     }
 FOR_FLOATS(NORMS)
+
+// Greedy decoding's reduction: per row of f32 logits plus an optional additive mask (0 or
+// -inf per column), the index of the maximum (the first on ties) and its log-softmax value.
+extern "C" __global__ void argmax_logsoftmax(const float* logits, const float* mask, int* index, float* logprob,
+                                             unsigned cols, unsigned long long sx) {
+    __shared__ float best_v[32];
+    __shared__ int best_i[32];
+    const unsigned long long row = blockIdx.x;
+    const float* x = logits + row * sx;
+    float m = -INFINITY;
+    int mi = 0x7fffffff;
+    for (unsigned c = threadIdx.x; c < cols; c += blockDim.x) {
+        const float v = x[c] + (mask ? mask[c] : 0.f);
+        if (v > m) { m = v; mi = (int)c; }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, m, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, mi, o);
+        if (ov > m || (ov == m && oi < mi)) { m = ov; mi = oi; }
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    if (lane == 0) { best_v[warp] = m; best_i[warp] = mi; }
+    __syncthreads();
+    m = lane < warps ? best_v[lane] : -INFINITY;
+    mi = lane < warps ? best_i[lane] : 0x7fffffff;
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, m, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, mi, o);
+        if (ov > m || (ov == m && oi < mi)) { m = ov; mi = oi; }
+    }
+    float s = 0.f;
+    for (unsigned c = threadIdx.x; c < cols; c += blockDim.x) {
+        const float v = x[c] + (mask ? mask[c] : 0.f);
+        s += expf(v - m);
+    }
+    s = block_sum(s);
+    if (threadIdx.x == 0) {
+        index[row] = mi;
+        logprob[row] = -logf(s);
+    }
+}

@@ -957,6 +957,42 @@ fn conv(b: &Backend) {
     }
 }
 
+/// Greedy decoding's reduction: the arg-max (first on ties) and its log-softmax, with a mask.
+fn argmax(b: &Backend) {
+    let mut rng = Rng::new(9);
+    for &(rows, n, big) in &[(1usize, 10usize, false), (3, 1000, false), (1, 51864, true), (4, 51865, true)] {
+        if !size_ok(b, big) {
+            continue;
+        }
+        let mut x = rng.vec(rows * n, 8.0);
+        x[n / 2] = 50.0; // a clear winner in row 0 ...
+        x[n / 3] = 50.0; // ... tied with an earlier index, which must win
+        let mut mask = vec![0f32; n];
+        for i in (0..n).step_by(7) {
+            mask[i] = f32::NEG_INFINITY;
+        }
+        for masked in [false, true] {
+            let ctx = b.k.ctx();
+            let logits = Tensor::alloc(ctx, "logits", DType::F32, &[rows, n]).unwrap();
+            logits.write_f32(b.s, &x).unwrap();
+            let m = Tensor::alloc(ctx, "mask", DType::F32, &[n]).unwrap();
+            m.write_f32(b.s, &mask).unwrap();
+            let idx = Tensor::alloc(ctx, "idx", DType::I32, &[rows]).unwrap();
+            let lp = Tensor::alloc(ctx, "lp", DType::F32, &[rows]).unwrap();
+            b.k.argmax_logsoftmax(b.s, &logits, masked.then_some(&m), &idx, &lp).unwrap();
+            let (gi, gl) = (idx.read_i32(b.s).unwrap(), lp.read_f32(b.s).unwrap());
+            for r in 0..rows {
+                let row: Vec<f64> = (0..n).map(|c| x[r * n + c] as f64 + if masked { mask[c] as f64 } else { 0.0 }).collect();
+                let mx = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let want_i = row.iter().position(|v| *v == mx).unwrap();
+                let lse = mx + row.iter().map(|v| (v - mx).exp()).sum::<f64>().ln();
+                assert_eq!(gi[r] as usize, want_i, "[{}] row {r} n {n} masked {masked}", b.name);
+                assert!((gl[r] as f64 - (mx - lse)).abs() < 1e-4, "[{}] logprob {} vs {}", b.name, gl[r], mx - lse);
+            }
+        }
+    }
+}
+
 /// Bad shapes and dtypes are errors at enqueue time, never a crash.
 fn rejects_bad_arguments(b: &Backend) {
     let (k, s, ctx) = (&b.k, b.s, b.k.ctx());
@@ -1112,5 +1148,6 @@ backend_tests!(
     gemm,
     attention,
     conv,
+    argmax,
     rejects_bad_arguments
 );

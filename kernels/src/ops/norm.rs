@@ -298,4 +298,63 @@ impl Kernels {
             }
         }
     }
+
+    /// Greedy decoding's reduction over f32 `logits` `[rows, n]` plus an optional additive
+    /// `mask` `[n]` (0 to keep a token, −∞ to suppress it): per row, the index of the largest
+    /// value (the first one on ties) into `index` (i32 `[rows]`) and its log-softmax value
+    /// into `logprob` (f32 `[rows]`). Reading two numbers back replaces reading the logits.
+    pub fn argmax_logsoftmax(&self, s: Stream, logits: &Tensor, mask: Option<&Tensor>, index: &Tensor, logprob: &Tensor) -> Result<()> {
+        let op = "argmax_logsoftmax";
+        self.check_ctx(op, &[logits, index, logprob])?;
+        logits.expect_dtype(op, "logits", crate::DType::F32)?;
+        index.expect_dtype(op, "index", crate::DType::I32)?;
+        logprob.expect_dtype(op, "logprob", crate::DType::F32)?;
+        let rl = rows(op, logits)?;
+        if index.numel() != rl.rows || logprob.numel() != rl.rows || !index.is_contiguous() || !logprob.is_contiguous() {
+            return Err(Error::shape(op, format!("index {index:?} and logprob {logprob:?} need {} elements", rl.rows)));
+        }
+        if let Some(m) = mask {
+            self.check_ctx(op, &[m])?;
+            m.expect_dtype(op, "mask", crate::DType::F32)?;
+            m.expect_contiguous(op)?;
+            if m.numel() != rl.cols {
+                return Err(Error::shape(op, format!("mask {m:?} needs {} elements", rl.cols)));
+            }
+        }
+        match &self.cuda {
+            Some(c) => {
+                self.retain(s, &[logits, index, logprob]);
+                if let Some(m) = mask {
+                    self.retain(s, &[m]);
+                }
+                let (mut lp, mut mp, mut ip, mut pp) = (logits.ptr(), mask.map_or(0, |m| m.ptr()), index.ptr(), logprob.ptr());
+                let (mut n, mut sx) = (rl.cols as u32, rl.stride as u64);
+                // SAFETY: one block per checked row; the mask has `cols` elements.
+                unsafe { c.launch(s, "argmax_logsoftmax", None, (rl.rows as u32, 1, 1), (256, 1, 1), 0, &mut args!(lp, mp, ip, pp, n, sx)) }
+            }
+            None => {
+                let (lp, mp, ip, pp) = (P::of(logits), mask.map(P::of), P::of(index), P::of(logprob));
+                let keep = (logits.clone(), mask.cloned(), index.clone(), logprob.clone());
+                self.host(s, move || {
+                    let _ = &keep;
+                    for r in 0..rl.rows {
+                        // SAFETY: indices inside the checked sizes.
+                        unsafe {
+                            let at = |c: usize| lp.ld::<f32>(r * rl.stride + c) + mp.map_or(0.0, |m| m.ld::<f32>(c));
+                            let (mut m, mut mi) = (f32::NEG_INFINITY, 0usize);
+                            for c in 0..rl.cols {
+                                if at(c) > m {
+                                    m = at(c);
+                                    mi = c;
+                                }
+                            }
+                            let sum: f32 = (0..rl.cols).map(|c| (at(c) - m).exp()).sum();
+                            (ip.0 as *mut i32).add(r).write(mi as i32);
+                            pp.st::<f32>(r, -sum.ln());
+                        }
+                    }
+                })
+            }
+        }
+    }
 }
