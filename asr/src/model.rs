@@ -272,13 +272,27 @@ impl WhisperModel {
         let p_logits = k.gemm(&dln, &tok_emb, &logits, false, true, 1.0, 0.0, false, Epilogue::None)?;
         let (ht, dht) = (c.n_text_head, d / c.n_text_head);
         let scale = 1.0 / (dht as f32).sqrt();
+        // Cross-attention reads the same tensors at every position: planned once per layer.
+        let cross_attn: Vec<AttentionPlan> = dec
+            .iter()
+            .map(|l| -> Result<AttentionPlan> {
+                Ok(k.attention_plan(
+                    &heads(&dq, 1, 0, ht, dht)?,
+                    &heads(&l.cross, t_audio, 0, ht, dht)?,
+                    &heads(&l.cross, t_audio, d, ht, dht)?,
+                    &heads(&dattn, 1, 0, ht, dht)?,
+                    &AttentionMask::full(),
+                    scale,
+                )?)
+            })
+            .collect::<Result<_>>()?;
         let positions = (2 + options.max_new_tokens).min(t_text);
         let decoder = Graph::new(ctx, "whisper.decoder", 0);
         let es = dt.size();
         let step = |cs: Stream, p: usize| -> Result<()> {
             k.embedding(cs, &token, &tok_emb, &dx, 1.0)?;
             k.add(cs, &dx, &dec_pos.narrow(0, p, 1)?, &dx)?;
-            for l in &dec {
+            for (l, cross) in dec.iter().zip(&cross_attn) {
                 k.layer_norm(cs, &dx, &l.self_ln.g, &l.self_ln.b, &dln, LN_EPS)?;
                 p_qkv.run(cs, &dln, &l.self_qkv.w, &dqkv, Some(&l.self_qkv.b))?;
                 Buffer::copy(l.k_cache.buffer(), p * d * es, dqkv.buffer(), d * es, d * es, cs)?;
@@ -295,15 +309,7 @@ impl WhisperModel {
                 p_res.run(cs, &dattn, &l.self_out.w, &dx, Some(&l.self_out.b))?;
                 k.layer_norm(cs, &dx, &l.cross_ln.g, &l.cross_ln.b, &dln, LN_EPS)?;
                 p_q.run(cs, &dln, &l.cross_q.w, &dq, Some(&l.cross_q.b))?;
-                k.attention(
-                    cs,
-                    &heads(&dq, 1, 0, ht, dht)?,
-                    &heads(&l.cross, t_audio, 0, ht, dht)?,
-                    &heads(&l.cross, t_audio, d, ht, dht)?,
-                    &heads(&dattn, 1, 0, ht, dht)?,
-                    &AttentionMask::full(),
-                    scale,
-                )?;
+                cross.run(&k, cs)?;
                 p_res.run(cs, &dattn, &l.cross_out.w, &dx, Some(&l.cross_out.b))?;
                 k.layer_norm(cs, &dx, &l.mlp_ln.g, &l.mlp_ln.b, &dln, LN_EPS)?;
                 p_fc1.run(cs, &dln, &l.fc1.w, &dhidden, Some(&l.fc1.b))?;

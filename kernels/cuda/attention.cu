@@ -44,13 +44,19 @@ __device__ void attention(const T* q, const T* k, const T* v, T* out, const int*
     __syncthreads();
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
     T* oi = out + i * so + (unsigned long long)h * d;
+    // Four independent accumulators: the loads of consecutive keys overlap.
+    const T* vh = v + (unsigned long long)kh * d;
     for (unsigned c = threadIdx.x; c < d; c += blockDim.x) {
-        float acc = 0.f;
-        for (unsigned j = 0; j < sk_len; ++j) {
-            const float p = scores[j];
-            if (p != 0.f) acc += p * to_f32(v[j * sv + (unsigned long long)kh * d + c]);
+        float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+        unsigned j = 0;
+        for (; j + 4 <= sk_len; j += 4) {
+            a0 += scores[j] * to_f32(vh[j * sv + c]);
+            a1 += scores[j + 1] * to_f32(vh[(j + 1) * sv + c]);
+            a2 += scores[j + 2] * to_f32(vh[(j + 2) * sv + c]);
+            a3 += scores[j + 3] * to_f32(vh[(j + 3) * sv + c]);
         }
-        oi[c] = from_f32<T>(acc * inv);
+        for (; j < sk_len; ++j) a0 += scores[j] * to_f32(vh[j * sv + c]);
+        oi[c] = from_f32<T>((a0 + a1 + a2 + a3) * inv);
     }
 }
 

@@ -40,7 +40,7 @@ mod tensor;
 pub use cuda::cache_dir as cuda_cache_dir;
 pub use dtype::DType;
 pub use error::{Error, Result};
-pub use ops::attention::{AttentionMask, AttentionPlan, GEMM_MIN_QUERIES};
+pub use ops::attention::{AttentionMask, AttentionPlan, GEMM_MIN_KEYS, GEMM_MIN_QUERIES};
 pub use ops::conv::{Conv1d, PatchEmbed};
 pub use ops::gemm::{Epilogue, Gemm};
 pub use tensor::{MAX_RANK, Tensor};

@@ -757,6 +757,8 @@ fn attention(b: &Backend) {
         (800, 800, 8, 1, 256, 1, true),  // Gemma prefix, padded prompt
         (50, 850, 8, 1, 256, 2, true),   // action expert over [prefix ; suffix]
         (1500, 1500, 6, 6, 64, 0, true), // Whisper tiny encoder
+        (1, 1500, 6, 6, 64, 0, true),    // Whisper decoder cross-attention (one query)
+        (3, 300, 8, 1, 64, 1, false),    // few queries over many keys
         (24, 24, 6, 6, 64, 3, true),     // Whisper decoder prompt
     ];
     for &(sq, sk, hq, hkv, d, kind, big) in cases {

@@ -394,8 +394,8 @@ enum Path {
     },
 }
 
-/// Attention planned once for fixed tensors: on CUDA with at least
-/// [`GEMM_MIN_QUERIES`] queries, two batched cuBLASLt GEMMs around a masked softmax kernel,
+/// Attention planned once for fixed tensors: on CUDA with at least [`GEMM_MIN_QUERIES`]
+/// queries or [`GEMM_MIN_KEYS`] keys, two batched cuBLASLt GEMMs around a masked softmax kernel,
 /// with the score scratch allocated when planned; otherwise the fused kernel. Same results as
 /// [`Kernels::attention`] within rounding (probabilities are rounded to the model dtype
 /// before the second product, as fused attention kernels do).
@@ -413,6 +413,9 @@ pub struct AttentionPlan {
 
 /// Queries from which the CUDA plan takes the GEMM path.
 pub const GEMM_MIN_QUERIES: usize = 16;
+/// Keys from which the CUDA plan takes the GEMM path whatever the number of queries (a single
+/// decoding query over a long encoder output: the fused kernel would run one block a head).
+pub const GEMM_MIN_KEYS: usize = 256;
 
 /// `t` seen as `[heads, tokens, d]` for heads `h0..h0 + n` (`t` is `[tokens, heads, d]`).
 fn heads_view(
