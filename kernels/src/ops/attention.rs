@@ -448,7 +448,8 @@ impl Kernels {
         scale: f32,
     ) -> Result<AttentionPlan> {
         let (dims, always_from) = self.attention_dims(q, k, v, out, mask)?;
-        let path = if self.cuda.is_some() && dims.sq_len >= GEMM_MIN_QUERIES {
+        let gemm = dims.sq_len >= GEMM_MIN_QUERIES || dims.sk_len >= GEMM_MIN_KEYS;
+        let path = if self.cuda.is_some() && gemm {
             self.attention_gemm_path(q, k, v, out, &dims)?
         } else {
             Path::Direct

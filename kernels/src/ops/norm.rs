@@ -330,7 +330,7 @@ impl Kernels {
                 let (mut lp, mut mp, mut ip, mut pp) = (logits.ptr(), mask.map_or(0, |m| m.ptr()), index.ptr(), logprob.ptr());
                 let (mut n, mut sx) = (rl.cols as u32, rl.stride as u64);
                 // SAFETY: one block per checked row; the mask has `cols` elements.
-                unsafe { c.launch(s, "argmax_logsoftmax", None, (rl.rows as u32, 1, 1), (256, 1, 1), 0, &mut args!(lp, mp, ip, pp, n, sx)) }
+                unsafe { c.launch(s, "argmax_logsoftmax", None, (rl.rows as u32, 1, 1), (1024, 1, 1), 0, &mut args!(lp, mp, ip, pp, n, sx)) }
             }
             None => {
                 let (lp, mp, ip, pp) = (P::of(logits), mask.map(P::of), P::of(index), P::of(logprob));
