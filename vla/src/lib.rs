@@ -1,7 +1,14 @@
-//! # frt-vla
+//! # frt-vla — the Pi0.5 policy
 //!
-//! Pi0.5 vision-language-action policy as a Plan of vision, prefix and action-step graphs.
-//!
-//! Not implemented yet: this crate holds no code so far. See `shared/DESIGN.md` and the
-//! project README for what it will contain; it depends on `frt-exec` only so that the
-//! workspace's layering (dependencies point down) is fixed from the start.
+//! openpi's `pi05` (Physical-Intelligence/openpi, `src/openpi/models/{pi0,gemma,siglip}.py`)
+//! natively in Rust: configuration presets ([`config`]) and weights by openpi/LeRobot name
+//! ([`weights`]). The graphs (vision → prefix → action steps), inputs and plan are being
+//! built on top of these.
+
+pub mod config;
+mod error;
+pub mod weights;
+
+pub use config::{GemmaConfig, Pi05Config, SiglipConfig};
+pub use error::{Error, Result};
+pub use weights::Pi05Weights;
