@@ -3,11 +3,11 @@
 //
 // q [Sq, Hq, D] (row stride sq per query), k and v [Sk, Hkv, D] (row strides sk, sv),
 // out [Sq, Hq, D] (row stride so). Query head h reads key/value head h / (Hq / Hkv).
-// Key j is visible to query i when (j < valid || j >= always_from) and, if causal,
-// j <= i + causal_offset. `valid` is *valid_len (device memory) or Sk when null.
+// Key j is visible to query i when (j < valid || j >= always_from), key_mask[j] != 0 (when
+// given), and, if causal, j <= i + causal_offset. `valid` is *valid_len (device memory) or Sk when null.
 // A query that sees no key gets zeros.
 template <typename T>
-__device__ void attention(const T* q, const T* k, const T* v, T* out, const int* valid_len, unsigned sq_len,
+__device__ void attention(const T* q, const T* k, const T* v, T* out, const int* valid_len, const unsigned char* key_mask, unsigned sq_len,
                           unsigned sk_len, unsigned hq, unsigned hkv, unsigned d, unsigned long long sq,
                           unsigned long long sk, unsigned long long sv, unsigned long long so,
                           unsigned always_from, int causal, unsigned causal_offset, float scale) {
@@ -21,7 +21,7 @@ __device__ void attention(const T* q, const T* k, const T* v, T* out, const int*
     for (unsigned c = threadIdx.x; c < d; c += blockDim.x) qs[c] = to_f32(qi[c]) * scale;
     __syncthreads();
     for (unsigned j = warp; j < sk_len; j += warps) {
-        bool visible = ((int)j < vl || j >= always_from) && (!causal || j <= i + causal_offset);
+        bool visible = ((int)j < vl || j >= always_from) && (!causal || j <= i + causal_offset) && (!key_mask || key_mask[j]);
         float s = 0.f;
         if (visible) {
             const T* kj = k + j * sk + (unsigned long long)kh * d;
@@ -62,11 +62,11 @@ __device__ void attention(const T* q, const T* k, const T* v, T* out, const int*
 
 #define ATTENTION(T, S)                                                                                   \
     extern "C" __global__ void attention_##S(                                                             \
-        const T* q, const T* k, const T* v, T* out, const int* valid_len, unsigned sq_len, unsigned sk_len,  \
+        const T* q, const T* k, const T* v, T* out, const int* valid_len, const unsigned char* key_mask, unsigned sq_len, unsigned sk_len,  \
         unsigned hq, unsigned hkv, unsigned d, unsigned long long sq, unsigned long long sk,               \
         unsigned long long sv, unsigned long long so, unsigned always_from, int causal,                    \
         unsigned causal_offset, float scale) {                                                             \
-        attention<T>(q, k, v, out, valid_len, sq_len, sk_len, hq, hkv, d, sq, sk, sv, so, always_from, causal, \
+        attention<T>(q, k, v, out, valid_len, key_mask, sq_len, sk_len, hq, hkv, d, sq, sk, sv, so, always_from, causal, \
                      causal_offset, scale);                                                                \
     }
 FOR_FLOATS(ATTENTION)
@@ -75,7 +75,7 @@ FOR_FLOATS(ATTENTION)
 // cuBLASLt). scores: f32 [hq, sq_len, sk_len] (row r = h * sq_len + i); probs: T, same shape.
 // A row with no visible key becomes zeros.
 template <typename T>
-__device__ void masked_softmax(const float* scores, T* probs, unsigned sq_len, unsigned sk_len, const int* valid_len,
+__device__ void masked_softmax(const float* scores, T* probs, unsigned sq_len, unsigned sk_len, const int* valid_len, const unsigned char* key_mask,
                                unsigned always_from, int causal, unsigned causal_offset, float scale) {
     const unsigned long long row = blockIdx.x;
     const unsigned i = row % sq_len;
@@ -84,28 +84,28 @@ __device__ void masked_softmax(const float* scores, T* probs, unsigned sq_len, u
     T* pr = probs + row * sk_len;
     float m = -INFINITY;
     for (unsigned j = threadIdx.x; j < sk_len; j += blockDim.x) {
-        const bool visible = ((int)j < vl || j >= always_from) && (!causal || j <= i + causal_offset);
+        const bool visible = ((int)j < vl || j >= always_from) && (!causal || j <= i + causal_offset) && (!key_mask || key_mask[j]);
         if (visible) m = fmaxf(m, sr[j] * scale);
     }
     m = block_max(m);
     float sum = 0.f;
     for (unsigned j = threadIdx.x; j < sk_len; j += blockDim.x) {
-        const bool visible = ((int)j < vl || j >= always_from) && (!causal || j <= i + causal_offset);
+        const bool visible = ((int)j < vl || j >= always_from) && (!causal || j <= i + causal_offset) && (!key_mask || key_mask[j]);
         if (visible && m != -INFINITY) sum += expf(sr[j] * scale - m);
     }
     sum = block_sum(sum);
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
     for (unsigned j = threadIdx.x; j < sk_len; j += blockDim.x) {
-        const bool visible = ((int)j < vl || j >= always_from) && (!causal || j <= i + causal_offset);
+        const bool visible = ((int)j < vl || j >= always_from) && (!causal || j <= i + causal_offset) && (!key_mask || key_mask[j]);
         pr[j] = from_f32<T>(visible && m != -INFINITY ? expf(sr[j] * scale - m) * inv : 0.f);
     }
 }
 
 #define MASKED_SOFTMAX(T, S)                                                                          \
     extern "C" __global__ void masked_softmax_##S(const float* scores, T* probs, unsigned sq_len,       \
-                                                  unsigned sk_len, const int* valid_len,               \
+                                                  unsigned sk_len, const int* valid_len, const unsigned char* key_mask,               \
                                                   unsigned always_from, int causal,                    \
                                                   unsigned causal_offset, float scale) {               \
-        masked_softmax<T>(scores, probs, sq_len, sk_len, valid_len, always_from, causal, causal_offset, scale); \
+        masked_softmax<T>(scores, probs, sq_len, sk_len, valid_len, key_mask, always_from, causal, causal_offset, scale); \
     }
 FOR_FLOATS(MASKED_SOFTMAX)

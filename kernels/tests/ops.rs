@@ -744,7 +744,8 @@ fn attention_ref(
 
 fn attention(b: &Backend) {
     let mut rng = Rng::new(7);
-    // (Sq, Sk, Hq, Hkv, D, mask kind): kinds 0 full, 1 device valid length, 2 prefix+suffix, 3 causal.
+    // (Sq, Sk, Hq, Hkv, D, mask kind): kinds 0 full, 1 device valid length, 2 prefix+suffix,
+    // 3 causal, 4 a per-key mask (masked image views and prompt padding).
     let cases: &[(usize, usize, usize, usize, usize, u8, bool)] = &[
         (5, 5, 4, 4, 16, 0, false),
         (7, 7, 8, 1, 16, 1, false),
@@ -759,6 +760,9 @@ fn attention(b: &Backend) {
         (1500, 1500, 6, 6, 64, 0, true), // Whisper tiny encoder
         (1, 1500, 6, 6, 64, 0, true),    // Whisper decoder cross-attention (one query)
         (3, 300, 8, 1, 64, 1, false),    // few queries over many keys
+        (20, 40, 8, 1, 16, 4, false),
+        (2, 300, 4, 1, 32, 4, false),
+        (50, 818, 8, 1, 256, 4, true), // action expert over a prefix with a missing view
         (24, 24, 6, 6, 64, 3, true),     // Whisper decoder prompt
     ];
     for &(sq, sk, hq, hkv, d, kind, big) in cases {
@@ -781,10 +785,16 @@ fn attention(b: &Backend) {
             if kind == 2 {
                 inputs.push(Input::I(vec![1], vec![prefix_valid]));
             }
+            // Every third key masked, and a whole block (a missing view), never all keys.
+            let key_mask: Vec<u8> = (0..sk).map(|j| u8::from(j % 3 != 1 && !(sk / 4..sk / 2).contains(&j))).collect();
+            if kind == 4 {
+                inputs.push(Input::U8(vec![sk], key_mask.clone()));
+            }
             let mask_of = |i: &[Tensor]| match kind {
                 0 => AttentionMask::full(),
                 1 => AttentionMask::valid(&i[3]),
                 2 => AttentionMask::prefix_suffix(&i[3], prefix_cap),
+                4 => AttentionMask::keys(&i[3]),
                 _ => AttentionMask::causal(0),
             };
             let direct = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
@@ -799,6 +809,7 @@ fn attention(b: &Backend) {
                     0 => true,
                     1 => (j as i32) < valid,
                     2 => (j as i32) < prefix_valid || j >= prefix_cap,
+                    4 => key_mask[j] != 0,
                     _ => j <= i,
                 };
                 attention_ref(

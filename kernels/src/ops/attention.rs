@@ -13,7 +13,8 @@ use crate::{DType, Kernels, Tensor};
 use frt_exec::Stream;
 
 /// Which keys a query sees. Key `j` is visible to query `i` when
-/// `(j < valid_len || j >= always_from)` and, with `causal_offset = Some(o)`, `j <= i + o`.
+/// `(j < valid_len || j >= always_from)`, `key_mask[j] != 0` (when given), and, with
+/// `causal_offset = Some(o)`, `j <= i + o`.
 #[derive(Clone, Debug, Default)]
 pub struct AttentionMask {
     /// An i32 `[1]` tensor holding the number of valid leading keys, read on the device at
@@ -24,6 +25,9 @@ pub struct AttentionMask {
     pub always_from: Option<usize>,
     /// Causal masking with this offset (`Some(0)`: query `i` sees keys `0..=i`).
     pub causal_offset: Option<usize>,
+    /// A u8 `[Sk]` tensor read on the device: key `j` is visible only where it is non-zero
+    /// (masked image views, padding). `None`: no per-key mask.
+    pub key_mask: Option<Tensor>,
 }
 
 impl AttentionMask {
@@ -43,8 +47,12 @@ impl AttentionMask {
         AttentionMask {
             valid_len: Some(prefix_len.clone()),
             always_from: Some(prefix_capacity),
-            causal_offset: None,
+            ..Default::default()
         }
+    }
+    /// Keys where the u8 `key_mask` (`[Sk]`, on the device) is non-zero.
+    pub fn keys(key_mask: &Tensor) -> Self {
+        AttentionMask { key_mask: Some(key_mask.clone()), ..Default::default() }
     }
     /// Query `i` sees keys `0..=i + offset`.
     pub fn causal(offset: usize) -> Self {
@@ -129,6 +137,14 @@ impl Kernels {
                 ));
             }
         }
+        if let Some(km) = &mask.key_mask {
+            self.check_ctx(op, &[km])?;
+            km.expect_dtype(op, "key_mask", DType::U8)?;
+            km.expect_contiguous(op)?;
+            if km.numel() != sk_len {
+                return Err(Error::shape(op, format!("key_mask {km:?} must have one byte per key ({sk_len})")));
+            }
+        }
         if d > MAX_HEAD_DIM {
             return Err(Error::shape(
                 op,
@@ -194,6 +210,11 @@ impl Kernels {
                     self.retain(s, &[vl]);
                     vlp = vl.ptr();
                 }
+                let mut kmp = 0u64;
+                if let Some(km) = &mask.key_mask {
+                    self.retain(s, &[km]);
+                    kmp = km.ptr();
+                }
                 let (mut qp, mut kp, mut vp, mut op_) = (q.ptr(), k.ptr(), v.ptr(), out.ptr());
                 let (mut a, mut b, mut hq_, mut hkv_, mut d_) = (
                     sq_len as u32,
@@ -221,7 +242,7 @@ impl Kernels {
                         (128, 1, 1),
                         shared,
                         &mut args!(
-                            qp, kp, vp, op_, vlp, a, b, hq_, hkv_, d_, sq_, sk_, sv_, so_, af,
+                            qp, kp, vp, op_, vlp, kmp, a, b, hq_, hkv_, d_, sq_, sk_, sv_, so_, af,
                             causal, co, sc
                         ),
                     )
@@ -230,6 +251,7 @@ impl Kernels {
             None => {
                 let (qp, kp, vp, op_) = (P::of(q), P::of(k), P::of(v), P::of(out));
                 let vlp = mask.valid_len.as_ref().map(P::of);
+                let kmp = mask.key_mask.as_ref().map(P::of);
                 let causal = mask.causal_offset;
                 let keep = (
                     q.clone(),
@@ -237,16 +259,18 @@ impl Kernels {
                     v.clone(),
                     out.clone(),
                     mask.valid_len.clone(),
+                    mask.key_mask.clone(),
                 );
                 self.host(s, move || {
                     let _ = &keep;
                     // SAFETY: one i32 (checked).
                     let valid = vlp.map_or(dims.sk_len as i64, |p| unsafe { p.ld_i32(0) } as i64);
+                    let vis = Vis { valid, always_from, causal, key_mask: kmp };
                     if dt == DType::F32 {
                         Pool::global().run(dims.sq_len * dims.hq, &|task| {
                             let (i, h) = (task / dims.hq, task % dims.hq);
                             // SAFETY: indices inside the checked layouts.
-                            unsafe { host_head_f32(&dims, i, h, qp, kp, vp, op_, valid, always_from, causal, scale) };
+                            unsafe { host_head_f32(&dims, i, h, qp, kp, vp, op_, &vis, scale) };
                         });
                         return;
                     }
@@ -255,19 +279,7 @@ impl Kernels {
                             let (i, h) = (task / dims.hq, task % dims.hq);
                             // SAFETY: indices inside the checked layouts.
                             unsafe {
-                                host_head::<T>(
-                                    &dims,
-                                    i,
-                                    h,
-                                    qp,
-                                    kp,
-                                    vp,
-                                    op_,
-                                    valid,
-                                    always_from,
-                                    causal,
-                                    scale,
-                                )
+                                host_head::<T>(&dims, i, h, qp, kp, vp, op_, &vis, scale)
                             };
                         })
                     })
@@ -282,7 +294,7 @@ impl Kernels {
 /// # Safety
 /// `dims` describe the f32 tensors behind the pointers.
 #[allow(clippy::too_many_arguments)]
-unsafe fn host_head_f32(dims: &Dims, i: usize, h: usize, q: P, k: P, v: P, out: P, valid: i64, always_from: usize, causal: Option<usize>, scale: f32) {
+unsafe fn host_head_f32(dims: &Dims, i: usize, h: usize, q: P, k: P, v: P, out: P, vis: &Vis, scale: f32) {
     let d = dims.d;
     let kh = h / (dims.hq / dims.hkv);
     // SAFETY: every slice is one head row inside its checked layout.
@@ -295,7 +307,7 @@ unsafe fn host_head_f32(dims: &Dims, i: usize, h: usize, q: P, k: P, v: P, out: 
     let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
     let mut acc = [0f32; MAX_HEAD_DIM];
     for j in 0..dims.sk_len {
-        let visible = ((j as i64) < valid || j >= always_from) && causal.is_none_or(|o| j <= i + o);
+        let visible = vis.sees(i, j);
         if !visible {
             continue;
         }
@@ -325,26 +337,14 @@ unsafe fn host_head_f32(dims: &Dims, i: usize, h: usize, q: P, k: P, v: P, out: 
 /// # Safety
 /// `dims` describe the tensors behind the pointers.
 #[allow(clippy::too_many_arguments)]
-unsafe fn host_head<T: crate::dtype::Float>(
-    dims: &Dims,
-    i: usize,
-    h: usize,
-    q: P,
-    k: P,
-    v: P,
-    out: P,
-    valid: i64,
-    always_from: usize,
-    causal: Option<usize>,
-    scale: f32,
-) {
+unsafe fn host_head<T: crate::dtype::Float>(dims: &Dims, i: usize, h: usize, q: P, k: P, v: P, out: P, vis: &Vis, scale: f32) {
     const MAX_D: usize = MAX_HEAD_DIM;
     let d = dims.d;
     let kh = h / (dims.hq / dims.hkv);
     let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
     let mut acc = [0f32; MAX_D];
     for j in 0..dims.sk_len {
-        let visible = ((j as i64) < valid || j >= always_from) && causal.is_none_or(|o| j <= i + o);
+        let visible = vis.sees(i, j);
         if !visible {
             continue;
         }
@@ -371,6 +371,25 @@ unsafe fn host_head<T: crate::dtype::Float>(
     for (c, a) in acc.iter().enumerate().take(d) {
         // SAFETY: the caller's contract.
         unsafe { out.st::<T>(i * dims.so + h * dims.d + c, a * inv) };
+    }
+}
+
+/// Which keys a query sees, on the host (see [`AttentionMask`]).
+#[derive(Clone, Copy)]
+struct Vis {
+    valid: i64,
+    always_from: usize,
+    causal: Option<usize>,
+    key_mask: Option<P>,
+}
+
+impl Vis {
+    #[inline(always)]
+    fn sees(&self, i: usize, j: usize) -> bool {
+        // SAFETY: the key mask has one byte per key (checked when enqueued).
+        ((j as i64) < self.valid || j >= self.always_from)
+            && self.causal.is_none_or(|o| j <= i + o)
+            && self.key_mask.is_none_or(|m| unsafe { *(m.0 as *const u8).add(j) } != 0)
     }
 }
 
@@ -615,6 +634,11 @@ impl AttentionPlan {
                     k.retain(s, &[vl]);
                     vlp = vl.ptr();
                 }
+                let mut kmp = 0u64;
+                if let Some(km) = &self.mask.key_mask {
+                    k.retain(s, &[km]);
+                    kmp = km.ptr();
+                }
                 let d = self.dims;
                 let (mut sp, mut pp, mut a, mut b) =
                     (scores.ptr(), probs.ptr(), d.sq_len as u32, d.sk_len as u32);
@@ -633,7 +657,7 @@ impl AttentionPlan {
                         ((d.hq * d.sq_len) as u32, 1, 1),
                         (256, 1, 1),
                         0,
-                        &mut args!(sp, pp, a, b, vlp, af, causal, co, sc),
+                        &mut args!(sp, pp, a, b, vlp, kmp, af, causal, co, sc),
                     )?;
                 }
                 for st in pv {

@@ -121,6 +121,8 @@ pub enum Input {
     /// A float input of an explicit dtype (e.g. f32 next to bf16 operands).
     FD(DType, Vec<usize>, Vec<f32>),
     I(Vec<usize>, Vec<i32>),
+    /// Bytes (a u8 tensor, e.g. an attention key mask); their values go to `Vals::i` too.
+    U8(Vec<usize>, Vec<u8>),
 }
 
 /// The inputs as the op sees them: float values rounded to their dtype.
@@ -149,6 +151,12 @@ fn make(b: &Backend, dt: DType, inputs: &[Input]) -> (Vec<Tensor>, Vals) {
                         .map(f64::from)
                         .collect(),
                 );
+                ts.push(t);
+            }
+            Input::U8(shape, v) => {
+                let t = Tensor::alloc(ctx, &format!("in{n}"), DType::U8, shape).unwrap();
+                t.buffer().upload(b.s, 0, v).unwrap();
+                vals.i.push(v.iter().map(|x| *x as i32).collect());
                 ts.push(t);
             }
             Input::I(shape, v) => {
