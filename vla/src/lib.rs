@@ -1,14 +1,16 @@
 //! # frt-vla — the Pi0.5 policy
 //!
 //! openpi's `pi05` (Physical-Intelligence/openpi, `src/openpi/models/{pi0,gemma,siglip}.py`)
-//! natively in Rust: configuration presets ([`config`]) and weights by openpi/LeRobot name
-//! ([`weights`]). The graphs (vision → prefix → action steps), inputs and plan are being
-//! built on top of these.
+//! natively in Rust: configuration presets ([`config`]), weights by openpi/LeRobot name
+//! ([`weights`]), and the policy as vision → prefix → action-step graphs with a halt graph
+//! ([`pi05`]).
 
 pub mod config;
 mod error;
+pub mod pi05;
 pub mod weights;
 
 pub use config::{GemmaConfig, Pi05Config, SiglipConfig};
 pub use error::{Error, Result};
+pub use pi05::{Observation, Pi05, Stage};
 pub use weights::Pi05Weights;

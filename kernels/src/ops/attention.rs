@@ -466,10 +466,33 @@ impl Kernels {
         mask: &AttentionMask,
         scale: f32,
     ) -> Result<AttentionPlan> {
+        self.attention_plan_sharing(q, k, v, out, mask, scale, None)
+    }
+
+    /// [`attention_plan`](Self::attention_plan), reusing the score scratch of `share` (a plan
+    /// of the same dimensions whose runs never overlap this one's, e.g. another layer on the
+    /// same stream) instead of allocating its own.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_plan_sharing(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        out: &Tensor,
+        mask: &AttentionMask,
+        scale: f32,
+        share: Option<&AttentionPlan>,
+    ) -> Result<AttentionPlan> {
         let (dims, always_from) = self.attention_dims(q, k, v, out, mask)?;
         let gemm = dims.sq_len >= GEMM_MIN_QUERIES || dims.sk_len >= GEMM_MIN_KEYS;
+        let scratch = match share.map(|p| &p.path) {
+            Some(Path::Gemm { scores, probs, .. }) if scores.shape() == [dims.hq, dims.sq_len, dims.sk_len] && probs.dtype() == q.dtype() => {
+                Some(((**scores).clone(), (**probs).clone()))
+            }
+            _ => None,
+        };
         let path = if self.cuda.is_some() && gemm {
-            self.attention_gemm_path(q, k, v, out, &dims)?
+            self.attention_gemm_path(q, k, v, out, &dims, scratch)?
         } else {
             Path::Direct
         };
@@ -493,6 +516,7 @@ impl Kernels {
         v: &Tensor,
         out: &Tensor,
         dims: &Dims,
+        scratch: Option<(Tensor, Tensor)>,
     ) -> Result<Path> {
         let Dims {
             sq_len,
@@ -506,13 +530,13 @@ impl Kernels {
             so,
         } = *dims;
         let dt = q.dtype();
-        let scores = Tensor::alloc(
-            self.ctx(),
-            "attention.scores",
-            DType::F32,
-            &[hq, sq_len, sk_len],
-        )?;
-        let probs = Tensor::alloc(self.ctx(), "attention.probs", dt, &[hq, sq_len, sk_len])?;
+        let (scores, probs) = match scratch {
+            Some(s) => s,
+            None => (
+                Tensor::alloc(self.ctx(), "attention.scores", DType::F32, &[hq, sq_len, sk_len])?,
+                Tensor::alloc(self.ctx(), "attention.probs", dt, &[hq, sq_len, sk_len])?,
+            ),
+        };
         let (mut qk, mut pv) = (Vec::new(), Vec::new());
         // Query heads that share key/value heads form one batch: all heads when every head has
         // its own (MHA), else one batch per key/value head (GQA/MQA) with K, V shared.

@@ -1,0 +1,579 @@
+//! Pi0.5 as exec graphs (mirrors openpi `pi0.py` `Pi0.sample_actions` with `pi05=True`,
+//! `gemma.py` `Module`/`Block`/`Attention`/`RMSNorm`/`FeedForward`, `siglip.py` So400m/14).
+//!
+//! The graphs are cut where the robot host may need to act between them:
+//!
+//! * **vision** (key 0): every view through SigLIP and the projector, straight into the
+//!   image rows of the prefix embeddings;
+//! * **prefix** (key 0): the prompt embedded (×√width) behind the images, then the language
+//!   model over the prefix, filling each layer's key/value cache (its last MLP, whose output
+//!   nothing reads, is skipped);
+//! * **step** (key = step index): one Euler step of flow matching — the action expert over
+//!   `[prefix cache ; its own tokens]`, adaptive norms conditioned on the step's time (those
+//!   conditions are computed once, when the model is built);
+//! * **halt** (key 0): writes the configured hold chunk into the output, for the
+//!   highest-priority stream.
+//!
+//! Everything that changes between inferences lives in buffers written before a replay:
+//! images, prompt tokens, the key masks (missing views, prompt padding) and positions
+//! derived from them, the noise. A new prompt is a buffer write; nothing is recaptured.
+
+use crate::config::Pi05Config;
+use crate::error::{Error, Result};
+use crate::weights::{EXPERT, LLM, PROJECTOR, Pi05Weights, VISION};
+use frt_exec::{Buffer, Ctx, Graph, Plan, ShapeKey, Stream};
+use frt_kernels::{AttentionMask, AttentionPlan, DType, Epilogue, Kernels, PatchEmbed, Tensor};
+
+const SIGLIP_EPS: f32 = 1e-6;
+const GEMMA_EPS: f32 = 1e-6;
+const ROPE_WAVELENGTH: f32 = 10_000.0;
+
+/// One stage of an inference, in order; each is one graph replay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    Vision,
+    Prefix,
+    Step(usize),
+}
+
+/// What one inference sees (already preprocessed).
+pub struct Observation<'a> {
+    /// Per view, 224×224×3 values in [-1, 1] (HWC), or `None` for a missing view.
+    pub images: &'a [Option<&'a [f32]>],
+    /// Prompt tokens (BOS first), at most `max_token_len`.
+    pub tokens: &'a [u32],
+    /// `action_horizon × action_dim` standard normal noise.
+    pub noise: &'a [f32],
+}
+
+fn err(e: impl std::fmt::Display) -> frt_exec::Error {
+    frt_exec::Error::Invalid { op: "pi05 capture", reason: e.to_string() }
+}
+
+/// The policy on a stream of a context (see the module docs).
+pub struct Pi05 {
+    k: Kernels,
+    s: Stream,
+    pub config: Pi05Config,
+    pub dtype: DType,
+    images: Tensor,
+    tokens: Tensor,
+    prefix_mask: Tensor,
+    full_mask: Tensor,
+    prefix_pos: Tensor,
+    suffix_pos: Tensor,
+    x: Tensor,
+    out: Tensor,
+    hold: Tensor,
+    vision: Graph,
+    prefix: Graph,
+    step: Graph,
+    halt: Graph,
+    plan: Plan,
+}
+
+struct Uploader<'a> {
+    k: &'a Kernels,
+    s: Stream,
+    w: &'a Pi05Weights,
+    dt: DType,
+}
+
+impl Uploader<'_> {
+    fn t(&self, name: &str) -> Result<Tensor> {
+        let h = self.w.get(name)?;
+        let t = Tensor::alloc(self.k.ctx(), name, self.dt, &h.shape)?;
+        t.write_f32(self.s, &h.data)?;
+        Ok(t)
+    }
+    /// Several `[rows_i, cols]` weights stacked into one `[Σ rows_i, cols]` tensor.
+    fn stacked(&self, names: &[String]) -> Result<Tensor> {
+        let parts: Vec<_> = names.iter().map(|n| self.w.get(n)).collect::<Result<_>>()?;
+        let cols = parts[0].shape[1..].iter().product::<usize>();
+        let rows: usize = parts.iter().map(|p| p.shape[0]).sum();
+        let mut data = Vec::with_capacity(rows * cols);
+        for p in &parts {
+            data.extend_from_slice(&p.data);
+        }
+        let t = Tensor::alloc(self.k.ctx(), &names[0], self.dt, &[rows, cols])?;
+        t.write_f32(self.s, &data)?;
+        Ok(t)
+    }
+    /// A `[out, ...]` weight seen as `[out, in]`.
+    fn flat(&self, name: &str) -> Result<Tensor> {
+        let t = self.t(name)?;
+        let out = t.dim(0);
+        Ok(t.reshape(&[out, t.numel() / out])?)
+    }
+}
+
+struct SiglipLayer {
+    ln1: (Tensor, Tensor),
+    qkv: (Tensor, Tensor),
+    out: (Tensor, Tensor),
+    ln2: (Tensor, Tensor),
+    fc1: (Tensor, Tensor),
+    fc2: (Tensor, Tensor),
+}
+
+struct GemmaLayer {
+    /// RMSNorm (1+w) weights (language model) — the expert's adaptive norms use modulations.
+    ln1: Option<Tensor>,
+    ln2: Option<Tensor>,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    o: Tensor,
+    /// `[gate; up]`
+    gate_up: Tensor,
+    down: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+}
+
+impl Pi05 {
+    /// Uploads the weights in `options.dtype`, allocates every buffer, computes the per-step
+    /// adaptive-norm conditions, and captures the vision, prefix, step and halt graphs on `s`.
+    pub fn new(ctx: &Ctx, s: Stream, w: &Pi05Weights, dtype: DType) -> Result<Pi05> {
+        let c = w.config.clone();
+        c.validate().map_err(|reason| Error::Config { reason })?;
+        let k = Kernels::new(ctx)?;
+        let dt = dtype;
+        let up = Uploader { k: &k, s, w, dt };
+        let (sg, lg, eg) = (&c.siglip, &c.llm, &c.expert);
+        let n_img = c.views * sg.tokens();
+        let (p_len, s_len) = (c.prefix_len(), c.action_horizon);
+        let (hd, heads, kvh) = (lg.head_dim, lg.heads, lg.kv_heads);
+        let kv_width = kvh * hd;
+
+        // ---- buffers
+        let images = Tensor::alloc(ctx, "images", dt, &[c.views, sg.image_size, sg.image_size, 3])?;
+        let tokens = Tensor::alloc(ctx, "prompt_tokens", DType::I32, &[c.max_token_len])?;
+        let prefix_mask = Tensor::alloc(ctx, "prefix_mask", DType::U8, &[p_len])?;
+        let full_mask = Tensor::alloc(ctx, "full_mask", DType::U8, &[p_len + s_len])?;
+        let prefix_pos = Tensor::alloc(ctx, "prefix_positions", DType::I32, &[p_len])?;
+        let suffix_pos = Tensor::alloc(ctx, "suffix_positions", DType::I32, &[s_len])?;
+        let x = Tensor::alloc(ctx, "x_t", DType::F32, &[s_len, c.action_dim])?;
+        let out = Tensor::alloc(ctx, "actions", DType::F32, &[s_len, c.action_dim])?;
+        let hold = Tensor::alloc(ctx, "hold", DType::F32, &[s_len, c.action_dim])?;
+        hold.write_f32(s, &vec![0.0; s_len * c.action_dim])?;
+        let prefix_x = Tensor::alloc(ctx, "prefix.x", dt, &[p_len, lg.width])?;
+
+        // ---- vision: SigLIP over all views at once (attention per view), then the projector
+        let patches = Tensor::alloc(ctx, "vision.patches", dt, &[n_img, 3 * sg.patch * sg.patch])?;
+        let vx = Tensor::alloc(ctx, "vision.x", dt, &[n_img, sg.width])?;
+        let vln = Tensor::alloc(ctx, "vision.ln", dt, &[n_img, sg.width])?;
+        let vqkv = Tensor::alloc(ctx, "vision.qkv", dt, &[n_img, 3 * sg.width])?;
+        let vattn = Tensor::alloc(ctx, "vision.attn", dt, &[n_img, sg.width])?;
+        let vh = Tensor::alloc(ctx, "vision.mlp", dt, &[n_img, sg.mlp])?;
+        let patch_w = up.flat(&format!("{VISION}.embeddings.patch_embedding.weight"))?;
+        let patch_b = up.t(&format!("{VISION}.embeddings.patch_embedding.bias"))?;
+        let pos = up.t(&format!("{VISION}.embeddings.position_embedding.weight"))?;
+        let pe = PatchEmbed::new(&k, &images, &patches, &patch_w, &vx, sg.patch)?;
+        let vl: Vec<SiglipLayer> = (0..sg.depth)
+            .map(|i| -> Result<SiglipLayer> {
+                let p = format!("{VISION}.encoder.layers.{i}");
+                let pair = |a: &str| -> Result<(Tensor, Tensor)> { Ok((up.t(&format!("{p}.{a}.weight"))?, up.t(&format!("{p}.{a}.bias"))?)) };
+                let names = |kind: &str| ["q_proj", "k_proj", "v_proj"].map(|n| format!("{p}.self_attn.{n}.{kind}")).to_vec();
+                let qkv_w = up.stacked(&names("weight"))?;
+                let qkv_b = up.stacked(&names("bias"))?.reshape(&[3 * sg.width])?;
+                Ok(SiglipLayer { ln1: pair("layer_norm1")?, qkv: (qkv_w, qkv_b), out: pair("self_attn.out_proj")?, ln2: pair("layer_norm2")?, fc1: pair("mlp.fc1")?, fc2: pair("mlp.fc2")? })
+            })
+            .collect::<Result<_>>()?;
+        let post = (up.t(&format!("{VISION}.post_layernorm.weight"))?, up.t(&format!("{VISION}.post_layernorm.bias"))?);
+        let proj = (up.t(&format!("{PROJECTOR}.weight"))?, up.t(&format!("{PROJECTOR}.bias"))?);
+        let img_rows = prefix_x.narrow(0, 0, n_img)?;
+        let vg_qkv = k.gemm(&vln, &vl[0].qkv.0, &vqkv, false, true, 1.0, 0.0, true, Epilogue::None)?;
+        let vg_out = k.gemm(&vattn, &vl[0].out.0, &vx, false, true, 1.0, 1.0, true, Epilogue::None)?;
+        let vg_fc1 = k.gemm(&vln, &vl[0].fc1.0, &vh, false, true, 1.0, 0.0, true, Epilogue::Gelu)?;
+        let vg_fc2 = k.gemm(&vh, &vl[0].fc2.0, &vx, false, true, 1.0, 1.0, true, Epilogue::None)?;
+        let vg_proj = k.gemm(&vln, &proj.0, &img_rows, false, true, 1.0, 0.0, true, Epilogue::None)?;
+        let (vt, vhd) = (sg.tokens(), sg.head_dim());
+        let mut vattn_plans: Vec<AttentionPlan> = Vec::new();
+        for v in 0..c.views {
+            let rows = |t: &Tensor, col: usize| -> Result<Tensor> {
+                let width = t.shape()[1];
+                Ok(Tensor::with_layout(t.buffer(), dt, &[vt, sg.heads, vhd], &[width, vhd, 1], t.offset() + v * vt * width + col)?)
+            };
+            let plan = k.attention_plan_sharing(
+                &rows(&vqkv, 0)?,
+                &rows(&vqkv, sg.width)?,
+                &rows(&vqkv, 2 * sg.width)?,
+                &rows(&vattn, 0)?,
+                &AttentionMask::full(),
+                1.0 / (vhd as f32).sqrt(),
+                vattn_plans.first(),
+            )?;
+            vattn_plans.push(plan);
+        }
+        let vision = Graph::new(ctx, "pi05.vision", 1);
+        vision.capture(ShapeKey(0), |cs| {
+            (|| -> Result<()> {
+                pe.run(&k, cs, &images, &patches, &patch_w, &patch_b, &pos, &vx)?;
+                for l in &vl {
+                    k.layer_norm(cs, &vx, &l.ln1.0, &l.ln1.1, &vln, SIGLIP_EPS)?;
+                    vg_qkv.run(cs, &vln, &l.qkv.0, &vqkv, Some(&l.qkv.1))?;
+                    for plan in &vattn_plans {
+                        plan.run(&k, cs)?;
+                    }
+                    vg_out.run(cs, &vattn, &l.out.0, &vx, Some(&l.out.1))?;
+                    k.layer_norm(cs, &vx, &l.ln2.0, &l.ln2.1, &vln, SIGLIP_EPS)?;
+                    vg_fc1.run(cs, &vln, &l.fc1.0, &vh, Some(&l.fc1.1))?;
+                    vg_fc2.run(cs, &vh, &l.fc2.0, &vx, Some(&l.fc2.1))?;
+                }
+                k.layer_norm(cs, &vx, &post.0, &post.1, &vln, SIGLIP_EPS)?;
+                vg_proj.run(cs, &vln, &proj.0, &img_rows, Some(&proj.1))?;
+                Ok(())
+            })()
+            .map_err(err)
+        })?;
+
+        // ---- the two Gemma stacks' weights and caches
+        let gemma = |prefix: &str, g: &crate::config::GemmaConfig, adaptive: bool| -> Result<Vec<GemmaLayer>> {
+            (0..g.depth)
+                .map(|i| -> Result<GemmaLayer> {
+                    let p = format!("{prefix}.layers.{i}");
+                    let norm = |n: &str| -> Result<Option<Tensor>> { if adaptive { Ok(None) } else { Ok(Some(up.t(&format!("{p}.{n}.weight"))?)) } };
+                    Ok(GemmaLayer {
+                        ln1: norm("input_layernorm")?,
+                        ln2: norm("post_attention_layernorm")?,
+                        q: up.t(&format!("{p}.self_attn.q_proj.weight"))?,
+                        k: up.t(&format!("{p}.self_attn.k_proj.weight"))?,
+                        v: up.t(&format!("{p}.self_attn.v_proj.weight"))?,
+                        o: up.t(&format!("{p}.self_attn.o_proj.weight"))?,
+                        gate_up: up.stacked(&[format!("{p}.mlp.gate_proj.weight"), format!("{p}.mlp.up_proj.weight")])?,
+                        down: up.t(&format!("{p}.mlp.down_proj.weight"))?,
+                        k_cache: Tensor::alloc(ctx, &format!("{p}.k_cache"), dt, &[p_len + s_len, kv_width])?,
+                        v_cache: Tensor::alloc(ctx, &format!("{p}.v_cache"), dt, &[p_len + s_len, kv_width])?,
+                    })
+                })
+                .collect()
+        };
+        let ll = gemma(LLM, lg, false)?;
+        let mut el = gemma(EXPERT, eg, true)?;
+        // The expert writes its keys/values behind the prefix in the same caches.
+        for (e, l) in el.iter_mut().zip(&ll) {
+            e.k_cache = l.k_cache.clone();
+            e.v_cache = l.v_cache.clone();
+        }
+        let embed = up.t(&format!("{LLM}.embed_tokens.weight"))?;
+
+        // ---- prefix: prompt embedding, language model filling the caches
+        let heads_of = |t: &Tensor, rows: usize, n: usize| -> Result<Tensor> { Ok(t.reshape(&[rows, n, hd])?) };
+        let px_ln = Tensor::alloc(ctx, "prefix.ln", dt, &[p_len, lg.width])?;
+        let pq = Tensor::alloc(ctx, "prefix.q", dt, &[p_len, heads * hd])?;
+        let pattn = Tensor::alloc(ctx, "prefix.attn", dt, &[p_len, heads * hd])?;
+        let pgu = Tensor::alloc(ctx, "prefix.gate_up", dt, &[p_len, 2 * lg.mlp])?;
+        let ph = Tensor::alloc(ctx, "prefix.mlp", dt, &[p_len, lg.mlp])?;
+        let pk_rows = |l: &GemmaLayer| -> Result<(Tensor, Tensor)> { Ok((l.k_cache.narrow(0, 0, p_len)?, l.v_cache.narrow(0, 0, p_len)?)) };
+        let (k0, _) = pk_rows(&ll[0])?;
+        let pg_q = k.gemm(&px_ln, &ll[0].q, &pq, false, true, 1.0, 0.0, false, Epilogue::None)?;
+        let pg_kv = k.gemm(&px_ln, &ll[0].k, &k0, false, true, 1.0, 0.0, false, Epilogue::None)?;
+        let pg_o = k.gemm(&pattn, &ll[0].o, &prefix_x, false, true, 1.0, 1.0, false, Epilogue::None)?;
+        let pg_gu = k.gemm(&px_ln, &ll[0].gate_up, &pgu, false, true, 1.0, 0.0, false, Epilogue::None)?;
+        let pg_down = k.gemm(&ph, &ll[0].down, &prefix_x, false, true, 1.0, 1.0, false, Epilogue::None)?;
+        let mut pattn_plans: Vec<AttentionPlan> = Vec::new();
+        for l in &ll {
+            let (kc, vc) = pk_rows(l)?;
+            let plan = k.attention_plan_sharing(
+                &heads_of(&pq, p_len, heads)?,
+                &heads_of(&kc, p_len, kvh)?,
+                &heads_of(&vc, p_len, kvh)?,
+                &heads_of(&pattn, p_len, heads)?,
+                &AttentionMask::keys(&prefix_mask),
+                1.0 / (hd as f32).sqrt(),
+                pattn_plans.first(),
+            )?;
+            pattn_plans.push(plan);
+        }
+        let prompt_rows = prefix_x.narrow(0, n_img, c.max_token_len)?;
+        let prefix = Graph::new(ctx, "pi05.prefix", 1);
+        prefix.capture(ShapeKey(0), |cs| {
+            (|| -> Result<()> {
+                k.embedding(cs, &tokens, &embed, &prompt_rows, (lg.width as f32).sqrt())?;
+                for (i, (l, plan)) in ll.iter().zip(&pattn_plans).enumerate() {
+                    let (kc, vc) = pk_rows(l)?;
+                    k.rms_norm(cs, &prefix_x, l.ln1.as_ref().expect("language model norms"), &px_ln, GEMMA_EPS)?;
+                    pg_q.run(cs, &px_ln, &l.q, &pq, None)?;
+                    pg_kv.run(cs, &px_ln, &l.k, &kc, None)?;
+                    pg_kv.run(cs, &px_ln, &l.v, &vc, None)?;
+                    k.rope(cs, &heads_of(&pq, p_len, heads)?, &prefix_pos, &heads_of(&pq, p_len, heads)?, ROPE_WAVELENGTH)?;
+                    k.rope(cs, &heads_of(&kc, p_len, kvh)?, &prefix_pos, &heads_of(&kc, p_len, kvh)?, ROPE_WAVELENGTH)?;
+                    plan.run(&k, cs)?;
+                    pg_o.run(cs, &pattn, &l.o, &prefix_x, None)?;
+                    if i + 1 == ll.len() {
+                        break; // the last MLP only feeds the prefix output, which nothing reads
+                    }
+                    k.rms_norm(cs, &prefix_x, l.ln2.as_ref().expect("language model norms"), &px_ln, GEMMA_EPS)?;
+                    pg_gu.run(cs, &px_ln, &l.gate_up, &pgu, None)?;
+                    k.geglu(cs, &pgu.narrow(1, 0, lg.mlp)?, &pgu.narrow(1, lg.mlp, lg.mlp)?, &ph)?;
+                    pg_down.run(cs, &ph, &l.down, &prefix_x, None)?;
+                }
+                Ok(())
+            })()
+            .map_err(err)
+        })?;
+
+        // ---- per-step adaptive-norm conditions (depend only on the step's time)
+        let ew = eg.width;
+        let n_mods = 2 * eg.depth + 1;
+        let mods = Tensor::alloc(ctx, "expert.modulations", dt, &[c.steps, n_mods, 3 * ew])?;
+        {
+            let times: Vec<f32> = (0..c.steps).map(|i| 1.0 - i as f32 / c.steps as f32).collect();
+            let t = Tensor::alloc(ctx, "time", dt, &[c.steps])?;
+            t.write_f32(s, &times)?;
+            let temb = Tensor::alloc(ctx, "time_emb", dt, &[c.steps, ew])?;
+            let h = Tensor::alloc(ctx, "time_h", dt, &[c.steps, ew])?;
+            k.sinusoidal(s, &t, &temb, 4e-3, 4.0)?;
+            let (wi, bi, wo, bo) = (up.t("time_mlp_in.weight")?, up.t("time_mlp_in.bias")?, up.t("time_mlp_out.weight")?, up.t("time_mlp_out.bias")?);
+            k.gemm(&temb, &wi, &h, false, true, 1.0, 0.0, true, Epilogue::None)?.run(s, &temb, &wi, &h, Some(&bi))?;
+            k.silu(s, &h, &h)?;
+            k.gemm(&h, &wo, &temb, false, true, 1.0, 0.0, true, Epilogue::None)?.run(s, &h, &wo, &temb, Some(&bo))?;
+            k.silu(s, &temb, &temb)?;
+            let mut dense: Vec<String> = Vec::new();
+            for i in 0..eg.depth {
+                dense.push(format!("{EXPERT}.layers.{i}.input_layernorm.dense"));
+                dense.push(format!("{EXPERT}.layers.{i}.post_attention_layernorm.dense"));
+            }
+            dense.push(format!("{EXPERT}.norm.dense"));
+            for (j, name) in dense.iter().enumerate() {
+                let (wd, bd) = (up.t(&format!("{name}.weight"))?, up.t(&format!("{name}.bias"))?);
+                let dst = Tensor::with_layout(mods.buffer(), dt, &[c.steps, 3 * ew], &[n_mods * 3 * ew, 1], j * 3 * ew)?;
+                k.gemm(&temb, &wd, &dst, false, true, 1.0, 0.0, true, Epilogue::None)?.run(s, &temb, &wd, &dst, Some(&bd))?;
+            }
+            ctx.sync_stream(s)?;
+        }
+        let modulation = |step: usize, j: usize| -> Result<Tensor> { Ok(Tensor::with_layout(mods.buffer(), dt, &[1, 3 * ew], &[3 * ew, 1], (step * n_mods + j) * 3 * ew)?) };
+
+        // ---- one denoising step
+        let xa = Tensor::alloc(ctx, "step.x", dt, &[s_len, c.action_dim])?;
+        let a = Tensor::alloc(ctx, "step.tokens", dt, &[s_len, ew])?;
+        let aln = Tensor::alloc(ctx, "step.ln", dt, &[s_len, ew])?;
+        let sq = Tensor::alloc(ctx, "step.q", dt, &[s_len, heads * hd])?;
+        let sattn = Tensor::alloc(ctx, "step.attn", dt, &[s_len, heads * hd])?;
+        let so = Tensor::alloc(ctx, "step.o", dt, &[s_len, ew])?;
+        let sgu = Tensor::alloc(ctx, "step.gate_up", dt, &[s_len, 2 * eg.mlp])?;
+        let sh = Tensor::alloc(ctx, "step.mlp", dt, &[s_len, eg.mlp])?;
+        let v = Tensor::alloc(ctx, "step.v", dt, &[s_len, c.action_dim])?;
+        let v32 = Tensor::alloc(ctx, "step.v32", DType::F32, &[s_len, c.action_dim])?;
+        let (win, bin, wout, bout) = (up.t("action_in_proj.weight")?, up.t("action_in_proj.bias")?, up.t("action_out_proj.weight")?, up.t("action_out_proj.bias")?);
+        let sk_rows = |l: &GemmaLayer| -> Result<(Tensor, Tensor)> { Ok((l.k_cache.narrow(0, p_len, s_len)?, l.v_cache.narrow(0, p_len, s_len)?)) };
+        let (sk0, _) = sk_rows(&el[0])?;
+        let sg_in = k.gemm(&xa, &win, &a, false, true, 1.0, 0.0, true, Epilogue::None)?;
+        let sg_q = k.gemm(&aln, &el[0].q, &sq, false, true, 1.0, 0.0, false, Epilogue::None)?;
+        let sg_kv = k.gemm(&aln, &el[0].k, &sk0, false, true, 1.0, 0.0, false, Epilogue::None)?;
+        let sg_o = k.gemm(&sattn, &el[0].o, &so, false, true, 1.0, 0.0, false, Epilogue::None)?;
+        let sg_gu = k.gemm(&aln, &el[0].gate_up, &sgu, false, true, 1.0, 0.0, false, Epilogue::None)?;
+        let sg_down = k.gemm(&sh, &el[0].down, &so, false, true, 1.0, 0.0, false, Epilogue::None)?;
+        let sg_out = k.gemm(&aln, &wout, &v, false, true, 1.0, 0.0, true, Epilogue::None)?;
+        let mut sattn_plans: Vec<AttentionPlan> = Vec::new();
+        for l in &el {
+            let plan = k.attention_plan_sharing(
+                &heads_of(&sq, s_len, heads)?,
+                &heads_of(&l.k_cache, p_len + s_len, kvh)?,
+                &heads_of(&l.v_cache, p_len + s_len, kvh)?,
+                &heads_of(&sattn, s_len, heads)?,
+                &AttentionMask::keys(&full_mask),
+                1.0 / (hd as f32).sqrt(),
+                sattn_plans.first(),
+            )?;
+            sattn_plans.push(plan);
+        }
+        let dt_step = -1.0 / c.steps as f32;
+        let step = Graph::new(ctx, "pi05.step", c.steps);
+        for i in 0..c.steps {
+            step.capture(ShapeKey(i as u64), |cs| {
+                (|| -> Result<()> {
+                    k.cast(cs, &x, &xa)?;
+                    sg_in.run(cs, &xa, &win, &a, Some(&bin))?;
+                    for (j, (l, plan)) in el.iter().zip(&sattn_plans).enumerate() {
+                        let (kc, vc) = sk_rows(l)?;
+                        let gate = k.ada_rms_norm(cs, &a, &modulation(i, 2 * j)?, &aln, GEMMA_EPS)?;
+                        sg_q.run(cs, &aln, &l.q, &sq, None)?;
+                        sg_kv.run(cs, &aln, &l.k, &kc, None)?;
+                        sg_kv.run(cs, &aln, &l.v, &vc, None)?;
+                        k.rope(cs, &heads_of(&sq, s_len, heads)?, &suffix_pos, &heads_of(&sq, s_len, heads)?, ROPE_WAVELENGTH)?;
+                        k.rope(cs, &heads_of(&kc, s_len, kvh)?, &suffix_pos, &heads_of(&kc, s_len, kvh)?, ROPE_WAVELENGTH)?;
+                        plan.run(&k, cs)?;
+                        sg_o.run(cs, &sattn, &l.o, &so, None)?;
+                        k.gated_residual(cs, &a, &so, &gate, &a)?;
+                        let gate = k.ada_rms_norm(cs, &a, &modulation(i, 2 * j + 1)?, &aln, GEMMA_EPS)?;
+                        sg_gu.run(cs, &aln, &l.gate_up, &sgu, None)?;
+                        k.geglu(cs, &sgu.narrow(1, 0, eg.mlp)?, &sgu.narrow(1, eg.mlp, eg.mlp)?, &sh)?;
+                        sg_down.run(cs, &sh, &l.down, &so, None)?;
+                        k.gated_residual(cs, &a, &so, &gate, &a)?;
+                    }
+                    k.ada_rms_norm(cs, &a, &modulation(i, n_mods - 1)?, &aln, GEMMA_EPS)?;
+                    sg_out.run(cs, &aln, &wout, &v, Some(&bout))?;
+                    k.cast(cs, &v, &v32)?;
+                    k.euler_step(cs, &x, &v32, dt_step)?;
+                    if i + 1 == c.steps {
+                        Buffer::copy(out.buffer(), 0, x.buffer(), 0, x.buffer().bytes(), cs)?;
+                    }
+                    Ok(())
+                })()
+                .map_err(err)
+            })?;
+        }
+        let halt = Graph::new(ctx, "pi05.halt", 1);
+        halt.capture(ShapeKey(0), |cs| Buffer::copy(out.buffer(), 0, hold.buffer(), 0, hold.buffer().bytes(), cs))?;
+        let mut plan = Plan::new(ctx);
+        plan.add(&vision, ShapeKey(0), s)?;
+        plan.add(&prefix, ShapeKey(0), s)?;
+        for i in 0..c.steps {
+            plan.add(&step, ShapeKey(i as u64), s)?;
+        }
+        ctx.sync_stream(s)?;
+        Ok(Pi05 { k, s, config: c, dtype: dt, images, tokens, prefix_mask, full_mask, prefix_pos, suffix_pos, x, out, hold, vision, prefix, step, halt, plan })
+    }
+
+    pub fn stream(&self) -> Stream {
+        self.s
+    }
+
+    pub fn kernels(&self) -> &Kernels {
+        &self.k
+    }
+
+    /// Graphs captured so far (vision, prefix, every step, halt). A prompt change keeps it.
+    pub fn capture_count(&self) -> u64 {
+        self.vision.capture_count() + self.prefix.capture_count() + self.step.capture_count() + self.halt.capture_count()
+    }
+
+    /// Variants held by the graphs.
+    pub fn variant_count(&self) -> usize {
+        self.vision.variant_count() + self.prefix.variant_count() + self.step.variant_count() + self.halt.variant_count()
+    }
+
+    /// The stages of one inference, in order.
+    pub fn stages(&self) -> Vec<Stage> {
+        let mut v = vec![Stage::Vision, Stage::Prefix];
+        v.extend((0..self.config.steps).map(Stage::Step));
+        v
+    }
+
+    /// Writes the prompt: tokens, the prompt part of the key masks, and every position (which
+    /// depend on which views and tokens are valid). A buffer write, no recapture.
+    pub fn set_prompt(&self, tokens: &[u32], views_present: &[bool]) -> Result<()> {
+        let c = &self.config;
+        if tokens.is_empty() || tokens.len() > c.max_token_len {
+            return Err(Error::BadInput { what: "prompt".into(), reason: format!("{} tokens (1 to {} allowed)", tokens.len(), c.max_token_len) });
+        }
+        if let Some(t) = tokens.iter().find(|t| **t as usize >= c.vocab) {
+            return Err(Error::BadInput { what: "prompt".into(), reason: format!("token {t} outside the vocabulary of {}", c.vocab) });
+        }
+        if views_present.len() != c.views {
+            return Err(Error::BadInput { what: "views".into(), reason: format!("{} view flags for {} views", views_present.len(), c.views) });
+        }
+        let vt = c.siglip.tokens();
+        let mut mask = Vec::with_capacity(c.prefix_len());
+        for &present in views_present {
+            mask.extend(std::iter::repeat_n(u8::from(present), vt));
+        }
+        mask.extend((0..c.max_token_len).map(|i| u8::from(i < tokens.len())));
+        // positions = cumsum(mask) - 1 (openpi); masked tokens' positions are never seen.
+        let mut pos = Vec::with_capacity(mask.len());
+        let mut n = 0i32;
+        for &m in &mask {
+            n += m as i32;
+            pos.push((n - 1).max(0));
+        }
+        let suffix: Vec<i32> = (0..c.action_horizon as i32).map(|i| n + i).collect();
+        let mut full = mask.clone();
+        full.extend(std::iter::repeat_n(1u8, c.action_horizon));
+        let mut ids: Vec<i32> = tokens.iter().map(|t| *t as i32).collect();
+        ids.resize(c.max_token_len, 0);
+        self.tokens.write_i32(self.s, &ids)?;
+        self.prefix_mask.buffer().upload(self.s, 0, &mask)?;
+        self.full_mask.buffer().upload(self.s, 0, &full)?;
+        self.prefix_pos.write_i32(self.s, &pos)?;
+        self.suffix_pos.write_i32(self.s, &suffix)?;
+        Ok(())
+    }
+
+    /// Writes one inference's inputs (images of present views, the prompt, the noise).
+    pub fn set_inputs(&self, obs: &Observation) -> Result<()> {
+        let c = &self.config;
+        let per_view = c.siglip.image_size * c.siglip.image_size * 3;
+        if obs.images.len() != c.views {
+            return Err(Error::BadInput { what: "images".into(), reason: format!("{} views given, the model has {}", obs.images.len(), c.views) });
+        }
+        if !obs.images.iter().any(|i| i.is_some()) {
+            return Err(Error::BadInput { what: "images".into(), reason: "every view is missing".into() });
+        }
+        let mut pixels = vec![0f32; c.views * per_view];
+        for (v, img) in obs.images.iter().enumerate() {
+            if let Some(img) = img {
+                if img.len() != per_view {
+                    return Err(Error::BadInput { what: format!("image {v}"), reason: format!("{} values, expected {per_view}", img.len()) });
+                }
+                if img.iter().any(|x| !x.is_finite() || x.abs() > 1.0 + 1e-6) {
+                    return Err(Error::BadInput { what: format!("image {v}"), reason: "values outside [-1, 1]".into() });
+                }
+                pixels[v * per_view..(v + 1) * per_view].copy_from_slice(img);
+            }
+        }
+        if obs.noise.len() != c.action_horizon * c.action_dim || obs.noise.iter().any(|x| !x.is_finite()) {
+            return Err(Error::BadInput { what: "noise".into(), reason: format!("{} values (need {} finite)", obs.noise.len(), c.action_horizon * c.action_dim) });
+        }
+        let present: Vec<bool> = obs.images.iter().map(|i| i.is_some()).collect();
+        self.set_prompt(obs.tokens, &present)?;
+        self.images.write_f32(self.s, &pixels)?;
+        self.x.write_f32(self.s, obs.noise)?;
+        Ok(())
+    }
+
+    /// Replays one stage (the caller may stop between any two).
+    pub fn replay(&self, stage: Stage) -> Result<()> {
+        match stage {
+            Stage::Vision => self.vision.replay(ShapeKey(0), self.s)?,
+            Stage::Prefix => self.prefix.replay(ShapeKey(0), self.s)?,
+            Stage::Step(i) => self.step.replay(ShapeKey(i as u64), self.s)?,
+        }
+        Ok(())
+    }
+
+    /// One whole inference through the Plan (vision → prefix → every step).
+    pub fn run(&self) -> Result<()> {
+        // Every node has an explicit key: the default key is never used.
+        Ok(self.plan.execute(ShapeKey(0))?)
+    }
+
+    /// The Plan of one inference (vision, prefix, steps on this model's stream).
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// Sets the chunk the halt graph writes (`action_horizon × action_dim`, normalized units).
+    pub fn set_hold(&self, chunk: &[f32]) -> Result<()> {
+        if chunk.len() != self.hold.numel() || chunk.iter().any(|v| !v.is_finite()) {
+            return Err(Error::BadInput { what: "hold chunk".into(), reason: format!("{} values (need {} finite)", chunk.len(), self.hold.numel()) });
+        }
+        Ok(self.hold.write_f32(self.s, chunk)?)
+    }
+
+    /// Replays the halt graph on `s` (the highest-priority stream): the output becomes the
+    /// hold chunk.
+    pub fn halt(&self, s: Stream) -> Result<()> {
+        Ok(self.halt.replay(ShapeKey(0), s)?)
+    }
+
+    /// The prompt-token buffer (`max_token_len` i32; entries past the prompt are masked).
+    pub fn prompt_tokens(&self) -> &Tensor {
+        &self.tokens
+    }
+
+    /// Reads the output chunk (`action_horizon × action_dim`) after the work on `s`.
+    pub fn read_actions(&self, s: Stream, out: &mut [f32]) -> Result<()> {
+        Ok(self.out.buffer().read(s, 0, out)?)
+    }
+
+    /// Convenience: inputs, one inference, and the actions (allocates the result).
+    pub fn infer(&self, obs: &Observation) -> Result<Vec<f32>> {
+        self.set_inputs(obs)?;
+        self.run()?;
+        let mut a = vec![0f32; self.out.numel()];
+        self.read_actions(self.s, &mut a)?;
+        Ok(a)
+    }
+}

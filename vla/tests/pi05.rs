@@ -1,0 +1,153 @@
+//! The tiny Pi0.5 on the host backend: end to end, masks, determinism, subgoals without
+//! recapture, replay by replay, halting.
+
+use frt_exec::{Ctx, Stream};
+use frt_vla::{Observation, Pi05, Pi05Config, Pi05Weights, Stage};
+use frt_kernels::DType;
+
+struct Inputs {
+    images: Vec<Vec<f32>>,
+    tokens: Vec<u32>,
+    noise: Vec<f32>,
+}
+
+fn rand(seed: u32, n: usize, scale: f32) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(2_654_435_761) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            (x as f32 / u32::MAX as f32 * 2.0 - 1.0) * scale
+        })
+        .collect()
+}
+
+fn inputs(c: &Pi05Config, seed: u32) -> Inputs {
+    let px = c.siglip.image_size * c.siglip.image_size * 3;
+    Inputs {
+        images: (0..c.views as u32).map(|v| rand(seed + v, px, 1.0)).collect(),
+        tokens: vec![2, 17, 99, 301, 5, 42, 7, 108],
+        noise: rand(seed + 100, c.action_horizon * c.action_dim, 1.7),
+    }
+}
+
+fn infer(m: &Pi05, i: &Inputs, present: &[bool]) -> Vec<f32> {
+    let imgs: Vec<Option<&[f32]>> = i.images.iter().zip(present).map(|(im, p)| p.then_some(im.as_slice())).collect();
+    m.infer(&Observation { images: &imgs, tokens: &i.tokens, noise: &i.noise }).unwrap()
+}
+
+fn model(ctx: &Ctx, seed: u64) -> (Pi05, Stream) {
+    let c = Pi05Config::tiny();
+    let s = ctx.stream(0).unwrap();
+    (Pi05::new(ctx, s, &Pi05Weights::random(&c, seed), DType::F32).unwrap(), s)
+}
+
+#[test]
+fn end_to_end_is_deterministic_and_masks_work() {
+    let ctx = Ctx::host().unwrap();
+    let (m, _) = model(&ctx, 1);
+    let c = m.config.clone();
+    let i = inputs(&c, 3);
+    let present = [true, false, true];
+    let a = infer(&m, &i, &present);
+    assert_eq!(a.len(), c.action_horizon * c.action_dim);
+    assert!(a.iter().all(|v| v.is_finite()));
+    assert!(a.iter().zip(&i.noise).any(|(x, n)| (x - n).abs() > 1e-3), "the steps moved the actions");
+    // Same inputs, same actions, bit for bit.
+    assert_eq!(infer(&m, &i, &present), a);
+    // A masked view's pixels do not matter ...
+    let mut j = inputs(&c, 3);
+    j.images[1] = rand(999, j.images[1].len(), 1.0);
+    assert_eq!(infer(&m, &j, &present), a, "a missing view's pixels leaked into the actions");
+    // ... nor do the padded prompt slots (written here behind the model's back).
+    m.set_inputs(&Observation { images: &[Some(&i.images[0]), None, Some(&i.images[2])], tokens: &i.tokens, noise: &i.noise }).unwrap();
+    let mut padded: Vec<i32> = i.tokens.iter().map(|t| *t as i32).collect();
+    padded.resize(c.max_token_len, 0);
+    for (n, slot) in padded.iter_mut().enumerate().skip(i.tokens.len()) {
+        *slot = (n * 37 % c.vocab) as i32;
+    }
+    m.prompt_tokens().write_i32(m.stream(), &padded).unwrap();
+    m.run().unwrap();
+    let mut b = vec![0f32; a.len()];
+    m.read_actions(m.stream(), &mut b).unwrap();
+    assert_eq!(b, a, "padded prompt tokens leaked into the actions");
+    // But a present view's pixels, the prompt and the noise all do.
+    let mut k = inputs(&c, 3);
+    k.images[0] = rand(5, k.images[0].len(), 1.0);
+    assert_ne!(infer(&m, &k, &present), a);
+    let mut k = inputs(&c, 3);
+    k.tokens[3] = 302;
+    assert_ne!(infer(&m, &k, &present), a);
+    assert_ne!(infer(&m, &inputs(&c, 4), &present), infer(&m, &inputs(&c, 3), &present));
+}
+
+#[test]
+fn a_new_subgoal_is_a_buffer_write_not_a_recapture() {
+    let ctx = Ctx::host().unwrap();
+    let (m, _) = model(&ctx, 2);
+    let c = m.config.clone();
+    let present = [true, true, true];
+    let i = inputs(&c, 11);
+    infer(&m, &i, &present);
+    let (captures, variants) = (m.capture_count(), m.variant_count());
+    let mut other = inputs(&c, 11);
+    other.tokens = vec![2, 640, 13, 77, 9, 9, 9, 400, 12, 1, 3];
+    let switched = infer(&m, &other, &present);
+    assert_eq!((m.capture_count(), m.variant_count()), (captures, variants), "no recapture, no new variant");
+    // A model built from scratch with that prompt gives the same actions, bit for bit.
+    let (fresh, _) = model(&ctx, 2);
+    assert_eq!(infer(&fresh, &other, &present), switched);
+}
+
+#[test]
+fn stages_replay_one_by_one_and_halt_overrides() {
+    let ctx = Ctx::host().unwrap();
+    let (m, s) = model(&ctx, 3);
+    let c = m.config.clone();
+    let i = inputs(&c, 21);
+    let whole = infer(&m, &i, &[true, true, false]);
+    let imgs = [Some(i.images[0].as_slice()), Some(i.images[1].as_slice()), None];
+    m.set_inputs(&Observation { images: &imgs, tokens: &i.tokens, noise: &i.noise }).unwrap();
+    let stages = m.stages();
+    assert_eq!(stages.len(), 2 + c.steps);
+    assert_eq!((stages[0], stages[1], stages[2]), (Stage::Vision, Stage::Prefix, Stage::Step(0)));
+    for st in stages {
+        m.replay(st).unwrap();
+    }
+    let mut one_by_one = vec![0f32; whole.len()];
+    m.read_actions(s, &mut one_by_one).unwrap();
+    assert_eq!(one_by_one, whole);
+    // Halt on a higher-priority stream: the output becomes the hold chunk.
+    let hi = ctx.stream(ctx.priority_range().1).unwrap();
+    let hold: Vec<f32> = (0..whole.len()).map(|n| n as f32 * 0.001).collect();
+    m.set_hold(&hold).unwrap();
+    ctx.sync_stream(s).unwrap();
+    m.halt(hi).unwrap();
+    let mut out = vec![0f32; whole.len()];
+    m.read_actions(hi, &mut out).unwrap();
+    assert_eq!(out, hold);
+}
+
+#[test]
+fn bad_inputs_are_rejected() {
+    let ctx = Ctx::host().unwrap();
+    let (m, _) = model(&ctx, 4);
+    let c = m.config.clone();
+    let i = inputs(&c, 1);
+    let img = i.images[0].as_slice();
+    let obs = |images: &[Option<&[f32]>], tokens: &[u32], noise: &[f32]| m.set_inputs(&Observation { images, tokens, noise }).is_err();
+    assert!(obs(&[None, None, None], &i.tokens, &i.noise), "no view at all");
+    assert!(obs(&[Some(&img[1..]), None, None], &i.tokens, &i.noise), "short image");
+    let mut bright = img.to_vec();
+    bright[3] = 3.0;
+    assert!(obs(&[Some(&bright), None, None], &i.tokens, &i.noise), "out of range pixel");
+    assert!(obs(&[Some(img), None], &i.tokens, &i.noise), "wrong view count");
+    assert!(obs(&[Some(img), None, None], &[], &i.noise), "empty prompt");
+    assert!(obs(&[Some(img), None, None], &vec![1; c.max_token_len + 1], &i.noise), "long prompt");
+    assert!(obs(&[Some(img), None, None], &[2, c.vocab as u32], &i.noise), "token outside the vocabulary");
+    let mut nan = i.noise.clone();
+    nan[0] = f32::NAN;
+    assert!(obs(&[Some(img), None, None], &i.tokens, &nan), "NaN noise");
+    assert!(m.set_hold(&[0.0; 3]).is_err());
+}
