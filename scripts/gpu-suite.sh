@@ -27,6 +27,8 @@ step ./frt-exec-bench --backend cuda --rounds 300
 step ./kernels-ops --ignored --test-threads=1
 step ./kernels-cache --ignored --nocapture
 step ./frt-kernels-bench --iters 200
+step ./vla-gpu --ignored --test-threads=1 --nocapture
+step ./pi05-bench --iters 200
 if [ -f /tmp/frt-whisper/model.bin ]; then
     step ./asr-real_model --ignored --test-threads=1 --nocapture
     step ./transcribe ../asr/tests/data/pick_blue_cup.wav --model /tmp/frt-whisper --backend cuda

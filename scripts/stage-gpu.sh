@@ -11,31 +11,31 @@ out=.gpu
 rm -rf "$out"
 mkdir -p "$out"
 
-cargo build --release -p frt-exec-capi -p frt-kernels -p frt-asr --bins --lib
+cargo build --release -p frt-exec-capi -p frt-kernels -p frt-asr -p frt-vla --bins --lib
 # Test executables: name them after their target (e.g. exec-contract, exec-alloc_free).
-cargo test --release -p frt-exec -p frt-exec-capi -p frt-kernels -p frt-asr --no-run --message-format=json 2>/dev/null |
+cargo test --release -p frt-exec -p frt-exec-capi -p frt-kernels -p frt-asr -p frt-vla --no-run --message-format=json 2>/dev/null |
     python3 -c '
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         src = m["target"]["src_path"]
-        crate = "capi" if "/exec/capi/" in src else ("kernels" if "/kernels/" in src else ("asr" if "/asr/" in src else "exec"))
+        crate = "capi" if "/exec/capi/" in src else ("kernels" if "/kernels/" in src else ("asr" if "/asr/" in src else ("vla" if "/vla/" in src else "exec")))
         print(m["executable"], crate + "-" + m["target"]["name"])
 ' | while read -r exe name; do cp "$exe" "$out/$name"; done
 
 # Keep only what gpu-suite.sh runs (the device call carries at most 64 MiB).
 for f in "$out"/*; do
     case "$(basename "$f")" in
-        exec-contract | exec-host_backend | exec-alloc_free | kernels-ops | kernels-cache | asr-real_model) ;;
+        exec-contract | exec-host_backend | exec-alloc_free | kernels-ops | kernels-cache | asr-real_model | vla-gpu) ;;
         *) rm -f "$f" ;;
     esac
 done
-cp target/release/libflashrt_exec.so target/release/frt-exec-bench target/release/frt-kernels-bench target/release/frt-asr-bench target/release/transcribe "$out/"
+cp target/release/libflashrt_exec.so target/release/frt-exec-bench target/release/frt-kernels-bench target/release/frt-asr-bench target/release/transcribe target/release/pi05-bench "$out/"
 cc -std=c11 -Wall -Wextra -Werror -pedantic -O2 -I exec/include exec/capi/tests/c/abi_test.c \
     -o "$out/abi_test" -L "$out" -lflashrt_exec -Wl,-rpath,'$ORIGIN'
 cp exec/python/test_torch_adopt.py scripts/gpu-suite.sh "$out/"
-strip "$out"/exec-* "$out"/kernels-* "$out"/asr-* "$out/frt-exec-bench" "$out/frt-kernels-bench" "$out/frt-asr-bench" "$out/transcribe" "$out/abi_test" "$out/libflashrt_exec.so"
+strip "$out"/exec-* "$out"/kernels-* "$out"/asr-* "$out"/vla-* "$out/pi05-bench" "$out/frt-exec-bench" "$out/frt-kernels-bench" "$out/frt-asr-bench" "$out/transcribe" "$out/abi_test" "$out/libflashrt_exec.so"
 # Whisper tiny.en is larger than one device call may carry: two halves, in folders of their
 # own (.gpu-model1, .gpu-model2), sent on two consecutive calls and joined there by
 # gpu-suite.sh into /tmp/frt-whisper (see the README's GPU section).

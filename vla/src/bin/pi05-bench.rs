@@ -1,0 +1,75 @@
+//! The canonical Pi0.5 benchmark (shared/DESIGN.md §Measuring) on a CUDA GPU: 2 views, a
+//! 40-token prompt in fixed-length mode (64-token maximum, then 200), 10 steps, horizon 50,
+//! action dim 32, bf16, random weights at full size.
+//!
+//! `pi05-bench [--iters N]`: per stage (vision, prefix, one step — CUDA events around each
+//! replay) and end to end (the Plan, events around it), p50 and p99 over N iterations after
+//! warm-up, and the GPU memory in use.
+
+use frt_exec::{Ctx, ShapeKey};
+use frt_kernels::DType;
+use frt_vla::{Observation, Pi05, Pi05Config, Pi05Weights, Stage};
+
+fn pct(v: &mut [f64], q: f64) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[((v.len() - 1) as f64 * q).round() as usize]
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let iters: usize = args.iter().position(|a| a == "--iters").and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(200);
+    let ctx = Ctx::cuda(0).unwrap_or_else(|e| {
+        eprintln!("pi05-bench needs a CUDA GPU: {e}");
+        std::process::exit(1)
+    });
+    let cu = ctx.cuda_context().unwrap().clone();
+    println!("device: {}; bf16; {iters} iterations after 10 warm-ups\n", cu.name().unwrap_or_default());
+    println!("| prompt max | vision p50 / p99 ms | prefix p50 / p99 ms | one step p50 / p99 ms | end to end p50 / p99 ms | GPU memory in use |");
+    println!("|---|---|---|---|---|---|");
+    for max_tokens in [64usize, 200] {
+        let mut c = Pi05Config::base();
+        c.views = 2;
+        c.max_token_len = max_tokens;
+        let w = Pi05Weights::random(&c, 1);
+        let s = ctx.stream(0).unwrap();
+        let m = Pi05::new(&ctx, s, &w, DType::BF16).unwrap();
+        drop(w);
+        let px = c.siglip.image_size * c.siglip.image_size * 3;
+        let img: Vec<f32> = (0..px).map(|i| ((i * 37 % 255) as f32 / 127.5) - 1.0).collect();
+        let tokens: Vec<u32> = (0..40u32).map(|i| 2 + i * 101).collect();
+        let noise: Vec<f32> = (0..c.action_horizon * c.action_dim).map(|i| ((i * 7 % 13) as f32 - 6.0) / 4.0).collect();
+        m.set_inputs(&Observation { images: &[Some(&img), Some(&img)], tokens: &tokens, noise: &noise }).unwrap();
+        let (t0, t1) = (ctx.timing_event().unwrap(), ctx.timing_event().unwrap());
+        let time = |f: &dyn Fn()| -> f64 {
+            t0.record(s).unwrap();
+            f();
+            t1.record(s).unwrap();
+            t1.synchronize().unwrap();
+            t1.elapsed_ms(&t0).unwrap() as f64
+        };
+        for _ in 0..10 {
+            m.run().unwrap();
+        }
+        ctx.sync_stream(s).unwrap();
+        let (mut vis, mut pre, mut step, mut e2e) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..iters {
+            vis.push(time(&|| m.replay(Stage::Vision).unwrap()));
+            pre.push(time(&|| m.replay(Stage::Prefix).unwrap()));
+            step.push(time(&|| m.replay(Stage::Step(3)).unwrap()));
+            e2e.push(time(&|| m.plan().execute(ShapeKey(0)).unwrap()));
+        }
+        let (free, total) = cu.mem_get_info().unwrap();
+        println!(
+            "| {max_tokens} | {:.3} / {:.3} | {:.3} / {:.3} | {:.3} / {:.3} | {:.3} / {:.3} | {:.1} GiB |",
+            pct(&mut vis, 0.5),
+            pct(&mut vis, 0.99),
+            pct(&mut pre, 0.5),
+            pct(&mut pre, 0.99),
+            pct(&mut step, 0.5),
+            pct(&mut step, 0.99),
+            pct(&mut e2e, 0.5),
+            pct(&mut e2e, 0.99),
+            (total - free) as f64 / (1u64 << 30) as f64
+        );
+    }
+}

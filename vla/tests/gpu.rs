@@ -1,0 +1,67 @@
+//! Pi0.5 on CUDA against the host backend (same weights, inputs, noise).
+//! `cargo test -p frt-vla --test gpu -- --ignored --nocapture` on a machine with a GPU.
+
+use frt_exec::Ctx;
+use frt_kernels::DType;
+use frt_vla::{Observation, Pi05, Pi05Config, Pi05Weights};
+
+fn rand(seed: u32, n: usize, scale: f32) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(2_654_435_761) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            (x as f32 / u32::MAX as f32 * 2.0 - 1.0) * scale
+        })
+        .collect()
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
+    let na: f64 = a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+    let nb: f64 = b.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+    dot / (na * nb)
+}
+
+fn compare(c: &Pi05Config, cuda_dtype: DType, min_cos: f64) {
+    let t = std::time::Instant::now();
+    let w = Pi05Weights::random(c, 42);
+    println!("random weights: {:?}", t.elapsed());
+    let px = c.siglip.image_size * c.siglip.image_size * 3;
+    let images: Vec<Vec<f32>> = (0..c.views as u32).map(|v| rand(10 + v, px, 1.0)).collect();
+    let imgs: Vec<Option<&[f32]>> = images.iter().enumerate().map(|(v, im)| (v != 1 || c.views < 3).then_some(im.as_slice())).collect();
+    let tokens: Vec<u32> = (0..40u32).map(|i| 2 + (i * 7919) % (c.vocab as u32 - 2)).collect();
+    let noise = rand(7, c.action_horizon * c.action_dim, 1.7);
+    let obs = Observation { images: &imgs, tokens: &tokens, noise: &noise };
+    let run = |ctx: Ctx, dt: DType| -> Vec<f32> {
+        let t = std::time::Instant::now();
+        let s = ctx.stream(0).unwrap();
+        let m = Pi05::new(&ctx, s, &w, dt).unwrap();
+        let built = t.elapsed();
+        let a = m.infer(&obs).unwrap();
+        println!("{:?} {}: built in {built:?}, inference in {:?}", ctx.backend(), dt.name(), t.elapsed() - built);
+        a
+    };
+    let host = run(Ctx::host().unwrap(), DType::F32);
+    let cuda = run(Ctx::cuda(0).unwrap(), cuda_dtype);
+    let cos = cosine(&host, &cuda);
+    let max_abs = host.iter().zip(&cuda).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    println!("CUDA {} vs host f32: cosine {cos:.6}, max |Δ| {max_abs:.4} over {} actions", cuda_dtype.name(), host.len());
+    assert!(cos >= min_cos, "cosine {cos} < {min_cos}");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn tiny_cuda_f32_matches_the_host() {
+    compare(&Pi05Config::tiny(), DType::F32, 0.9999);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (and ~50 GB of host memory: the host reference runs at full size)"]
+fn full_size_cuda_bf16_matches_host_f32() {
+    let mut c = Pi05Config::base();
+    c.views = 2;
+    c.max_token_len = 64;
+    compare(&c, DType::BF16, 0.999);
+}
