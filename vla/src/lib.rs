@@ -2,11 +2,12 @@
 //!
 //! openpi's `pi05` (Physical-Intelligence/openpi, `src/openpi/models/{pi0,gemma,siglip}.py`)
 //! natively in Rust: configuration presets ([`config`]), weights by openpi/LeRobot name
-//! ([`weights`]), and the policy as vision → prefix → action-step graphs with a halt graph
-//! ([`pi05`]).
+//! ([`weights`]), preprocessing and normalization as openpi does them ([`inputs`]), and the
+//! policy as vision → prefix → action-step graphs with a halt graph ([`pi05`]).
 
 pub mod config;
 mod error;
+pub mod inputs;
 pub mod pi05;
 pub mod weights;
 

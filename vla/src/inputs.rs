@@ -1,0 +1,215 @@
+//! What goes into Pi0.5 and what comes out, as openpi does it:
+//!
+//! * images: [`resize_with_pad`] (openpi `image_tools.resize_with_pad`: keep the aspect ratio,
+//!   bilinear with antialiasing as `jax.image.resize` computes it, round to uint8, pad with
+//!   black, the padding split evenly), then [`to_model_pixels`] (`x / 255 · 2 − 1`);
+//! * state: normalized with [`NormStats`] (mean/std or quantiles, `norm_stats.json`), then
+//!   discretized into 256 bins over [−1, 1] ([`discretize_state`], `np.digitize`) and written
+//!   into the prompt ([`pi05_prompt`]: `Task: {task}, State: {bins};\nAction: `);
+//! * actions: unnormalized with the `actions` statistics.
+
+use crate::error::{Error, Result};
+use std::path::Path;
+
+/// Weights of one output sample over the input, as `jax.image.scale_and_translate` computes
+/// them for the triangle (linear) kernel with antialiasing: the kernel is widened by the
+/// downscale factor, weights are normalized, samples outside the input get none.
+fn weights(input: usize, output: usize) -> Vec<Vec<(usize, f64)>> {
+    let inv_scale = input as f64 / output as f64;
+    let kernel_scale = inv_scale.max(1.0);
+    (0..output)
+        .map(|j| {
+            let sample = (j as f64 + 0.5) * inv_scale - 0.5;
+            if sample < -0.5 || sample > input as f64 - 0.5 {
+                return Vec::new();
+            }
+            let lo = ((sample - kernel_scale).floor().max(0.0)) as usize;
+            let hi = ((sample + kernel_scale).ceil() as usize).min(input - 1);
+            let mut w: Vec<(usize, f64)> = (lo..=hi).map(|i| (i, (1.0 - (sample - i as f64).abs() / kernel_scale).max(0.0))).filter(|(_, v)| *v > 0.0).collect();
+            let sum: f64 = w.iter().map(|(_, v)| v).sum();
+            if sum.abs() > 1000.0 * f32::EPSILON as f64 {
+                w.iter_mut().for_each(|(_, v)| *v /= sum);
+            } else {
+                w.clear();
+            }
+            w
+        })
+        .collect()
+}
+
+/// Resizes an `h × w × 3` uint8 image (HWC) to fit `th × tw` without distortion and pads it
+/// with black to exactly `th × tw` (openpi's `resize_with_pad`).
+pub fn resize_with_pad(src: &[u8], h: usize, w: usize, th: usize, tw: usize) -> Result<Vec<u8>> {
+    if h == 0 || w == 0 || th == 0 || tw == 0 || src.len() != h * w * 3 {
+        return Err(Error::BadInput { what: "image".into(), reason: format!("{} bytes for {h}×{w}×3 (target {th}×{tw})", src.len()) });
+    }
+    let ratio = (w as f64 / tw as f64).max(h as f64 / th as f64);
+    // As openpi: int() truncation; an extreme aspect ratio can leave 0 rows or columns, and
+    // then the result is all padding.
+    let (rh, rw) = (((h as f64 / ratio) as usize).min(th), ((w as f64 / ratio) as usize).min(tw));
+    if rh == 0 || rw == 0 {
+        return Ok(vec![0u8; th * tw * 3]);
+    }
+    let (wy, wx) = (weights(h, rh), weights(w, rw));
+    // Rows first, then columns (separable), in f64.
+    let mut tmp = vec![0f64; rh * w * 3];
+    for (y, ws) in wy.iter().enumerate() {
+        for &(i, a) in ws {
+            let row = &src[i * w * 3..(i + 1) * w * 3];
+            for (t, s) in tmp[y * w * 3..(y + 1) * w * 3].iter_mut().zip(row) {
+                *t += a * *s as f64;
+            }
+        }
+    }
+    let (ph, pw) = ((th - rh) / 2, (tw - rw) / 2);
+    let mut out = vec![0u8; th * tw * 3];
+    for y in 0..rh {
+        for (x, ws) in wx.iter().enumerate() {
+            for c in 0..3 {
+                let v: f64 = ws.iter().map(|&(i, a)| a * tmp[(y * w + i) * 3 + c]).sum();
+                out[((y + ph) * tw + x + pw) * 3 + c] = v.round_ties_even().clamp(0.0, 255.0) as u8;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// uint8 pixels to the model's range: `x / 255 · 2 − 1`.
+pub fn to_model_pixels(img: &[u8]) -> Vec<f32> {
+    img.iter().map(|&v| v as f32 / 255.0 * 2.0 - 1.0).collect()
+}
+
+/// `np.digitize(state, np.linspace(-1, 1, 257)[:-1]) - 1`: 256 bins over [−1, 1]; values
+/// below −1 give −1, values at or above the last edge give 255. Non-finite values are an error.
+pub fn discretize_state(state: &[f32]) -> Result<Vec<i32>> {
+    state
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| {
+            if !x.is_finite() {
+                return Err(Error::BadInput { what: "state".into(), reason: format!("element {i} is {x}") });
+            }
+            // Bin edges -1 + 2k/256 for k in 0..256, compared as numpy does (f32 state vs f64 edges).
+            let x = x as f64;
+            let below = (0..256).take_while(|k| -1.0 + 2.0 * *k as f64 / 256.0 <= x).count();
+            Ok(below as i32 - 1)
+        })
+        .collect()
+}
+
+/// The pi05 prompt: `Task: {task}, State: {discretized state};\nAction: ` (the task trimmed,
+/// underscores and newlines made spaces).
+pub fn pi05_prompt(task: &str, normalized_state: &[f32]) -> Result<String> {
+    let cleaned = task.trim().replace('_', " ").replace('\n', " ");
+    if cleaned.is_empty() {
+        return Err(Error::BadInput { what: "task".into(), reason: "empty".into() });
+    }
+    let bins: Vec<String> = discretize_state(normalized_state)?.iter().map(|b| b.to_string()).collect();
+    Ok(format!("Task: {cleaned}, State: {};\nAction: ", bins.join(" ")))
+}
+
+/// Normalization statistics of one quantity (openpi `NormStats`).
+#[derive(Clone, Debug, PartialEq, serde::Deserialize)]
+pub struct NormStats {
+    pub mean: Vec<f32>,
+    pub std: Vec<f32>,
+    #[serde(default)]
+    pub q01: Option<Vec<f32>>,
+    #[serde(default)]
+    pub q99: Option<Vec<f32>>,
+}
+
+/// `norm_stats.json`: statistics of the state and of the actions.
+#[derive(Clone, Debug)]
+pub struct Normalization {
+    pub state: NormStats,
+    pub actions: NormStats,
+    /// Quantile normalization (`use_quantile_norm`, pi05's default) instead of mean/std.
+    pub quantiles: bool,
+}
+
+impl NormStats {
+    fn check(&self, what: &str) -> Result<()> {
+        let bad = |r: String| Error::BadInput { what: format!("norm stats `{what}`"), reason: r };
+        if self.mean.is_empty() || self.mean.len() != self.std.len() {
+            return Err(bad(format!("mean has {} values, std {}", self.mean.len(), self.std.len())));
+        }
+        for (name, v) in [("mean", Some(&self.mean)), ("std", Some(&self.std)), ("q01", self.q01.as_ref()), ("q99", self.q99.as_ref())] {
+            if let Some(v) = v {
+                if v.len() != self.mean.len() || v.iter().any(|x| !x.is_finite()) {
+                    return Err(bad(format!("`{name}` must hold {} finite values", self.mean.len())));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn quantiles(&self) -> Result<(&[f32], &[f32])> {
+        match (&self.q01, &self.q99) {
+            (Some(a), Some(b)) => Ok((a, b)),
+            _ => Err(Error::BadInput { what: "norm stats".into(), reason: "quantile normalization needs q01 and q99".into() }),
+        }
+    }
+
+    /// Normalizes the first `len(stats)` values of `x` in place (openpi `Normalize`).
+    pub fn normalize(&self, x: &mut [f32], quantiles: bool) -> Result<()> {
+        let n = x.len().min(self.mean.len());
+        if quantiles {
+            let (q01, q99) = self.quantiles()?;
+            for i in 0..n {
+                x[i] = (x[i] - q01[i]) / (q99[i] - q01[i] + 1e-6) * 2.0 - 1.0;
+            }
+        } else {
+            for i in 0..n {
+                x[i] = (x[i] - self.mean[i]) / (self.std[i] + 1e-6);
+            }
+        }
+        Ok(())
+    }
+
+    /// Unnormalizes in place (openpi `Unnormalize`): dimensions beyond the statistics are
+    /// left as they are (mean/std are padded with 0/1).
+    pub fn unnormalize(&self, x: &mut [f32], quantiles: bool) -> Result<()> {
+        let n = x.len().min(self.mean.len());
+        if quantiles {
+            let (q01, q99) = self.quantiles()?;
+            for i in 0..n {
+                x[i] = (x[i] + 1.0) / 2.0 * (q99[i] - q01[i] + 1e-6) + q01[i];
+            }
+        } else {
+            for i in 0..x.len() {
+                let (m, s) = if i < n { (self.mean[i], self.std[i]) } else { (0.0, 1.0) };
+                x[i] = x[i] * (s + 1e-6) + m;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Normalization {
+    /// Reads `norm_stats.json` (`{"norm_stats": {"state": {...}, "actions": {...}}}`).
+    pub fn load(path: &Path, quantiles: bool) -> Result<Normalization> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+        Self::parse(&text, quantiles).map_err(|e| match e {
+            Error::BadInput { reason, .. } => Error::BadCheckpoint { file: path.to_path_buf(), reason },
+            other => other,
+        })
+    }
+
+    pub fn parse(text: &str, quantiles: bool) -> Result<Normalization> {
+        #[derive(serde::Deserialize)]
+        struct File {
+            norm_stats: std::collections::HashMap<String, NormStats>,
+        }
+        let f: File = serde_json::from_str(text).map_err(|e| Error::BadInput { what: "norm_stats.json".into(), reason: e.to_string() })?;
+        let get = |k: &str| f.norm_stats.get(k).cloned().ok_or_else(|| Error::BadInput { what: "norm_stats.json".into(), reason: format!("no `{k}` statistics") });
+        let (state, actions) = (get("state")?, get("actions")?);
+        state.check("state")?;
+        actions.check("actions")?;
+        if quantiles {
+            state.quantiles()?;
+            actions.quantiles()?;
+        }
+        Ok(Normalization { state, actions, quantiles })
+    }
+}
