@@ -20,7 +20,10 @@ impl Wav {
     /// Mono (the mean of the channels), at the file's rate.
     pub fn mono(&self) -> Vec<f32> {
         let c = self.channels as usize;
-        self.samples.chunks_exact(c).map(|f| f.iter().sum::<f32>() / c as f32).collect()
+        self.samples
+            .chunks_exact(c)
+            .map(|f| f.iter().sum::<f32>() / c as f32)
+            .collect()
     }
 
     /// Mono at 16 kHz.
@@ -43,7 +46,10 @@ fn u32le(b: &[u8], at: usize) -> u32 {
 /// Reads a WAV file (PCM 8/16/24/32-bit integers, IEEE float 32/64, plain or
 /// WAVE_FORMAT_EXTENSIBLE).
 pub fn read_wav(path: &std::path::Path) -> Result<Wav> {
-    let bytes = std::fs::read(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+    let bytes = std::fs::read(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
     parse_wav(&bytes).map_err(|e| match e {
         Error::BadAudio { reason, .. } => Error::audio(path.display().to_string(), reason),
         other => other,
@@ -63,7 +69,9 @@ pub fn parse_wav(b: &[u8]) -> Result<Wav> {
         let id = &b[at..at + 4];
         let size = u32le(b, at + 4) as usize;
         let body = at + 8;
-        let end = body.checked_add(size).ok_or_else(|| bad("chunk size overflows"))?;
+        let end = body
+            .checked_add(size)
+            .ok_or_else(|| bad("chunk size overflows"))?;
         match id {
             b"fmt " => {
                 if size < 16 || end > b.len() {
@@ -76,7 +84,13 @@ pub fn parse_wav(b: &[u8]) -> Result<Wav> {
                     }
                     tag = u16le(b, body + 24); // the sub-format GUID starts with the format tag
                 }
-                fmt = Some((tag, u16le(b, body + 2), u32le(b, body + 4), u16le(b, body + 12), u16le(b, body + 14)));
+                fmt = Some((
+                    tag,
+                    u16le(b, body + 2),
+                    u32le(b, body + 4),
+                    u16le(b, body + 12),
+                    u16le(b, body + 14),
+                ));
             }
             b"data" => {
                 // A truncated data chunk (common in streamed files) keeps what is there.
@@ -92,11 +106,15 @@ pub fn parse_wav(b: &[u8]) -> Result<Wav> {
         return Err(bad(&format!("{channels} channels at {rate} Hz")));
     }
     if rate > 768_000 || channels > 64 {
-        return Err(bad(&format!("implausible format: {channels} channels at {rate} Hz")));
+        return Err(bad(&format!(
+            "implausible format: {channels} channels at {rate} Hz"
+        )));
     }
     let width = (bits as usize).div_ceil(8);
     if width == 0 || block as usize != width * channels as usize {
-        return Err(bad(&format!("block align {block} does not match {channels} × {bits}-bit samples")));
+        return Err(bad(&format!(
+            "block align {block} does not match {channels} × {bits}-bit samples"
+        )));
     }
     let n = data.len() / width;
     let n = n - n % channels as usize;
@@ -104,18 +122,44 @@ pub fn parse_wav(b: &[u8]) -> Result<Wav> {
         return Err(bad("no samples"));
     }
     let samples: Vec<f32> = match (tag, bits) {
-        (1, 8) => data[..n].iter().map(|&v| (v as f32 - 128.0) / 128.0).collect(),
-        (1, 16) => data[..n * 2].chunks_exact(2).map(|c| i16::from_le_bytes([c[0], c[1]]) as f32 / 32768.0).collect(),
-        (1, 24) => data[..n * 3].chunks_exact(3).map(|c| (i32::from_le_bytes([0, c[0], c[1], c[2]]) >> 8) as f32 / 8_388_608.0).collect(),
-        (1, 32) => data[..n * 4].chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f32 / 2_147_483_648.0).collect(),
-        (3, 32) => data[..n * 4].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
-        (3, 64) => data[..n * 8].chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap()) as f32).collect(),
-        _ => return Err(bad(&format!("unsupported sample format (tag {tag}, {bits} bits)"))),
+        (1, 8) => data[..n]
+            .iter()
+            .map(|&v| (v as f32 - 128.0) / 128.0)
+            .collect(),
+        (1, 16) => data[..n * 2]
+            .chunks_exact(2)
+            .map(|c| i16::from_le_bytes([c[0], c[1]]) as f32 / 32768.0)
+            .collect(),
+        (1, 24) => data[..n * 3]
+            .chunks_exact(3)
+            .map(|c| (i32::from_le_bytes([0, c[0], c[1], c[2]]) >> 8) as f32 / 8_388_608.0)
+            .collect(),
+        (1, 32) => data[..n * 4]
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f32 / 2_147_483_648.0)
+            .collect(),
+        (3, 32) => data[..n * 4]
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+        (3, 64) => data[..n * 8]
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().unwrap()) as f32)
+            .collect(),
+        _ => {
+            return Err(bad(&format!(
+                "unsupported sample format (tag {tag}, {bits} bits)"
+            )));
+        }
     };
     if samples.iter().any(|v| !v.is_finite()) {
         return Err(bad("non-finite samples"));
     }
-    Ok(Wav { sample_rate: rate, channels, samples })
+    Ok(Wav {
+        sample_rate: rate,
+        channels,
+        samples,
+    })
 }
 
 /// Zero crossings of the sinc kept on each side.
@@ -155,7 +199,11 @@ pub fn resample(x: &[f32], from: u32, to: u32) -> Vec<f32> {
         for (k, &v) in x.iter().enumerate().take(hi + 1).skip(lo) {
             let d = k as f64 - t;
             let arg = std::f64::consts::PI * cutoff * d;
-            let sinc = if arg.abs() < 1e-12 { 1.0 } else { arg.sin() / arg };
+            let sinc = if arg.abs() < 1e-12 {
+                1.0
+            } else {
+                arg.sin() / arg
+            };
             let r = d / half;
             let w = bessel_i0(KAISER_BETA * (1.0 - r * r).max(0.0).sqrt()) / i0b;
             acc += v as f64 * cutoff * sinc * w;
@@ -190,14 +238,30 @@ mod tests {
 
     #[test]
     fn formats_decode_and_downmix() {
-        let pcm16: Vec<u8> = [16384i16, -16384, 32767, 0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let pcm16: Vec<u8> = [16384i16, -16384, 32767, 0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
         let w = parse_wav(&wav_bytes(1, 2, 8000, 16, &pcm16)).unwrap();
         assert_eq!((w.channels, w.sample_rate, w.samples.len()), (2, 8000, 4));
         assert_eq!(w.mono(), vec![0.0, 32767.0 / 65536.0]);
-        let f32s: Vec<u8> = [0.25f32, -0.5].iter().flat_map(|v| v.to_le_bytes()).collect();
-        assert_eq!(parse_wav(&wav_bytes(3, 1, 16000, 32, &f32s)).unwrap().samples, vec![0.25, -0.5]);
+        let f32s: Vec<u8> = [0.25f32, -0.5]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert_eq!(
+            parse_wav(&wav_bytes(3, 1, 16000, 32, &f32s))
+                .unwrap()
+                .samples,
+            vec![0.25, -0.5]
+        );
         let pcm24 = [0x00, 0x00, 0x40, 0x00, 0x00, 0xC0];
-        assert_eq!(parse_wav(&wav_bytes(1, 1, 16000, 24, &pcm24)).unwrap().samples, vec![0.5, -0.5]);
+        assert_eq!(
+            parse_wav(&wav_bytes(1, 1, 16000, 24, &pcm24))
+                .unwrap()
+                .samples,
+            vec![0.5, -0.5]
+        );
     }
 
     #[test]
@@ -208,27 +272,44 @@ mod tests {
             (wav_bytes(1, 1, 16000, 16, &[]), "no samples"),
             (wav_bytes(2, 1, 16000, 16, &[0, 0]), "ADPCM"),
             (wav_bytes(3, 1, 16000, 32, &f32::NAN.to_le_bytes()), "NaN"),
-            (wav_bytes(1, 1, 16000, 16, &[0, 0])[..30].to_vec(), "truncated"),
+            (
+                wav_bytes(1, 1, 16000, 16, &[0, 0])[..30].to_vec(),
+                "truncated",
+            ),
             (vec![], "empty"),
         ] {
-            assert!(matches!(parse_wav(&bytes), Err(Error::BadAudio { .. })), "{why}");
+            assert!(
+                matches!(parse_wav(&bytes), Err(Error::BadAudio { .. })),
+                "{why}"
+            );
         }
     }
 
     #[test]
     fn resampling_keeps_a_tone_and_removes_what_cannot_be_represented() {
-        let tone = |f: f64, rate: u32, n: usize| -> Vec<f32> { (0..n).map(|i| (std::f64::consts::TAU * f * i as f64 / rate as f64).sin() as f32).collect() };
+        let tone = |f: f64, rate: u32, n: usize| -> Vec<f32> {
+            (0..n)
+                .map(|i| (std::f64::consts::TAU * f * i as f64 / rate as f64).sin() as f32)
+                .collect()
+        };
         // 1 kHz at 48 kHz -> 16 kHz: still a 1 kHz tone of the same amplitude.
         let y = resample(&tone(1000.0, 48_000, 48_000), 48_000, 16_000);
         assert_eq!(y.len(), 16_000);
         let want = tone(1000.0, 16_000, 16_000);
-        let err = y[1000..15_000].iter().zip(&want[1000..15_000]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        let err = y[1000..15_000]
+            .iter()
+            .zip(&want[1000..15_000])
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
         assert!(err < 2e-3, "max error {err}");
         // 12 kHz at 48 kHz is above the new Nyquist (8 kHz): it must vanish, not alias.
         let y = resample(&tone(12_000.0, 48_000, 48_000), 48_000, 16_000);
         let rms = (y[1000..15_000].iter().map(|v| v * v).sum::<f32>() / 14_000.0).sqrt();
         assert!(rms < 1e-3, "aliased energy {rms}");
         // Upsampling 22.05 kHz -> 16 kHz -> ratios that are not integers work too.
-        assert_eq!(resample(&tone(440.0, 22_050, 22_050), 22_050, 16_000).len(), 16_000);
+        assert_eq!(
+            resample(&tone(440.0, 22_050, 22_050), 22_050, 16_000).len(),
+            16_000
+        );
     }
 }

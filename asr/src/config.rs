@@ -69,9 +69,16 @@ impl WhisperConfig {
 
     /// The preset these dimensions equal, if any.
     pub fn preset_name(&self) -> Option<&'static str> {
-        [("tiny.en", Self::tiny_en()), ("tiny", Self::tiny()), ("base.en", Self::base_en()), ("base", Self::base()), ("small.en", Self::small_en()), ("small", Self::small())]
-            .into_iter()
-            .find(|(_, c)| c == self)
-            .map(|(n, _)| n)
+        [
+            ("tiny.en", Self::tiny_en()),
+            ("tiny", Self::tiny()),
+            ("base.en", Self::base_en()),
+            ("base", Self::base()),
+            ("small.en", Self::small_en()),
+            ("small", Self::small()),
+        ]
+        .into_iter()
+        .find(|(_, c)| c == self)
+        .map(|(n, _)| n)
     }
 }

@@ -62,7 +62,13 @@ impl Decoder {
         prompt.push(sp.no_timestamps);
         let mut suppress_begin = tokenizer.encode_word(" ");
         suppress_begin.push(sp.eot);
-        Decoder { suppress: tokenizer.suppressed_tokens(), suppress_begin, tokenizer, prompt, logits: std::cell::RefCell::new(vec![0.0; n_vocab]) }
+        Decoder {
+            suppress: tokenizer.suppressed_tokens(),
+            suppress_begin,
+            tokenizer,
+            prompt,
+            logits: std::cell::RefCell::new(vec![0.0; n_vocab]),
+        }
     }
 
     /// The prompt fed before the first generated token.
@@ -72,7 +78,11 @@ impl Decoder {
 
     /// What the model's step graphs must mask.
     pub fn suppression(&self) -> Suppression {
-        Suppression { always: self.suppress.clone(), at_first: self.suppress_begin.clone(), first_position: self.prompt.len() - 1 }
+        Suppression {
+            always: self.suppress.clone(),
+            at_first: self.suppress_begin.clone(),
+            first_position: self.prompt.len() - 1,
+        }
     }
 
     /// Transcribes 16 kHz mono audio (at most 30 s are seen). The model must have been built
@@ -123,7 +133,12 @@ impl Decoder {
             text,
             no_speech_prob,
             content_frames,
-            timings: Timings { encoder: t_enc.unwrap_or_default(), decoder, steps, total: t0.elapsed() },
+            timings: Timings {
+                encoder: t_enc.unwrap_or_default(),
+                decoder,
+                steps,
+                total: t0.elapsed(),
+            },
         })
     }
 }

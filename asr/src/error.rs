@@ -30,18 +30,28 @@ pub enum Error {
 
     /// A tensor with another shape than the configuration implies.
     #[error("tensor `{name}` has shape {got:?}, expected {expected:?}")]
-    TensorShape { name: String, got: Vec<usize>, expected: Vec<usize> },
+    TensorShape {
+        name: String,
+        got: Vec<usize>,
+        expected: Vec<usize>,
+    },
 
     /// tokenizer.json that does not parse or lacks Whisper's special tokens.
     #[error("tokenizer: {0}")]
     Tokenizer(String),
 
     #[error("I/O on {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 impl Error {
     pub(crate) fn audio(what: impl Into<String>, reason: impl Into<String>) -> Self {
-        Error::BadAudio { what: what.into(), reason: reason.into() }
+        Error::BadAudio {
+            what: what.into(),
+            reason: reason.into(),
+        }
     }
 }

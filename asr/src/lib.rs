@@ -40,15 +40,28 @@ impl Whisper {
     pub fn load(ctx: &Ctx, dir: &Path, s: Stream, options: ModelOptions) -> Result<Whisper> {
         let tok_path = dir.join("tokenizer.json");
         if !tok_path.is_file() {
-            return Err(Error::ModelFolder { dir: dir.to_path_buf(), reason: "no tokenizer.json".into() });
+            return Err(Error::ModelFolder {
+                dir: dir.to_path_buf(),
+                reason: "no tokenizer.json".into(),
+            });
         }
         let weights = weights::WhisperWeights::load(dir)?;
         let tokenizer = tokenizer::Tokenizer::from_file(&tok_path)?;
         Self::from_parts(ctx, s, &weights, tokenizer, options)
     }
 
-    pub fn from_parts(ctx: &Ctx, s: Stream, weights: &weights::WhisperWeights, tokenizer: tokenizer::Tokenizer, options: ModelOptions) -> Result<Whisper> {
-        let decoder = Decoder::new(tokenizer, weights.config.n_vocab, weights.config.is_multilingual());
+    pub fn from_parts(
+        ctx: &Ctx,
+        s: Stream,
+        weights: &weights::WhisperWeights,
+        tokenizer: tokenizer::Tokenizer,
+        options: ModelOptions,
+    ) -> Result<Whisper> {
+        let decoder = Decoder::new(
+            tokenizer,
+            weights.config.n_vocab,
+            weights.config.is_multilingual(),
+        );
         let model = WhisperModel::new(ctx, s, weights, options, &decoder.suppression())?;
         Ok(Whisper { model, decoder })
     }
@@ -56,10 +69,16 @@ impl Whisper {
     /// Transcribes 16 kHz mono samples.
     pub fn transcribe(&self, audio: &[f32]) -> Result<Transcript> {
         if audio.is_empty() {
-            return Err(Error::BadAudio { what: "utterance".into(), reason: "no samples".into() });
+            return Err(Error::BadAudio {
+                what: "utterance".into(),
+                reason: "no samples".into(),
+            });
         }
         if audio.iter().any(|v| !v.is_finite()) {
-            return Err(Error::BadAudio { what: "utterance".into(), reason: "non-finite samples".into() });
+            return Err(Error::BadAudio {
+                what: "utterance".into(),
+                reason: "non-finite samples".into(),
+            });
         }
         self.decoder.transcribe(&self.model, audio)
     }

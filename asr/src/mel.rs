@@ -39,10 +39,24 @@ fn mel_filters(n_mels: usize) -> Vec<f32> {
     let min_log_hz = 1000.0;
     let min_log_mel = min_log_hz / f_sp;
     let logstep = 6.4f64.ln() / 27.0;
-    let hz_to_mel = |f: f64| if f >= min_log_hz { min_log_mel + (f / min_log_hz).ln() / logstep } else { f / f_sp };
-    let mel_to_hz = |m: f64| if m >= min_log_mel { min_log_hz * (logstep * (m - min_log_mel)).exp() } else { f_sp * m };
+    let hz_to_mel = |f: f64| {
+        if f >= min_log_hz {
+            min_log_mel + (f / min_log_hz).ln() / logstep
+        } else {
+            f / f_sp
+        }
+    };
+    let mel_to_hz = |m: f64| {
+        if m >= min_log_mel {
+            min_log_hz * (logstep * (m - min_log_mel)).exp()
+        } else {
+            f_sp * m
+        }
+    };
     let max_mel = hz_to_mel(SAMPLE_RATE / 2.0);
-    let freqs: Vec<f64> = (0..n_mels + 2).map(|i| mel_to_hz(max_mel * i as f64 / (n_mels + 1) as f64)).collect();
+    let freqs: Vec<f64> = (0..n_mels + 2)
+        .map(|i| mel_to_hz(max_mel * i as f64 / (n_mels + 1) as f64))
+        .collect();
     let mut w = vec![0f32; n_mels * bins];
     for m in 0..n_mels {
         let enorm = 2.0 / (freqs[m + 2] - freqs[m]);
@@ -78,7 +92,9 @@ pub struct Features {
 
 impl LogMel {
     pub fn new(n_mels: usize) -> LogMel {
-        let window = (0..N_FFT).map(|n| 0.5 - 0.5 * (std::f64::consts::TAU * n as f64 / N_FFT as f64).cos()).collect();
+        let window = (0..N_FFT)
+            .map(|n| 0.5 - 0.5 * (std::f64::consts::TAU * n as f64 / N_FFT as f64).cos())
+            .collect();
         let filters = mel_filters(n_mels);
         let bins = N_FFT / 2 + 1;
         let support = (0..n_mels)
@@ -89,7 +105,13 @@ impl LogMel {
                 lo..hi
             })
             .collect();
-        LogMel { n_mels, filters, support, window, fft: FftPlanner::new().plan_fft_forward(N_FFT) }
+        LogMel {
+            n_mels,
+            filters,
+            support,
+            window,
+            fft: FftPlanner::new().plan_fft_forward(N_FFT),
+        }
     }
 
     pub fn n_mels(&self) -> usize {
@@ -100,7 +122,13 @@ impl LogMel {
     pub fn features(&self, audio: &[f32]) -> Features {
         let bins = N_FFT / 2 + 1;
         let n = audio.len() + HOP;
-        let sample = |i: usize| if i < audio.len() { audio[i] as f64 } else { 0.0 };
+        let sample = |i: usize| {
+            if i < audio.len() {
+                audio[i] as f64
+            } else {
+                0.0
+            }
+        };
         let frames = n / HOP; // STFT frames (1 + n / HOP with centering) minus the dropped last one
         let mut power = vec![0f32; frames * bins];
         let mut buf = vec![Complex::new(0.0, 0.0); N_FFT];
@@ -122,7 +150,11 @@ impl LogMel {
             let f = &self.filters[m * bins + r.start..m * bins + r.end];
             for t in 0..frames {
                 let p = &power[t * bins + r.start..t * bins + r.end];
-                let e: f64 = f.iter().zip(p).map(|(a, b)| (*a as f64) * (*b as f64)).sum();
+                let e: f64 = f
+                    .iter()
+                    .zip(p)
+                    .map(|(a, b)| (*a as f64) * (*b as f64))
+                    .sum();
                 values[m * frames + t] = (e as f32).max(1e-10).log10();
             }
         }
@@ -130,7 +162,11 @@ impl LogMel {
         for v in &mut values {
             *v = ((*v).max(max - 8.0) + 4.0) / 4.0;
         }
-        Features { n_mels: self.n_mels, frames, values }
+        Features {
+            n_mels: self.n_mels,
+            frames,
+            values,
+        }
     }
 
     /// The encoder's input, time-major `[N_FRAMES, n_mels]`: the features without their last
@@ -165,7 +201,10 @@ mod tests {
         let bins = N_FFT / 2 + 1;
         for m in 0..80 {
             let row = &f[m * bins..(m + 1) * bins];
-            assert!(row.iter().all(|v| *v >= 0.0) && row.iter().any(|v| *v > 0.0), "band {m}");
+            assert!(
+                row.iter().all(|v| *v >= 0.0) && row.iter().any(|v| *v > 0.0),
+                "band {m}"
+            );
         }
         // The first band rises from 0 Hz: bin 0 is 0, the peak is at its centre frequency.
         assert_eq!(f[0], 0.0);

@@ -66,18 +66,30 @@ fn upload(k: &Kernels, s: Stream, name: &str, t: &HostTensor, dt: DType) -> Resu
 }
 
 fn linear(k: &Kernels, s: Stream, name: &str, l: &Linear, dt: DType) -> Result<DLinear> {
-    Ok(DLinear { w: upload(k, s, &format!("{name}.w"), &l.w, dt)?, b: upload(k, s, &format!("{name}.b"), &l.b, dt)? })
+    Ok(DLinear {
+        w: upload(k, s, &format!("{name}.w"), &l.w, dt)?,
+        b: upload(k, s, &format!("{name}.b"), &l.b, dt)?,
+    })
 }
 
 fn norm(k: &Kernels, s: Stream, name: &str, n: &Norm, dt: DType) -> Result<DNorm> {
-    Ok(DNorm { g: upload(k, s, &format!("{name}.g"), &n.g, dt)?, b: upload(k, s, &format!("{name}.b"), &n.b, dt)? })
+    Ok(DNorm {
+        g: upload(k, s, &format!("{name}.g"), &n.g, dt)?,
+        b: upload(k, s, &format!("{name}.b"), &n.b, dt)?,
+    })
 }
 
 /// `[rows, heads, head_dim]` view of columns `col..col + heads·head_dim` of a row-major
 /// `[rows, width]` tensor.
 fn heads(t: &Tensor, rows: usize, col: usize, heads: usize, head_dim: usize) -> Result<Tensor> {
     let width = t.shape()[t.rank() - 1];
-    Ok(Tensor::with_layout(t.buffer(), t.dtype(), &[rows, heads, head_dim], &[width, head_dim, 1], t.offset() + col)?)
+    Ok(Tensor::with_layout(
+        t.buffer(),
+        t.dtype(),
+        &[rows, heads, head_dim],
+        &[width, head_dim, 1],
+        t.offset() + col,
+    )?)
 }
 
 /// Options for building a [`WhisperModel`].
@@ -101,7 +113,10 @@ pub struct Suppression {
 
 impl Default for ModelOptions {
     fn default() -> Self {
-        ModelOptions { dtype: DType::F32, max_new_tokens: 224 }
+        ModelOptions {
+            dtype: DType::F32,
+            max_new_tokens: 224,
+        }
     }
 }
 
@@ -126,13 +141,28 @@ pub struct WhisperModel {
 impl WhisperModel {
     /// Uploads `w`, allocates every buffer, and captures the encoder graph and one decoder
     /// step graph per position on stream `s` (the stream transcriptions run on).
-    pub fn new(ctx: &Ctx, s: Stream, w: &WhisperWeights, options: ModelOptions, suppression: &Suppression) -> Result<WhisperModel> {
+    pub fn new(
+        ctx: &Ctx,
+        s: Stream,
+        w: &WhisperWeights,
+        options: ModelOptions,
+        suppression: &Suppression,
+    ) -> Result<WhisperModel> {
         let c = w.config.clone();
-        if c.n_audio_state != c.n_text_state || c.n_audio_state % c.n_audio_head != 0 || c.n_text_state % c.n_text_head != 0 {
-            return Err(Error::BadCheckpoint { file: "(config)".into(), reason: format!("inconsistent dimensions {c:?}") });
+        if c.n_audio_state != c.n_text_state
+            || c.n_audio_state % c.n_audio_head != 0
+            || c.n_text_state % c.n_text_head != 0
+        {
+            return Err(Error::BadCheckpoint {
+                file: "(config)".into(),
+                reason: format!("inconsistent dimensions {c:?}"),
+            });
         }
         if c.n_audio_ctx * 2 != N_FRAMES {
-            return Err(Error::BadCheckpoint { file: "(config)".into(), reason: format!("n_audio_ctx {} does not match 30 s windows", c.n_audio_ctx) });
+            return Err(Error::BadCheckpoint {
+                file: "(config)".into(),
+                reason: format!("n_audio_ctx {} does not match 30 s windows", c.n_audio_ctx),
+            });
         }
         let dt = options.dtype;
         let k = Kernels::new(ctx)?;
@@ -205,38 +235,87 @@ impl WhisperModel {
             &AttentionMask::full(),
             1.0 / (dha as f32).sqrt(),
         )?;
-        let g_qkv = k.gemm(&ln, &enc[0].qkv.w, &qkv, false, true, 1.0, 0.0, true, Epilogue::None)?;
-        let g_out = k.gemm(&attn, &enc[0].out.w, &x, false, true, 1.0, 1.0, true, Epilogue::None)?;
-        let g_fc1 = k.gemm(&ln, &enc[0].fc1.w, &hidden, false, true, 1.0, 0.0, true, Epilogue::None)?;
-        let g_fc2 = k.gemm(&hidden, &enc[0].fc2.w, &x, false, true, 1.0, 1.0, true, Epilogue::None)?;
-        let g_cross = k.gemm(&ln, &dec[0].cross_kv.w, &dec[0].cross, false, true, 1.0, 0.0, true, Epilogue::None)?;
+        let g_qkv = k.gemm(
+            &ln,
+            &enc[0].qkv.w,
+            &qkv,
+            false,
+            true,
+            1.0,
+            0.0,
+            true,
+            Epilogue::None,
+        )?;
+        let g_out = k.gemm(
+            &attn,
+            &enc[0].out.w,
+            &x,
+            false,
+            true,
+            1.0,
+            1.0,
+            true,
+            Epilogue::None,
+        )?;
+        let g_fc1 = k.gemm(
+            &ln,
+            &enc[0].fc1.w,
+            &hidden,
+            false,
+            true,
+            1.0,
+            0.0,
+            true,
+            Epilogue::None,
+        )?;
+        let g_fc2 = k.gemm(
+            &hidden,
+            &enc[0].fc2.w,
+            &x,
+            false,
+            true,
+            1.0,
+            1.0,
+            true,
+            Epilogue::None,
+        )?;
+        let g_cross = k.gemm(
+            &ln,
+            &dec[0].cross_kv.w,
+            &dec[0].cross,
+            false,
+            true,
+            1.0,
+            0.0,
+            true,
+            Epilogue::None,
+        )?;
         let encoder = Graph::new(ctx, "whisper.encoder", 1);
-        encoder
-            .capture(ShapeKey(0), |cs| {
-                let r = (|| -> Result<()> {
-                    conv1_plan.run(&k, cs, &mel, &conv1.w, &conv1.b, &h1)?;
-                    k.gelu(cs, &h1, &h1)?;
-                    conv2_plan.run(&k, cs, &h1, &conv2.w, &conv2.b, &x)?;
-                    k.gelu(cs, &x, &x)?;
-                    k.add(cs, &x, &enc_pos, &x)?;
-                    for l in &enc {
-                        k.layer_norm(cs, &x, &l.attn_ln.g, &l.attn_ln.b, &ln, LN_EPS)?;
-                        g_qkv.run(cs, &ln, &l.qkv.w, &qkv, Some(&l.qkv.b))?;
-                        enc_attn.run(&k, cs)?;
-                        g_out.run(cs, &attn, &l.out.w, &x, Some(&l.out.b))?;
-                        k.layer_norm(cs, &x, &l.mlp_ln.g, &l.mlp_ln.b, &ln, LN_EPS)?;
-                        g_fc1.run(cs, &ln, &l.fc1.w, &hidden, Some(&l.fc1.b))?;
-                        k.gelu(cs, &hidden, &hidden)?;
-                        g_fc2.run(cs, &hidden, &l.fc2.w, &x, Some(&l.fc2.b))?;
-                    }
-                    k.layer_norm(cs, &x, &enc_ln.g, &enc_ln.b, &ln, LN_EPS)?;
-                    for l in &dec {
-                        g_cross.run(cs, &ln, &l.cross_kv.w, &l.cross, Some(&l.cross_kv.b))?;
-                    }
-                    Ok(())
-                })();
-                r.map_err(capture_error)
-            })?;
+        encoder.capture(ShapeKey(0), |cs| {
+            let r = (|| -> Result<()> {
+                conv1_plan.run(&k, cs, &mel, &conv1.w, &conv1.b, &h1)?;
+                k.gelu(cs, &h1, &h1)?;
+                conv2_plan.run(&k, cs, &h1, &conv2.w, &conv2.b, &x)?;
+                k.gelu(cs, &x, &x)?;
+                k.add(cs, &x, &enc_pos, &x)?;
+                for l in &enc {
+                    k.layer_norm(cs, &x, &l.attn_ln.g, &l.attn_ln.b, &ln, LN_EPS)?;
+                    g_qkv.run(cs, &ln, &l.qkv.w, &qkv, Some(&l.qkv.b))?;
+                    enc_attn.run(&k, cs)?;
+                    g_out.run(cs, &attn, &l.out.w, &x, Some(&l.out.b))?;
+                    k.layer_norm(cs, &x, &l.mlp_ln.g, &l.mlp_ln.b, &ln, LN_EPS)?;
+                    g_fc1.run(cs, &ln, &l.fc1.w, &hidden, Some(&l.fc1.b))?;
+                    k.gelu(cs, &hidden, &hidden)?;
+                    g_fc2.run(cs, &hidden, &l.fc2.w, &x, Some(&l.fc2.b))?;
+                }
+                k.layer_norm(cs, &x, &enc_ln.g, &enc_ln.b, &ln, LN_EPS)?;
+                for l in &dec {
+                    g_cross.run(cs, &ln, &l.cross_kv.w, &l.cross, Some(&l.cross_kv.b))?;
+                }
+                Ok(())
+            })();
+            r.map_err(capture_error)
+        })?;
 
         // The decoder steps.
         let token = Tensor::alloc(ctx, "token", DType::I32, &[1])?;
@@ -264,12 +343,72 @@ impl WhisperModel {
         let mask = mask_of(&[&suppression.always])?;
         let mask_first = mask_of(&[&suppression.always, &suppression.at_first])?;
         let d0 = &dec[0];
-        let p_qkv = k.gemm(&dln, &d0.self_qkv.w, &dqkv, false, true, 1.0, 0.0, true, Epilogue::None)?;
-        let p_res = k.gemm(&dattn, &d0.self_out.w, &dx, false, true, 1.0, 1.0, true, Epilogue::None)?;
-        let p_q = k.gemm(&dln, &d0.cross_q.w, &dq, false, true, 1.0, 0.0, true, Epilogue::None)?;
-        let p_fc1 = k.gemm(&dln, &d0.fc1.w, &dhidden, false, true, 1.0, 0.0, true, Epilogue::None)?;
-        let p_fc2 = k.gemm(&dhidden, &d0.fc2.w, &dx, false, true, 1.0, 1.0, true, Epilogue::None)?;
-        let p_logits = k.gemm(&dln, &tok_emb, &logits, false, true, 1.0, 0.0, false, Epilogue::None)?;
+        let p_qkv = k.gemm(
+            &dln,
+            &d0.self_qkv.w,
+            &dqkv,
+            false,
+            true,
+            1.0,
+            0.0,
+            true,
+            Epilogue::None,
+        )?;
+        let p_res = k.gemm(
+            &dattn,
+            &d0.self_out.w,
+            &dx,
+            false,
+            true,
+            1.0,
+            1.0,
+            true,
+            Epilogue::None,
+        )?;
+        let p_q = k.gemm(
+            &dln,
+            &d0.cross_q.w,
+            &dq,
+            false,
+            true,
+            1.0,
+            0.0,
+            true,
+            Epilogue::None,
+        )?;
+        let p_fc1 = k.gemm(
+            &dln,
+            &d0.fc1.w,
+            &dhidden,
+            false,
+            true,
+            1.0,
+            0.0,
+            true,
+            Epilogue::None,
+        )?;
+        let p_fc2 = k.gemm(
+            &dhidden,
+            &d0.fc2.w,
+            &dx,
+            false,
+            true,
+            1.0,
+            1.0,
+            true,
+            Epilogue::None,
+        )?;
+        let p_logits = k.gemm(
+            &dln,
+            &tok_emb,
+            &logits,
+            false,
+            true,
+            1.0,
+            0.0,
+            false,
+            Epilogue::None,
+        )?;
         let (ht, dht) = (c.n_text_head, d / c.n_text_head);
         let scale = 1.0 / (dht as f32).sqrt();
         // Cross-attention reads the same tensors at every position: planned once per layer.
@@ -295,8 +434,22 @@ impl WhisperModel {
             for (l, cross) in dec.iter().zip(&cross_attn) {
                 k.layer_norm(cs, &dx, &l.self_ln.g, &l.self_ln.b, &dln, LN_EPS)?;
                 p_qkv.run(cs, &dln, &l.self_qkv.w, &dqkv, Some(&l.self_qkv.b))?;
-                Buffer::copy(l.k_cache.buffer(), p * d * es, dqkv.buffer(), d * es, d * es, cs)?;
-                Buffer::copy(l.v_cache.buffer(), p * d * es, dqkv.buffer(), 2 * d * es, d * es, cs)?;
+                Buffer::copy(
+                    l.k_cache.buffer(),
+                    p * d * es,
+                    dqkv.buffer(),
+                    d * es,
+                    d * es,
+                    cs,
+                )?;
+                Buffer::copy(
+                    l.v_cache.buffer(),
+                    p * d * es,
+                    dqkv.buffer(),
+                    2 * d * es,
+                    d * es,
+                    cs,
+                )?;
                 k.attention(
                     cs,
                     &heads(&dqkv, 1, 0, ht, dht)?,
@@ -318,7 +471,11 @@ impl WhisperModel {
             }
             k.layer_norm(cs, &dx, &dec_ln.g, &dec_ln.b, &dln, LN_EPS)?;
             p_logits.run(cs, &dln, &tok_emb, &logits, None)?;
-            let m = if p == suppression.first_position { &mask_first } else { &mask };
+            let m = if p == suppression.first_position {
+                &mask_first
+            } else {
+                &mask
+            };
             k.argmax_logsoftmax(cs, &logits, Some(m), &choice_index, &choice_logprob)?;
             Ok(())
         };
@@ -326,7 +483,20 @@ impl WhisperModel {
             decoder.capture(ShapeKey(p as u64), |cs| step(cs, p).map_err(capture_error))?;
         }
         ctx.sync_stream(s)?;
-        Ok(WhisperModel { frontend: LogMel::new(c.n_mels), k, s, config: c, options, mel, token, logits, choice, encoder, decoder, positions })
+        Ok(WhisperModel {
+            frontend: LogMel::new(c.n_mels),
+            k,
+            s,
+            config: c,
+            options,
+            mel,
+            token,
+            logits,
+            choice,
+            encoder,
+            decoder,
+            positions,
+        })
     }
 
     pub fn kernels(&self) -> &Kernels {
@@ -353,7 +523,10 @@ impl WhisperModel {
 
     fn feed(&self, position: usize, token: u32) -> Result<()> {
         if position >= self.positions {
-            return Err(Error::BadAudio { what: "decoder".into(), reason: format!("position {position} beyond the {} captured", self.positions) });
+            return Err(Error::BadAudio {
+                what: "decoder".into(),
+                reason: format!("position {position} beyond the {} captured", self.positions),
+            });
         }
         self.token.buffer().write(self.s, 0, &[token as i32])?;
         self.decoder.replay(ShapeKey(position as u64), self.s)?;
@@ -384,6 +557,9 @@ impl WhisperModel {
 fn capture_error(e: Error) -> frt_exec::Error {
     match e {
         Error::Exec(e) => e,
-        other => frt_exec::Error::Invalid { op: "whisper capture", reason: other.to_string() },
+        other => frt_exec::Error::Invalid {
+            op: "whisper capture",
+            reason: other.to_string(),
+        },
     }
 }

@@ -23,10 +23,10 @@
 //! A neural VAD (e.g. Silero) rejects non-speech sounds better but needs a model at run time;
 //! the energy detector is the dependable default and the segmenter is the seam to replace it.
 
+use crate::Whisper;
 use crate::audio::{self, SAMPLE_RATE};
 use crate::decode::Transcript;
 use crate::error::Result;
-use crate::Whisper;
 use std::collections::VecDeque;
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::thread::JoinHandle;
@@ -132,7 +132,11 @@ impl Segmenter {
 
     /// The current noise floor in dB (full scale).
     pub fn noise_floor_db(&self) -> f32 {
-        self.history.iter().cloned().fold(f32::INFINITY, f32::min).max(self.cfg.min_floor_db)
+        self.history
+            .iter()
+            .cloned()
+            .fold(f32::INFINITY, f32::min)
+            .max(self.cfg.min_floor_db)
     }
 
     /// Whether an utterance is in progress.
@@ -147,11 +151,16 @@ impl Segmenter {
     fn finish(&mut self) -> Option<Utterance> {
         let samples = self.speech.take()?;
         let rate = self.cfg.sample_rate as f64;
-        let start_s = self.speech_start as f64 * self.frame as f64 / rate - self.cfg.pre_roll_ms as f64 / 1000.0;
+        let start_s = self.speech_start as f64 * self.frame as f64 / rate
+            - self.cfg.pre_roll_ms as f64 / 1000.0;
         let end_s = self.frames_seen as f64 * self.frame as f64 / rate;
         self.above = 0;
         self.below = 0;
-        Some(Utterance { samples: audio::resample(&samples, self.cfg.sample_rate, SAMPLE_RATE), start_s: start_s.max(0.0), end_s })
+        Some(Utterance {
+            samples: audio::resample(&samples, self.cfg.sample_rate, SAMPLE_RATE),
+            start_s: start_s.max(0.0),
+            end_s,
+        })
     }
 
     /// Feeds samples; returns the utterances that ended within them. Non-finite samples are
@@ -159,7 +168,11 @@ impl Segmenter {
     pub fn push(&mut self, samples: &[f32]) -> Vec<Utterance> {
         let mut out = Vec::new();
         for &x in samples {
-            let x = if x.is_finite() { x.clamp(-1.0, 1.0) } else { 0.0 };
+            let x = if x.is_finite() {
+                x.clamp(-1.0, 1.0)
+            } else {
+                0.0
+            };
             self.pending.push(x);
             if self.pending.len() == self.frame {
                 if let Some(u) = self.frame_done() {
@@ -188,7 +201,11 @@ impl Segmenter {
             energy += y * y;
         }
         let e_db = db(energy / frame.len() as f32);
-        self.smoothed_db = if self.frames_seen == 1 { e_db } else { 0.7 * self.smoothed_db + 0.3 * e_db };
+        self.smoothed_db = if self.frames_seen == 1 {
+            e_db
+        } else {
+            0.7 * self.smoothed_db + 0.3 * e_db
+        };
         // The first frames only measure the background.
         let calibrating = self.frames_seen <= self.frames(CALIBRATION_MS) as u64;
         let floor = self.noise_floor_db();
@@ -203,9 +220,14 @@ impl Segmenter {
         let mut ended = None;
         match &mut self.speech {
             None => {
-                self.above = if !calibrating && e_db > floor + self.cfg.onset_db { self.above + 1 } else { 0 };
+                self.above = if !calibrating && e_db > floor + self.cfg.onset_db {
+                    self.above + 1
+                } else {
+                    0
+                };
                 self.pre_roll.extend(&frame);
-                let keep = (self.cfg.pre_roll_ms as usize * self.cfg.sample_rate as usize / 1000) + self.frames(self.cfg.min_speech_ms) as usize * self.frame;
+                let keep = (self.cfg.pre_roll_ms as usize * self.cfg.sample_rate as usize / 1000)
+                    + self.frames(self.cfg.min_speech_ms) as usize * self.frame;
                 while self.pre_roll.len() > keep {
                     self.pre_roll.pop_front();
                 }
@@ -217,8 +239,13 @@ impl Segmenter {
             }
             Some(buf) => {
                 buf.extend_from_slice(&frame);
-                self.below = if e_db < floor + self.cfg.offset_db { self.below + 1 } else { 0 };
-                let too_long = buf.len() as f32 >= self.cfg.max_utterance_s * self.cfg.sample_rate as f32;
+                self.below = if e_db < floor + self.cfg.offset_db {
+                    self.below + 1
+                } else {
+                    0
+                };
+                let too_long =
+                    buf.len() as f32 >= self.cfg.max_utterance_s * self.cfg.sample_rate as f32;
                 if self.below >= self.frames(self.cfg.hangover_ms) || too_long {
                     ended = self.finish();
                 }
@@ -262,7 +289,11 @@ impl Transcriber {
                 }
             })
             .expect("spawning the ASR thread");
-        Transcriber { jobs: Some(jobs), results, thread: Some(thread) }
+        Transcriber {
+            jobs: Some(jobs),
+            results,
+            thread: Some(thread),
+        }
     }
 
     /// Queues an utterance; gives it back when the queue is full (or the thread is gone).
@@ -288,7 +319,10 @@ impl Drop for Transcriber {
     fn drop(&mut self) {
         drop(self.jobs.take());
         // Let the thread finish what it holds: drain results so it is never stuck sending.
-        while let Ok(_r) = self.results.recv_timeout(std::time::Duration::from_millis(10)) {}
+        while let Ok(_r) = self
+            .results
+            .recv_timeout(std::time::Duration::from_millis(10))
+        {}
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -300,7 +334,9 @@ mod tests {
     use super::*;
 
     fn tone(ms: u32, amp: f32) -> Vec<f32> {
-        (0..ms * 16).map(|i| amp * (i as f32 * 0.07).sin()).collect()
+        (0..ms * 16)
+            .map(|i| amp * (i as f32 * 0.07).sin())
+            .collect()
     }
 
     fn noise(ms: u32, amp: f32, seed: &mut u32) -> Vec<f32> {
@@ -332,7 +368,14 @@ mod tests {
             utts.extend(seg.push(chunk));
         }
         utts.extend(seg.flush());
-        assert_eq!(utts.len(), 2, "{:?}", utts.iter().map(|u| (u.start_s, u.end_s)).collect::<Vec<_>>());
+        assert_eq!(
+            utts.len(),
+            2,
+            "{:?}",
+            utts.iter()
+                .map(|u| (u.start_s, u.end_s))
+                .collect::<Vec<_>>()
+        );
         assert!((utts[0].start_s - 1.7).abs() < 0.25, "{}", utts[0].start_s);
         assert!(utts[0].samples.len() as f32 / 16_000.0 > 0.8);
         // Noise alone (louder, but steady) never triggers.
@@ -342,7 +385,10 @@ mod tests {
 
     #[test]
     fn long_speech_is_cut_and_garbage_is_silence() {
-        let mut seg = Segmenter::new(VadConfig { max_utterance_s: 1.0, ..Default::default() });
+        let mut seg = Segmenter::new(VadConfig {
+            max_utterance_s: 1.0,
+            ..Default::default()
+        });
         let mut sig = vec![0.0; 8000];
         sig.extend(tone(3500, 0.5));
         let utts = seg.push(&sig);

@@ -33,7 +33,10 @@ pub struct Tokenizer {
 
 /// GPT-2's reversible map from bytes to printable characters.
 fn bytes_to_unicode() -> [char; 256] {
-    let mut printable: Vec<u32> = (b'!' as u32..=b'~' as u32).chain(0xA1..=0xAC).chain(0xAE..=0xFF).collect();
+    let mut printable: Vec<u32> = (b'!' as u32..=b'~' as u32)
+        .chain(0xA1..=0xAC)
+        .chain(0xAE..=0xFF)
+        .collect();
     let mut chars: Vec<u32> = printable.clone();
     let mut n = 0;
     for b in 0..256u32 {
@@ -52,34 +55,62 @@ fn bytes_to_unicode() -> [char; 256] {
 
 impl Tokenizer {
     pub fn from_file(path: &Path) -> Result<Tokenizer> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
         Tokenizer::from_json(&text)
     }
 
     pub fn from_json(text: &str) -> Result<Tokenizer> {
         let bad = |r: &str| Error::Tokenizer(r.to_string());
-        let v: Value = serde_json::from_str(text).map_err(|e| Error::Tokenizer(format!("not JSON: {e}")))?;
+        let v: Value =
+            serde_json::from_str(text).map_err(|e| Error::Tokenizer(format!("not JSON: {e}")))?;
         let model = v.get("model").ok_or_else(|| bad("no `model`"))?;
         if model.get("type").and_then(Value::as_str) != Some("BPE") {
             return Err(bad("the model is not BPE"));
         }
-        let vocab = model.get("vocab").and_then(Value::as_object).ok_or_else(|| bad("no `model.vocab`"))?;
+        let vocab = model
+            .get("vocab")
+            .and_then(Value::as_object)
+            .ok_or_else(|| bad("no `model.vocab`"))?;
         let mut token_to_id = HashMap::with_capacity(vocab.len() + 128);
         for (tok, id) in vocab {
-            let id = id.as_u64().ok_or_else(|| bad("a vocabulary id is not a number"))? as u32;
+            let id = id
+                .as_u64()
+                .ok_or_else(|| bad("a vocabulary id is not a number"))? as u32;
             token_to_id.insert(tok.clone(), id);
         }
-        for added in v.get("added_tokens").and_then(Value::as_array).into_iter().flatten() {
-            let (Some(tok), Some(id)) = (added.get("content").and_then(Value::as_str), added.get("id").and_then(Value::as_u64)) else {
+        for added in v
+            .get("added_tokens")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let (Some(tok), Some(id)) = (
+                added.get("content").and_then(Value::as_str),
+                added.get("id").and_then(Value::as_u64),
+            ) else {
                 return Err(bad("an added token lacks `content` or `id`"));
             };
             token_to_id.insert(tok.to_string(), id as u32);
         }
         let mut ranks = HashMap::new();
-        for (rank, m) in model.get("merges").and_then(Value::as_array).ok_or_else(|| bad("no `model.merges`"))?.iter().enumerate() {
+        for (rank, m) in model
+            .get("merges")
+            .and_then(Value::as_array)
+            .ok_or_else(|| bad("no `model.merges`"))?
+            .iter()
+            .enumerate()
+        {
             let pair = match m {
-                Value::String(s) => s.split_once(' ').map(|(a, b)| (a.to_string(), b.to_string())),
-                Value::Array(a) if a.len() == 2 => a[0].as_str().zip(a[1].as_str()).map(|(x, y)| (x.to_string(), y.to_string())),
+                Value::String(s) => s
+                    .split_once(' ')
+                    .map(|(a, b)| (a.to_string(), b.to_string())),
+                Value::Array(a) if a.len() == 2 => a[0]
+                    .as_str()
+                    .zip(a[1].as_str())
+                    .map(|(x, y)| (x.to_string(), y.to_string())),
                 _ => None,
             };
             ranks.insert(pair.ok_or_else(|| bad("a merge is not a pair"))?, rank);
@@ -89,7 +120,12 @@ impl Tokenizer {
         for (t, &id) in &token_to_id {
             id_to_token[id as usize] = Some(t.clone());
         }
-        let id = |t: &str| token_to_id.get(t).copied().ok_or_else(|| Error::Tokenizer(format!("no special token {t}")));
+        let id = |t: &str| {
+            token_to_id
+                .get(t)
+                .copied()
+                .ok_or_else(|| Error::Tokenizer(format!("no special token {t}")))
+        };
         let specials = Specials {
             eot: id("<|endoftext|>")?,
             sot: id("<|startoftranscript|>")?,
@@ -102,8 +138,19 @@ impl Tokenizer {
             english: token_to_id.get("<|en|>").copied(),
         };
         let byte_to_char = bytes_to_unicode();
-        let char_to_byte = byte_to_char.iter().enumerate().map(|(b, c)| (*c, b as u8)).collect();
-        Ok(Tokenizer { id_to_token, token_to_id, ranks, byte_to_char, char_to_byte, specials })
+        let char_to_byte = byte_to_char
+            .iter()
+            .enumerate()
+            .map(|(b, c)| (*c, b as u8))
+            .collect();
+        Ok(Tokenizer {
+            id_to_token,
+            token_to_id,
+            ranks,
+            byte_to_char,
+            char_to_byte,
+            specials,
+        })
     }
 
     /// The text of `ids`, skipping special and timestamp tokens.
@@ -122,10 +169,17 @@ impl Tokenizer {
 
     /// BPE of one pre-token (a string the byte-level pre-tokenizer keeps whole).
     pub fn encode_word(&self, word: &str) -> Vec<u32> {
-        let mut parts: Vec<String> = word.bytes().map(|b| self.byte_to_char[b as usize].to_string()).collect();
+        let mut parts: Vec<String> = word
+            .bytes()
+            .map(|b| self.byte_to_char[b as usize].to_string())
+            .collect();
         loop {
             let best = (0..parts.len().saturating_sub(1))
-                .filter_map(|i| self.ranks.get(&(parts[i].clone(), parts[i + 1].clone())).map(|r| (*r, i)))
+                .filter_map(|i| {
+                    self.ranks
+                        .get(&(parts[i].clone(), parts[i + 1].clone()))
+                        .map(|r| (*r, i))
+                })
                 .min();
             let Some((_, i)) = best else { break };
             let (a, b) = (parts[i].clone(), parts[i + 1].clone());
@@ -142,16 +196,29 @@ impl Tokenizer {
             }
             parts = merged;
         }
-        parts.iter().filter_map(|p| self.token_to_id.get(p).copied()).collect()
+        parts
+            .iter()
+            .filter_map(|p| self.token_to_id.get(p).copied())
+            .collect()
     }
 
     /// The tokens faster-whisper suppresses with `suppress_tokens=[-1]`: symbols that start
     /// non-speech annotations (♪, [, (, ...) plus the task and start-of-sequence tokens.
     pub fn suppressed_tokens(&self) -> Vec<u32> {
-        let mut symbols: Vec<String> = "\"#()*+/:;<=>@[\\]^_`{|}~「」『』".chars().map(String::from).collect();
-        symbols.extend("<< >> <<< >>> -- --- -( -[ (' (\" (( )) ((( ))) [[ ]] {{ }} ♪♪ ♪♪♪".split(' ').map(String::from));
+        let mut symbols: Vec<String> = "\"#()*+/:;<=>@[\\]^_`{|}~「」『』"
+            .chars()
+            .map(String::from)
+            .collect();
+        symbols.extend(
+            "<< >> <<< >>> -- --- -( -[ (' (\" (( )) ((( ))) [[ ]] {{ }} ♪♪ ♪♪♪"
+                .split(' ')
+                .map(String::from),
+        );
         let misc: Vec<String> = "♩♪♫♬♭♮♯".chars().map(String::from).collect();
-        let mut out: Vec<u32> = [" -", " '"].iter().filter_map(|s| self.encode_word(s).first().copied()).collect();
+        let mut out: Vec<u32> = [" -", " '"]
+            .iter()
+            .filter_map(|s| self.encode_word(s).first().copied())
+            .collect();
         for sym in symbols.iter().chain(&misc) {
             for s in [sym.clone(), format!(" {sym}")] {
                 let toks = self.encode_word(&s);

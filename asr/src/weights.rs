@@ -88,10 +88,14 @@ struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     fn bytes(&mut self, n: usize) -> Result<&'a [u8]> {
-        let s = self.at.checked_add(n).and_then(|end| self.b.get(self.at..end)).ok_or_else(|| Error::BadCheckpoint {
-            file: self.file.to_path_buf(),
-            reason: format!("truncated: {n} bytes wanted at offset {}", self.at),
-        })?;
+        let s = self
+            .at
+            .checked_add(n)
+            .and_then(|end| self.b.get(self.at..end))
+            .ok_or_else(|| Error::BadCheckpoint {
+                file: self.file.to_path_buf(),
+                reason: format!("truncated: {n} bytes wanted at offset {}", self.at),
+            })?;
         self.at += n;
         Ok(s)
     }
@@ -114,24 +118,43 @@ struct Store {
 
 impl Store {
     fn take(&mut self, name: &str, shape: &[usize]) -> Result<HostTensor> {
-        let t = self.tensors.get(name).ok_or_else(|| Error::MissingTensor { name: name.to_string(), expected: shape.to_vec() })?;
+        let t = self.tensors.get(name).ok_or_else(|| Error::MissingTensor {
+            name: name.to_string(),
+            expected: shape.to_vec(),
+        })?;
         if t.shape != shape {
-            return Err(Error::TensorShape { name: name.to_string(), got: t.shape.clone(), expected: shape.to_vec() });
+            return Err(Error::TensorShape {
+                name: name.to_string(),
+                got: t.shape.clone(),
+                expected: shape.to_vec(),
+            });
         }
         Ok(t.clone())
     }
 
     fn shape(&self, name: &str) -> Result<Vec<usize>> {
-        self.tensors.get(name).map(|t| t.shape.clone()).ok_or_else(|| Error::MissingTensor { name: name.to_string(), expected: vec![] })
+        self.tensors
+            .get(name)
+            .map(|t| t.shape.clone())
+            .ok_or_else(|| Error::MissingTensor {
+                name: name.to_string(),
+                expected: vec![],
+            })
     }
 
     fn bad(&self, reason: impl Into<String>) -> Error {
-        Error::BadCheckpoint { file: self.file.clone(), reason: reason.into() }
+        Error::BadCheckpoint {
+            file: self.file.clone(),
+            reason: reason.into(),
+        }
     }
 }
 
 fn zeros(n: usize) -> HostTensor {
-    HostTensor { shape: vec![n], data: vec![0.0; n] }
+    HostTensor {
+        shape: vec![n],
+        data: vec![0.0; n],
+    }
 }
 
 fn concat_rows(parts: &[&HostTensor]) -> HostTensor {
@@ -151,22 +174,40 @@ impl WhisperWeights {
     /// `config.json`), whichever is there.
     pub fn load(dir: &Path) -> Result<WhisperWeights> {
         if !dir.is_dir() {
-            return Err(Error::ModelFolder { dir: dir.to_path_buf(), reason: "not a directory".into() });
+            return Err(Error::ModelFolder {
+                dir: dir.to_path_buf(),
+                reason: "not a directory".into(),
+            });
         }
         if dir.join("model.bin").is_file() {
             Self::load_ctranslate2(&dir.join("model.bin"))
         } else if dir.join("model.safetensors").is_file() {
             Self::load_safetensors(dir)
         } else {
-            Err(Error::ModelFolder { dir: dir.to_path_buf(), reason: "neither model.bin (CTranslate2) nor model.safetensors (Hugging Face) is there".into() })
+            Err(Error::ModelFolder {
+                dir: dir.to_path_buf(),
+                reason:
+                    "neither model.bin (CTranslate2) nor model.safetensors (Hugging Face) is there"
+                        .into(),
+            })
         }
     }
 
     /// CTranslate2 `model.bin` (binary version ≥ 4; float32 / float16 / bfloat16 variables).
     pub fn load_ctranslate2(file: &Path) -> Result<WhisperWeights> {
-        let bytes = std::fs::read(file).map_err(|source| Error::Io { path: file.to_path_buf(), source })?;
-        let bad = |r: String| Error::BadCheckpoint { file: file.to_path_buf(), reason: r };
-        let mut rd = Reader { b: &bytes, at: 0, file };
+        let bytes = std::fs::read(file).map_err(|source| Error::Io {
+            path: file.to_path_buf(),
+            source,
+        })?;
+        let bad = |r: String| Error::BadCheckpoint {
+            file: file.to_path_buf(),
+            reason: r,
+        };
+        let mut rd = Reader {
+            b: &bytes,
+            at: 0,
+            file,
+        };
         let version = rd.u32()?;
         if !(4..=6).contains(&version) {
             return Err(bad(format!("binary version {version} (supported: 4 to 6)")));
@@ -182,16 +223,27 @@ impl WhisperWeights {
         for _ in 0..count {
             let name = rd.string()?;
             let rank = rd.bytes(1)?[0] as usize;
-            let dims: Vec<usize> = (0..rank).map(|_| rd.u32().map(|v| v as usize)).collect::<Result<_>>()?;
+            let dims: Vec<usize> = (0..rank)
+                .map(|_| rd.u32().map(|v| v as usize))
+                .collect::<Result<_>>()?;
             let dtype = rd.bytes(1)?[0];
             let nbytes = rd.u32()? as usize;
             let raw = rd.bytes(nbytes)?;
             let n: usize = dims.iter().product();
             let data: Vec<f32> = match dtype {
-                0 if nbytes == n * 4 => raw.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect(),
-                4 if nbytes == n * 2 => raw.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
-                5 if nbytes == n * 2 => raw.chunks_exact(2).map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
-                1 | 2 | 3 if rank == 0 => {
+                0 if nbytes == n * 4 => raw
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                    .collect(),
+                4 if nbytes == n * 2 => raw
+                    .chunks_exact(2)
+                    .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
+                    .collect(),
+                5 if nbytes == n * 2 => raw
+                    .chunks_exact(2)
+                    .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())
+                    .collect(),
+                1..=3 if rank == 0 => {
                     // Scalars (flags, head counts) of integer types.
                     let v = match nbytes {
                         1 => raw[0] as i8 as i64,
@@ -202,8 +254,16 @@ impl WhisperWeights {
                     scalars.insert(name, v);
                     continue;
                 }
-                1 | 2 => return Err(bad(format!("`{name}` is quantized (int8/int16); convert the model with float16 or float32 weights"))),
-                _ => return Err(bad(format!("`{name}`: data type {dtype} with {nbytes} bytes for shape {dims:?}"))),
+                1 | 2 => {
+                    return Err(bad(format!(
+                        "`{name}` is quantized (int8/int16); convert the model with float16 or float32 weights"
+                    )));
+                }
+                _ => {
+                    return Err(bad(format!(
+                        "`{name}`: data type {dtype} with {nbytes} bytes for shape {dims:?}"
+                    )));
+                }
             };
             tensors.insert(name, HostTensor { shape: dims, data });
         }
@@ -218,36 +278,66 @@ impl WhisperWeights {
                 }
             }
         }
-        let mut st = Store { file: file.to_path_buf(), tensors };
-        let heads = |key: &str| scalars.get(key).copied().filter(|h| *h > 0).map(|h| h as usize);
+        let mut st = Store {
+            file: file.to_path_buf(),
+            tensors,
+        };
+        let heads = |key: &str| {
+            scalars
+                .get(key)
+                .copied()
+                .filter(|h| *h > 0)
+                .map(|h| h as usize)
+        };
         let emb = st.shape("decoder/embeddings/weight")?;
         let conv1 = st.shape("encoder/conv1/weight")?;
         if emb.len() != 2 || conv1.len() != 3 {
             return Err(st.bad("unexpected embedding or conv1 rank"));
         }
-        let count_layers = |st: &Store, prefix: &str| (0..).take_while(|i| st.tensors.contains_key(&format!("{prefix}/layer_{i}/ffn/linear_0/weight"))).count();
+        let count_layers = |st: &Store, prefix: &str| {
+            (0..)
+                .take_while(|i| {
+                    st.tensors
+                        .contains_key(&format!("{prefix}/layer_{i}/ffn/linear_0/weight"))
+                })
+                .count()
+        };
         let d = conv1[0];
         let config = WhisperConfig {
             n_mels: conv1[1],
             n_audio_ctx: st.shape("encoder/position_encodings/encodings")?[0],
             n_audio_state: d,
-            n_audio_head: heads("encoder/num_heads").ok_or_else(|| st.bad("no encoder/num_heads"))?,
+            n_audio_head: heads("encoder/num_heads")
+                .ok_or_else(|| st.bad("no encoder/num_heads"))?,
             n_audio_layer: count_layers(&st, "encoder"),
             n_vocab: emb[0],
             n_text_ctx: st.shape("decoder/position_encodings/encodings")?[0],
             n_text_state: emb[1],
-            n_text_head: heads("decoder/num_heads").ok_or_else(|| st.bad("no decoder/num_heads"))?,
+            n_text_head: heads("decoder/num_heads")
+                .ok_or_else(|| st.bad("no decoder/num_heads"))?,
             n_text_layer: count_layers(&st, "decoder"),
         };
         if config.n_text_state != d {
-            return Err(st.bad(format!("encoder width {d} differs from decoder width {}", config.n_text_state)));
+            return Err(st.bad(format!(
+                "encoder width {d} differs from decoder width {}",
+                config.n_text_state
+            )));
         }
         let lin = |st: &mut Store, p: &str, o: usize, i: usize| -> Result<Linear> {
             let w = st.take(&format!("{p}/weight"), &[o, i])?;
-            let b = if st.tensors.contains_key(&format!("{p}/bias")) { st.take(&format!("{p}/bias"), &[o])? } else { zeros(o) };
+            let b = if st.tensors.contains_key(&format!("{p}/bias")) {
+                st.take(&format!("{p}/bias"), &[o])?
+            } else {
+                zeros(o)
+            };
             Ok(Linear { w, b })
         };
-        let norm = |st: &mut Store, p: &str| -> Result<Norm> { Ok(Norm { g: st.take(&format!("{p}/gamma"), &[d])?, b: st.take(&format!("{p}/beta"), &[d])? }) };
+        let norm = |st: &mut Store, p: &str| -> Result<Norm> {
+            Ok(Norm {
+                g: st.take(&format!("{p}/gamma"), &[d])?,
+                b: st.take(&format!("{p}/beta"), &[d])?,
+            })
+        };
         let ff = 4 * d;
         let mut enc_layers = Vec::new();
         for i in 0..config.n_audio_layer {
@@ -278,12 +368,24 @@ impl WhisperWeights {
             });
         }
         Ok(WhisperWeights {
-            conv1: Linear { w: st.take("encoder/conv1/weight", &[d, config.n_mels, 3])?, b: st.take("encoder/conv1/bias", &[d])? },
-            conv2: Linear { w: st.take("encoder/conv2/weight", &[d, d, 3])?, b: st.take("encoder/conv2/bias", &[d])? },
-            enc_pos: st.take("encoder/position_encodings/encodings", &[config.n_audio_ctx, d])?,
+            conv1: Linear {
+                w: st.take("encoder/conv1/weight", &[d, config.n_mels, 3])?,
+                b: st.take("encoder/conv1/bias", &[d])?,
+            },
+            conv2: Linear {
+                w: st.take("encoder/conv2/weight", &[d, d, 3])?,
+                b: st.take("encoder/conv2/bias", &[d])?,
+            },
+            enc_pos: st.take(
+                "encoder/position_encodings/encodings",
+                &[config.n_audio_ctx, d],
+            )?,
             enc_ln: norm(&mut st, "encoder/layer_norm")?,
             tok_emb: st.take("decoder/embeddings/weight", &[config.n_vocab, d])?,
-            dec_pos: st.take("decoder/position_encodings/encodings", &[config.n_text_ctx, d])?,
+            dec_pos: st.take(
+                "decoder/position_encodings/encodings",
+                &[config.n_text_ctx, d],
+            )?,
             dec_ln: norm(&mut st, "decoder/layer_norm")?,
             enc_layers,
             dec_layers,
@@ -295,9 +397,24 @@ impl WhisperWeights {
     pub fn load_safetensors(dir: &Path) -> Result<WhisperWeights> {
         let file = dir.join("model.safetensors");
         let cfg_path = dir.join("config.json");
-        let cfg_text = std::fs::read_to_string(&cfg_path).map_err(|source| Error::Io { path: cfg_path.clone(), source })?;
-        let v: serde_json::Value = serde_json::from_str(&cfg_text).map_err(|e| Error::BadCheckpoint { file: cfg_path.clone(), reason: e.to_string() })?;
-        let field = |k: &str| v.get(k).and_then(|x| x.as_u64()).map(|x| x as usize).ok_or_else(|| Error::BadCheckpoint { file: cfg_path.clone(), reason: format!("no `{k}`") });
+        let cfg_text = std::fs::read_to_string(&cfg_path).map_err(|source| Error::Io {
+            path: cfg_path.clone(),
+            source,
+        })?;
+        let v: serde_json::Value =
+            serde_json::from_str(&cfg_text).map_err(|e| Error::BadCheckpoint {
+                file: cfg_path.clone(),
+                reason: e.to_string(),
+            })?;
+        let field = |k: &str| {
+            v.get(k)
+                .and_then(|x| x.as_u64())
+                .map(|x| x as usize)
+                .ok_or_else(|| Error::BadCheckpoint {
+                    file: cfg_path.clone(),
+                    reason: format!("no `{k}`"),
+                })
+        };
         let config = WhisperConfig {
             n_mels: field("num_mel_bins")?,
             n_audio_ctx: field("max_source_positions")?,
@@ -310,38 +427,84 @@ impl WhisperWeights {
             n_text_head: field("decoder_attention_heads")?,
             n_text_layer: field("decoder_layers")?,
         };
-        let bytes = std::fs::read(&file).map_err(|source| Error::Io { path: file.clone(), source })?;
-        let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| Error::BadCheckpoint { file: file.clone(), reason: e.to_string() })?;
+        let bytes = std::fs::read(&file).map_err(|source| Error::Io {
+            path: file.clone(),
+            source,
+        })?;
+        let st =
+            safetensors::SafeTensors::deserialize(&bytes).map_err(|e| Error::BadCheckpoint {
+                file: file.clone(),
+                reason: e.to_string(),
+            })?;
         let mut tensors = HashMap::new();
         for (name, view) in st.tensors() {
             let raw = view.data();
             let data: Vec<f32> = match view.dtype() {
-                safetensors::Dtype::F32 => raw.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect(),
-                safetensors::Dtype::F16 => raw.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
-                safetensors::Dtype::BF16 => raw.chunks_exact(2).map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
-                other => return Err(Error::BadCheckpoint { file: file.clone(), reason: format!("`{name}` has dtype {other:?}") }),
+                safetensors::Dtype::F32 => raw
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                    .collect(),
+                safetensors::Dtype::F16 => raw
+                    .chunks_exact(2)
+                    .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
+                    .collect(),
+                safetensors::Dtype::BF16 => raw
+                    .chunks_exact(2)
+                    .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())
+                    .collect(),
+                other => {
+                    return Err(Error::BadCheckpoint {
+                        file: file.clone(),
+                        reason: format!("`{name}` has dtype {other:?}"),
+                    });
+                }
             };
-            tensors.insert(name, HostTensor { shape: view.shape().to_vec(), data });
+            tensors.insert(
+                name,
+                HostTensor {
+                    shape: view.shape().to_vec(),
+                    data,
+                },
+            );
         }
         let mut st = Store { file, tensors };
         let d = config.n_audio_state;
         let ff = 4 * d;
         let lin = |st: &mut Store, p: &str, o: usize, i: usize| -> Result<Linear> {
             let w = st.take(&format!("{p}.weight"), &[o, i])?;
-            let b = if st.tensors.contains_key(&format!("{p}.bias")) { st.take(&format!("{p}.bias"), &[o])? } else { zeros(o) };
+            let b = if st.tensors.contains_key(&format!("{p}.bias")) {
+                st.take(&format!("{p}.bias"), &[o])?
+            } else {
+                zeros(o)
+            };
             Ok(Linear { w, b })
         };
-        let norm = |st: &mut Store, p: &str| -> Result<Norm> { Ok(Norm { g: st.take(&format!("{p}.weight"), &[d])?, b: st.take(&format!("{p}.bias"), &[d])? }) };
+        let norm = |st: &mut Store, p: &str| -> Result<Norm> {
+            Ok(Norm {
+                g: st.take(&format!("{p}.weight"), &[d])?,
+                b: st.take(&format!("{p}.bias"), &[d])?,
+            })
+        };
         let fused = |st: &mut Store, p: &str, names: &[&str]| -> Result<Linear> {
-            let parts: Vec<Linear> = names.iter().map(|n| lin(st, &format!("{p}.{n}"), d, d)).collect::<Result<_>>()?;
-            Ok(Linear { w: concat_rows(&parts.iter().map(|l| &l.w).collect::<Vec<_>>()), b: concat_rows(&parts.iter().map(|l| &l.b).collect::<Vec<_>>()) })
+            let parts: Vec<Linear> = names
+                .iter()
+                .map(|n| lin(st, &format!("{p}.{n}"), d, d))
+                .collect::<Result<_>>()?;
+            Ok(Linear {
+                w: concat_rows(&parts.iter().map(|l| &l.w).collect::<Vec<_>>()),
+                b: concat_rows(&parts.iter().map(|l| &l.b).collect::<Vec<_>>()),
+            })
         };
         let mut enc_layers = Vec::new();
         for i in 0..config.n_audio_layer {
             let p = format!("model.encoder.layers.{i}");
             enc_layers.push(EncoderLayer {
                 attn_ln: norm(&mut st, &format!("{p}.self_attn_layer_norm"))?,
-                qkv: fused(&mut st, &format!("{p}.self_attn"), &["q_proj", "k_proj", "v_proj"])?,
+                qkv: fused(
+                    &mut st,
+                    &format!("{p}.self_attn"),
+                    &["q_proj", "k_proj", "v_proj"],
+                )?,
                 out: lin(&mut st, &format!("{p}.self_attn.out_proj"), d, d)?,
                 mlp_ln: norm(&mut st, &format!("{p}.final_layer_norm"))?,
                 fc1: lin(&mut st, &format!("{p}.fc1"), ff, d)?,
@@ -353,7 +516,11 @@ impl WhisperWeights {
             let p = format!("model.decoder.layers.{i}");
             dec_layers.push(DecoderLayer {
                 self_ln: norm(&mut st, &format!("{p}.self_attn_layer_norm"))?,
-                self_qkv: fused(&mut st, &format!("{p}.self_attn"), &["q_proj", "k_proj", "v_proj"])?,
+                self_qkv: fused(
+                    &mut st,
+                    &format!("{p}.self_attn"),
+                    &["q_proj", "k_proj", "v_proj"],
+                )?,
                 self_out: lin(&mut st, &format!("{p}.self_attn.out_proj"), d, d)?,
                 cross_ln: norm(&mut st, &format!("{p}.encoder_attn_layer_norm"))?,
                 cross_q: lin(&mut st, &format!("{p}.encoder_attn.q_proj"), d, d)?,
@@ -365,12 +532,24 @@ impl WhisperWeights {
             });
         }
         Ok(WhisperWeights {
-            conv1: Linear { w: st.take("model.encoder.conv1.weight", &[d, config.n_mels, 3])?, b: st.take("model.encoder.conv1.bias", &[d])? },
-            conv2: Linear { w: st.take("model.encoder.conv2.weight", &[d, d, 3])?, b: st.take("model.encoder.conv2.bias", &[d])? },
-            enc_pos: st.take("model.encoder.embed_positions.weight", &[config.n_audio_ctx, d])?,
+            conv1: Linear {
+                w: st.take("model.encoder.conv1.weight", &[d, config.n_mels, 3])?,
+                b: st.take("model.encoder.conv1.bias", &[d])?,
+            },
+            conv2: Linear {
+                w: st.take("model.encoder.conv2.weight", &[d, d, 3])?,
+                b: st.take("model.encoder.conv2.bias", &[d])?,
+            },
+            enc_pos: st.take(
+                "model.encoder.embed_positions.weight",
+                &[config.n_audio_ctx, d],
+            )?,
             enc_ln: norm(&mut st, "model.encoder.layer_norm")?,
             tok_emb: st.take("model.decoder.embed_tokens.weight", &[config.n_vocab, d])?,
-            dec_pos: st.take("model.decoder.embed_positions.weight", &[config.n_text_ctx, d])?,
+            dec_pos: st.take(
+                "model.decoder.embed_positions.weight",
+                &[config.n_text_ctx, d],
+            )?,
             dec_ln: norm(&mut st, "model.decoder.layer_norm")?,
             enc_layers,
             dec_layers,
@@ -381,14 +560,23 @@ impl WhisperWeights {
     /// Writes these weights as a Hugging Face folder (`model.safetensors`, f32, and
     /// `config.json`), the `openai/whisper-*` layout.
     pub fn write_safetensors(&self, dir: &Path) -> Result<()> {
-        std::fs::create_dir_all(dir).map_err(|source| Error::Io { path: dir.to_path_buf(), source })?;
+        std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
         let d = self.config.n_audio_state;
         let mut out: Vec<(String, HostTensor)> = Vec::new();
         let split = |l: &Linear, n: usize| -> Vec<Linear> {
             (0..n)
                 .map(|k| Linear {
-                    w: HostTensor { shape: vec![d, d], data: l.w.data[k * d * d..(k + 1) * d * d].to_vec() },
-                    b: HostTensor { shape: vec![d], data: l.b.data[k * d..(k + 1) * d].to_vec() },
+                    w: HostTensor {
+                        shape: vec![d, d],
+                        data: l.w.data[k * d * d..(k + 1) * d * d].to_vec(),
+                    },
+                    b: HostTensor {
+                        shape: vec![d],
+                        data: l.b.data[k * d..(k + 1) * d].to_vec(),
+                    },
                 })
                 .collect()
         };
@@ -404,7 +592,10 @@ impl WhisperWeights {
         };
         lin(&mut out, "model.encoder.conv1", &self.conv1, true);
         lin(&mut out, "model.encoder.conv2", &self.conv2, true);
-        out.push(("model.encoder.embed_positions.weight".into(), self.enc_pos.clone()));
+        out.push((
+            "model.encoder.embed_positions.weight".into(),
+            self.enc_pos.clone(),
+        ));
         for (i, l) in self.enc_layers.iter().enumerate() {
             let p = format!("model.encoder.layers.{i}");
             norm(&mut out, &format!("{p}.self_attn_layer_norm"), &l.attn_ln);
@@ -418,8 +609,14 @@ impl WhisperWeights {
             lin(&mut out, &format!("{p}.fc2"), &l.fc2, true);
         }
         norm(&mut out, "model.encoder.layer_norm", &self.enc_ln);
-        out.push(("model.decoder.embed_tokens.weight".into(), self.tok_emb.clone()));
-        out.push(("model.decoder.embed_positions.weight".into(), self.dec_pos.clone()));
+        out.push((
+            "model.decoder.embed_tokens.weight".into(),
+            self.tok_emb.clone(),
+        ));
+        out.push((
+            "model.decoder.embed_positions.weight".into(),
+            self.dec_pos.clone(),
+        ));
         for (i, l) in self.dec_layers.iter().enumerate() {
             let p = format!("model.decoder.layers.{i}");
             norm(&mut out, &format!("{p}.self_attn_layer_norm"), &l.self_ln);
@@ -427,26 +624,62 @@ impl WhisperWeights {
             lin(&mut out, &format!("{p}.self_attn.q_proj"), &qkv[0], true);
             lin(&mut out, &format!("{p}.self_attn.k_proj"), &qkv[1], false);
             lin(&mut out, &format!("{p}.self_attn.v_proj"), &qkv[2], true);
-            lin(&mut out, &format!("{p}.self_attn.out_proj"), &l.self_out, true);
-            norm(&mut out, &format!("{p}.encoder_attn_layer_norm"), &l.cross_ln);
-            lin(&mut out, &format!("{p}.encoder_attn.q_proj"), &l.cross_q, true);
+            lin(
+                &mut out,
+                &format!("{p}.self_attn.out_proj"),
+                &l.self_out,
+                true,
+            );
+            norm(
+                &mut out,
+                &format!("{p}.encoder_attn_layer_norm"),
+                &l.cross_ln,
+            );
+            lin(
+                &mut out,
+                &format!("{p}.encoder_attn.q_proj"),
+                &l.cross_q,
+                true,
+            );
             let kv = split(&l.cross_kv, 2);
             lin(&mut out, &format!("{p}.encoder_attn.k_proj"), &kv[0], false);
             lin(&mut out, &format!("{p}.encoder_attn.v_proj"), &kv[1], true);
-            lin(&mut out, &format!("{p}.encoder_attn.out_proj"), &l.cross_out, true);
+            lin(
+                &mut out,
+                &format!("{p}.encoder_attn.out_proj"),
+                &l.cross_out,
+                true,
+            );
             norm(&mut out, &format!("{p}.final_layer_norm"), &l.mlp_ln);
             lin(&mut out, &format!("{p}.fc1"), &l.fc1, true);
             lin(&mut out, &format!("{p}.fc2"), &l.fc2, true);
         }
         norm(&mut out, "model.decoder.layer_norm", &self.dec_ln);
-        let bytes: Vec<(String, Vec<u8>, Vec<usize>)> =
-            out.into_iter().map(|(n, t)| (n, t.data.iter().flat_map(|v| v.to_le_bytes()).collect(), t.shape)).collect();
+        let bytes: Vec<(String, Vec<u8>, Vec<usize>)> = out
+            .into_iter()
+            .map(|(n, t)| {
+                (
+                    n,
+                    t.data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                    t.shape,
+                )
+            })
+            .collect();
         let views: Vec<(String, safetensors::tensor::TensorView)> = bytes
             .iter()
-            .map(|(n, b, s)| (n.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b).expect("sizes match")))
+            .map(|(n, b, s)| {
+                (
+                    n.clone(),
+                    safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b)
+                        .expect("sizes match"),
+                )
+            })
             .collect();
         let file = dir.join("model.safetensors");
-        safetensors::serialize_to_file(views, &None, &file).map_err(|e| Error::BadCheckpoint { file: file.clone(), reason: e.to_string() })?;
+        safetensors::serialize_to_file(views, &None, &file).map_err(|e| Error::BadCheckpoint {
+            file: file.clone(),
+            reason: e.to_string(),
+        })?;
         let c = &self.config;
         let cfg = serde_json::json!({
             "model_type": "whisper",
@@ -455,6 +688,7 @@ impl WhisperWeights {
             "max_target_positions": c.n_text_ctx, "decoder_attention_heads": c.n_text_head, "decoder_layers": c.n_text_layer,
         });
         let path = dir.join("config.json");
-        std::fs::write(&path, serde_json::to_string_pretty(&cfg).unwrap()).map_err(|source| Error::Io { path, source })
+        std::fs::write(&path, serde_json::to_string_pretty(&cfg).unwrap())
+            .map_err(|source| Error::Io { path, source })
     }
 }

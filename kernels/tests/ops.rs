@@ -763,7 +763,7 @@ fn attention(b: &Backend) {
         (20, 40, 8, 1, 16, 4, false),
         (2, 300, 4, 1, 32, 4, false),
         (50, 818, 8, 1, 256, 4, true), // action expert over a prefix with a missing view
-        (24, 24, 6, 6, 64, 3, true),     // Whisper decoder prompt
+        (24, 24, 6, 6, 64, 3, true),   // Whisper decoder prompt
     ];
     for &(sq, sk, hq, hkv, d, kind, big) in cases {
         if !size_ok(b, big) {
@@ -786,7 +786,9 @@ fn attention(b: &Backend) {
                 inputs.push(Input::I(vec![1], vec![prefix_valid]));
             }
             // Every third key masked, and a whole block (a missing view), never all keys.
-            let key_mask: Vec<u8> = (0..sk).map(|j| u8::from(j % 3 != 1 && !(sk / 4..sk / 2).contains(&j))).collect();
+            let key_mask: Vec<u8> = (0..sk)
+                .map(|j| u8::from(j % 3 != 1 && !(sk / 4..sk / 2).contains(&j)))
+                .collect();
             if kind == 4 {
                 inputs.push(Input::U8(vec![sk], key_mask.clone()));
             }
@@ -973,7 +975,12 @@ fn conv(b: &Backend) {
 /// Greedy decoding's reduction: the arg-max (first on ties) and its log-softmax, with a mask.
 fn argmax(b: &Backend) {
     let mut rng = Rng::new(9);
-    for &(rows, n, big) in &[(1usize, 10usize, false), (3, 1000, false), (1, 51864, true), (4, 51865, true)] {
+    for &(rows, n, big) in &[
+        (1usize, 10usize, false),
+        (3, 1000, false),
+        (1, 51864, true),
+        (4, 51865, true),
+    ] {
         if !size_ok(b, big) {
             continue;
         }
@@ -992,15 +999,28 @@ fn argmax(b: &Backend) {
             m.write_f32(b.s, &mask).unwrap();
             let idx = Tensor::alloc(ctx, "idx", DType::I32, &[rows]).unwrap();
             let lp = Tensor::alloc(ctx, "lp", DType::F32, &[rows]).unwrap();
-            b.k.argmax_logsoftmax(b.s, &logits, masked.then_some(&m), &idx, &lp).unwrap();
+            b.k.argmax_logsoftmax(b.s, &logits, masked.then_some(&m), &idx, &lp)
+                .unwrap();
             let (gi, gl) = (idx.read_i32(b.s).unwrap(), lp.read_f32(b.s).unwrap());
             for r in 0..rows {
-                let row: Vec<f64> = (0..n).map(|c| x[r * n + c] as f64 + if masked { mask[c] as f64 } else { 0.0 }).collect();
+                let row: Vec<f64> = (0..n)
+                    .map(|c| x[r * n + c] as f64 + if masked { mask[c] as f64 } else { 0.0 })
+                    .collect();
                 let mx = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let want_i = row.iter().position(|v| *v == mx).unwrap();
                 let lse = mx + row.iter().map(|v| (v - mx).exp()).sum::<f64>().ln();
-                assert_eq!(gi[r] as usize, want_i, "[{}] row {r} n {n} masked {masked}", b.name);
-                assert!((gl[r] as f64 - (mx - lse)).abs() < 1e-4, "[{}] logprob {} vs {}", b.name, gl[r], mx - lse);
+                assert_eq!(
+                    gi[r] as usize, want_i,
+                    "[{}] row {r} n {n} masked {masked}",
+                    b.name
+                );
+                assert!(
+                    (gl[r] as f64 - (mx - lse)).abs() < 1e-4,
+                    "[{}] logprob {} vs {}",
+                    b.name,
+                    gl[r],
+                    mx - lse
+                );
             }
         }
     }

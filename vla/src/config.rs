@@ -67,9 +67,30 @@ impl Pi05Config {
     /// openpi's `pi05` at full size.
     pub fn base() -> Pi05Config {
         Pi05Config {
-            siglip: SiglipConfig { image_size: 224, patch: 14, width: 1152, depth: 27, mlp: 4304, heads: 16 },
-            llm: GemmaConfig { width: 2048, depth: 18, mlp: 16_384, heads: 8, kv_heads: 1, head_dim: 256 },
-            expert: GemmaConfig { width: 1024, depth: 18, mlp: 4096, heads: 8, kv_heads: 1, head_dim: 256 },
+            siglip: SiglipConfig {
+                image_size: 224,
+                patch: 14,
+                width: 1152,
+                depth: 27,
+                mlp: 4304,
+                heads: 16,
+            },
+            llm: GemmaConfig {
+                width: 2048,
+                depth: 18,
+                mlp: 16_384,
+                heads: 8,
+                kv_heads: 1,
+                head_dim: 256,
+            },
+            expert: GemmaConfig {
+                width: 1024,
+                depth: 18,
+                mlp: 4096,
+                heads: 8,
+                kv_heads: 1,
+                head_dim: 256,
+            },
             vocab: 257_152,
             action_dim: 32,
             action_horizon: 50,
@@ -82,9 +103,23 @@ impl Pi05Config {
     /// openpi's `dummy` Gemma for both stacks, a small SigLIP and vocabulary: the same
     /// structure, small enough for the host backend in CI.
     pub fn tiny() -> Pi05Config {
-        let dummy = GemmaConfig { width: 64, depth: 4, mlp: 128, heads: 8, kv_heads: 1, head_dim: 16 };
+        let dummy = GemmaConfig {
+            width: 64,
+            depth: 4,
+            mlp: 128,
+            heads: 8,
+            kv_heads: 1,
+            head_dim: 16,
+        };
         Pi05Config {
-            siglip: SiglipConfig { image_size: 224, patch: 14, width: 64, depth: 2, mlp: 128, heads: 4 },
+            siglip: SiglipConfig {
+                image_size: 224,
+                patch: 14,
+                width: 64,
+                depth: 2,
+                mlp: 128,
+                heads: 4,
+            },
             llm: dummy.clone(),
             expert: dummy,
             vocab: 1024,
@@ -105,18 +140,36 @@ impl Pi05Config {
     pub fn validate(&self) -> Result<(), String> {
         let s = &self.siglip;
         if s.patch == 0 || s.image_size % s.patch != 0 || s.heads == 0 || s.width % s.heads != 0 {
-            return Err(format!("siglip: image {} / patch {} / width {} / heads {} do not divide", s.image_size, s.patch, s.width, s.heads));
+            return Err(format!(
+                "siglip: image {} / patch {} / width {} / heads {} do not divide",
+                s.image_size, s.patch, s.width, s.heads
+            ));
         }
         for (name, g) in [("llm", &self.llm), ("expert", &self.expert)] {
             if g.kv_heads == 0 || g.heads % g.kv_heads != 0 || g.head_dim % 2 != 0 {
-                return Err(format!("{name}: heads {} over kv heads {} with head_dim {}", g.heads, g.kv_heads, g.head_dim));
+                return Err(format!(
+                    "{name}: heads {} over kv heads {} with head_dim {}",
+                    g.heads, g.kv_heads, g.head_dim
+                ));
             }
         }
-        if self.llm.depth != self.expert.depth || self.llm.heads != self.expert.heads || self.llm.kv_heads != self.expert.kv_heads || self.llm.head_dim != self.expert.head_dim {
+        if self.llm.depth != self.expert.depth
+            || self.llm.heads != self.expert.heads
+            || self.llm.kv_heads != self.expert.kv_heads
+            || self.llm.head_dim != self.expert.head_dim
+        {
             return Err("the language model and the action expert must share depth, heads, kv heads and head_dim (their attention is joint)".into());
         }
-        if self.views == 0 || self.action_horizon == 0 || self.action_dim == 0 || self.max_token_len == 0 || self.steps == 0 {
-            return Err("views, action_horizon, action_dim, max_token_len and steps must be positive".into());
+        if self.views == 0
+            || self.action_horizon == 0
+            || self.action_dim == 0
+            || self.max_token_len == 0
+            || self.steps == 0
+        {
+            return Err(
+                "views, action_horizon, action_dim, max_token_len and steps must be positive"
+                    .into(),
+            );
         }
         Ok(())
     }

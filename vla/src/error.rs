@@ -27,12 +27,19 @@ pub enum Error {
 
     /// A tensor with another shape than the configuration implies.
     #[error("tensor `{name}` has shape {got:?}, expected {expected:?}")]
-    TensorShape { name: String, got: Vec<usize>, expected: Vec<usize> },
+    TensorShape {
+        name: String,
+        got: Vec<usize>,
+        expected: Vec<usize>,
+    },
 
     /// An input the policy cannot use (image, state, prompt, statistics).
     #[error("bad input `{what}`: {reason}")]
     BadInput { what: String, reason: String },
 
     #[error("I/O on {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }

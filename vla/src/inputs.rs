@@ -25,7 +25,10 @@ fn weights(input: usize, output: usize) -> Vec<Vec<(usize, f64)>> {
             }
             let lo = ((sample - kernel_scale).floor().max(0.0)) as usize;
             let hi = ((sample + kernel_scale).ceil() as usize).min(input - 1);
-            let mut w: Vec<(usize, f64)> = (lo..=hi).map(|i| (i, (1.0 - (sample - i as f64).abs() / kernel_scale).max(0.0))).filter(|(_, v)| *v > 0.0).collect();
+            let mut w: Vec<(usize, f64)> = (lo..=hi)
+                .map(|i| (i, (1.0 - (sample - i as f64).abs() / kernel_scale).max(0.0)))
+                .filter(|(_, v)| *v > 0.0)
+                .collect();
             let sum: f64 = w.iter().map(|(_, v)| v).sum();
             if sum.abs() > 1000.0 * f32::EPSILON as f64 {
                 w.iter_mut().for_each(|(_, v)| *v /= sum);
@@ -41,12 +44,18 @@ fn weights(input: usize, output: usize) -> Vec<Vec<(usize, f64)>> {
 /// with black to exactly `th × tw` (openpi's `resize_with_pad`).
 pub fn resize_with_pad(src: &[u8], h: usize, w: usize, th: usize, tw: usize) -> Result<Vec<u8>> {
     if h == 0 || w == 0 || th == 0 || tw == 0 || src.len() != h * w * 3 {
-        return Err(Error::BadInput { what: "image".into(), reason: format!("{} bytes for {h}×{w}×3 (target {th}×{tw})", src.len()) });
+        return Err(Error::BadInput {
+            what: "image".into(),
+            reason: format!("{} bytes for {h}×{w}×3 (target {th}×{tw})", src.len()),
+        });
     }
     let ratio = (w as f64 / tw as f64).max(h as f64 / th as f64);
     // As openpi: int() truncation; an extreme aspect ratio can leave 0 rows or columns, and
     // then the result is all padding.
-    let (rh, rw) = (((h as f64 / ratio) as usize).min(th), ((w as f64 / ratio) as usize).min(tw));
+    let (rh, rw) = (
+        ((h as f64 / ratio) as usize).min(th),
+        ((w as f64 / ratio) as usize).min(tw),
+    );
     if rh == 0 || rw == 0 {
         return Ok(vec![0u8; th * tw * 3]);
     }
@@ -87,11 +96,16 @@ pub fn discretize_state(state: &[f32]) -> Result<Vec<i32>> {
         .enumerate()
         .map(|(i, &x)| {
             if !x.is_finite() {
-                return Err(Error::BadInput { what: "state".into(), reason: format!("element {i} is {x}") });
+                return Err(Error::BadInput {
+                    what: "state".into(),
+                    reason: format!("element {i} is {x}"),
+                });
             }
             // Bin edges -1 + 2k/256 for k in 0..256, compared as numpy does (f32 state vs f64 edges).
             let x = x as f64;
-            let below = (0..256).take_while(|k| -1.0 + 2.0 * *k as f64 / 256.0 <= x).count();
+            let below = (0..256)
+                .take_while(|k| -1.0 + 2.0 * *k as f64 / 256.0 <= x)
+                .count();
             Ok(below as i32 - 1)
         })
         .collect()
@@ -100,12 +114,21 @@ pub fn discretize_state(state: &[f32]) -> Result<Vec<i32>> {
 /// The pi05 prompt: `Task: {task}, State: {discretized state};\nAction: ` (the task trimmed,
 /// underscores and newlines made spaces).
 pub fn pi05_prompt(task: &str, normalized_state: &[f32]) -> Result<String> {
-    let cleaned = task.trim().replace('_', " ").replace('\n', " ");
+    let cleaned = task.trim().replace(['_', '\n'], " ");
     if cleaned.is_empty() {
-        return Err(Error::BadInput { what: "task".into(), reason: "empty".into() });
+        return Err(Error::BadInput {
+            what: "task".into(),
+            reason: "empty".into(),
+        });
     }
-    let bins: Vec<String> = discretize_state(normalized_state)?.iter().map(|b| b.to_string()).collect();
-    Ok(format!("Task: {cleaned}, State: {};\nAction: ", bins.join(" ")))
+    let bins: Vec<String> = discretize_state(normalized_state)?
+        .iter()
+        .map(|b| b.to_string())
+        .collect();
+    Ok(format!(
+        "Task: {cleaned}, State: {};\nAction: ",
+        bins.join(" ")
+    ))
 }
 
 /// Normalization statistics of one quantity (openpi `NormStats`).
@@ -130,14 +153,29 @@ pub struct Normalization {
 
 impl NormStats {
     fn check(&self, what: &str) -> Result<()> {
-        let bad = |r: String| Error::BadInput { what: format!("norm stats `{what}`"), reason: r };
+        let bad = |r: String| Error::BadInput {
+            what: format!("norm stats `{what}`"),
+            reason: r,
+        };
         if self.mean.is_empty() || self.mean.len() != self.std.len() {
-            return Err(bad(format!("mean has {} values, std {}", self.mean.len(), self.std.len())));
+            return Err(bad(format!(
+                "mean has {} values, std {}",
+                self.mean.len(),
+                self.std.len()
+            )));
         }
-        for (name, v) in [("mean", Some(&self.mean)), ("std", Some(&self.std)), ("q01", self.q01.as_ref()), ("q99", self.q99.as_ref())] {
+        for (name, v) in [
+            ("mean", Some(&self.mean)),
+            ("std", Some(&self.std)),
+            ("q01", self.q01.as_ref()),
+            ("q99", self.q99.as_ref()),
+        ] {
             if let Some(v) = v {
                 if v.len() != self.mean.len() || v.iter().any(|x| !x.is_finite()) {
-                    return Err(bad(format!("`{name}` must hold {} finite values", self.mean.len())));
+                    return Err(bad(format!(
+                        "`{name}` must hold {} finite values",
+                        self.mean.len()
+                    )));
                 }
             }
         }
@@ -147,7 +185,10 @@ impl NormStats {
     fn quantiles(&self) -> Result<(&[f32], &[f32])> {
         match (&self.q01, &self.q99) {
             (Some(a), Some(b)) => Ok((a, b)),
-            _ => Err(Error::BadInput { what: "norm stats".into(), reason: "quantile normalization needs q01 and q99".into() }),
+            _ => Err(Error::BadInput {
+                what: "norm stats".into(),
+                reason: "quantile normalization needs q01 and q99".into(),
+            }),
         }
     }
 
@@ -156,12 +197,12 @@ impl NormStats {
         let n = x.len().min(self.mean.len());
         if quantiles {
             let (q01, q99) = self.quantiles()?;
-            for i in 0..n {
-                x[i] = (x[i] - q01[i]) / (q99[i] - q01[i] + 1e-6) * 2.0 - 1.0;
+            for ((v, lo), hi) in x[..n].iter_mut().zip(q01).zip(q99) {
+                *v = (*v - lo) / (hi - lo + 1e-6) * 2.0 - 1.0;
             }
         } else {
-            for i in 0..n {
-                x[i] = (x[i] - self.mean[i]) / (self.std[i] + 1e-6);
+            for ((v, m), sd) in x[..n].iter_mut().zip(&self.mean).zip(&self.std) {
+                *v = (*v - m) / (sd + 1e-6);
             }
         }
         Ok(())
@@ -173,13 +214,17 @@ impl NormStats {
         let n = x.len().min(self.mean.len());
         if quantiles {
             let (q01, q99) = self.quantiles()?;
-            for i in 0..n {
-                x[i] = (x[i] + 1.0) / 2.0 * (q99[i] - q01[i] + 1e-6) + q01[i];
+            for ((v, lo), hi) in x[..n].iter_mut().zip(q01).zip(q99) {
+                *v = (*v + 1.0) / 2.0 * (hi - lo + 1e-6) + lo;
             }
         } else {
-            for i in 0..x.len() {
-                let (m, s) = if i < n { (self.mean[i], self.std[i]) } else { (0.0, 1.0) };
-                x[i] = x[i] * (s + 1e-6) + m;
+            for (i, v) in x.iter_mut().enumerate() {
+                let (m, sd) = if i < n {
+                    (self.mean[i], self.std[i])
+                } else {
+                    (0.0, 1.0)
+                };
+                *v = *v * (sd + 1e-6) + m;
             }
         }
         Ok(())
@@ -189,9 +234,15 @@ impl NormStats {
 impl Normalization {
     /// Reads `norm_stats.json` (`{"norm_stats": {"state": {...}, "actions": {...}}}`).
     pub fn load(path: &Path, quantiles: bool) -> Result<Normalization> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
         Self::parse(&text, quantiles).map_err(|e| match e {
-            Error::BadInput { reason, .. } => Error::BadCheckpoint { file: path.to_path_buf(), reason },
+            Error::BadInput { reason, .. } => Error::BadCheckpoint {
+                file: path.to_path_buf(),
+                reason,
+            },
             other => other,
         })
     }
@@ -201,8 +252,16 @@ impl Normalization {
         struct File {
             norm_stats: std::collections::HashMap<String, NormStats>,
         }
-        let f: File = serde_json::from_str(text).map_err(|e| Error::BadInput { what: "norm_stats.json".into(), reason: e.to_string() })?;
-        let get = |k: &str| f.norm_stats.get(k).cloned().ok_or_else(|| Error::BadInput { what: "norm_stats.json".into(), reason: format!("no `{k}` statistics") });
+        let f: File = serde_json::from_str(text).map_err(|e| Error::BadInput {
+            what: "norm_stats.json".into(),
+            reason: e.to_string(),
+        })?;
+        let get = |k: &str| {
+            f.norm_stats.get(k).cloned().ok_or_else(|| Error::BadInput {
+                what: "norm_stats.json".into(),
+                reason: format!("no `{k}` statistics"),
+            })
+        };
         let (state, actions) = (get("state")?, get("actions")?);
         state.check("state")?;
         actions.check("actions")?;
@@ -210,6 +269,10 @@ impl Normalization {
             state.quantiles()?;
             actions.quantiles()?;
         }
-        Ok(Normalization { state, actions, quantiles })
+        Ok(Normalization {
+            state,
+            actions,
+            quantiles,
+        })
     }
 }

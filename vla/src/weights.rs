@@ -42,9 +42,21 @@ pub fn expected(c: &Pi05Config) -> Vec<(String, Vec<usize>, Init)> {
     let mut v = Vec::new();
     let mut t = |name: String, shape: Vec<usize>, init: Init| v.push((name, shape, init));
     let s = &c.siglip;
-    t(format!("{VISION}.embeddings.patch_embedding.weight"), vec![s.width, 3, s.patch, s.patch], Init::Normal(1.0 / ((3 * s.patch * s.patch) as f32).sqrt()));
-    t(format!("{VISION}.embeddings.patch_embedding.bias"), vec![s.width], Init::Normal(0.02));
-    t(format!("{VISION}.embeddings.position_embedding.weight"), vec![s.tokens(), s.width], Init::Normal(0.02));
+    t(
+        format!("{VISION}.embeddings.patch_embedding.weight"),
+        vec![s.width, 3, s.patch, s.patch],
+        Init::Normal(1.0 / ((3 * s.patch * s.patch) as f32).sqrt()),
+    );
+    t(
+        format!("{VISION}.embeddings.patch_embedding.bias"),
+        vec![s.width],
+        Init::Normal(0.02),
+    );
+    t(
+        format!("{VISION}.embeddings.position_embedding.weight"),
+        vec![s.tokens(), s.width],
+        Init::Normal(0.02),
+    );
     for i in 0..s.depth {
         let p = format!("{VISION}.encoder.layers.{i}");
         for n in ["layer_norm1", "layer_norm2"] {
@@ -52,51 +64,151 @@ pub fn expected(c: &Pi05Config) -> Vec<(String, Vec<usize>, Init)> {
             t(format!("{p}.{n}.bias"), vec![s.width], Init::Normal(0.02));
         }
         for n in ["q_proj", "k_proj", "v_proj", "out_proj"] {
-            t(format!("{p}.self_attn.{n}.weight"), vec![s.width, s.width], Init::Linear);
-            t(format!("{p}.self_attn.{n}.bias"), vec![s.width], Init::Normal(0.02));
+            t(
+                format!("{p}.self_attn.{n}.weight"),
+                vec![s.width, s.width],
+                Init::Linear,
+            );
+            t(
+                format!("{p}.self_attn.{n}.bias"),
+                vec![s.width],
+                Init::Normal(0.02),
+            );
         }
-        t(format!("{p}.mlp.fc1.weight"), vec![s.mlp, s.width], Init::Linear);
+        t(
+            format!("{p}.mlp.fc1.weight"),
+            vec![s.mlp, s.width],
+            Init::Linear,
+        );
         t(format!("{p}.mlp.fc1.bias"), vec![s.mlp], Init::Normal(0.02));
-        t(format!("{p}.mlp.fc2.weight"), vec![s.width, s.mlp], Init::Linear);
-        t(format!("{p}.mlp.fc2.bias"), vec![s.width], Init::Normal(0.02));
+        t(
+            format!("{p}.mlp.fc2.weight"),
+            vec![s.width, s.mlp],
+            Init::Linear,
+        );
+        t(
+            format!("{p}.mlp.fc2.bias"),
+            vec![s.width],
+            Init::Normal(0.02),
+        );
     }
-    t(format!("{VISION}.post_layernorm.weight"), vec![s.width], Init::Around(1.0));
-    t(format!("{VISION}.post_layernorm.bias"), vec![s.width], Init::Normal(0.02));
-    t(format!("{PROJECTOR}.weight"), vec![c.llm.width, s.width], Init::Linear);
-    t(format!("{PROJECTOR}.bias"), vec![c.llm.width], Init::Normal(0.02));
+    t(
+        format!("{VISION}.post_layernorm.weight"),
+        vec![s.width],
+        Init::Around(1.0),
+    );
+    t(
+        format!("{VISION}.post_layernorm.bias"),
+        vec![s.width],
+        Init::Normal(0.02),
+    );
+    t(
+        format!("{PROJECTOR}.weight"),
+        vec![c.llm.width, s.width],
+        Init::Linear,
+    );
+    t(
+        format!("{PROJECTOR}.bias"),
+        vec![c.llm.width],
+        Init::Normal(0.02),
+    );
     let g = &c.llm;
-    t(format!("{LLM}.embed_tokens.weight"), vec![c.vocab, g.width], Init::Normal(1.0 / (g.width as f32).sqrt()));
+    t(
+        format!("{LLM}.embed_tokens.weight"),
+        vec![c.vocab, g.width],
+        Init::Normal(1.0 / (g.width as f32).sqrt()),
+    );
     for (prefix, g, adaptive) in [(LLM, &c.llm, false), (EXPERT, &c.expert, true)] {
         for i in 0..g.depth {
             let p = format!("{prefix}.layers.{i}");
             for n in ["input_layernorm", "post_attention_layernorm"] {
                 if adaptive {
-                    t(format!("{p}.{n}.dense.weight"), vec![3 * g.width, g.width], Init::Normal(0.2 / (g.width as f32).sqrt()));
-                    t(format!("{p}.{n}.dense.bias"), vec![3 * g.width], Init::Normal(0.1));
+                    t(
+                        format!("{p}.{n}.dense.weight"),
+                        vec![3 * g.width, g.width],
+                        Init::Normal(0.2 / (g.width as f32).sqrt()),
+                    );
+                    t(
+                        format!("{p}.{n}.dense.bias"),
+                        vec![3 * g.width],
+                        Init::Normal(0.1),
+                    );
                 } else {
                     t(format!("{p}.{n}.weight"), vec![g.width], Init::Normal(0.1));
                 }
             }
-            t(format!("{p}.self_attn.q_proj.weight"), vec![g.heads * g.head_dim, g.width], Init::Linear);
-            t(format!("{p}.self_attn.k_proj.weight"), vec![g.kv_heads * g.head_dim, g.width], Init::Linear);
-            t(format!("{p}.self_attn.v_proj.weight"), vec![g.kv_heads * g.head_dim, g.width], Init::Linear);
-            t(format!("{p}.self_attn.o_proj.weight"), vec![g.width, g.heads * g.head_dim], Init::Linear);
-            t(format!("{p}.mlp.gate_proj.weight"), vec![g.mlp, g.width], Init::Linear);
-            t(format!("{p}.mlp.up_proj.weight"), vec![g.mlp, g.width], Init::Linear);
-            t(format!("{p}.mlp.down_proj.weight"), vec![g.width, g.mlp], Init::Linear);
+            t(
+                format!("{p}.self_attn.q_proj.weight"),
+                vec![g.heads * g.head_dim, g.width],
+                Init::Linear,
+            );
+            t(
+                format!("{p}.self_attn.k_proj.weight"),
+                vec![g.kv_heads * g.head_dim, g.width],
+                Init::Linear,
+            );
+            t(
+                format!("{p}.self_attn.v_proj.weight"),
+                vec![g.kv_heads * g.head_dim, g.width],
+                Init::Linear,
+            );
+            t(
+                format!("{p}.self_attn.o_proj.weight"),
+                vec![g.width, g.heads * g.head_dim],
+                Init::Linear,
+            );
+            t(
+                format!("{p}.mlp.gate_proj.weight"),
+                vec![g.mlp, g.width],
+                Init::Linear,
+            );
+            t(
+                format!("{p}.mlp.up_proj.weight"),
+                vec![g.mlp, g.width],
+                Init::Linear,
+            );
+            t(
+                format!("{p}.mlp.down_proj.weight"),
+                vec![g.width, g.mlp],
+                Init::Linear,
+            );
         }
         if adaptive {
-            t(format!("{prefix}.norm.dense.weight"), vec![3 * g.width, g.width], Init::Normal(0.2 / (g.width as f32).sqrt()));
-            t(format!("{prefix}.norm.dense.bias"), vec![3 * g.width], Init::Normal(0.1));
+            t(
+                format!("{prefix}.norm.dense.weight"),
+                vec![3 * g.width, g.width],
+                Init::Normal(0.2 / (g.width as f32).sqrt()),
+            );
+            t(
+                format!("{prefix}.norm.dense.bias"),
+                vec![3 * g.width],
+                Init::Normal(0.1),
+            );
         } else {
-            t(format!("{prefix}.norm.weight"), vec![g.width], Init::Normal(0.1));
+            t(
+                format!("{prefix}.norm.weight"),
+                vec![g.width],
+                Init::Normal(0.1),
+            );
         }
     }
     let e = c.expert.width;
-    t("action_in_proj.weight".into(), vec![e, c.action_dim], Init::Linear);
+    t(
+        "action_in_proj.weight".into(),
+        vec![e, c.action_dim],
+        Init::Linear,
+    );
     t("action_in_proj.bias".into(), vec![e], Init::Normal(0.02));
-    t("action_out_proj.weight".into(), vec![c.action_dim, e], Init::Linear);
-    t("action_out_proj.bias".into(), vec![c.action_dim], Init::Normal(0.02));
+    t(
+        "action_out_proj.weight".into(),
+        vec![c.action_dim, e],
+        Init::Linear,
+    );
+    t(
+        "action_out_proj.bias".into(),
+        vec![c.action_dim],
+        Init::Normal(0.02),
+    );
     for n in ["time_mlp_in", "time_mlp_out"] {
         t(format!("{n}.weight"), vec![e, e], Init::Linear);
         t(format!("{n}.bias"), vec![e], Init::Normal(0.02));
@@ -149,28 +261,47 @@ impl Pi05Weights {
         let mut tensors = HashMap::new();
         for (name, shape, init) in expected(config) {
             let n: usize = shape.iter().product();
-            let salt = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+            let salt = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+            });
             let mut rng = Rng(seed ^ salt);
             let mut data = vec![0f32; n];
             match init {
-                Init::Linear => rng.fill_normal(&mut data, 0.0, 1.0 / (*shape.last().unwrap() as f32).sqrt()),
+                Init::Linear => {
+                    rng.fill_normal(&mut data, 0.0, 1.0 / (*shape.last().unwrap() as f32).sqrt())
+                }
                 Init::Normal(std) => rng.fill_normal(&mut data, 0.0, std),
                 Init::Around(c) => rng.fill_normal(&mut data, c, 0.02),
             }
             tensors.insert(name, HostTensor { shape, data });
         }
-        Pi05Weights { config: config.clone(), tensors }
+        Pi05Weights {
+            config: config.clone(),
+            tensors,
+        }
     }
 
     /// The tensor `name` (openpi naming, no `model.` prefix).
     pub fn get(&self, name: &str) -> Result<&HostTensor> {
-        self.tensors.get(name).ok_or_else(|| Error::MissingTensor { name: name.to_string(), expected: vec![] })
+        self.tensors.get(name).ok_or_else(|| Error::MissingTensor {
+            name: name.to_string(),
+            expected: vec![],
+        })
     }
 
     /// Writes the weights as safetensors in openpi's naming (f32 or bf16), in one file or in
     /// `shards` files with a `model.safetensors.index.json`, plus `config.json`.
-    pub fn write(&self, dir: &Path, bf16_weights: bool, shards: usize, lerobot_prefix: bool) -> Result<()> {
-        std::fs::create_dir_all(dir).map_err(|source| Error::Io { path: dir.to_path_buf(), source })?;
+    pub fn write(
+        &self,
+        dir: &Path,
+        bf16_weights: bool,
+        shards: usize,
+        lerobot_prefix: bool,
+    ) -> Result<()> {
+        std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
         let mut names: Vec<&String> = self.tensors.keys().collect();
         names.sort();
         let shards = shards.max(1);
@@ -178,81 +309,188 @@ impl Pi05Weights {
         let mut index = serde_json::Map::new();
         let prefix = if lerobot_prefix { "model." } else { "" };
         for (k, chunk) in names.chunks(per).enumerate() {
-            let file = if shards == 1 { "model.safetensors".to_string() } else { format!("model-{:05}-of-{:05}.safetensors", k + 1, shards) };
+            let file = if shards == 1 {
+                "model.safetensors".to_string()
+            } else {
+                format!("model-{:05}-of-{:05}.safetensors", k + 1, shards)
+            };
             let bytes: Vec<(String, Vec<u8>, Vec<usize>)> = chunk
                 .iter()
                 .map(|n| {
                     let t = &self.tensors[*n];
-                    let b: Vec<u8> = if bf16_weights { t.data.iter().flat_map(|v| bf16::from_f32(*v).to_le_bytes()).collect() } else { t.data.iter().flat_map(|v| v.to_le_bytes()).collect() };
+                    let b: Vec<u8> = if bf16_weights {
+                        t.data
+                            .iter()
+                            .flat_map(|v| bf16::from_f32(*v).to_le_bytes())
+                            .collect()
+                    } else {
+                        t.data.iter().flat_map(|v| v.to_le_bytes()).collect()
+                    };
                     (format!("{prefix}{n}"), b, t.shape.clone())
                 })
                 .collect();
-            let dtype = if bf16_weights { safetensors::Dtype::BF16 } else { safetensors::Dtype::F32 };
-            let views: Vec<(String, safetensors::tensor::TensorView)> =
-                bytes.iter().map(|(n, b, s)| (n.clone(), safetensors::tensor::TensorView::new(dtype, s.clone(), b).expect("sizes match"))).collect();
+            let dtype = if bf16_weights {
+                safetensors::Dtype::BF16
+            } else {
+                safetensors::Dtype::F32
+            };
+            let views: Vec<(String, safetensors::tensor::TensorView)> = bytes
+                .iter()
+                .map(|(n, b, s)| {
+                    (
+                        n.clone(),
+                        safetensors::tensor::TensorView::new(dtype, s.clone(), b)
+                            .expect("sizes match"),
+                    )
+                })
+                .collect();
             let path = dir.join(&file);
-            safetensors::serialize_to_file(views, &None, &path).map_err(|e| Error::BadCheckpoint { file: path.clone(), reason: e.to_string() })?;
+            safetensors::serialize_to_file(views, &None, &path).map_err(|e| {
+                Error::BadCheckpoint {
+                    file: path.clone(),
+                    reason: e.to_string(),
+                }
+            })?;
             for n in chunk {
-                index.insert(format!("{prefix}{n}"), serde_json::Value::String(file.clone()));
+                index.insert(
+                    format!("{prefix}{n}"),
+                    serde_json::Value::String(file.clone()),
+                );
             }
         }
         if shards > 1 {
             let path = dir.join("model.safetensors.index.json");
             let json = serde_json::json!({ "metadata": {}, "weight_map": index });
-            std::fs::write(&path, serde_json::to_string_pretty(&json).unwrap()).map_err(|source| Error::Io { path, source })?;
+            std::fs::write(&path, serde_json::to_string_pretty(&json).unwrap())
+                .map_err(|source| Error::Io { path, source })?;
         }
         let path = dir.join("config.json");
-        std::fs::write(&path, serde_json::to_string_pretty(&self.config).unwrap()).map_err(|source| Error::Io { path, source })
+        std::fs::write(&path, serde_json::to_string_pretty(&self.config).unwrap())
+            .map_err(|source| Error::Io { path, source })
     }
 
     /// Loads a checkpoint folder for `config`: `model.safetensors`, or shards listed in
     /// `model.safetensors.index.json`; openpi or LeRobot naming; f32, bf16 or f16.
     pub fn load(dir: &Path, config: &Pi05Config) -> Result<Pi05Weights> {
-        config.validate().map_err(|reason| Error::Config { reason })?;
+        config
+            .validate()
+            .map_err(|reason| Error::Config { reason })?;
         let files: Vec<PathBuf> = if dir.join("model.safetensors").is_file() {
             vec![dir.join("model.safetensors")]
         } else if dir.join("model.safetensors.index.json").is_file() {
             let path = dir.join("model.safetensors.index.json");
-            let text = std::fs::read_to_string(&path).map_err(|source| Error::Io { path: path.clone(), source })?;
-            let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::BadCheckpoint { file: path.clone(), reason: e.to_string() })?;
-            let map = v.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| Error::BadCheckpoint { file: path.clone(), reason: "no weight_map".into() })?;
-            let mut f: Vec<String> = map.values().filter_map(|x| x.as_str().map(String::from)).collect();
+            let text = std::fs::read_to_string(&path).map_err(|source| Error::Io {
+                path: path.clone(),
+                source,
+            })?;
+            let v: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| Error::BadCheckpoint {
+                    file: path.clone(),
+                    reason: e.to_string(),
+                })?;
+            let map = v
+                .get("weight_map")
+                .and_then(|m| m.as_object())
+                .ok_or_else(|| Error::BadCheckpoint {
+                    file: path.clone(),
+                    reason: "no weight_map".into(),
+                })?;
+            let mut f: Vec<String> = map
+                .values()
+                .filter_map(|x| x.as_str().map(String::from))
+                .collect();
             f.sort();
             f.dedup();
             f.into_iter().map(|n| dir.join(n)).collect()
         } else {
-            return Err(Error::ModelFolder { dir: dir.to_path_buf(), reason: "neither model.safetensors nor model.safetensors.index.json".into() });
+            return Err(Error::ModelFolder {
+                dir: dir.to_path_buf(),
+                reason: "neither model.safetensors nor model.safetensors.index.json".into(),
+            });
         };
         let mut raw: HashMap<String, HostTensor> = HashMap::new();
         for file in &files {
-            let bytes = std::fs::read(file).map_err(|source| Error::Io { path: file.clone(), source })?;
-            let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| Error::BadCheckpoint { file: file.clone(), reason: e.to_string() })?;
+            let bytes = std::fs::read(file).map_err(|source| Error::Io {
+                path: file.clone(),
+                source,
+            })?;
+            let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| {
+                Error::BadCheckpoint {
+                    file: file.clone(),
+                    reason: e.to_string(),
+                }
+            })?;
             for (name, view) in st.tensors() {
                 let b = view.data();
                 let data: Vec<f32> = match view.dtype() {
-                    safetensors::Dtype::F32 => b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect(),
-                    safetensors::Dtype::BF16 => b.chunks_exact(2).map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
-                    safetensors::Dtype::F16 => b.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32()).collect(),
-                    other => return Err(Error::BadCheckpoint { file: file.clone(), reason: format!("`{name}` has dtype {other:?}") }),
+                    safetensors::Dtype::F32 => b
+                        .chunks_exact(4)
+                        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+                        .collect(),
+                    safetensors::Dtype::BF16 => b
+                        .chunks_exact(2)
+                        .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())
+                        .collect(),
+                    safetensors::Dtype::F16 => b
+                        .chunks_exact(2)
+                        .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
+                        .collect(),
+                    other => {
+                        return Err(Error::BadCheckpoint {
+                            file: file.clone(),
+                            reason: format!("`{name}` has dtype {other:?}"),
+                        });
+                    }
                 };
-                raw.insert(name, HostTensor { shape: view.shape().to_vec(), data });
+                raw.insert(
+                    name,
+                    HostTensor {
+                        shape: view.shape().to_vec(),
+                        data,
+                    },
+                );
             }
         }
-        let prefix = if raw.contains_key("model.action_in_proj.weight") { "model." } else { "" };
+        let prefix = if raw.contains_key("model.action_in_proj.weight") {
+            "model."
+        } else {
+            ""
+        };
         let mut tensors = HashMap::new();
         for (name, shape, _) in expected(config) {
             let found = raw.remove(&format!("{prefix}{name}"));
             // PaliGemma checkpoints may keep the embedding only as the tied output projection.
-            let found = found.or_else(|| if name == format!("{LLM}.embed_tokens.weight") { raw.remove(&format!("{prefix}paligemma_with_expert.paligemma.lm_head.weight")) } else { None });
-            let t = found.ok_or_else(|| Error::MissingTensor { name: format!("{prefix}{name}"), expected: shape.clone() })?;
+            let found = found.or_else(|| {
+                if name == format!("{LLM}.embed_tokens.weight") {
+                    raw.remove(&format!(
+                        "{prefix}paligemma_with_expert.paligemma.lm_head.weight"
+                    ))
+                } else {
+                    None
+                }
+            });
+            let t = found.ok_or_else(|| Error::MissingTensor {
+                name: format!("{prefix}{name}"),
+                expected: shape.clone(),
+            })?;
             if t.shape != shape {
-                return Err(Error::TensorShape { name: format!("{prefix}{name}"), got: t.shape, expected: shape });
+                return Err(Error::TensorShape {
+                    name: format!("{prefix}{name}"),
+                    got: t.shape,
+                    expected: shape,
+                });
             }
             if t.data.iter().any(|v| !v.is_finite()) {
-                return Err(Error::BadCheckpoint { file: dir.to_path_buf(), reason: format!("`{prefix}{name}` holds non-finite values") });
+                return Err(Error::BadCheckpoint {
+                    file: dir.to_path_buf(),
+                    reason: format!("`{prefix}{name}` holds non-finite values"),
+                });
             }
             tensors.insert(name, t);
         }
-        Ok(Pi05Weights { config: config.clone(), tensors })
+        Ok(Pi05Weights {
+            config: config.clone(),
+            tensors,
+        })
     }
 }

@@ -30,24 +30,47 @@ fn compare(c: &Pi05Config, cuda_dtype: DType, min_cos: f64) {
     println!("random weights: {:?}", t.elapsed());
     let px = c.siglip.image_size * c.siglip.image_size * 3;
     let images: Vec<Vec<f32>> = (0..c.views as u32).map(|v| rand(10 + v, px, 1.0)).collect();
-    let imgs: Vec<Option<&[f32]>> = images.iter().enumerate().map(|(v, im)| (v != 1 || c.views < 3).then_some(im.as_slice())).collect();
-    let tokens: Vec<u32> = (0..40u32).map(|i| 2 + (i * 7919) % (c.vocab as u32 - 2)).collect();
+    let imgs: Vec<Option<&[f32]>> = images
+        .iter()
+        .enumerate()
+        .map(|(v, im)| (v != 1 || c.views < 3).then_some(im.as_slice()))
+        .collect();
+    let tokens: Vec<u32> = (0..40u32)
+        .map(|i| 2 + (i * 7919) % (c.vocab as u32 - 2))
+        .collect();
     let noise = rand(7, c.action_horizon * c.action_dim, 1.7);
-    let obs = Observation { images: &imgs, tokens: &tokens, noise: &noise };
+    let obs = Observation {
+        images: &imgs,
+        tokens: &tokens,
+        noise: &noise,
+    };
     let run = |ctx: Ctx, dt: DType| -> Vec<f32> {
         let t = std::time::Instant::now();
         let s = ctx.stream(0).unwrap();
         let m = Pi05::new(&ctx, s, &w, dt).unwrap();
         let built = t.elapsed();
         let a = m.infer(&obs).unwrap();
-        println!("{:?} {}: built in {built:?}, inference in {:?}", ctx.backend(), dt.name(), t.elapsed() - built);
+        println!(
+            "{:?} {}: built in {built:?}, inference in {:?}",
+            ctx.backend(),
+            dt.name(),
+            t.elapsed() - built
+        );
         a
     };
     let host = run(Ctx::host().unwrap(), DType::F32);
     let cuda = run(Ctx::cuda(0).unwrap(), cuda_dtype);
     let cos = cosine(&host, &cuda);
-    let max_abs = host.iter().zip(&cuda).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-    println!("CUDA {} vs host f32: cosine {cos:.6}, max |Δ| {max_abs:.4} over {} actions", cuda_dtype.name(), host.len());
+    let max_abs = host
+        .iter()
+        .zip(&cuda)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    println!(
+        "CUDA {} vs host f32: cosine {cos:.6}, max |Δ| {max_abs:.4} over {} actions",
+        cuda_dtype.name(),
+        host.len()
+    );
     assert!(cos >= min_cos, "cosine {cos} < {min_cos}");
 }
 

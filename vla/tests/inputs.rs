@@ -1,7 +1,9 @@
 //! Preprocessing against reference values from independent implementations
 //! (`scripts/vla-references.py`: jax.image.resize, numpy.digitize).
 
-use frt_vla::inputs::{Normalization, discretize_state, pi05_prompt, resize_with_pad, to_model_pixels};
+use frt_vla::inputs::{
+    Normalization, discretize_state, pi05_prompt, resize_with_pad, to_model_pixels,
+};
 use serde_json::Value;
 use std::path::Path;
 
@@ -13,7 +15,10 @@ fn refs() -> Value {
 /// Counts pixels that differ, and by how much at most.
 fn compare(got: &[u8], want: &[u8]) -> (usize, u8) {
     assert_eq!(got.len(), want.len());
-    got.iter().zip(want).filter(|(a, b)| a != b).fold((0, 0), |(n, m), (a, b)| (n + 1, m.max(a.abs_diff(*b))))
+    got.iter()
+        .zip(want)
+        .filter(|(a, b)| a != b)
+        .fold((0, 0), |(n, m), (a, b)| (n + 1, m.max(a.abs_diff(*b))))
 }
 
 #[test]
@@ -21,31 +26,67 @@ fn resize_with_pad_matches_jax() {
     let r = refs();
     for case in r["resize_with_pad"].as_array().unwrap() {
         let u = |k: &str| case[k].as_u64().unwrap() as usize;
-        let bytes = |k: &str| case[k].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u8).collect::<Vec<u8>>();
-        let (th, tw) = (case["target"][0].as_u64().unwrap() as usize, case["target"][1].as_u64().unwrap() as usize);
+        let bytes = |k: &str| {
+            case[k]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap() as u8)
+                .collect::<Vec<u8>>()
+        };
+        let (th, tw) = (
+            case["target"][0].as_u64().unwrap() as usize,
+            case["target"][1].as_u64().unwrap() as usize,
+        );
         let got = resize_with_pad(&bytes("src"), u("h"), u("w"), th, tw).unwrap();
         let (n, worst) = compare(&got, &bytes("out"));
-        assert!(worst <= 1 && n * 200 <= got.len(), "{}x{} -> {th}x{tw}: {n} pixels differ, by up to {worst}", u("h"), u("w"));
+        assert!(
+            worst <= 1 && n * 200 <= got.len(),
+            "{}x{} -> {th}x{tw}: {n} pixels differ, by up to {worst}",
+            u("h"),
+            u("w")
+        );
     }
     // A camera-sized frame to the model's 224×224 (antialiased downscale, padding).
-    let bin = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/resize_240x320.bin")).unwrap();
+    let bin =
+        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/resize_240x320.bin"))
+            .unwrap();
     let (src, want) = bin.split_at(240 * 320 * 3);
     let got = resize_with_pad(src, 240, 320, 224, 224).unwrap();
     let (n, worst) = compare(&got, want);
-    println!("240x320 -> 224x224: {n} of {} values differ (by at most {worst})", got.len());
+    println!(
+        "240x320 -> 224x224: {n} of {} values differ (by at most {worst})",
+        got.len()
+    );
     assert!(worst <= 1 && n * 200 <= got.len());
     assert!(resize_with_pad(&src[1..], 240, 320, 224, 224).is_err());
-    assert_eq!(to_model_pixels(&[0, 255, 51]), vec![-1.0, 1.0, 51.0 / 255.0 * 2.0 - 1.0]);
+    assert_eq!(
+        to_model_pixels(&[0, 255, 51]),
+        vec![-1.0, 1.0, 51.0 / 255.0 * 2.0 - 1.0]
+    );
 }
 
 #[test]
 fn state_bins_match_numpy_digitize() {
     let r = refs();
-    let state: Vec<f32> = r["digitize"]["state"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
-    let want: Vec<i32> = r["digitize"]["bins"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap() as i32).collect();
+    let state: Vec<f32> = r["digitize"]["state"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap() as f32)
+        .collect();
+    let want: Vec<i32> = r["digitize"]["bins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap() as i32)
+        .collect();
     assert_eq!(discretize_state(&state).unwrap(), want);
     assert!(discretize_state(&[0.0, f32::NAN]).is_err());
-    assert_eq!(pi05_prompt("  pick_up the\ncup ", &[-1.0, 0.0, 0.5]).unwrap(), "Task: pick up the cup, State: 0 128 192;\nAction: ");
+    assert_eq!(
+        pi05_prompt("  pick_up the\ncup ", &[-1.0, 0.0, 0.5]).unwrap(),
+        "Task: pick up the cup, State: 0 128 192;\nAction: "
+    );
     assert!(pi05_prompt("   ", &[0.0]).is_err());
 }
 
@@ -58,8 +99,18 @@ fn normalization_round_trips_and_rejects_bad_statistics() {
         let n = Normalization::parse(json, quantiles).unwrap();
         let mut s = vec![2.0f32, -1.0, 7.0];
         n.state.normalize(&mut s, quantiles).unwrap();
-        let want = if quantiles { [(2.0 - 0.0) / (2.0 + 1e-6) * 2.0 - 1.0, (-1.0 + 4.0) / (4.0 + 1e-6) * 2.0 - 1.0] } else { [(2.0 - 1.0) / (2.0 + 1e-6), (-1.0 + 2.0) / (0.5 + 1e-6)] };
-        assert!((s[0] - want[0]).abs() < 1e-5 && (s[1] - want[1]).abs() < 1e-5 && s[2] == 7.0, "{s:?}");
+        let want = if quantiles {
+            [
+                (2.0 - 0.0) / (2.0 + 1e-6) * 2.0 - 1.0,
+                (-1.0 + 4.0) / (4.0 + 1e-6) * 2.0 - 1.0,
+            ]
+        } else {
+            [(2.0 - 1.0) / (2.0 + 1e-6), (-1.0 + 2.0) / (0.5 + 1e-6)]
+        };
+        assert!(
+            (s[0] - want[0]).abs() < 1e-5 && (s[1] - want[1]).abs() < 1e-5 && s[2] == 7.0,
+            "{s:?}"
+        );
         let mut a = vec![0.25f32, -0.5, 0.75, 9.0];
         let orig = a.clone();
         n.actions.unnormalize(&mut a, quantiles).unwrap();
@@ -78,5 +129,8 @@ fn normalization_round_trips_and_rejects_bad_statistics() {
     }
     let no_quantiles = r#"{"norm_stats": {"state": {"mean": [1.0], "std": [1.0]}, "actions": {"mean": [0.0], "std": [1.0]}}}"#;
     assert!(Normalization::parse(no_quantiles, false).is_ok());
-    assert!(Normalization::parse(no_quantiles, true).is_err(), "quantile mode needs q01/q99");
+    assert!(
+        Normalization::parse(no_quantiles, true).is_err(),
+        "quantile mode needs q01/q99"
+    );
 }

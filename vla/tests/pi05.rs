@@ -2,8 +2,8 @@
 //! recapture, replay by replay, halting.
 
 use frt_exec::{Ctx, Stream};
-use frt_vla::{Observation, Pi05, Pi05Config, Pi05Weights, Stage};
 use frt_kernels::DType;
+use frt_vla::{Observation, Pi05, Pi05Config, Pi05Weights, Stage};
 
 struct Inputs {
     images: Vec<Vec<f32>>,
@@ -26,21 +26,36 @@ fn rand(seed: u32, n: usize, scale: f32) -> Vec<f32> {
 fn inputs(c: &Pi05Config, seed: u32) -> Inputs {
     let px = c.siglip.image_size * c.siglip.image_size * 3;
     Inputs {
-        images: (0..c.views as u32).map(|v| rand(seed + v, px, 1.0)).collect(),
+        images: (0..c.views as u32)
+            .map(|v| rand(seed + v, px, 1.0))
+            .collect(),
         tokens: vec![2, 17, 99, 301, 5, 42, 7, 108],
         noise: rand(seed + 100, c.action_horizon * c.action_dim, 1.7),
     }
 }
 
 fn infer(m: &Pi05, i: &Inputs, present: &[bool]) -> Vec<f32> {
-    let imgs: Vec<Option<&[f32]>> = i.images.iter().zip(present).map(|(im, p)| p.then_some(im.as_slice())).collect();
-    m.infer(&Observation { images: &imgs, tokens: &i.tokens, noise: &i.noise }).unwrap()
+    let imgs: Vec<Option<&[f32]>> = i
+        .images
+        .iter()
+        .zip(present)
+        .map(|(im, p)| p.then_some(im.as_slice()))
+        .collect();
+    m.infer(&Observation {
+        images: &imgs,
+        tokens: &i.tokens,
+        noise: &i.noise,
+    })
+    .unwrap()
 }
 
 fn model(ctx: &Ctx, seed: u64) -> (Pi05, Stream) {
     let c = Pi05Config::tiny();
     let s = ctx.stream(0).unwrap();
-    (Pi05::new(ctx, s, &Pi05Weights::random(&c, seed), DType::F32).unwrap(), s)
+    (
+        Pi05::new(ctx, s, &Pi05Weights::random(&c, seed), DType::F32).unwrap(),
+        s,
+    )
 }
 
 #[test]
@@ -53,15 +68,27 @@ fn end_to_end_is_deterministic_and_masks_work() {
     let a = infer(&m, &i, &present);
     assert_eq!(a.len(), c.action_horizon * c.action_dim);
     assert!(a.iter().all(|v| v.is_finite()));
-    assert!(a.iter().zip(&i.noise).any(|(x, n)| (x - n).abs() > 1e-3), "the steps moved the actions");
+    assert!(
+        a.iter().zip(&i.noise).any(|(x, n)| (x - n).abs() > 1e-3),
+        "the steps moved the actions"
+    );
     // Same inputs, same actions, bit for bit.
     assert_eq!(infer(&m, &i, &present), a);
     // A masked view's pixels do not matter ...
     let mut j = inputs(&c, 3);
     j.images[1] = rand(999, j.images[1].len(), 1.0);
-    assert_eq!(infer(&m, &j, &present), a, "a missing view's pixels leaked into the actions");
+    assert_eq!(
+        infer(&m, &j, &present),
+        a,
+        "a missing view's pixels leaked into the actions"
+    );
     // ... nor do the padded prompt slots (written here behind the model's back).
-    m.set_inputs(&Observation { images: &[Some(&i.images[0]), None, Some(&i.images[2])], tokens: &i.tokens, noise: &i.noise }).unwrap();
+    m.set_inputs(&Observation {
+        images: &[Some(&i.images[0]), None, Some(&i.images[2])],
+        tokens: &i.tokens,
+        noise: &i.noise,
+    })
+    .unwrap();
     let mut padded: Vec<i32> = i.tokens.iter().map(|t| *t as i32).collect();
     padded.resize(c.max_token_len, 0);
     for (n, slot) in padded.iter_mut().enumerate().skip(i.tokens.len()) {
@@ -79,7 +106,10 @@ fn end_to_end_is_deterministic_and_masks_work() {
     let mut k = inputs(&c, 3);
     k.tokens[3] = 302;
     assert_ne!(infer(&m, &k, &present), a);
-    assert_ne!(infer(&m, &inputs(&c, 4), &present), infer(&m, &inputs(&c, 3), &present));
+    assert_ne!(
+        infer(&m, &inputs(&c, 4), &present),
+        infer(&m, &inputs(&c, 3), &present)
+    );
 }
 
 #[test]
@@ -94,7 +124,11 @@ fn a_new_subgoal_is_a_buffer_write_not_a_recapture() {
     let mut other = inputs(&c, 11);
     other.tokens = vec![2, 640, 13, 77, 9, 9, 9, 400, 12, 1, 3];
     let switched = infer(&m, &other, &present);
-    assert_eq!((m.capture_count(), m.variant_count()), (captures, variants), "no recapture, no new variant");
+    assert_eq!(
+        (m.capture_count(), m.variant_count()),
+        (captures, variants),
+        "no recapture, no new variant"
+    );
     // A model built from scratch with that prompt gives the same actions, bit for bit.
     let (fresh, _) = model(&ctx, 2);
     assert_eq!(infer(&fresh, &other, &present), switched);
@@ -107,11 +141,23 @@ fn stages_replay_one_by_one_and_halt_overrides() {
     let c = m.config.clone();
     let i = inputs(&c, 21);
     let whole = infer(&m, &i, &[true, true, false]);
-    let imgs = [Some(i.images[0].as_slice()), Some(i.images[1].as_slice()), None];
-    m.set_inputs(&Observation { images: &imgs, tokens: &i.tokens, noise: &i.noise }).unwrap();
+    let imgs = [
+        Some(i.images[0].as_slice()),
+        Some(i.images[1].as_slice()),
+        None,
+    ];
+    m.set_inputs(&Observation {
+        images: &imgs,
+        tokens: &i.tokens,
+        noise: &i.noise,
+    })
+    .unwrap();
     let stages = m.stages();
     assert_eq!(stages.len(), 2 + c.steps);
-    assert_eq!((stages[0], stages[1], stages[2]), (Stage::Vision, Stage::Prefix, Stage::Step(0)));
+    assert_eq!(
+        (stages[0], stages[1], stages[2]),
+        (Stage::Vision, Stage::Prefix, Stage::Step(0))
+    );
     for st in stages {
         m.replay(st).unwrap();
     }
@@ -136,16 +182,45 @@ fn bad_inputs_are_rejected() {
     let c = m.config.clone();
     let i = inputs(&c, 1);
     let img = i.images[0].as_slice();
-    let obs = |images: &[Option<&[f32]>], tokens: &[u32], noise: &[f32]| m.set_inputs(&Observation { images, tokens, noise }).is_err();
-    assert!(obs(&[None, None, None], &i.tokens, &i.noise), "no view at all");
-    assert!(obs(&[Some(&img[1..]), None, None], &i.tokens, &i.noise), "short image");
+    let obs = |images: &[Option<&[f32]>], tokens: &[u32], noise: &[f32]| {
+        m.set_inputs(&Observation {
+            images,
+            tokens,
+            noise,
+        })
+        .is_err()
+    };
+    assert!(
+        obs(&[None, None, None], &i.tokens, &i.noise),
+        "no view at all"
+    );
+    assert!(
+        obs(&[Some(&img[1..]), None, None], &i.tokens, &i.noise),
+        "short image"
+    );
     let mut bright = img.to_vec();
     bright[3] = 3.0;
-    assert!(obs(&[Some(&bright), None, None], &i.tokens, &i.noise), "out of range pixel");
-    assert!(obs(&[Some(img), None], &i.tokens, &i.noise), "wrong view count");
+    assert!(
+        obs(&[Some(&bright), None, None], &i.tokens, &i.noise),
+        "out of range pixel"
+    );
+    assert!(
+        obs(&[Some(img), None], &i.tokens, &i.noise),
+        "wrong view count"
+    );
     assert!(obs(&[Some(img), None, None], &[], &i.noise), "empty prompt");
-    assert!(obs(&[Some(img), None, None], &vec![1; c.max_token_len + 1], &i.noise), "long prompt");
-    assert!(obs(&[Some(img), None, None], &[2, c.vocab as u32], &i.noise), "token outside the vocabulary");
+    assert!(
+        obs(
+            &[Some(img), None, None],
+            &vec![1; c.max_token_len + 1],
+            &i.noise
+        ),
+        "long prompt"
+    );
+    assert!(
+        obs(&[Some(img), None, None], &[2, c.vocab as u32], &i.noise),
+        "token outside the vocabulary"
+    );
     let mut nan = i.noise.clone();
     nan[0] = f32::NAN;
     assert!(obs(&[Some(img), None, None], &i.tokens, &nan), "NaN noise");

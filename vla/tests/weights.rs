@@ -20,14 +20,21 @@ fn configs_are_consistent() {
     bad.expert.depth = 3;
     assert!(bad.validate().is_err());
     // The base model has the parameter count of pi05 (about 3.3 billion).
-    let params: usize = expected(&Pi05Config::base()).iter().map(|(_, s, _)| s.iter().product::<usize>()).sum();
+    let params: usize = expected(&Pi05Config::base())
+        .iter()
+        .map(|(_, s, _)| s.iter().product::<usize>())
+        .sum();
     assert!((3.2e9..3.5e9).contains(&(params as f64)), "{params}");
 }
 
 #[test]
 fn random_weights_are_deterministic() {
     let c = Pi05Config::tiny();
-    let (a, b, other) = (Pi05Weights::random(&c, 7), Pi05Weights::random(&c, 7), Pi05Weights::random(&c, 8));
+    let (a, b, other) = (
+        Pi05Weights::random(&c, 7),
+        Pi05Weights::random(&c, 7),
+        Pi05Weights::random(&c, 8),
+    );
     assert_eq!(a.tensors.len(), expected(&c).len());
     let name = format!("{LLM}.layers.1.mlp.up_proj.weight");
     assert_eq!(a.get(&name).unwrap(), b.get(&name).unwrap());
@@ -55,7 +62,10 @@ fn round_trips_through_the_real_loader() {
         let b = &back.tensors[name];
         assert_eq!(b.shape, t.shape);
         for (x, y) in t.data.iter().zip(&b.data) {
-            assert!((x - y).abs() <= x.abs() / 128.0 + 1e-30, "{name}: {x} vs {y}");
+            assert!(
+                (x - y).abs() <= x.abs() / 128.0 + 1e-30,
+                "{name}: {x} vs {y}"
+            );
         }
     }
     let _ = (std::fs::remove_dir_all(&d), std::fs::remove_dir_all(&d2));
@@ -79,15 +89,27 @@ fn missing_or_misshaped_tensors_are_named() {
     let mut w = Pi05Weights::random(&c, 2);
     w.tensors.get_mut("time_mlp_in.bias").unwrap().shape = vec![c.expert.width / 2, 2];
     w.write(&d, false, 1, false).unwrap();
-    assert!(matches!(Pi05Weights::load(&d, &c), Err(Error::TensorShape { .. })));
+    assert!(matches!(
+        Pi05Weights::load(&d, &c),
+        Err(Error::TensorShape { .. })
+    ));
     // A config that does not match the checkpoint.
     let w = Pi05Weights::random(&c, 2);
     w.write(&d, false, 1, false).unwrap();
     let mut other = c.clone();
     other.action_dim = 7;
-    assert!(matches!(Pi05Weights::load(&d, &other), Err(Error::TensorShape { .. })));
+    assert!(matches!(
+        Pi05Weights::load(&d, &other),
+        Err(Error::TensorShape { .. })
+    ));
     std::fs::write(d.join("model.safetensors"), b"not safetensors").unwrap();
-    assert!(matches!(Pi05Weights::load(&d, &c), Err(Error::BadCheckpoint { .. })));
-    assert!(matches!(Pi05Weights::load(&d.join("absent"), &c), Err(Error::ModelFolder { .. })));
+    assert!(matches!(
+        Pi05Weights::load(&d, &c),
+        Err(Error::BadCheckpoint { .. })
+    ));
+    assert!(matches!(
+        Pi05Weights::load(&d.join("absent"), &c),
+        Err(Error::ModelFolder { .. })
+    ));
     let _ = std::fs::remove_dir_all(&d);
 }

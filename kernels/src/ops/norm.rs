@@ -303,22 +303,42 @@ impl Kernels {
     /// `mask` `[n]` (0 to keep a token, −∞ to suppress it): per row, the index of the largest
     /// value (the first one on ties) into `index` (i32 `[rows]`) and its log-softmax value
     /// into `logprob` (f32 `[rows]`). Reading two numbers back replaces reading the logits.
-    pub fn argmax_logsoftmax(&self, s: Stream, logits: &Tensor, mask: Option<&Tensor>, index: &Tensor, logprob: &Tensor) -> Result<()> {
+    pub fn argmax_logsoftmax(
+        &self,
+        s: Stream,
+        logits: &Tensor,
+        mask: Option<&Tensor>,
+        index: &Tensor,
+        logprob: &Tensor,
+    ) -> Result<()> {
         let op = "argmax_logsoftmax";
         self.check_ctx(op, &[logits, index, logprob])?;
         logits.expect_dtype(op, "logits", crate::DType::F32)?;
         index.expect_dtype(op, "index", crate::DType::I32)?;
         logprob.expect_dtype(op, "logprob", crate::DType::F32)?;
         let rl = rows(op, logits)?;
-        if index.numel() != rl.rows || logprob.numel() != rl.rows || !index.is_contiguous() || !logprob.is_contiguous() {
-            return Err(Error::shape(op, format!("index {index:?} and logprob {logprob:?} need {} elements", rl.rows)));
+        if index.numel() != rl.rows
+            || logprob.numel() != rl.rows
+            || !index.is_contiguous()
+            || !logprob.is_contiguous()
+        {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "index {index:?} and logprob {logprob:?} need {} elements",
+                    rl.rows
+                ),
+            ));
         }
         if let Some(m) = mask {
             self.check_ctx(op, &[m])?;
             m.expect_dtype(op, "mask", crate::DType::F32)?;
             m.expect_contiguous(op)?;
             if m.numel() != rl.cols {
-                return Err(Error::shape(op, format!("mask {m:?} needs {} elements", rl.cols)));
+                return Err(Error::shape(
+                    op,
+                    format!("mask {m:?} needs {} elements", rl.cols),
+                ));
             }
         }
         match &self.cuda {
@@ -327,20 +347,43 @@ impl Kernels {
                 if let Some(m) = mask {
                     self.retain(s, &[m]);
                 }
-                let (mut lp, mut mp, mut ip, mut pp) = (logits.ptr(), mask.map_or(0, |m| m.ptr()), index.ptr(), logprob.ptr());
+                let (mut lp, mut mp, mut ip, mut pp) = (
+                    logits.ptr(),
+                    mask.map_or(0, |m| m.ptr()),
+                    index.ptr(),
+                    logprob.ptr(),
+                );
                 let (mut n, mut sx) = (rl.cols as u32, rl.stride as u64);
                 // SAFETY: one block per checked row; the mask has `cols` elements.
-                unsafe { c.launch(s, "argmax_logsoftmax", None, (rl.rows as u32, 1, 1), (1024, 1, 1), 0, &mut args!(lp, mp, ip, pp, n, sx)) }
+                unsafe {
+                    c.launch(
+                        s,
+                        "argmax_logsoftmax",
+                        None,
+                        (rl.rows as u32, 1, 1),
+                        (1024, 1, 1),
+                        0,
+                        &mut args!(lp, mp, ip, pp, n, sx),
+                    )
+                }
             }
             None => {
-                let (lp, mp, ip, pp) = (P::of(logits), mask.map(P::of), P::of(index), P::of(logprob));
-                let keep = (logits.clone(), mask.cloned(), index.clone(), logprob.clone());
+                let (lp, mp, ip, pp) =
+                    (P::of(logits), mask.map(P::of), P::of(index), P::of(logprob));
+                let keep = (
+                    logits.clone(),
+                    mask.cloned(),
+                    index.clone(),
+                    logprob.clone(),
+                );
                 self.host(s, move || {
                     let _ = &keep;
                     for r in 0..rl.rows {
                         // SAFETY: indices inside the checked sizes.
                         unsafe {
-                            let at = |c: usize| lp.ld::<f32>(r * rl.stride + c) + mp.map_or(0.0, |m| m.ld::<f32>(c));
+                            let at = |c: usize| {
+                                lp.ld::<f32>(r * rl.stride + c) + mp.map_or(0.0, |m| m.ld::<f32>(c))
+                            };
                             let (mut m, mut mi) = (f32::NEG_INFINITY, 0usize);
                             for c in 0..rl.cols {
                                 if at(c) > m {

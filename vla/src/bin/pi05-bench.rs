@@ -17,14 +17,24 @@ fn pct(v: &mut [f64], q: f64) -> f64 {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let iters: usize = args.iter().position(|a| a == "--iters").and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok()).unwrap_or(200);
+    let iters: usize = args
+        .iter()
+        .position(|a| a == "--iters")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
     let ctx = Ctx::cuda(0).unwrap_or_else(|e| {
         eprintln!("pi05-bench needs a CUDA GPU: {e}");
         std::process::exit(1)
     });
     let cu = ctx.cuda_context().unwrap().clone();
-    println!("device: {}; bf16; {iters} iterations after 10 warm-ups\n", cu.name().unwrap_or_default());
-    println!("| prompt max | vision p50 / p99 ms | prefix p50 / p99 ms | one step p50 / p99 ms | end to end p50 / p99 ms | GPU memory in use |");
+    println!(
+        "device: {}; bf16; {iters} iterations after 10 warm-ups\n",
+        cu.name().unwrap_or_default()
+    );
+    println!(
+        "| prompt max | vision p50 / p99 ms | prefix p50 / p99 ms | one step p50 / p99 ms | end to end p50 / p99 ms | GPU memory in use |"
+    );
     println!("|---|---|---|---|---|---|");
     for max_tokens in [64usize, 200] {
         let mut c = Pi05Config::base();
@@ -35,10 +45,19 @@ fn main() {
         let m = Pi05::new(&ctx, s, &w, DType::BF16).unwrap();
         drop(w);
         let px = c.siglip.image_size * c.siglip.image_size * 3;
-        let img: Vec<f32> = (0..px).map(|i| ((i * 37 % 255) as f32 / 127.5) - 1.0).collect();
+        let img: Vec<f32> = (0..px)
+            .map(|i| ((i * 37 % 255) as f32 / 127.5) - 1.0)
+            .collect();
         let tokens: Vec<u32> = (0..40u32).map(|i| 2 + i * 101).collect();
-        let noise: Vec<f32> = (0..c.action_horizon * c.action_dim).map(|i| ((i * 7 % 13) as f32 - 6.0) / 4.0).collect();
-        m.set_inputs(&Observation { images: &[Some(&img), Some(&img)], tokens: &tokens, noise: &noise }).unwrap();
+        let noise: Vec<f32> = (0..c.action_horizon * c.action_dim)
+            .map(|i| ((i * 7 % 13) as f32 - 6.0) / 4.0)
+            .collect();
+        m.set_inputs(&Observation {
+            images: &[Some(&img), Some(&img)],
+            tokens: &tokens,
+            noise: &noise,
+        })
+        .unwrap();
         let (t0, t1) = (ctx.timing_event().unwrap(), ctx.timing_event().unwrap());
         let time = |f: &dyn Fn()| -> f64 {
             t0.record(s).unwrap();
@@ -51,7 +70,8 @@ fn main() {
             m.run().unwrap();
         }
         ctx.sync_stream(s).unwrap();
-        let (mut vis, mut pre, mut step, mut e2e) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut vis, mut pre, mut step, mut e2e) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..iters {
             vis.push(time(&|| m.replay(Stage::Vision).unwrap()));
             pre.push(time(&|| m.replay(Stage::Prefix).unwrap()));

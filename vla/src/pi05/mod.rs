@@ -47,7 +47,10 @@ pub struct Observation<'a> {
 }
 
 fn err(e: impl std::fmt::Display) -> frt_exec::Error {
-    frt_exec::Error::Invalid { op: "pi05 capture", reason: e.to_string() }
+    frt_exec::Error::Invalid {
+        op: "pi05 capture",
+        reason: e.to_string(),
+    }
 }
 
 /// The policy on a stream of a context (see the module docs).
@@ -147,7 +150,12 @@ impl Pi05 {
         let kv_width = kvh * hd;
 
         // ---- buffers
-        let images = Tensor::alloc(ctx, "images", dt, &[c.views, sg.image_size, sg.image_size, 3])?;
+        let images = Tensor::alloc(
+            ctx,
+            "images",
+            dt,
+            &[c.views, sg.image_size, sg.image_size, 3],
+        )?;
         let tokens = Tensor::alloc(ctx, "prompt_tokens", DType::I32, &[c.max_token_len])?;
         let prefix_mask = Tensor::alloc(ctx, "prefix_mask", DType::U8, &[p_len])?;
         let full_mask = Tensor::alloc(ctx, "full_mask", DType::U8, &[p_len + s_len])?;
@@ -173,27 +181,105 @@ impl Pi05 {
         let vl: Vec<SiglipLayer> = (0..sg.depth)
             .map(|i| -> Result<SiglipLayer> {
                 let p = format!("{VISION}.encoder.layers.{i}");
-                let pair = |a: &str| -> Result<(Tensor, Tensor)> { Ok((up.t(&format!("{p}.{a}.weight"))?, up.t(&format!("{p}.{a}.bias"))?)) };
-                let names = |kind: &str| ["q_proj", "k_proj", "v_proj"].map(|n| format!("{p}.self_attn.{n}.{kind}")).to_vec();
+                let pair = |a: &str| -> Result<(Tensor, Tensor)> {
+                    Ok((
+                        up.t(&format!("{p}.{a}.weight"))?,
+                        up.t(&format!("{p}.{a}.bias"))?,
+                    ))
+                };
+                let names = |kind: &str| {
+                    ["q_proj", "k_proj", "v_proj"]
+                        .map(|n| format!("{p}.self_attn.{n}.{kind}"))
+                        .to_vec()
+                };
                 let qkv_w = up.stacked(&names("weight"))?;
                 let qkv_b = up.stacked(&names("bias"))?.reshape(&[3 * sg.width])?;
-                Ok(SiglipLayer { ln1: pair("layer_norm1")?, qkv: (qkv_w, qkv_b), out: pair("self_attn.out_proj")?, ln2: pair("layer_norm2")?, fc1: pair("mlp.fc1")?, fc2: pair("mlp.fc2")? })
+                Ok(SiglipLayer {
+                    ln1: pair("layer_norm1")?,
+                    qkv: (qkv_w, qkv_b),
+                    out: pair("self_attn.out_proj")?,
+                    ln2: pair("layer_norm2")?,
+                    fc1: pair("mlp.fc1")?,
+                    fc2: pair("mlp.fc2")?,
+                })
             })
             .collect::<Result<_>>()?;
-        let post = (up.t(&format!("{VISION}.post_layernorm.weight"))?, up.t(&format!("{VISION}.post_layernorm.bias"))?);
-        let proj = (up.t(&format!("{PROJECTOR}.weight"))?, up.t(&format!("{PROJECTOR}.bias"))?);
+        let post = (
+            up.t(&format!("{VISION}.post_layernorm.weight"))?,
+            up.t(&format!("{VISION}.post_layernorm.bias"))?,
+        );
+        let proj = (
+            up.t(&format!("{PROJECTOR}.weight"))?,
+            up.t(&format!("{PROJECTOR}.bias"))?,
+        );
         let img_rows = prefix_x.narrow(0, 0, n_img)?;
-        let vg_qkv = k.gemm(&vln, &vl[0].qkv.0, &vqkv, false, true, 1.0, 0.0, true, Epilogue::None)?;
-        let vg_out = k.gemm(&vattn, &vl[0].out.0, &vx, false, true, 1.0, 1.0, true, Epilogue::None)?;
-        let vg_fc1 = k.gemm(&vln, &vl[0].fc1.0, &vh, false, true, 1.0, 0.0, true, Epilogue::Gelu)?;
-        let vg_fc2 = k.gemm(&vh, &vl[0].fc2.0, &vx, false, true, 1.0, 1.0, true, Epilogue::None)?;
-        let vg_proj = k.gemm(&vln, &proj.0, &img_rows, false, true, 1.0, 0.0, true, Epilogue::None)?;
+        let vg_qkv = k.gemm(
+            &vln,
+            &vl[0].qkv.0,
+            &vqkv,
+            false,
+            true,
+            1.0,
+            0.0,
+            true,
+            Epilogue::None,
+        )?;
+        let vg_out = k.gemm(
+            &vattn,
+            &vl[0].out.0,
+            &vx,
+            false,
+            true,
+            1.0,
+            1.0,
+            true,
+            Epilogue::None,
+        )?;
+        let vg_fc1 = k.gemm(
+            &vln,
+            &vl[0].fc1.0,
+            &vh,
+            false,
+            true,
+            1.0,
+            0.0,
+            true,
+            Epilogue::Gelu,
+        )?;
+        let vg_fc2 = k.gemm(
+            &vh,
+            &vl[0].fc2.0,
+            &vx,
+            false,
+            true,
+            1.0,
+            1.0,
+            true,
+            Epilogue::None,
+        )?;
+        let vg_proj = k.gemm(
+            &vln,
+            &proj.0,
+            &img_rows,
+            false,
+            true,
+            1.0,
+            0.0,
+            true,
+            Epilogue::None,
+        )?;
         let (vt, vhd) = (sg.tokens(), sg.head_dim());
         let mut vattn_plans: Vec<AttentionPlan> = Vec::new();
         for v in 0..c.views {
             let rows = |t: &Tensor, col: usize| -> Result<Tensor> {
                 let width = t.shape()[1];
-                Ok(Tensor::with_layout(t.buffer(), dt, &[vt, sg.heads, vhd], &[width, vhd, 1], t.offset() + v * vt * width + col)?)
+                Ok(Tensor::with_layout(
+                    t.buffer(),
+                    dt,
+                    &[vt, sg.heads, vhd],
+                    &[width, vhd, 1],
+                    t.offset() + v * vt * width + col,
+                )?)
             };
             let plan = k.attention_plan_sharing(
                 &rows(&vqkv, 0)?,
@@ -229,11 +315,20 @@ impl Pi05 {
         })?;
 
         // ---- the two Gemma stacks' weights and caches
-        let gemma = |prefix: &str, g: &crate::config::GemmaConfig, adaptive: bool| -> Result<Vec<GemmaLayer>> {
+        let gemma = |prefix: &str,
+                     g: &crate::config::GemmaConfig,
+                     adaptive: bool|
+         -> Result<Vec<GemmaLayer>> {
             (0..g.depth)
                 .map(|i| -> Result<GemmaLayer> {
                     let p = format!("{prefix}.layers.{i}");
-                    let norm = |n: &str| -> Result<Option<Tensor>> { if adaptive { Ok(None) } else { Ok(Some(up.t(&format!("{p}.{n}.weight"))?)) } };
+                    let norm = |n: &str| -> Result<Option<Tensor>> {
+                        if adaptive {
+                            Ok(None)
+                        } else {
+                            Ok(Some(up.t(&format!("{p}.{n}.weight"))?))
+                        }
+                    };
                     Ok(GemmaLayer {
                         ln1: norm("input_layernorm")?,
                         ln2: norm("post_attention_layernorm")?,
@@ -241,10 +336,23 @@ impl Pi05 {
                         k: up.t(&format!("{p}.self_attn.k_proj.weight"))?,
                         v: up.t(&format!("{p}.self_attn.v_proj.weight"))?,
                         o: up.t(&format!("{p}.self_attn.o_proj.weight"))?,
-                        gate_up: up.stacked(&[format!("{p}.mlp.gate_proj.weight"), format!("{p}.mlp.up_proj.weight")])?,
+                        gate_up: up.stacked(&[
+                            format!("{p}.mlp.gate_proj.weight"),
+                            format!("{p}.mlp.up_proj.weight"),
+                        ])?,
                         down: up.t(&format!("{p}.mlp.down_proj.weight"))?,
-                        k_cache: Tensor::alloc(ctx, &format!("{p}.k_cache"), dt, &[p_len + s_len, kv_width])?,
-                        v_cache: Tensor::alloc(ctx, &format!("{p}.v_cache"), dt, &[p_len + s_len, kv_width])?,
+                        k_cache: Tensor::alloc(
+                            ctx,
+                            &format!("{p}.k_cache"),
+                            dt,
+                            &[p_len + s_len, kv_width],
+                        )?,
+                        v_cache: Tensor::alloc(
+                            ctx,
+                            &format!("{p}.v_cache"),
+                            dt,
+                            &[p_len + s_len, kv_width],
+                        )?,
                     })
                 })
                 .collect()
@@ -259,19 +367,76 @@ impl Pi05 {
         let embed = up.t(&format!("{LLM}.embed_tokens.weight"))?;
 
         // ---- prefix: prompt embedding, language model filling the caches
-        let heads_of = |t: &Tensor, rows: usize, n: usize| -> Result<Tensor> { Ok(t.reshape(&[rows, n, hd])?) };
+        let heads_of = |t: &Tensor, rows: usize, n: usize| -> Result<Tensor> {
+            Ok(t.reshape(&[rows, n, hd])?)
+        };
         let px_ln = Tensor::alloc(ctx, "prefix.ln", dt, &[p_len, lg.width])?;
         let pq = Tensor::alloc(ctx, "prefix.q", dt, &[p_len, heads * hd])?;
         let pattn = Tensor::alloc(ctx, "prefix.attn", dt, &[p_len, heads * hd])?;
         let pgu = Tensor::alloc(ctx, "prefix.gate_up", dt, &[p_len, 2 * lg.mlp])?;
         let ph = Tensor::alloc(ctx, "prefix.mlp", dt, &[p_len, lg.mlp])?;
-        let pk_rows = |l: &GemmaLayer| -> Result<(Tensor, Tensor)> { Ok((l.k_cache.narrow(0, 0, p_len)?, l.v_cache.narrow(0, 0, p_len)?)) };
+        let pk_rows = |l: &GemmaLayer| -> Result<(Tensor, Tensor)> {
+            Ok((
+                l.k_cache.narrow(0, 0, p_len)?,
+                l.v_cache.narrow(0, 0, p_len)?,
+            ))
+        };
         let (k0, _) = pk_rows(&ll[0])?;
-        let pg_q = k.gemm(&px_ln, &ll[0].q, &pq, false, true, 1.0, 0.0, false, Epilogue::None)?;
-        let pg_kv = k.gemm(&px_ln, &ll[0].k, &k0, false, true, 1.0, 0.0, false, Epilogue::None)?;
-        let pg_o = k.gemm(&pattn, &ll[0].o, &prefix_x, false, true, 1.0, 1.0, false, Epilogue::None)?;
-        let pg_gu = k.gemm(&px_ln, &ll[0].gate_up, &pgu, false, true, 1.0, 0.0, false, Epilogue::None)?;
-        let pg_down = k.gemm(&ph, &ll[0].down, &prefix_x, false, true, 1.0, 1.0, false, Epilogue::None)?;
+        let pg_q = k.gemm(
+            &px_ln,
+            &ll[0].q,
+            &pq,
+            false,
+            true,
+            1.0,
+            0.0,
+            false,
+            Epilogue::None,
+        )?;
+        let pg_kv = k.gemm(
+            &px_ln,
+            &ll[0].k,
+            &k0,
+            false,
+            true,
+            1.0,
+            0.0,
+            false,
+            Epilogue::None,
+        )?;
+        let pg_o = k.gemm(
+            &pattn,
+            &ll[0].o,
+            &prefix_x,
+            false,
+            true,
+            1.0,
+            1.0,
+            false,
+            Epilogue::None,
+        )?;
+        let pg_gu = k.gemm(
+            &px_ln,
+            &ll[0].gate_up,
+            &pgu,
+            false,
+            true,
+            1.0,
+            0.0,
+            false,
+            Epilogue::None,
+        )?;
+        let pg_down = k.gemm(
+            &ph,
+            &ll[0].down,
+            &prefix_x,
+            false,
+            true,
+            1.0,
+            1.0,
+            false,
+            Epilogue::None,
+        )?;
         let mut pattn_plans: Vec<AttentionPlan> = Vec::new();
         for l in &ll {
             let (kc, vc) = pk_rows(l)?;
@@ -293,20 +458,49 @@ impl Pi05 {
                 k.embedding(cs, &tokens, &embed, &prompt_rows, (lg.width as f32).sqrt())?;
                 for (i, (l, plan)) in ll.iter().zip(&pattn_plans).enumerate() {
                     let (kc, vc) = pk_rows(l)?;
-                    k.rms_norm(cs, &prefix_x, l.ln1.as_ref().expect("language model norms"), &px_ln, GEMMA_EPS)?;
+                    k.rms_norm(
+                        cs,
+                        &prefix_x,
+                        l.ln1.as_ref().expect("language model norms"),
+                        &px_ln,
+                        GEMMA_EPS,
+                    )?;
                     pg_q.run(cs, &px_ln, &l.q, &pq, None)?;
                     pg_kv.run(cs, &px_ln, &l.k, &kc, None)?;
                     pg_kv.run(cs, &px_ln, &l.v, &vc, None)?;
-                    k.rope(cs, &heads_of(&pq, p_len, heads)?, &prefix_pos, &heads_of(&pq, p_len, heads)?, ROPE_WAVELENGTH)?;
-                    k.rope(cs, &heads_of(&kc, p_len, kvh)?, &prefix_pos, &heads_of(&kc, p_len, kvh)?, ROPE_WAVELENGTH)?;
+                    k.rope(
+                        cs,
+                        &heads_of(&pq, p_len, heads)?,
+                        &prefix_pos,
+                        &heads_of(&pq, p_len, heads)?,
+                        ROPE_WAVELENGTH,
+                    )?;
+                    k.rope(
+                        cs,
+                        &heads_of(&kc, p_len, kvh)?,
+                        &prefix_pos,
+                        &heads_of(&kc, p_len, kvh)?,
+                        ROPE_WAVELENGTH,
+                    )?;
                     plan.run(&k, cs)?;
                     pg_o.run(cs, &pattn, &l.o, &prefix_x, None)?;
                     if i + 1 == ll.len() {
                         break; // the last MLP only feeds the prefix output, which nothing reads
                     }
-                    k.rms_norm(cs, &prefix_x, l.ln2.as_ref().expect("language model norms"), &px_ln, GEMMA_EPS)?;
+                    k.rms_norm(
+                        cs,
+                        &prefix_x,
+                        l.ln2.as_ref().expect("language model norms"),
+                        &px_ln,
+                        GEMMA_EPS,
+                    )?;
                     pg_gu.run(cs, &px_ln, &l.gate_up, &pgu, None)?;
-                    k.geglu(cs, &pgu.narrow(1, 0, lg.mlp)?, &pgu.narrow(1, lg.mlp, lg.mlp)?, &ph)?;
+                    k.geglu(
+                        cs,
+                        &pgu.narrow(1, 0, lg.mlp)?,
+                        &pgu.narrow(1, lg.mlp, lg.mlp)?,
+                        &ph,
+                    )?;
                     pg_down.run(cs, &ph, &l.down, &prefix_x, None)?;
                 }
                 Ok(())
@@ -319,31 +513,70 @@ impl Pi05 {
         let n_mods = 2 * eg.depth + 1;
         let mods = Tensor::alloc(ctx, "expert.modulations", dt, &[c.steps, n_mods, 3 * ew])?;
         {
-            let times: Vec<f32> = (0..c.steps).map(|i| 1.0 - i as f32 / c.steps as f32).collect();
+            let times: Vec<f32> = (0..c.steps)
+                .map(|i| 1.0 - i as f32 / c.steps as f32)
+                .collect();
             let t = Tensor::alloc(ctx, "time", dt, &[c.steps])?;
             t.write_f32(s, &times)?;
             let temb = Tensor::alloc(ctx, "time_emb", dt, &[c.steps, ew])?;
             let h = Tensor::alloc(ctx, "time_h", dt, &[c.steps, ew])?;
             k.sinusoidal(s, &t, &temb, 4e-3, 4.0)?;
-            let (wi, bi, wo, bo) = (up.t("time_mlp_in.weight")?, up.t("time_mlp_in.bias")?, up.t("time_mlp_out.weight")?, up.t("time_mlp_out.bias")?);
-            k.gemm(&temb, &wi, &h, false, true, 1.0, 0.0, true, Epilogue::None)?.run(s, &temb, &wi, &h, Some(&bi))?;
+            let (wi, bi, wo, bo) = (
+                up.t("time_mlp_in.weight")?,
+                up.t("time_mlp_in.bias")?,
+                up.t("time_mlp_out.weight")?,
+                up.t("time_mlp_out.bias")?,
+            );
+            k.gemm(&temb, &wi, &h, false, true, 1.0, 0.0, true, Epilogue::None)?
+                .run(s, &temb, &wi, &h, Some(&bi))?;
             k.silu(s, &h, &h)?;
-            k.gemm(&h, &wo, &temb, false, true, 1.0, 0.0, true, Epilogue::None)?.run(s, &h, &wo, &temb, Some(&bo))?;
+            k.gemm(&h, &wo, &temb, false, true, 1.0, 0.0, true, Epilogue::None)?
+                .run(s, &h, &wo, &temb, Some(&bo))?;
             k.silu(s, &temb, &temb)?;
             let mut dense: Vec<String> = Vec::new();
             for i in 0..eg.depth {
                 dense.push(format!("{EXPERT}.layers.{i}.input_layernorm.dense"));
-                dense.push(format!("{EXPERT}.layers.{i}.post_attention_layernorm.dense"));
+                dense.push(format!(
+                    "{EXPERT}.layers.{i}.post_attention_layernorm.dense"
+                ));
             }
             dense.push(format!("{EXPERT}.norm.dense"));
             for (j, name) in dense.iter().enumerate() {
-                let (wd, bd) = (up.t(&format!("{name}.weight"))?, up.t(&format!("{name}.bias"))?);
-                let dst = Tensor::with_layout(mods.buffer(), dt, &[c.steps, 3 * ew], &[n_mods * 3 * ew, 1], j * 3 * ew)?;
-                k.gemm(&temb, &wd, &dst, false, true, 1.0, 0.0, true, Epilogue::None)?.run(s, &temb, &wd, &dst, Some(&bd))?;
+                let (wd, bd) = (
+                    up.t(&format!("{name}.weight"))?,
+                    up.t(&format!("{name}.bias"))?,
+                );
+                let dst = Tensor::with_layout(
+                    mods.buffer(),
+                    dt,
+                    &[c.steps, 3 * ew],
+                    &[n_mods * 3 * ew, 1],
+                    j * 3 * ew,
+                )?;
+                k.gemm(
+                    &temb,
+                    &wd,
+                    &dst,
+                    false,
+                    true,
+                    1.0,
+                    0.0,
+                    true,
+                    Epilogue::None,
+                )?
+                .run(s, &temb, &wd, &dst, Some(&bd))?;
             }
             ctx.sync_stream(s)?;
         }
-        let modulation = |step: usize, j: usize| -> Result<Tensor> { Ok(Tensor::with_layout(mods.buffer(), dt, &[1, 3 * ew], &[3 * ew, 1], (step * n_mods + j) * 3 * ew)?) };
+        let modulation = |step: usize, j: usize| -> Result<Tensor> {
+            Ok(Tensor::with_layout(
+                mods.buffer(),
+                dt,
+                &[1, 3 * ew],
+                &[3 * ew, 1],
+                (step * n_mods + j) * 3 * ew,
+            )?)
+        };
 
         // ---- one denoising step
         let xa = Tensor::alloc(ctx, "step.x", dt, &[s_len, c.action_dim])?;
@@ -356,15 +589,75 @@ impl Pi05 {
         let sh = Tensor::alloc(ctx, "step.mlp", dt, &[s_len, eg.mlp])?;
         let v = Tensor::alloc(ctx, "step.v", dt, &[s_len, c.action_dim])?;
         let v32 = Tensor::alloc(ctx, "step.v32", DType::F32, &[s_len, c.action_dim])?;
-        let (win, bin, wout, bout) = (up.t("action_in_proj.weight")?, up.t("action_in_proj.bias")?, up.t("action_out_proj.weight")?, up.t("action_out_proj.bias")?);
-        let sk_rows = |l: &GemmaLayer| -> Result<(Tensor, Tensor)> { Ok((l.k_cache.narrow(0, p_len, s_len)?, l.v_cache.narrow(0, p_len, s_len)?)) };
+        let (win, bin, wout, bout) = (
+            up.t("action_in_proj.weight")?,
+            up.t("action_in_proj.bias")?,
+            up.t("action_out_proj.weight")?,
+            up.t("action_out_proj.bias")?,
+        );
+        let sk_rows = |l: &GemmaLayer| -> Result<(Tensor, Tensor)> {
+            Ok((
+                l.k_cache.narrow(0, p_len, s_len)?,
+                l.v_cache.narrow(0, p_len, s_len)?,
+            ))
+        };
         let (sk0, _) = sk_rows(&el[0])?;
         let sg_in = k.gemm(&xa, &win, &a, false, true, 1.0, 0.0, true, Epilogue::None)?;
-        let sg_q = k.gemm(&aln, &el[0].q, &sq, false, true, 1.0, 0.0, false, Epilogue::None)?;
-        let sg_kv = k.gemm(&aln, &el[0].k, &sk0, false, true, 1.0, 0.0, false, Epilogue::None)?;
-        let sg_o = k.gemm(&sattn, &el[0].o, &so, false, true, 1.0, 0.0, false, Epilogue::None)?;
-        let sg_gu = k.gemm(&aln, &el[0].gate_up, &sgu, false, true, 1.0, 0.0, false, Epilogue::None)?;
-        let sg_down = k.gemm(&sh, &el[0].down, &so, false, true, 1.0, 0.0, false, Epilogue::None)?;
+        let sg_q = k.gemm(
+            &aln,
+            &el[0].q,
+            &sq,
+            false,
+            true,
+            1.0,
+            0.0,
+            false,
+            Epilogue::None,
+        )?;
+        let sg_kv = k.gemm(
+            &aln,
+            &el[0].k,
+            &sk0,
+            false,
+            true,
+            1.0,
+            0.0,
+            false,
+            Epilogue::None,
+        )?;
+        let sg_o = k.gemm(
+            &sattn,
+            &el[0].o,
+            &so,
+            false,
+            true,
+            1.0,
+            0.0,
+            false,
+            Epilogue::None,
+        )?;
+        let sg_gu = k.gemm(
+            &aln,
+            &el[0].gate_up,
+            &sgu,
+            false,
+            true,
+            1.0,
+            0.0,
+            false,
+            Epilogue::None,
+        )?;
+        let sg_down = k.gemm(
+            &sh,
+            &el[0].down,
+            &so,
+            false,
+            true,
+            1.0,
+            0.0,
+            false,
+            Epilogue::None,
+        )?;
         let sg_out = k.gemm(&aln, &wout, &v, false, true, 1.0, 0.0, true, Epilogue::None)?;
         let mut sattn_plans: Vec<AttentionPlan> = Vec::new();
         for l in &el {
@@ -388,18 +681,37 @@ impl Pi05 {
                     sg_in.run(cs, &xa, &win, &a, Some(&bin))?;
                     for (j, (l, plan)) in el.iter().zip(&sattn_plans).enumerate() {
                         let (kc, vc) = sk_rows(l)?;
-                        let gate = k.ada_rms_norm(cs, &a, &modulation(i, 2 * j)?, &aln, GEMMA_EPS)?;
+                        let gate =
+                            k.ada_rms_norm(cs, &a, &modulation(i, 2 * j)?, &aln, GEMMA_EPS)?;
                         sg_q.run(cs, &aln, &l.q, &sq, None)?;
                         sg_kv.run(cs, &aln, &l.k, &kc, None)?;
                         sg_kv.run(cs, &aln, &l.v, &vc, None)?;
-                        k.rope(cs, &heads_of(&sq, s_len, heads)?, &suffix_pos, &heads_of(&sq, s_len, heads)?, ROPE_WAVELENGTH)?;
-                        k.rope(cs, &heads_of(&kc, s_len, kvh)?, &suffix_pos, &heads_of(&kc, s_len, kvh)?, ROPE_WAVELENGTH)?;
+                        k.rope(
+                            cs,
+                            &heads_of(&sq, s_len, heads)?,
+                            &suffix_pos,
+                            &heads_of(&sq, s_len, heads)?,
+                            ROPE_WAVELENGTH,
+                        )?;
+                        k.rope(
+                            cs,
+                            &heads_of(&kc, s_len, kvh)?,
+                            &suffix_pos,
+                            &heads_of(&kc, s_len, kvh)?,
+                            ROPE_WAVELENGTH,
+                        )?;
                         plan.run(&k, cs)?;
                         sg_o.run(cs, &sattn, &l.o, &so, None)?;
                         k.gated_residual(cs, &a, &so, &gate, &a)?;
-                        let gate = k.ada_rms_norm(cs, &a, &modulation(i, 2 * j + 1)?, &aln, GEMMA_EPS)?;
+                        let gate =
+                            k.ada_rms_norm(cs, &a, &modulation(i, 2 * j + 1)?, &aln, GEMMA_EPS)?;
                         sg_gu.run(cs, &aln, &l.gate_up, &sgu, None)?;
-                        k.geglu(cs, &sgu.narrow(1, 0, eg.mlp)?, &sgu.narrow(1, eg.mlp, eg.mlp)?, &sh)?;
+                        k.geglu(
+                            cs,
+                            &sgu.narrow(1, 0, eg.mlp)?,
+                            &sgu.narrow(1, eg.mlp, eg.mlp)?,
+                            &sh,
+                        )?;
                         sg_down.run(cs, &sh, &l.down, &so, None)?;
                         k.gated_residual(cs, &a, &so, &gate, &a)?;
                     }
@@ -416,7 +728,9 @@ impl Pi05 {
             })?;
         }
         let halt = Graph::new(ctx, "pi05.halt", 1);
-        halt.capture(ShapeKey(0), |cs| Buffer::copy(out.buffer(), 0, hold.buffer(), 0, hold.buffer().bytes(), cs))?;
+        halt.capture(ShapeKey(0), |cs| {
+            Buffer::copy(out.buffer(), 0, hold.buffer(), 0, hold.buffer().bytes(), cs)
+        })?;
         let mut plan = Plan::new(ctx);
         plan.add(&vision, ShapeKey(0), s)?;
         plan.add(&prefix, ShapeKey(0), s)?;
@@ -424,7 +738,26 @@ impl Pi05 {
             plan.add(&step, ShapeKey(i as u64), s)?;
         }
         ctx.sync_stream(s)?;
-        Ok(Pi05 { k, s, config: c, dtype: dt, images, tokens, prefix_mask, full_mask, prefix_pos, suffix_pos, x, out, hold, vision, prefix, step, halt, plan })
+        Ok(Pi05 {
+            k,
+            s,
+            config: c,
+            dtype: dt,
+            images,
+            tokens,
+            prefix_mask,
+            full_mask,
+            prefix_pos,
+            suffix_pos,
+            x,
+            out,
+            hold,
+            vision,
+            prefix,
+            step,
+            halt,
+            plan,
+        })
     }
 
     pub fn stream(&self) -> Stream {
@@ -437,12 +770,18 @@ impl Pi05 {
 
     /// Graphs captured so far (vision, prefix, every step, halt). A prompt change keeps it.
     pub fn capture_count(&self) -> u64 {
-        self.vision.capture_count() + self.prefix.capture_count() + self.step.capture_count() + self.halt.capture_count()
+        self.vision.capture_count()
+            + self.prefix.capture_count()
+            + self.step.capture_count()
+            + self.halt.capture_count()
     }
 
     /// Variants held by the graphs.
     pub fn variant_count(&self) -> usize {
-        self.vision.variant_count() + self.prefix.variant_count() + self.step.variant_count() + self.halt.variant_count()
+        self.vision.variant_count()
+            + self.prefix.variant_count()
+            + self.step.variant_count()
+            + self.halt.variant_count()
     }
 
     /// The stages of one inference, in order.
@@ -457,13 +796,22 @@ impl Pi05 {
     pub fn set_prompt(&self, tokens: &[u32], views_present: &[bool]) -> Result<()> {
         let c = &self.config;
         if tokens.is_empty() || tokens.len() > c.max_token_len {
-            return Err(Error::BadInput { what: "prompt".into(), reason: format!("{} tokens (1 to {} allowed)", tokens.len(), c.max_token_len) });
+            return Err(Error::BadInput {
+                what: "prompt".into(),
+                reason: format!("{} tokens (1 to {} allowed)", tokens.len(), c.max_token_len),
+            });
         }
         if let Some(t) = tokens.iter().find(|t| **t as usize >= c.vocab) {
-            return Err(Error::BadInput { what: "prompt".into(), reason: format!("token {t} outside the vocabulary of {}", c.vocab) });
+            return Err(Error::BadInput {
+                what: "prompt".into(),
+                reason: format!("token {t} outside the vocabulary of {}", c.vocab),
+            });
         }
         if views_present.len() != c.views {
-            return Err(Error::BadInput { what: "views".into(), reason: format!("{} view flags for {} views", views_present.len(), c.views) });
+            return Err(Error::BadInput {
+                what: "views".into(),
+                reason: format!("{} view flags for {} views", views_present.len(), c.views),
+            });
         }
         let vt = c.siglip.tokens();
         let mut mask = Vec::with_capacity(c.prefix_len());
@@ -496,25 +844,50 @@ impl Pi05 {
         let c = &self.config;
         let per_view = c.siglip.image_size * c.siglip.image_size * 3;
         if obs.images.len() != c.views {
-            return Err(Error::BadInput { what: "images".into(), reason: format!("{} views given, the model has {}", obs.images.len(), c.views) });
+            return Err(Error::BadInput {
+                what: "images".into(),
+                reason: format!(
+                    "{} views given, the model has {}",
+                    obs.images.len(),
+                    c.views
+                ),
+            });
         }
         if !obs.images.iter().any(|i| i.is_some()) {
-            return Err(Error::BadInput { what: "images".into(), reason: "every view is missing".into() });
+            return Err(Error::BadInput {
+                what: "images".into(),
+                reason: "every view is missing".into(),
+            });
         }
         let mut pixels = vec![0f32; c.views * per_view];
         for (v, img) in obs.images.iter().enumerate() {
             if let Some(img) = img {
                 if img.len() != per_view {
-                    return Err(Error::BadInput { what: format!("image {v}"), reason: format!("{} values, expected {per_view}", img.len()) });
+                    return Err(Error::BadInput {
+                        what: format!("image {v}"),
+                        reason: format!("{} values, expected {per_view}", img.len()),
+                    });
                 }
                 if img.iter().any(|x| !x.is_finite() || x.abs() > 1.0 + 1e-6) {
-                    return Err(Error::BadInput { what: format!("image {v}"), reason: "values outside [-1, 1]".into() });
+                    return Err(Error::BadInput {
+                        what: format!("image {v}"),
+                        reason: "values outside [-1, 1]".into(),
+                    });
                 }
                 pixels[v * per_view..(v + 1) * per_view].copy_from_slice(img);
             }
         }
-        if obs.noise.len() != c.action_horizon * c.action_dim || obs.noise.iter().any(|x| !x.is_finite()) {
-            return Err(Error::BadInput { what: "noise".into(), reason: format!("{} values (need {} finite)", obs.noise.len(), c.action_horizon * c.action_dim) });
+        if obs.noise.len() != c.action_horizon * c.action_dim
+            || obs.noise.iter().any(|x| !x.is_finite())
+        {
+            return Err(Error::BadInput {
+                what: "noise".into(),
+                reason: format!(
+                    "{} values (need {} finite)",
+                    obs.noise.len(),
+                    c.action_horizon * c.action_dim
+                ),
+            });
         }
         let present: Vec<bool> = obs.images.iter().map(|i| i.is_some()).collect();
         self.set_prompt(obs.tokens, &present)?;
@@ -547,7 +920,10 @@ impl Pi05 {
     /// Sets the chunk the halt graph writes (`action_horizon × action_dim`, normalized units).
     pub fn set_hold(&self, chunk: &[f32]) -> Result<()> {
         if chunk.len() != self.hold.numel() || chunk.iter().any(|v| !v.is_finite()) {
-            return Err(Error::BadInput { what: "hold chunk".into(), reason: format!("{} values (need {} finite)", chunk.len(), self.hold.numel()) });
+            return Err(Error::BadInput {
+                what: "hold chunk".into(),
+                reason: format!("{} values (need {} finite)", chunk.len(), self.hold.numel()),
+            });
         }
         Ok(self.hold.write_f32(self.s, chunk)?)
     }
