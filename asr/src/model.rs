@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::mel::{LogMel, N_FRAMES};
 use crate::weights::{HostTensor, Linear, Norm, WhisperWeights};
 use frt_exec::{Buffer, Ctx, Graph, ShapeKey, Stream};
-use frt_kernels::{AttentionMask, AttentionPlan, Conv1d, DType, Epilogue, Kernels, Tensor};
+use frt_kernels::{AttentionMask, AttentionPlan, Conv1d, DType, Kernels, Tensor};
 
 /// LayerNorm epsilon of Whisper (PyTorch's default).
 const LN_EPS: f32 = 1e-5;
@@ -235,61 +235,11 @@ impl WhisperModel {
             &AttentionMask::full(),
             1.0 / (dha as f32).sqrt(),
         )?;
-        let g_qkv = k.gemm(
-            &ln,
-            &enc[0].qkv.w,
-            &qkv,
-            false,
-            true,
-            1.0,
-            0.0,
-            true,
-            Epilogue::None,
-        )?;
-        let g_out = k.gemm(
-            &attn,
-            &enc[0].out.w,
-            &x,
-            false,
-            true,
-            1.0,
-            1.0,
-            true,
-            Epilogue::None,
-        )?;
-        let g_fc1 = k.gemm(
-            &ln,
-            &enc[0].fc1.w,
-            &hidden,
-            false,
-            true,
-            1.0,
-            0.0,
-            true,
-            Epilogue::None,
-        )?;
-        let g_fc2 = k.gemm(
-            &hidden,
-            &enc[0].fc2.w,
-            &x,
-            false,
-            true,
-            1.0,
-            1.0,
-            true,
-            Epilogue::None,
-        )?;
-        let g_cross = k.gemm(
-            &ln,
-            &dec[0].cross_kv.w,
-            &dec[0].cross,
-            false,
-            true,
-            1.0,
-            0.0,
-            true,
-            Epilogue::None,
-        )?;
+        let g_qkv = k.linear(&ln, &enc[0].qkv.w, &qkv, true, false)?;
+        let g_out = k.linear(&attn, &enc[0].out.w, &x, true, true)?;
+        let g_fc1 = k.linear(&ln, &enc[0].fc1.w, &hidden, true, false)?;
+        let g_fc2 = k.linear(&hidden, &enc[0].fc2.w, &x, true, true)?;
+        let g_cross = k.linear(&ln, &dec[0].cross_kv.w, &dec[0].cross, true, false)?;
         let encoder = Graph::new(ctx, "whisper.encoder", 1);
         encoder.capture(ShapeKey(0), |cs| {
             let r = (|| -> Result<()> {
@@ -343,72 +293,12 @@ impl WhisperModel {
         let mask = mask_of(&[&suppression.always])?;
         let mask_first = mask_of(&[&suppression.always, &suppression.at_first])?;
         let d0 = &dec[0];
-        let p_qkv = k.gemm(
-            &dln,
-            &d0.self_qkv.w,
-            &dqkv,
-            false,
-            true,
-            1.0,
-            0.0,
-            true,
-            Epilogue::None,
-        )?;
-        let p_res = k.gemm(
-            &dattn,
-            &d0.self_out.w,
-            &dx,
-            false,
-            true,
-            1.0,
-            1.0,
-            true,
-            Epilogue::None,
-        )?;
-        let p_q = k.gemm(
-            &dln,
-            &d0.cross_q.w,
-            &dq,
-            false,
-            true,
-            1.0,
-            0.0,
-            true,
-            Epilogue::None,
-        )?;
-        let p_fc1 = k.gemm(
-            &dln,
-            &d0.fc1.w,
-            &dhidden,
-            false,
-            true,
-            1.0,
-            0.0,
-            true,
-            Epilogue::None,
-        )?;
-        let p_fc2 = k.gemm(
-            &dhidden,
-            &d0.fc2.w,
-            &dx,
-            false,
-            true,
-            1.0,
-            1.0,
-            true,
-            Epilogue::None,
-        )?;
-        let p_logits = k.gemm(
-            &dln,
-            &tok_emb,
-            &logits,
-            false,
-            true,
-            1.0,
-            0.0,
-            false,
-            Epilogue::None,
-        )?;
+        let p_qkv = k.linear(&dln, &d0.self_qkv.w, &dqkv, true, false)?;
+        let p_res = k.linear(&dattn, &d0.self_out.w, &dx, true, true)?;
+        let p_q = k.linear(&dln, &d0.cross_q.w, &dq, true, false)?;
+        let p_fc1 = k.linear(&dln, &d0.fc1.w, &dhidden, true, false)?;
+        let p_fc2 = k.linear(&dhidden, &d0.fc2.w, &dx, true, true)?;
+        let p_logits = k.linear(&dln, &tok_emb, &logits, false, false)?;
         let (ht, dht) = (c.n_text_head, d / c.n_text_head);
         let scale = 1.0 / (dht as f32).sqrt();
         // Cross-attention reads the same tensors at every position: planned once per layer.

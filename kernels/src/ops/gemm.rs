@@ -337,6 +337,31 @@ impl Kernels {
     }
 }
 
+impl Kernels {
+    /// Plans a linear layer with a PyTorch/safetensors weight `[out, in]`:
+    /// `out = x·wᵀ (+ bias)`, or with `accumulate` `out += x·wᵀ (+ bias)` (a residual).
+    pub fn linear(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        out: &Tensor,
+        bias: bool,
+        accumulate: bool,
+    ) -> Result<Gemm> {
+        self.gemm(
+            x,
+            w,
+            out,
+            false,
+            true,
+            1.0,
+            if accumulate { 1.0 } else { 0.0 },
+            bias,
+            Epilogue::None,
+        )
+    }
+}
+
 impl Gemm {
     /// `(m, n, k, batch)`.
     pub fn dims(&self) -> (usize, usize, usize, usize) {

@@ -213,28 +213,8 @@ impl Pi05 {
             up.t(&format!("{PROJECTOR}.bias"))?,
         );
         let img_rows = prefix_x.narrow(0, 0, n_img)?;
-        let vg_qkv = k.gemm(
-            &vln,
-            &vl[0].qkv.0,
-            &vqkv,
-            false,
-            true,
-            1.0,
-            0.0,
-            true,
-            Epilogue::None,
-        )?;
-        let vg_out = k.gemm(
-            &vattn,
-            &vl[0].out.0,
-            &vx,
-            false,
-            true,
-            1.0,
-            1.0,
-            true,
-            Epilogue::None,
-        )?;
+        let vg_qkv = k.linear(&vln, &vl[0].qkv.0, &vqkv, true, false)?;
+        let vg_out = k.linear(&vattn, &vl[0].out.0, &vx, true, true)?;
         let vg_fc1 = k.gemm(
             &vln,
             &vl[0].fc1.0,
@@ -246,28 +226,8 @@ impl Pi05 {
             true,
             Epilogue::Gelu,
         )?;
-        let vg_fc2 = k.gemm(
-            &vh,
-            &vl[0].fc2.0,
-            &vx,
-            false,
-            true,
-            1.0,
-            1.0,
-            true,
-            Epilogue::None,
-        )?;
-        let vg_proj = k.gemm(
-            &vln,
-            &proj.0,
-            &img_rows,
-            false,
-            true,
-            1.0,
-            0.0,
-            true,
-            Epilogue::None,
-        )?;
+        let vg_fc2 = k.linear(&vh, &vl[0].fc2.0, &vx, true, true)?;
+        let vg_proj = k.linear(&vln, &proj.0, &img_rows, true, false)?;
         let (vt, vhd) = (sg.tokens(), sg.head_dim());
         let mut vattn_plans: Vec<AttentionPlan> = Vec::new();
         for v in 0..c.views {
@@ -382,61 +342,11 @@ impl Pi05 {
             ))
         };
         let (k0, _) = pk_rows(&ll[0])?;
-        let pg_q = k.gemm(
-            &px_ln,
-            &ll[0].q,
-            &pq,
-            false,
-            true,
-            1.0,
-            0.0,
-            false,
-            Epilogue::None,
-        )?;
-        let pg_kv = k.gemm(
-            &px_ln,
-            &ll[0].k,
-            &k0,
-            false,
-            true,
-            1.0,
-            0.0,
-            false,
-            Epilogue::None,
-        )?;
-        let pg_o = k.gemm(
-            &pattn,
-            &ll[0].o,
-            &prefix_x,
-            false,
-            true,
-            1.0,
-            1.0,
-            false,
-            Epilogue::None,
-        )?;
-        let pg_gu = k.gemm(
-            &px_ln,
-            &ll[0].gate_up,
-            &pgu,
-            false,
-            true,
-            1.0,
-            0.0,
-            false,
-            Epilogue::None,
-        )?;
-        let pg_down = k.gemm(
-            &ph,
-            &ll[0].down,
-            &prefix_x,
-            false,
-            true,
-            1.0,
-            1.0,
-            false,
-            Epilogue::None,
-        )?;
+        let pg_q = k.linear(&px_ln, &ll[0].q, &pq, false, false)?;
+        let pg_kv = k.linear(&px_ln, &ll[0].k, &k0, false, false)?;
+        let pg_o = k.linear(&pattn, &ll[0].o, &prefix_x, false, true)?;
+        let pg_gu = k.linear(&px_ln, &ll[0].gate_up, &pgu, false, false)?;
+        let pg_down = k.linear(&ph, &ll[0].down, &prefix_x, false, true)?;
         let mut pattn_plans: Vec<AttentionPlan> = Vec::new();
         for l in &ll {
             let (kc, vc) = pk_rows(l)?;
@@ -527,10 +437,10 @@ impl Pi05 {
                 up.t("time_mlp_out.weight")?,
                 up.t("time_mlp_out.bias")?,
             );
-            k.gemm(&temb, &wi, &h, false, true, 1.0, 0.0, true, Epilogue::None)?
+            k.linear(&temb, &wi, &h, true, false)?
                 .run(s, &temb, &wi, &h, Some(&bi))?;
             k.silu(s, &h, &h)?;
-            k.gemm(&h, &wo, &temb, false, true, 1.0, 0.0, true, Epilogue::None)?
+            k.linear(&h, &wo, &temb, true, false)?
                 .run(s, &h, &wo, &temb, Some(&bo))?;
             k.silu(s, &temb, &temb)?;
             let mut dense: Vec<String> = Vec::new();
@@ -553,18 +463,8 @@ impl Pi05 {
                     &[n_mods * 3 * ew, 1],
                     j * 3 * ew,
                 )?;
-                k.gemm(
-                    &temb,
-                    &wd,
-                    &dst,
-                    false,
-                    true,
-                    1.0,
-                    0.0,
-                    true,
-                    Epilogue::None,
-                )?
-                .run(s, &temb, &wd, &dst, Some(&bd))?;
+                k.linear(&temb, &wd, &dst, true, false)?
+                    .run(s, &temb, &wd, &dst, Some(&bd))?;
             }
             ctx.sync_stream(s)?;
         }
@@ -602,63 +502,13 @@ impl Pi05 {
             ))
         };
         let (sk0, _) = sk_rows(&el[0])?;
-        let sg_in = k.gemm(&xa, &win, &a, false, true, 1.0, 0.0, true, Epilogue::None)?;
-        let sg_q = k.gemm(
-            &aln,
-            &el[0].q,
-            &sq,
-            false,
-            true,
-            1.0,
-            0.0,
-            false,
-            Epilogue::None,
-        )?;
-        let sg_kv = k.gemm(
-            &aln,
-            &el[0].k,
-            &sk0,
-            false,
-            true,
-            1.0,
-            0.0,
-            false,
-            Epilogue::None,
-        )?;
-        let sg_o = k.gemm(
-            &sattn,
-            &el[0].o,
-            &so,
-            false,
-            true,
-            1.0,
-            0.0,
-            false,
-            Epilogue::None,
-        )?;
-        let sg_gu = k.gemm(
-            &aln,
-            &el[0].gate_up,
-            &sgu,
-            false,
-            true,
-            1.0,
-            0.0,
-            false,
-            Epilogue::None,
-        )?;
-        let sg_down = k.gemm(
-            &sh,
-            &el[0].down,
-            &so,
-            false,
-            true,
-            1.0,
-            0.0,
-            false,
-            Epilogue::None,
-        )?;
-        let sg_out = k.gemm(&aln, &wout, &v, false, true, 1.0, 0.0, true, Epilogue::None)?;
+        let sg_in = k.linear(&xa, &win, &a, true, false)?;
+        let sg_q = k.linear(&aln, &el[0].q, &sq, false, false)?;
+        let sg_kv = k.linear(&aln, &el[0].k, &sk0, false, false)?;
+        let sg_o = k.linear(&sattn, &el[0].o, &so, false, false)?;
+        let sg_gu = k.linear(&aln, &el[0].gate_up, &sgu, false, false)?;
+        let sg_down = k.linear(&sh, &el[0].down, &so, false, false)?;
+        let sg_out = k.linear(&aln, &wout, &v, true, false)?;
         let mut sattn_plans: Vec<AttentionPlan> = Vec::new();
         for l in &el {
             let plan = k.attention_plan_sharing(
