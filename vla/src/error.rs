@@ -37,6 +37,10 @@ pub enum Error {
     #[error("bad input `{what}`: {reason}")]
     BadInput { what: String, reason: String },
 
+    /// A `tokenizer.json` that is broken or of a kind the prompt tokenizer does not handle.
+    #[error("tokenizer {path}: {reason}")]
+    BadTokenizer { path: PathBuf, reason: String },
+
     #[error("I/O on {path}: {source}")]
     Io {
         path: PathBuf,

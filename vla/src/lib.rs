@@ -2,16 +2,18 @@
 //!
 //! openpi's `pi05` (Physical-Intelligence/openpi, `src/openpi/models/{pi0,gemma,siglip}.py`)
 //! natively in Rust: configuration presets ([`config`]), weights by openpi/LeRobot name
-//! ([`weights`]), preprocessing and normalization as openpi does them ([`inputs`]), and the
+//! ([`weights`]), preprocessing and normalization as openpi does them ([`inputs`]), the prompt tokenizer ([`tokenizer`]), and the
 //! policy as vision → prefix → action-step graphs with a halt graph ([`pi05`]).
 
 pub mod config;
 mod error;
 pub mod inputs;
 pub mod pi05;
+pub mod tokenizer;
 pub mod weights;
 
 pub use config::{GemmaConfig, Pi05Config, SiglipConfig};
 pub use error::{Error, Result};
 pub use pi05::{Observation, Pi05, Stage};
+pub use tokenizer::{Tokenizer, pi05_tokens};
 pub use weights::Pi05Weights;

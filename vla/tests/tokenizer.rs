@@ -1,0 +1,178 @@
+//! The prompt tokenizer against Hugging Face `tokenizers` (ids recorded by
+//! `scripts/vla-tokenizer-references.py`): a small generated SentencePiece-BPE tokenizer
+//! (committed), and a real Gemma tokenizer.json (262k pieces, 515k merges) that
+//! `scripts/fetch-models.sh` installs.
+
+use frt_vla::inputs::pi05_prompt;
+use frt_vla::{Error, Tokenizer, pi05_tokens};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
+}
+
+fn refs() -> Value {
+    serde_json::from_str(&std::fs::read_to_string(data("tokenizer-references.json")).unwrap())
+        .unwrap()
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+fn gemma_path() -> PathBuf {
+    let p = std::env::var_os("FRT_GEMMA_TOKENIZER")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../.cache/npm/tokenizer-gemma3/package/models/tokenizer.json")
+        });
+    assert!(
+        p.exists(),
+        "the Gemma tokenizer.json is not at {} — run scripts/fetch-models.sh (or set FRT_GEMMA_TOKENIZER)",
+        p.display()
+    );
+    p
+}
+
+/// Every text and every pi05 prompt encodes to the recorded ids.
+fn check(tok: &Tokenizer, refs: &Value, key: &str) {
+    let texts = refs["texts"].as_array().unwrap();
+    for (text, want) in texts.iter().zip(refs[key]["texts"].as_array().unwrap()) {
+        let text = text.as_str().unwrap();
+        let got = tok.encode(text).unwrap();
+        assert_eq!(got, ids(want), "{key}: {text:?}");
+        // Decoding gives the text back (`▁` in the text itself decodes as a space).
+        assert_eq!(tok.decode(&got), text.replace('▁', " "), "{key}: decode");
+    }
+    let tasks = refs["tasks"].as_array().unwrap();
+    for (i, (case, want)) in tasks
+        .iter()
+        .zip(refs[key]["pi05"].as_array().unwrap())
+        .enumerate()
+    {
+        let state: Vec<f32> = case["state"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect();
+        let task = case["task"].as_str().unwrap();
+        assert_eq!(
+            pi05_prompt(task, &state).unwrap(),
+            refs["prompts"][i].as_str().unwrap()
+        );
+        let got = pi05_tokens(tok, task, &state, 200).unwrap();
+        assert_eq!(got, ids(want), "{key}: pi05 prompt {i}");
+        // Too long for the model: an error, not a truncated prompt.
+        let short = got.len() - 1;
+        match pi05_tokens(tok, task, &state, short) {
+            Err(Error::BadInput { what, reason }) => {
+                assert_eq!(what, "prompt");
+                assert!(reason.contains(&format!("at most {short}")), "{reason}");
+            }
+            other => panic!("expected a prompt error, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn small_tokenizer_matches_hf_tokenizers() {
+    let tok = Tokenizer::load(&data("tokenizer-small.json")).unwrap();
+    assert_eq!(tok.bos(), Some(2));
+    check(&tok, &refs(), "small");
+}
+
+#[test]
+fn gemma_tokenizer_matches_hf_tokenizers() {
+    let tok = Tokenizer::load(&gemma_path()).unwrap();
+    assert_eq!(tok.vocab_size(), 262_145);
+    assert_eq!(tok.bos(), Some(2));
+    check(&tok, &refs(), "gemma3");
+}
+
+#[test]
+fn pre_tokenizer_and_normalizer_variants_match_hf_tokenizers() {
+    let refs = refs();
+    let small: Value =
+        serde_json::from_str(&std::fs::read_to_string(data("tokenizer-small.json")).unwrap())
+            .unwrap();
+    let variants = refs["variants"].as_object().unwrap();
+    assert_eq!(variants.len(), 4);
+    for (name, v) in variants {
+        let mut j = small.clone();
+        for (k, x) in v["json"].as_object().unwrap() {
+            j[k] = x.clone();
+        }
+        let tok = Tokenizer::parse(&j.to_string(), Path::new(name)).unwrap();
+        let texts = refs["texts"].as_array().unwrap();
+        for (text, want) in texts.iter().zip(v["texts"].as_array().unwrap()) {
+            let text = text.as_str().unwrap();
+            assert_eq!(tok.encode(text).unwrap(), ids(want), "{name}: {text:?}");
+        }
+    }
+}
+
+fn broken(text: &str) -> String {
+    match Tokenizer::parse(text, Path::new("t.json")) {
+        Err(Error::BadTokenizer { path, reason }) => {
+            assert_eq!(path, Path::new("t.json"));
+            reason
+        }
+        Err(e) => panic!("expected BadTokenizer, got {e}"),
+        Ok(_) => panic!("accepted a broken tokenizer: {text}"),
+    }
+}
+
+#[test]
+fn broken_tokenizers_are_named_errors() {
+    let base = r#"{"normalizer": null, "pre_tokenizer": null, "added_tokens": [],
+        "model": {"type": "BPE", "byte_fallback": false, "unk_token": "<unk>",
+                  "vocab": {"<unk>": 0, "a": 1, "b": 2, "ab": 3}, "merges": ["a b"]}}"#;
+    assert!(Tokenizer::parse(base, Path::new("t.json")).is_ok());
+    assert!(broken("not json").contains("not a tokenizer.json"));
+    assert!(broken(&base.replace("\"BPE\"", "\"WordPiece\"")).contains("WordPiece"));
+    assert!(broken(&base.replace("\"a b\"", "\"a c\"")).contains("merge 0"));
+    assert!(broken(&base.replace("\"a b\"", "\"ab\"")).contains("not `a b`"));
+    assert!(
+        broken(&base.replace("\"unk_token\": \"<unk>\"", "\"unk_token\": \"?\""))
+            .contains("unk_token")
+    );
+    assert!(
+        broken(&base.replace("\"byte_fallback\": false", "\"byte_fallback\": true"))
+            .contains("<0x00>")
+    );
+    assert!(
+        broken(&base.replace("\"normalizer\": null", r#""normalizer": {"type": "NFKC"}"#))
+            .contains("NFKC")
+    );
+    assert!(
+        broken(&base.replace(
+            "\"pre_tokenizer\": null",
+            r#""pre_tokenizer": {"type": "ByteLevel"}"#
+        ))
+        .contains("ByteLevel")
+    );
+    let missing = Tokenizer::load(Path::new("/nonexistent/tokenizer.json"));
+    assert!(matches!(missing, Err(Error::Io { .. })));
+
+    // Without byte fallback an unknown character is the unk token, fused with `fuse_unk`
+    // (ids as `tokenizers` gives them).
+    let tok = Tokenizer::parse(base, Path::new("t.json")).unwrap();
+    assert_eq!(tok.encode("abxyb").unwrap(), vec![3, 0, 0, 2]);
+    let fused = base.replace("\"byte_fallback\"", "\"fuse_unk\": true, \"byte_fallback\"");
+    let fused = Tokenizer::parse(&fused, Path::new("t.json")).unwrap();
+    assert_eq!(fused.encode("abxyb").unwrap(), vec![3, 0, 2]);
+    assert_eq!(tok.bos(), None);
+    assert!(matches!(
+        pi05_tokens(&tok, "a", &[0.0], 48),
+        Err(Error::BadTokenizer { .. })
+    ));
+}
