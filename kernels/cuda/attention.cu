@@ -74,38 +74,64 @@ FOR_FLOATS(ATTENTION)
 // Softmax of attention scores with the same masks, for the GEMM path (scores = Q·Kᵀ by
 // cuBLASLt). scores: f32 [hq, sq_len, sk_len] (row r = h * sq_len + i); probs: T, same shape.
 // A row with no visible key becomes zeros.
+// One warp per row (blockDim.x / 32 rows a block); rows up to 32 * SOFTMAX_REGS keys are held in
+// registers, longer ones are read three times.
+#define SOFTMAX_REGS 32
 template <typename T>
-__device__ void masked_softmax(const float* scores, T* probs, unsigned sq_len, unsigned sk_len, const int* valid_len, const unsigned char* key_mask,
+__device__ void masked_softmax(const float* scores, T* probs, unsigned rows, unsigned sq_len, unsigned sk_len, const int* valid_len, const unsigned char* key_mask,
                                unsigned always_from, int causal, unsigned causal_offset, float scale) {
-    const unsigned long long row = blockIdx.x;
+    const unsigned lane = threadIdx.x & 31;
+    const unsigned long long row = (unsigned long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (row >= rows) return;
     const unsigned i = row % sq_len;
     const int vl = valid_len ? *valid_len : (int)sk_len;
     const float* sr = scores + row * sk_len;
     T* pr = probs + row * sk_len;
+#define VISIBLE(j) (((int)(j) < vl || (j) >= always_from) && (!causal || (j) <= i + causal_offset) && (!key_mask || key_mask[j]))
     float m = -INFINITY;
-    for (unsigned j = threadIdx.x; j < sk_len; j += blockDim.x) {
-        const bool visible = ((int)j < vl || j >= always_from) && (!causal || j <= i + causal_offset) && (!key_mask || key_mask[j]);
-        if (visible) m = fmaxf(m, sr[j] * scale);
+    if (sk_len <= 32 * SOFTMAX_REGS) {
+        float v[SOFTMAX_REGS];
+#pragma unroll
+        for (int t = 0; t < SOFTMAX_REGS; ++t) {
+            const unsigned j = lane + 32 * t;
+            v[t] = (j < sk_len && VISIBLE(j)) ? sr[j] * scale : -INFINITY;
+            m = fmaxf(m, v[t]);
+        }
+        m = warp_max(m);
+        float sum = 0.f;
+#pragma unroll
+        for (int t = 0; t < SOFTMAX_REGS; ++t) {
+            v[t] = (m != -INFINITY && v[t] != -INFINITY) ? expf(v[t] - m) : 0.f;
+            sum += v[t];
+        }
+        sum = warp_sum(sum);
+        const float inv = sum > 0.f ? 1.f / sum : 0.f;
+#pragma unroll
+        for (int t = 0; t < SOFTMAX_REGS; ++t) {
+            const unsigned j = lane + 32 * t;
+            if (j < sk_len) pr[j] = from_f32<T>(v[t] * inv);
+        }
+        return;
     }
-    m = block_max(m);
+    for (unsigned j = lane; j < sk_len; j += 32)
+        if (VISIBLE(j)) m = fmaxf(m, sr[j] * scale);
+    m = warp_max(m);
     float sum = 0.f;
-    for (unsigned j = threadIdx.x; j < sk_len; j += blockDim.x) {
-        const bool visible = ((int)j < vl || j >= always_from) && (!causal || j <= i + causal_offset) && (!key_mask || key_mask[j]);
-        if (visible && m != -INFINITY) sum += expf(sr[j] * scale - m);
-    }
-    sum = block_sum(sum);
+    for (unsigned j = lane; j < sk_len; j += 32)
+        if (VISIBLE(j) && m != -INFINITY) sum += expf(sr[j] * scale - m);
+    sum = warp_sum(sum);
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
-    for (unsigned j = threadIdx.x; j < sk_len; j += blockDim.x) {
-        const bool visible = ((int)j < vl || j >= always_from) && (!causal || j <= i + causal_offset) && (!key_mask || key_mask[j]);
-        pr[j] = from_f32<T>(visible && m != -INFINITY ? expf(sr[j] * scale - m) * inv : 0.f);
-    }
+    for (unsigned j = lane; j < sk_len; j += 32)
+        pr[j] = from_f32<T>(VISIBLE(j) && m != -INFINITY ? expf(sr[j] * scale - m) * inv : 0.f);
+#undef VISIBLE
 }
 
 #define MASKED_SOFTMAX(T, S)                                                                          \
-    extern "C" __global__ void masked_softmax_##S(const float* scores, T* probs, unsigned sq_len,       \
+    extern "C" __global__ void masked_softmax_##S(const float* scores, T* probs, unsigned rows,          \
+                                                  unsigned sq_len,                                     \
                                                   unsigned sk_len, const int* valid_len, const unsigned char* key_mask,               \
                                                   unsigned always_from, int causal,                    \
                                                   unsigned causal_offset, float scale) {               \
-        masked_softmax<T>(scores, probs, sq_len, sk_len, valid_len, key_mask, always_from, causal, causal_offset, scale); \
+        masked_softmax<T>(scores, probs, rows, sq_len, sk_len, valid_len, key_mask, always_from, causal, causal_offset, scale); \
     }
 FOR_FLOATS(MASKED_SOFTMAX)

@@ -35,20 +35,40 @@ __device__ __forceinline__ void load_w(const T* p, float* v, int w) {
 // RMSNorm with (1 + w), Gemma's: x / sqrt(mean(x^2) + eps) * (1 + w).
 // Adaptive (w == 0): x / sqrt(mean(x^2) + eps) * (1 + scale) + shift, where the modulation row
 // is [scale | shift | gate] (row stride sm; 0 = one row for all).
+// With a residual (y != 0) the row is first updated in place, x = x + y * g (g row stride sg;
+// 0 = one row for all), and normalized as stored: the same values as a gated_residual launch
+// followed by rms_norm, in one launch.
 template <typename T>
-__device__ void rms_norm(const T* x, const T* w, const T* mod, T* out, unsigned cols, unsigned long long sx,
-                         unsigned long long sm, unsigned long long so, float eps, int vec8) {
+__device__ void rms_norm(T* x, const T* w, const T* mod, const T* y, const T* g, T* out, unsigned cols,
+                         unsigned long long sx, unsigned long long sm, unsigned long long sy, unsigned long long sg,
+                         unsigned long long so, float eps, int vec8) {
     const unsigned long long row = blockIdx.x;
-    const T* xr = x + row * sx;
+    T* xr = x + row * sx;
     T* o = out + row * so;
     float ss = 0.f;
-    ROW_LOOP(xr, for (int k = 0; k < W; ++k) ss += v[k] * v[k];)
+    if (y) {
+        const T* yr = y + row * sy;
+        const T* gr = g + row * sg;
+        // Each thread re-reads only the elements it stored itself.
+        ROW_LOOP(xr, {
+            float yv[8];
+            float gv[8];
+            load_w(yr + c, yv, W);
+            load_w(gr + c, gv, W);
+            for (int k = 0; k < W; ++k) v[k] += yv[k] * gv[k];
+            store_w(xr + c, v, W);
+            load_w(xr + c, v, W);
+            for (int k = 0; k < W; ++k) ss += v[k] * v[k];
+        })
+    } else {
+        ROW_LOOP(xr, for (int k = 0; k < W; ++k) ss += v[k] * v[k];)
+    }
     const float inv = rsqrtf(block_sum(ss) / cols + eps);
     if (w) {
         ROW_LOOP(xr, {
-            float g[8];
-            load_w(w + c, g, W);
-            for (int k = 0; k < W; ++k) v[k] = v[k] * inv * (1.f + g[k]);
+            float g8[8];
+            load_w(w + c, g8, W);
+            for (int k = 0; k < W; ++k) v[k] = v[k] * inv * (1.f + g8[k]);
             store_w(o + c, v, W);
         })
     } else {
@@ -105,10 +125,12 @@ __device__ void softmax(const T* x, T* out, unsigned cols, unsigned long long sx
 }
 
 #define NORMS(T, S)                                                                                    \
-    extern "C" __global__ void rms_norm_##S(const T* x, const T* w, const T* mod, T* out, unsigned cols, \
-                                            unsigned long long sx, unsigned long long sm,               \
-                                            unsigned long long so, float eps, int vec8) {               \
-        rms_norm<T>(x, w, mod, out, cols, sx, sm, so, eps, vec8);                                      \
+    extern "C" __global__ void rms_norm_##S(T* x, const T* w, const T* mod, const T* y, const T* g,     \
+                                            T* out, unsigned cols, unsigned long long sx,               \
+                                            unsigned long long sm, unsigned long long sy,               \
+                                            unsigned long long sg, unsigned long long so, float eps,    \
+                                            int vec8) {                                                 \
+        rms_norm<T>(x, w, mod, y, g, out, cols, sx, sm, sy, sg, so, eps, vec8);                        \
     }                                                                                                  \
     extern "C" __global__ void layer_norm_##S(const T* x, const T* w, const T* b, T* out, unsigned cols, \
                                               unsigned long long sx, unsigned long long so, float eps,  \

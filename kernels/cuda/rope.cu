@@ -22,6 +22,38 @@ __device__ void rope(const T* x, const int* positions, T* out, unsigned rows, un
     }
 }
 
+// A fused projection's output split into heads: qkv rows are [q heads | k heads | v heads]
+// (each `dim` wide, row stride s_in). q and k heads are rotated as `rope` does and written to
+// q and k; v heads are copied to v (each of those with its own row stride).
+template <typename T>
+__device__ void rope_qkv(const T* qkv, const int* positions, T* q, T* k, T* v, unsigned tokens, unsigned hq,
+                         unsigned hk, unsigned dim, unsigned long long s_in, unsigned long long sq,
+                         unsigned long long sk, unsigned long long sv, float max_wavelength) {
+    const unsigned half = dim / 2, heads = hq + 2 * hk;
+    const unsigned long long n = (unsigned long long)tokens * heads * half;
+    for (unsigned long long idx = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; idx < n;
+         idx += (unsigned long long)gridDim.x * blockDim.x) {
+        const unsigned long long t = idx / (heads * half);
+        const unsigned rem = idx % (heads * half);
+        const unsigned h = rem / half, i = rem % half;
+        const T* x = qkv + t * s_in + (unsigned long long)h * dim;
+        if (h >= hq + hk) {
+            T* o = v + t * sv + (unsigned long long)(h - hq - hk) * dim;
+            o[i] = x[i];
+            o[half + i] = x[half + i];
+            continue;
+        }
+        T* o = h < hq ? q + t * sq + (unsigned long long)h * dim : k + t * sk + (unsigned long long)(h - hq) * dim;
+        const float pos = (float)positions[t];
+        const float timescale = powf(max_wavelength, (2.f / dim) * i);
+        float sn, cs;
+        sincosf(pos / timescale, &sn, &cs);
+        const float x1 = to_f32(x[i]), x2 = to_f32(x[half + i]);
+        o[i] = from_f32<T>(x1 * cs - x2 * sn);
+        o[half + i] = from_f32<T>(x2 * cs + x1 * sn);
+    }
+}
+
 // out[r, :] = table[ids[r], :] * scale; an id outside [0, vocab) gives a zero row.
 template <typename T>
 __device__ void embedding(const int* ids, const T* table, T* out, unsigned rows, unsigned width, unsigned vocab,
@@ -57,6 +89,12 @@ __device__ void sinusoidal(const T* t, T* out, unsigned rows, unsigned half, flo
                                         unsigned dim, unsigned long long sx, unsigned long long so,      \
                                         float max_wavelength) {                                          \
         rope<T>(x, p, out, rows, heads, dim, sx, so, max_wavelength);                                    \
+    }                                                                                                   \
+    extern "C" __global__ void rope_qkv_##S(const T* qkv, const int* p, T* q, T* k, T* v, unsigned tokens,  \
+                                            unsigned hq, unsigned hk, unsigned dim,                      \
+                                            unsigned long long s_in, unsigned long long sq,              \
+                                            unsigned long long sk, unsigned long long sv, float mw) {    \
+        rope_qkv<T>(qkv, p, q, k, v, tokens, hq, hk, dim, s_in, sq, sk, sv, mw);                         \
     }                                                                                                   \
     extern "C" __global__ void embedding_##S(const int* ids, const T* table, T* out, unsigned rows,       \
                                              unsigned width, unsigned vocab, float scale) {              \

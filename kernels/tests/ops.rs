@@ -1027,6 +1027,171 @@ fn argmax(b: &Backend) {
 }
 
 /// Bad shapes and dtypes are errors at enqueue time, never a crash.
+/// Bits of a tensor's values (exact for every float dtype read as f32).
+fn bits(t: &Tensor, s: frt_exec::Stream) -> Vec<u32> {
+    t.read_f32(s).unwrap().iter().map(|v| v.to_bits()).collect()
+}
+
+/// Fused ops give exactly what the ops they fuse give, on the same backend (those ops are
+/// checked against f64 references above).
+fn fused_ops(b: &Backend) {
+    let (k, s, ctx) = (&b.k, b.s, b.k.ctx());
+    let mut rng = Rng::new(12);
+    let up = |dt, shape: &[usize], v: &[f32]| {
+        let t = Tensor::alloc(ctx, "t", dt, shape).unwrap();
+        t.write_f32(s, v).unwrap();
+        t
+    };
+    // residual_ada_rms_norm = gated_residual, then ada_rms_norm.
+    for &(rows, cols, big) in ROW_SHAPES {
+        if !size_ok(b, big) {
+            continue;
+        }
+        for dt in FLOATS {
+            for per_row in [false, true] {
+                let mrows = if per_row { rows } else { 1 };
+                let x = rng.vec(rows * cols, 2.0);
+                let y = rng.vec(rows * cols, 2.0);
+                let m = rng.vec(mrows * 3 * cols, 0.5);
+                let gate_src = up(dt, &[mrows, 3 * cols], &m);
+                let gate = gate_src.narrow(1, 2 * cols, cols).unwrap();
+                let (x1, x2) = (up(dt, &[rows, cols], &x), up(dt, &[rows, cols], &x));
+                let (yt, mt) = (up(dt, &[rows, cols], &y), up(dt, &[mrows, 3 * cols], &m));
+                let (o1, o2) = (up(dt, &[rows, cols], &x), up(dt, &[rows, cols], &x));
+                k.gated_residual(s, &x1, &yt, &gate, &x1).unwrap();
+                k.ada_rms_norm(s, &x1, &mt, &o1, 1e-6).unwrap();
+                let g = k
+                    .residual_ada_rms_norm(s, &x2, &yt, &gate, &mt, &o2, 1e-6)
+                    .unwrap();
+                assert_eq!(g.ptr(), mt.ptr() + (2 * cols * dt.size()) as u64);
+                let what = format!("residual_ada_rms_norm {rows}x{cols} {dt:?} per_row={per_row}");
+                assert_eq!(bits(&x1, s), bits(&x2, s), "{what}: residual");
+                assert_eq!(bits(&o1, s), bits(&o2, s), "{what}: normalized");
+            }
+        }
+    }
+    // rope_qkv = rope of the q and k heads, and a copy of the v heads; outputs are row views
+    // of larger tensors (as a key/value cache is).
+    for &(tokens, hq, hk, d) in &[
+        (3usize, 2usize, 1usize, 8usize),
+        (50, 8, 1, 256),
+        (7, 4, 2, 6),
+    ] {
+        for dt in FLOATS {
+            let w = (hq + 2 * hk) * d;
+            let qkv_v = rng.vec(tokens * w, 2.0);
+            let pos_v: Vec<i32> = (0..tokens).map(|i| (i * 7 % 23) as i32 + 3).collect();
+            let qkv = up(dt, &[tokens, w], &qkv_v);
+            let pos = Tensor::alloc(ctx, "pos", DType::I32, &[tokens]).unwrap();
+            pos.write_i32(s, &pos_v).unwrap();
+            let q = up(dt, &[tokens, hq * d], &vec![f32::NAN; tokens * hq * d]);
+            let kc = up(
+                dt,
+                &[tokens + 5, hk * d],
+                &vec![f32::NAN; (tokens + 5) * hk * d],
+            );
+            let vc = up(
+                dt,
+                &[tokens + 5, hk * d],
+                &vec![f32::NAN; (tokens + 5) * hk * d],
+            );
+            let (kr, vr) = (
+                kc.narrow(0, 2, tokens).unwrap(),
+                vc.narrow(0, 2, tokens).unwrap(),
+            );
+            k.rope_qkv(s, &qkv, &pos, &q, &kr, &vr, d, 10_000.0)
+                .unwrap();
+            let part = |from: usize, n: usize| -> Vec<f32> {
+                qkv_v
+                    .chunks(w)
+                    .flat_map(|row| row[from * d..(from + n) * d].to_vec())
+                    .collect()
+            };
+            let roped = |from: usize, n: usize| {
+                let x = up(dt, &[tokens, n, d], &part(from, n));
+                let o = up(dt, &[tokens, n, d], &vec![0.0; tokens * n * d]);
+                k.rope(s, &x, &pos, &o, 10_000.0).unwrap();
+                bits(&o, s)
+            };
+            let what = format!("rope_qkv {tokens}x({hq}+{hk}+{hk})x{d} {dt:?}");
+            assert_eq!(bits(&q, s), roped(0, hq), "{what}: q");
+            assert_eq!(bits(&kr, s), roped(hq, hk), "{what}: k");
+            let v_want = up(dt, &[tokens, hk * d], &part(hq + hk, hk));
+            assert_eq!(bits(&vr, s), bits(&v_want, s), "{what}: v");
+            // Rows around the view are untouched.
+            let kall = kc.read_f32(s).unwrap();
+            assert!(
+                kall[..2 * hk * d].iter().all(|v| v.is_nan()),
+                "{what}: rows before"
+            );
+            assert!(
+                kall[(tokens + 2) * hk * d..].iter().all(|v| v.is_nan()),
+                "{what}: rows after"
+            );
+        }
+    }
+    let t = |dt, shape: &[usize]| Tensor::alloc(ctx, "t", dt, shape).unwrap();
+    let qkv = t(DType::F32, &[4, 32]);
+    let pos = t(DType::I32, &[4]);
+    assert!(
+        k.rope_qkv(
+            s,
+            &qkv,
+            &pos,
+            &t(DType::F32, &[4, 16]),
+            &t(DType::F32, &[4, 8]),
+            &t(DType::F32, &[4, 4]),
+            4,
+            1e4
+        )
+        .is_err(),
+        "k and v widths differ"
+    );
+    assert!(
+        k.rope_qkv(
+            s,
+            &qkv,
+            &pos,
+            &t(DType::F32, &[4, 16]),
+            &t(DType::F32, &[4, 8]),
+            &t(DType::F32, &[4, 8]),
+            3,
+            1e4
+        )
+        .is_err(),
+        "odd head size"
+    );
+    assert!(
+        k.rope_qkv(
+            s,
+            &qkv,
+            &t(DType::I32, &[3]),
+            &t(DType::F32, &[4, 16]),
+            &t(DType::F32, &[4, 8]),
+            &t(DType::F32, &[4, 8]),
+            4,
+            1e4
+        )
+        .is_err(),
+        "positions length"
+    );
+    let x = t(DType::F32, &[4, 8]);
+    assert!(
+        k.residual_ada_rms_norm(
+            s,
+            &x,
+            &t(DType::F32, &[4, 8]),
+            &t(DType::F32, &[2, 8]),
+            &t(DType::F32, &[1, 24]),
+            &x,
+            1e-6
+        )
+        .is_err(),
+        "gate rows"
+    );
+    ctx.sync_stream(s).unwrap();
+}
+
 fn rejects_bad_arguments(b: &Backend) {
     let (k, s, ctx) = (&b.k, b.s, b.k.ctx());
     let t = |dt, shape: &[usize]| Tensor::alloc(ctx, "t", dt, shape).unwrap();
@@ -1182,5 +1347,6 @@ backend_tests!(
     attention,
     conv,
     argmax,
+    fused_ops,
     rejects_bad_arguments
 );

@@ -254,27 +254,55 @@ impl Rng {
     }
 }
 
+fn random_tensor(name: &str, shape: &[usize], init: Init, seed: u64) -> HostTensor {
+    let n: usize = shape.iter().product();
+    let salt = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    });
+    let mut rng = Rng(seed ^ salt);
+    let mut data = vec![0f32; n];
+    match init {
+        Init::Linear => {
+            rng.fill_normal(&mut data, 0.0, 1.0 / (*shape.last().unwrap() as f32).sqrt())
+        }
+        Init::Normal(std) => rng.fill_normal(&mut data, 0.0, std),
+        Init::Around(c) => rng.fill_normal(&mut data, c, 0.02),
+    }
+    HostTensor {
+        shape: shape.to_vec(),
+        data,
+    }
+}
+
 impl Pi05Weights {
     /// Deterministic random weights for any configuration (tests, benchmarks): the same seed
     /// gives the same weights; each tensor's values depend only on the seed and its name.
     pub fn random(config: &Pi05Config, seed: u64) -> Pi05Weights {
+        // Each tensor has its own generator (seeded by its name), so the tensors are filled
+        // in parallel and the result does not depend on the number of threads.
+        let specs = expected(config);
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(16));
         let mut tensors = HashMap::new();
-        for (name, shape, init) in expected(config) {
-            let n: usize = shape.iter().product();
-            let salt = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-                (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-            });
-            let mut rng = Rng(seed ^ salt);
-            let mut data = vec![0f32; n];
-            match init {
-                Init::Linear => {
-                    rng.fill_normal(&mut data, 0.0, 1.0 / (*shape.last().unwrap() as f32).sqrt())
-                }
-                Init::Normal(std) => rng.fill_normal(&mut data, 0.0, std),
-                Init::Around(c) => rng.fill_normal(&mut data, c, 0.02),
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..workers)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut done = Vec::new();
+                        loop {
+                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let Some((name, shape, init)) = specs.get(i) else {
+                                return done;
+                            };
+                            done.push((name.clone(), random_tensor(name, shape, *init, seed)));
+                        }
+                    })
+                })
+                .collect();
+            for h in handles {
+                tensors.extend(h.join().expect("weight generator thread"));
             }
-            tensors.insert(name, HostTensor { shape, data });
-        }
+        });
         Pi05Weights {
             config: config.clone(),
             tensors,

@@ -706,8 +706,14 @@ impl AttentionPlan {
                     kmp = km.ptr();
                 }
                 let d = self.dims;
-                let (mut sp, mut pp, mut a, mut b) =
-                    (scores.ptr(), probs.ptr(), d.sq_len as u32, d.sk_len as u32);
+                let n_rows = d.hq * d.sq_len;
+                let (mut sp, mut pp, mut nr, mut a, mut b) = (
+                    scores.ptr(),
+                    probs.ptr(),
+                    n_rows as u32,
+                    d.sq_len as u32,
+                    d.sk_len as u32,
+                );
                 let (mut af, mut causal, mut co, mut sc) = (
                     self.always_from as u32,
                     self.mask.causal_offset.is_some() as i32,
@@ -720,10 +726,11 @@ impl AttentionPlan {
                         s,
                         "masked_softmax",
                         Some(probs.dtype()),
-                        ((d.hq * d.sq_len) as u32, 1, 1),
+                        // One warp per row, 8 rows a block.
+                        (n_rows.div_ceil(8) as u32, 1, 1),
                         (256, 1, 1),
                         0,
-                        &mut args!(sp, pp, a, b, vlp, kmp, af, causal, co, sc),
+                        &mut args!(sp, pp, nr, a, b, vlp, kmp, af, causal, co, sc),
                     )?;
                 }
                 for st in pv {

@@ -2,7 +2,7 @@
 //! step of flow matching, and the gated residual of adaptive norms.
 //! CUDA twin: `kernels/cuda/elementwise.cu`.
 
-use super::{P, Rows, gelu_tanh, grid_1d, rows, same_rows, vec8};
+use super::{P, broadcast_rows, gelu_tanh, grid_1d, rows, same_rows, vec8};
 use crate::cuda::args;
 use crate::dtype::with_float;
 use crate::error::{Error, Result};
@@ -45,23 +45,6 @@ fn binary_f32(op: Binary, a: f32, b: f32, alpha: f32) -> f32 {
 
 /// The row layout of `b` for a binary op with `a`: the same rows, or one row broadcast
 /// (row stride 0).
-fn broadcast_rows(op: &'static str, a: Rows, b: &Tensor) -> Result<Rows> {
-    let rb = rows(op, b)?;
-    if rb.rows == a.rows && rb.cols == a.cols {
-        Ok(rb)
-    } else if rb.rows == 1 && rb.cols == a.cols {
-        Ok(Rows { stride: 0, ..rb })
-    } else {
-        Err(Error::shape(
-            op,
-            format!(
-                "{b:?} matches neither {}×{} nor one row of {}",
-                a.rows, a.cols, a.cols
-            ),
-        ))
-    }
-}
-
 impl Kernels {
     fn unary(
         &self,

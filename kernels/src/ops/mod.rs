@@ -44,6 +44,24 @@ pub(crate) fn rows(op: &'static str, t: &Tensor) -> Result<Rows> {
     Ok(Rows { rows, cols, stride })
 }
 
+/// `b` as rows matching `a`, or one row broadcast (stride 0).
+pub(crate) fn broadcast_rows(op: &'static str, a: Rows, b: &Tensor) -> Result<Rows> {
+    let rb = rows(op, b)?;
+    if rb.rows == a.rows && rb.cols == a.cols {
+        Ok(rb)
+    } else if rb.rows == 1 && rb.cols == a.cols {
+        Ok(Rows { stride: 0, ..rb })
+    } else {
+        Err(Error::shape(
+            op,
+            format!(
+                "{b:?} matches neither {}×{} nor one row of {}",
+                a.rows, a.cols, a.cols
+            ),
+        ))
+    }
+}
+
 pub(crate) fn same_rows(op: &'static str, a: Rows, b: Rows, what: &str) -> Result<()> {
     if a.rows == b.rows && a.cols == b.cols {
         Ok(())

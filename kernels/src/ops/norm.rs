@@ -2,7 +2,7 @@
 //! LayerNorm (SigLIP, Whisper), and softmax. Statistics in f32.
 //! CUDA twin: `kernels/cuda/norm.cu`.
 
-use super::{P, Rows, row_block, rows, same_rows, vec8};
+use super::{P, Rows, broadcast_rows, row_block, rows, same_rows, vec8};
 use crate::cuda::args;
 use crate::dtype::with_float;
 use crate::error::{Error, Result};
@@ -14,6 +14,14 @@ enum Affine {
     OnePlusW(Tensor),
     /// `(1 + scale)` and `+ shift` from a modulation row `[scale | shift | gate]`.
     Modulation(Tensor, Rows),
+}
+
+/// A residual added into `x` before it is normalized: `x ← x + y ⊙ gate`.
+struct Residual {
+    y: Tensor,
+    ry: Rows,
+    gate: Tensor,
+    rg: Rows,
 }
 
 impl Kernels {
@@ -35,12 +43,14 @@ impl Kernels {
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn rms_common(
         &self,
         s: Stream,
         op: &'static str,
         x: &Tensor,
         affine: Affine,
+        residual: Option<Residual>,
         out: &Tensor,
         eps: f32,
     ) -> Result<()> {
@@ -64,6 +74,16 @@ impl Kernels {
                     }
                 }
                 self.retain(s, &[x, out]);
+                let (mut yp, mut gp, mut sy, mut sg) = (0u64, 0u64, 0u64, 0u64);
+                if let Some(r) = &residual {
+                    self.retain(s, &[&r.y, &r.gate]);
+                    (yp, gp, sy, sg) = (
+                        r.y.ptr(),
+                        r.gate.ptr(),
+                        r.ry.stride as u64,
+                        r.rg.stride as u64,
+                    );
+                }
                 let (mut xp, mut op_, mut n, mut sx, mut so, mut e) = (
                     x.ptr(),
                     out.ptr(),
@@ -73,7 +93,11 @@ impl Kernels {
                     eps,
                 );
                 let aff = if w != 0 { w } else { m };
-                let mut v8 = vec8(&[xp, op_, aff], cols, &[rx.stride, ro.stride, sm as usize]);
+                let mut v8 = vec8(
+                    &[xp, op_, aff, yp, gp],
+                    cols,
+                    &[rx.stride, ro.stride, sm as usize, sy as usize, sg as usize],
+                );
                 // SAFETY: one block per checked row; `w` has `cols` elements or the modulation
                 // rows have 3·cols (checked by the callers).
                 unsafe {
@@ -84,7 +108,7 @@ impl Kernels {
                         (rx.rows as u32, 1, 1),
                         (row_block(cols, v8), 1, 1),
                         0,
-                        &mut args!(xp, w, m, op_, n, sx, sm, so, e, v8),
+                        &mut args!(xp, w, m, yp, gp, op_, n, sx, sm, sy, sg, so, e, v8),
                     )
                 }
             }
@@ -97,6 +121,16 @@ impl Kernels {
                         for r in 0..rx.rows {
                             // SAFETY: indices inside the checked layouts.
                             unsafe {
+                                if let Some(res) = &residual {
+                                    let (yp, gp) = (P::of(&res.y), P::of(&res.gate));
+                                    for c in 0..cols {
+                                        let i = r * rx.stride + c;
+                                        let v = xp.ld::<T>(i)
+                                            + yp.ld::<T>(r * res.ry.stride + c)
+                                                * gp.ld::<T>(r * res.rg.stride + c);
+                                        xp.st::<T>(i, v);
+                                    }
+                                }
                                 let ss: f32 = (0..cols)
                                     .map(|c| xp.ld::<T>(r * rx.stride + c).powi(2))
                                     .sum();
@@ -134,7 +168,7 @@ impl Kernels {
         self.check_ctx(op, &[x, w, out])?;
         x.expect_float(op, "x")?;
         Self::check_vector(op, "w", w, x, rows(op, x)?.cols)?;
-        self.rms_common(s, op, x, Affine::OnePlusW(w.clone()), out, eps)
+        self.rms_common(s, op, x, Affine::OnePlusW(w.clone()), None, out, eps)
     }
 
     /// Adaptive RMSNorm (pi05's action expert): `out = norm(x)·(1 + scale) + shift`, where
@@ -171,6 +205,62 @@ impl Kernels {
             op,
             x,
             Affine::Modulation(modulation.clone(), rm),
+            None,
+            out,
+            eps,
+        )?;
+        modulation.narrow(modulation.rank() - 1, 2 * rx.cols, rx.cols)
+    }
+
+    /// A gated residual and the next adaptive RMSNorm in one launch: `x ← x + y ⊙ gate`, then
+    /// `out = ada_rms_norm(x, modulation)` — the same values as
+    /// [`gated_residual`](Self::gated_residual) followed by [`ada_rms_norm`](Self::ada_rms_norm).
+    /// `gate` has one row or as many as `x`. Returns the gate part of `modulation`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn residual_ada_rms_norm(
+        &self,
+        s: Stream,
+        x: &Tensor,
+        y: &Tensor,
+        gate: &Tensor,
+        modulation: &Tensor,
+        out: &Tensor,
+        eps: f32,
+    ) -> Result<Tensor> {
+        let op = "residual_ada_rms_norm";
+        self.check_ctx(op, &[x, y, gate, modulation, out])?;
+        x.expect_float(op, "x")?;
+        y.expect_dtype(op, "y", x.dtype())?;
+        gate.expect_dtype(op, "gate", x.dtype())?;
+        modulation.expect_dtype(op, "modulation", x.dtype())?;
+        let (rx, ry) = (rows(op, x)?, rows(op, y)?);
+        same_rows(op, rx, ry, "x vs y")?;
+        let rg = broadcast_rows(op, rx, gate)?;
+        let mut rm = rows(op, modulation)?;
+        if rm.cols != 3 * rx.cols || (rm.rows != rx.rows && rm.rows != 1) {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "modulation {modulation:?} must be 1 or {} rows of 3×{}",
+                    rx.rows, rx.cols
+                ),
+            ));
+        }
+        if rm.rows == 1 {
+            rm.stride = 0;
+        }
+        let residual = Residual {
+            y: y.clone(),
+            ry,
+            gate: gate.clone(),
+            rg,
+        };
+        self.rms_common(
+            s,
+            op,
+            x,
+            Affine::Modulation(modulation.clone(), rm),
+            Some(residual),
             out,
             eps,
         )?;

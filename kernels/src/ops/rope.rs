@@ -96,6 +96,128 @@ impl Kernels {
         }
     }
 
+    /// A fused q/k/v projection split into heads: each row of `qkv` is `[q heads | k heads |
+    /// v heads]`, every head `head_dim` wide. The q and k heads are rotated as
+    /// [`rope`](Self::rope) rotates them and written to `q` (`[tokens, q heads·head_dim]`) and
+    /// `k`; the v heads are copied to `v` (both `[tokens, kv heads·head_dim]`). The outputs may
+    /// be row views of larger tensors (a key/value cache).
+    #[allow(clippy::too_many_arguments)]
+    pub fn rope_qkv(
+        &self,
+        s: Stream,
+        qkv: &Tensor,
+        positions: &Tensor,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        head_dim: usize,
+        max_wavelength: f32,
+    ) -> Result<()> {
+        let op = "rope_qkv";
+        self.check_ctx(op, &[qkv, positions, q, k, v])?;
+        qkv.expect_float(op, "qkv")?;
+        for (t, n) in [(q, "q"), (k, "k"), (v, "v")] {
+            t.expect_dtype(op, n, qkv.dtype())?;
+        }
+        positions.expect_dtype(op, "positions", DType::I32)?;
+        positions.expect_contiguous(op)?;
+        let (ri, rq, rk, rv) = (rows(op, qkv)?, rows(op, q)?, rows(op, k)?, rows(op, v)?);
+        let tokens = ri.rows;
+        let fits = head_dim > 0
+            && head_dim % 2 == 0
+            && [rq, rk, rv]
+                .iter()
+                .all(|r| r.rows == tokens && r.cols % head_dim == 0)
+            && rk.cols == rv.cols
+            && ri.cols == rq.cols + rk.cols + rv.cols
+            && positions.numel() == tokens;
+        if !fits {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "qkv {qkv:?} must be [tokens, q + 2·kv heads of {head_dim}] split into q {q:?}, \
+                     k {k:?}, v {v:?} (same rows, equal k and v), positions {positions:?} [tokens]"
+                ),
+            ));
+        }
+        let (hq, hk, dt) = (rq.cols / head_dim, rk.cols / head_dim, qkv.dtype());
+        match &self.cuda {
+            Some(c) => {
+                self.retain(s, &[qkv, positions, q, k, v]);
+                let (mut ip, mut pp, mut qp, mut kp, mut vp) =
+                    (qkv.ptr(), positions.ptr(), q.ptr(), k.ptr(), v.ptr());
+                let (mut t, mut a, mut b, mut d) =
+                    (tokens as u32, hq as u32, hk as u32, head_dim as u32);
+                let (mut si, mut sq, mut sk, mut sv, mut mw) = (
+                    ri.stride as u64,
+                    rq.stride as u64,
+                    rk.stride as u64,
+                    rv.stride as u64,
+                    max_wavelength,
+                );
+                // SAFETY: every layout and the positions length were checked.
+                unsafe {
+                    c.launch(
+                        s,
+                        "rope_qkv",
+                        Some(dt),
+                        (grid_1d(tokens * (hq + 2 * hk) * head_dim / 2), 1, 1),
+                        (256, 1, 1),
+                        0,
+                        &mut args!(ip, pp, qp, kp, vp, t, a, b, d, si, sq, sk, sv, mw),
+                    )
+                }
+            }
+            None => {
+                let (ip, pp) = (P::of(qkv), P::of(positions));
+                let (qp, kp, vp) = (P::of(q), P::of(k), P::of(v));
+                let keep = (
+                    qkv.clone(),
+                    positions.clone(),
+                    q.clone(),
+                    k.clone(),
+                    v.clone(),
+                );
+                self.host(s, move || {
+                    let _ = &keep;
+                    let half = head_dim / 2;
+                    with_float!(dt, T, {
+                        for t in 0..tokens {
+                            // SAFETY: indices inside the checked layouts.
+                            unsafe {
+                                let pos = pp.ld_i32(t) as f32;
+                                for h in 0..hq + 2 * hk {
+                                    let src = t * ri.stride + h * head_dim;
+                                    if h >= hq + hk {
+                                        let dst = t * rv.stride + (h - hq - hk) * head_dim;
+                                        for i in 0..head_dim {
+                                            vp.st::<T>(dst + i, ip.ld::<T>(src + i));
+                                        }
+                                        continue;
+                                    }
+                                    let (op_, dst) = if h < hq {
+                                        (qp, t * rq.stride + h * head_dim)
+                                    } else {
+                                        (kp, t * rk.stride + (h - hq) * head_dim)
+                                    };
+                                    for i in 0..half {
+                                        let timescale =
+                                            max_wavelength.powf((2.0 / head_dim as f32) * i as f32);
+                                        let (sn, cs) = (pos / timescale).sin_cos();
+                                        let (x1, x2) =
+                                            (ip.ld::<T>(src + i), ip.ld::<T>(src + half + i));
+                                        op_.st::<T>(dst + i, x1 * cs - x2 * sn);
+                                        op_.st::<T>(dst + half + i, x2 * cs + x1 * sn);
+                                    }
+                                }
+                            }
+                        }
+                    })
+                })
+            }
+        }
+    }
+
     /// `out[r] = table[ids[r]]·scale` (`ids` i32 `[n]`, `table` `[vocab, width]`, `out`
     /// `[n, width]`). An id outside the vocabulary gives a zero row (never a wild read).
     pub fn embedding(

@@ -5,6 +5,10 @@
 //! `pi05-bench [--iters N]`: per stage (vision, prefix, one step — CUDA events around each
 //! replay) and end to end (the Plan, events around it), p50 and p99 over N iterations after
 //! warm-up, and the GPU memory in use.
+//!
+//! `pi05-bench --profile`: builds the 64-token model and replays vision, prefix and one step
+//! once each, without warm-up — a short run to put under a kernel profiler (e.g. `ncu
+//! --graph-profiling node`).
 
 use frt_exec::{Ctx, ShapeKey};
 use frt_kernels::DType;
@@ -23,6 +27,7 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
+    let profile = args.iter().any(|a| a == "--profile");
     let ctx = Ctx::cuda(0).unwrap_or_else(|e| {
         eprintln!("pi05-bench needs a CUDA GPU: {e}");
         std::process::exit(1)
@@ -58,6 +63,13 @@ fn main() {
             noise: &noise,
         })
         .unwrap();
+        if profile {
+            for stage in [Stage::Vision, Stage::Prefix, Stage::Step(3)] {
+                m.replay(stage).unwrap();
+            }
+            ctx.sync_stream(s).unwrap();
+            return;
+        }
         let (t0, t1) = (ctx.timing_event().unwrap(), ctx.timing_event().unwrap());
         let time = |f: &dyn Fn()| -> f64 {
             t0.record(s).unwrap();

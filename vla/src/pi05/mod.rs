@@ -123,9 +123,8 @@ struct GemmaLayer {
     /// RMSNorm (1+w) weights (language model) — the expert's adaptive norms use modulations.
     ln1: Option<Tensor>,
     ln2: Option<Tensor>,
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
+    /// `[q; k; v]` projections stacked (one GEMM; heads split by `rope_qkv`).
+    qkv: Tensor,
     o: Tensor,
     /// `[gate; up]`
     gate_up: Tensor,
@@ -292,9 +291,10 @@ impl Pi05 {
                     Ok(GemmaLayer {
                         ln1: norm("input_layernorm")?,
                         ln2: norm("post_attention_layernorm")?,
-                        q: up.t(&format!("{p}.self_attn.q_proj.weight"))?,
-                        k: up.t(&format!("{p}.self_attn.k_proj.weight"))?,
-                        v: up.t(&format!("{p}.self_attn.v_proj.weight"))?,
+                        qkv: up.stacked(
+                            &["q_proj", "k_proj", "v_proj"]
+                                .map(|n| format!("{p}.self_attn.{n}.weight")),
+                        )?,
                         o: up.t(&format!("{p}.self_attn.o_proj.weight"))?,
                         gate_up: up.stacked(&[
                             format!("{p}.mlp.gate_proj.weight"),
@@ -332,6 +332,7 @@ impl Pi05 {
         };
         let px_ln = Tensor::alloc(ctx, "prefix.ln", dt, &[p_len, lg.width])?;
         let pq = Tensor::alloc(ctx, "prefix.q", dt, &[p_len, heads * hd])?;
+        let pqkv = Tensor::alloc(ctx, "prefix.qkv", dt, &[p_len, (heads + 2 * kvh) * hd])?;
         let pattn = Tensor::alloc(ctx, "prefix.attn", dt, &[p_len, heads * hd])?;
         let pgu = Tensor::alloc(ctx, "prefix.gate_up", dt, &[p_len, 2 * lg.mlp])?;
         let ph = Tensor::alloc(ctx, "prefix.mlp", dt, &[p_len, lg.mlp])?;
@@ -341,9 +342,7 @@ impl Pi05 {
                 l.v_cache.narrow(0, 0, p_len)?,
             ))
         };
-        let (k0, _) = pk_rows(&ll[0])?;
-        let pg_q = k.linear(&px_ln, &ll[0].q, &pq, false, false)?;
-        let pg_kv = k.linear(&px_ln, &ll[0].k, &k0, false, false)?;
+        let pg_qkv = k.linear(&px_ln, &ll[0].qkv, &pqkv, false, false)?;
         let pg_o = k.linear(&pattn, &ll[0].o, &prefix_x, false, true)?;
         let pg_gu = k.linear(&px_ln, &ll[0].gate_up, &pgu, false, false)?;
         let pg_down = k.linear(&ph, &ll[0].down, &prefix_x, false, true)?;
@@ -375,23 +374,8 @@ impl Pi05 {
                         &px_ln,
                         GEMMA_EPS,
                     )?;
-                    pg_q.run(cs, &px_ln, &l.q, &pq, None)?;
-                    pg_kv.run(cs, &px_ln, &l.k, &kc, None)?;
-                    pg_kv.run(cs, &px_ln, &l.v, &vc, None)?;
-                    k.rope(
-                        cs,
-                        &heads_of(&pq, p_len, heads)?,
-                        &prefix_pos,
-                        &heads_of(&pq, p_len, heads)?,
-                        ROPE_WAVELENGTH,
-                    )?;
-                    k.rope(
-                        cs,
-                        &heads_of(&kc, p_len, kvh)?,
-                        &prefix_pos,
-                        &heads_of(&kc, p_len, kvh)?,
-                        ROPE_WAVELENGTH,
-                    )?;
+                    pg_qkv.run(cs, &px_ln, &l.qkv, &pqkv, None)?;
+                    k.rope_qkv(cs, &pqkv, &prefix_pos, &pq, &kc, &vc, hd, ROPE_WAVELENGTH)?;
                     plan.run(&k, cs)?;
                     pg_o.run(cs, &pattn, &l.o, &prefix_x, None)?;
                     if i + 1 == ll.len() {
@@ -483,6 +467,7 @@ impl Pi05 {
         let a = Tensor::alloc(ctx, "step.tokens", dt, &[s_len, ew])?;
         let aln = Tensor::alloc(ctx, "step.ln", dt, &[s_len, ew])?;
         let sq = Tensor::alloc(ctx, "step.q", dt, &[s_len, heads * hd])?;
+        let sqkv = Tensor::alloc(ctx, "step.qkv", dt, &[s_len, (heads + 2 * kvh) * hd])?;
         let sattn = Tensor::alloc(ctx, "step.attn", dt, &[s_len, heads * hd])?;
         let so = Tensor::alloc(ctx, "step.o", dt, &[s_len, ew])?;
         let sgu = Tensor::alloc(ctx, "step.gate_up", dt, &[s_len, 2 * eg.mlp])?;
@@ -501,10 +486,8 @@ impl Pi05 {
                 l.v_cache.narrow(0, p_len, s_len)?,
             ))
         };
-        let (sk0, _) = sk_rows(&el[0])?;
         let sg_in = k.linear(&xa, &win, &a, true, false)?;
-        let sg_q = k.linear(&aln, &el[0].q, &sq, false, false)?;
-        let sg_kv = k.linear(&aln, &el[0].k, &sk0, false, false)?;
+        let sg_qkv = k.linear(&aln, &el[0].qkv, &sqkv, false, false)?;
         let sg_o = k.linear(&sattn, &el[0].o, &so, false, false)?;
         let sg_gu = k.linear(&aln, &el[0].gate_up, &sgu, false, false)?;
         let sg_down = k.linear(&sh, &el[0].down, &so, false, false)?;
@@ -529,32 +512,24 @@ impl Pi05 {
                 (|| -> Result<()> {
                     k.cast(cs, &x, &xa)?;
                     sg_in.run(cs, &xa, &win, &a, Some(&bin))?;
+                    // Each residual is fused with the norm that follows it (the next layer's
+                    // input norm, or the final norm).
+                    let mut gate = k.ada_rms_norm(cs, &a, &modulation(i, 0)?, &aln, GEMMA_EPS)?;
                     for (j, (l, plan)) in el.iter().zip(&sattn_plans).enumerate() {
                         let (kc, vc) = sk_rows(l)?;
-                        let gate =
-                            k.ada_rms_norm(cs, &a, &modulation(i, 2 * j)?, &aln, GEMMA_EPS)?;
-                        sg_q.run(cs, &aln, &l.q, &sq, None)?;
-                        sg_kv.run(cs, &aln, &l.k, &kc, None)?;
-                        sg_kv.run(cs, &aln, &l.v, &vc, None)?;
-                        k.rope(
-                            cs,
-                            &heads_of(&sq, s_len, heads)?,
-                            &suffix_pos,
-                            &heads_of(&sq, s_len, heads)?,
-                            ROPE_WAVELENGTH,
-                        )?;
-                        k.rope(
-                            cs,
-                            &heads_of(&kc, s_len, kvh)?,
-                            &suffix_pos,
-                            &heads_of(&kc, s_len, kvh)?,
-                            ROPE_WAVELENGTH,
-                        )?;
+                        sg_qkv.run(cs, &aln, &l.qkv, &sqkv, None)?;
+                        k.rope_qkv(cs, &sqkv, &suffix_pos, &sq, &kc, &vc, hd, ROPE_WAVELENGTH)?;
                         plan.run(&k, cs)?;
                         sg_o.run(cs, &sattn, &l.o, &so, None)?;
-                        k.gated_residual(cs, &a, &so, &gate, &a)?;
-                        let gate =
-                            k.ada_rms_norm(cs, &a, &modulation(i, 2 * j + 1)?, &aln, GEMMA_EPS)?;
+                        gate = k.residual_ada_rms_norm(
+                            cs,
+                            &a,
+                            &so,
+                            &gate,
+                            &modulation(i, 2 * j + 1)?,
+                            &aln,
+                            GEMMA_EPS,
+                        )?;
                         sg_gu.run(cs, &aln, &l.gate_up, &sgu, None)?;
                         k.geglu(
                             cs,
@@ -563,9 +538,17 @@ impl Pi05 {
                             &sh,
                         )?;
                         sg_down.run(cs, &sh, &l.down, &so, None)?;
-                        k.gated_residual(cs, &a, &so, &gate, &a)?;
+                        // modulation 2·depth is the final norm's
+                        gate = k.residual_ada_rms_norm(
+                            cs,
+                            &a,
+                            &so,
+                            &gate,
+                            &modulation(i, 2 * j + 2)?,
+                            &aln,
+                            GEMMA_EPS,
+                        )?;
                     }
-                    k.ada_rms_norm(cs, &a, &modulation(i, n_mods - 1)?, &aln, GEMMA_EPS)?;
                     sg_out.run(cs, &aln, &wout, &v, Some(&bout))?;
                     k.cast(cs, &v, &v32)?;
                     k.euler_step(cs, &x, &v32, dt_step)?;
