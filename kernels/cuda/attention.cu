@@ -78,12 +78,13 @@ FOR_FLOATS(ATTENTION)
 // registers, longer ones are read three times.
 #define SOFTMAX_REGS 32
 template <typename T>
-__device__ void masked_softmax(const float* scores, T* probs, unsigned rows, unsigned sq_len, unsigned sk_len, const int* valid_len, const unsigned char* key_mask,
+__device__ void masked_softmax(const float* scores, T* probs, unsigned rows, unsigned sq_len, unsigned sk_len, unsigned heads_inner, const int* valid_len, const unsigned char* key_mask,
                                unsigned always_from, int causal, unsigned causal_offset, float scale) {
     const unsigned lane = threadIdx.x & 31;
     const unsigned long long row = (unsigned long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (row >= rows) return;
-    const unsigned i = row % sq_len;
+    // Rows are (head, query) ordered, or (query, head) when heads_inner != 0.
+    const unsigned i = heads_inner ? (unsigned)(row / heads_inner) : (unsigned)(row % sq_len);
     const int vl = valid_len ? *valid_len : (int)sk_len;
     const float* sr = scores + row * sk_len;
     T* pr = probs + row * sk_len;
@@ -129,9 +130,9 @@ __device__ void masked_softmax(const float* scores, T* probs, unsigned rows, uns
 #define MASKED_SOFTMAX(T, S)                                                                          \
     extern "C" __global__ void masked_softmax_##S(const float* scores, T* probs, unsigned rows,          \
                                                   unsigned sq_len,                                     \
-                                                  unsigned sk_len, const int* valid_len, const unsigned char* key_mask,               \
+                                                  unsigned sk_len, unsigned heads_inner, const int* valid_len, const unsigned char* key_mask,               \
                                                   unsigned always_from, int causal,                    \
                                                   unsigned causal_offset, float scale) {               \
-        masked_softmax<T>(scores, probs, rows, sq_len, sk_len, valid_len, key_mask, always_from, causal, causal_offset, scale); \
+        masked_softmax<T>(scores, probs, rows, sq_len, sk_len, heads_inner, valid_len, key_mask, always_from, causal, causal_offset, scale); \
     }
 FOR_FLOATS(MASKED_SOFTMAX)

@@ -30,6 +30,12 @@ pub(crate) struct CudaOps {
     pub arch: String,
     /// cuBLASLt workspace of each stream that ran a GEMM (made at capture time).
     workspaces: std::sync::Mutex<Vec<(Stream, frt_exec::Buffer)>>,
+    /// The stream GEMM plans time their candidate algorithms on (made on first use).
+    tuning: std::sync::OnceLock<Stream>,
+    /// The algorithm chosen for each GEMM specification so far: a shape planned again (for
+    /// another layer, or inside a capture) gets the same algorithm without timing again.
+    pub(crate) tuned:
+        std::sync::Mutex<HashMap<String, frt_exec::cudarc::cublaslt::sys::cublasLtMatmulAlgo_t>>,
 }
 
 // SAFETY: CUfunction handles may be used from any thread; the table is immutable.
@@ -273,6 +279,8 @@ impl CudaOps {
             funcs,
             arch,
             workspaces: Default::default(),
+            tuning: Default::default(),
+            tuned: Default::default(),
         })
     }
 
@@ -286,6 +294,15 @@ impl CudaOps {
         let b = frt_exec::Buffer::alloc(ctx, "gemm.workspace", crate::ops::gemm::WORKSPACE)?;
         w.push((s, b.clone()));
         Ok(b)
+    }
+
+    /// The stream GEMM planning times candidate algorithms on.
+    pub fn tuning_stream(&self, ctx: &Ctx) -> Result<Stream> {
+        if let Some(s) = self.tuning.get() {
+            return Ok(*s);
+        }
+        let s = ctx.stream(0)?;
+        Ok(*self.tuning.get_or_init(|| s))
     }
 
     fn func(&self, name: &'static str, dt: Option<DType>) -> Result<sys::CUfunction> {

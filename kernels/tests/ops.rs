@@ -764,6 +764,7 @@ fn attention(b: &Backend) {
         (2, 300, 4, 1, 32, 4, false),
         (50, 818, 8, 1, 256, 4, true), // action expert over a prefix with a missing view
         (24, 24, 6, 6, 64, 3, true),   // Whisper decoder prompt
+        (300, 300, 4, 1, 32, 3, false), // causal, one key/value head, many keys (token-major rows)
     ];
     for &(sq, sk, hq, hkv, d, kind, big) in cases {
         if !size_ok(b, big) {

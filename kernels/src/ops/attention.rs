@@ -444,6 +444,8 @@ enum Path {
         pv: Vec<Step>,
         scores: Box<Tensor>,
         probs: Box<Tensor>,
+        /// Score rows ordered (query, head) rather than (head, query).
+        rows_by_token: bool,
     },
 }
 
@@ -580,6 +582,41 @@ impl Kernels {
             ),
         };
         let (mut qk, mut pv) = (Vec::new(), Vec::new());
+        // One key/value head shared by every query head, with the heads of a token next to each
+        // other in q and out: the queries are one [tokens·heads, d] matrix (rows ordered token,
+        // head) and each product is a single larger GEMM rather than a batch of small ones.
+        if hkv == 1 && hq > 1 && sq == hq * d && so == hq * d {
+            let rows = sq_len * hq;
+            let flat = |t: &Tensor, cols: usize| {
+                Tensor::with_layout(t.buffer(), t.dtype(), &[rows, cols], &[cols, 1], t.offset())
+            };
+            let (qv, ov) = (flat(q, d)?, flat(out, d)?);
+            let (sc, pr) = (flat(&scores, sk_len)?, flat(&probs, sk_len)?);
+            let kv = Tensor::with_layout(k.buffer(), dt, &[sk_len, d], &[sk, 1], k.offset())?;
+            let vv = Tensor::with_layout(v.buffer(), dt, &[sk_len, d], &[sv, 1], v.offset())?;
+            let none = crate::Epilogue::None;
+            let g1 = self.gemm(&qv, &kv, &sc, false, true, 1.0, 0.0, false, none)?;
+            let g2 = self.gemm(&pr, &vv, &ov, false, false, 1.0, 0.0, false, none)?;
+            qk.push(Step {
+                gemm: g1,
+                a: qv,
+                b: kv,
+                c: sc,
+            });
+            pv.push(Step {
+                gemm: g2,
+                a: pr,
+                b: vv,
+                c: ov,
+            });
+            return Ok(Path::Gemm {
+                qk,
+                pv,
+                scores: Box::new(scores),
+                probs: Box::new(probs),
+                rows_by_token: true,
+            });
+        }
         // Query heads that share key/value heads form one batch: all heads when every head has
         // its own (MHA), else one batch per key/value head (GQA/MQA) with K, V shared.
         let groups: Vec<(usize, usize, Tensor, Tensor)> = if hkv == hq {
@@ -668,6 +705,7 @@ impl Kernels {
             pv,
             scores: Box::new(scores),
             probs: Box::new(probs),
+            rows_by_token: false,
         })
     }
 }
@@ -689,6 +727,7 @@ impl AttentionPlan {
                 pv,
                 scores,
                 probs,
+                rows_by_token,
             } => {
                 for st in qk {
                     st.gemm.run(s, &st.a, &st.b, &st.c, None)?;
@@ -707,6 +746,8 @@ impl AttentionPlan {
                 }
                 let d = self.dims;
                 let n_rows = d.hq * d.sq_len;
+                // Row r is query r / heads (token-major rows) or r % sq_len (head-major).
+                let mut heads_inner = if *rows_by_token { d.hq as u32 } else { 0 };
                 let (mut sp, mut pp, mut nr, mut a, mut b) = (
                     scores.ptr(),
                     probs.ptr(),
@@ -730,7 +771,7 @@ impl AttentionPlan {
                         (n_rows.div_ceil(8) as u32, 1, 1),
                         (256, 1, 1),
                         0,
-                        &mut args!(sp, pp, nr, a, b, vlp, kmp, af, causal, co, sc),
+                        &mut args!(sp, pp, nr, a, b, heads_inner, vlp, kmp, af, causal, co, sc),
                     )?;
                 }
                 for st in pv {

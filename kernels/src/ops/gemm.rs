@@ -215,25 +215,195 @@ impl LtPlan {
             )
             .map_err(lt_err("cublasLtMatmulPreferenceSetAttribute"))?;
         }
-        // SAFETY: every descriptor is live and describes the operands.
-        let heur = unsafe {
-            lt::get_matmul_algo_heuristic(
-                handle, desc, layouts[0], layouts[1], layouts[2], layouts[2], pref,
+        // Up to TUNING_CANDIDATES algorithms in the heuristic's order of preference.
+        let mut found = [lts::cublasLtMatmulHeuristicResult_t {
+            // SAFETY: a plain-data C struct; zeroes are a valid (empty) value.
+            algo: unsafe { std::mem::zeroed() },
+            workspaceSize: 0,
+            state: lts::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED,
+            wavesCount: 0.0,
+            reserved: [0; 4],
+        }; TUNING_CANDIDATES];
+        let mut count = 0i32;
+        // SAFETY: every descriptor is live and describes the operands; `found` has room for
+        // the requested count.
+        let status = unsafe {
+            lts::cublasLtMatmulAlgoGetHeuristic(
+                handle,
+                desc,
+                layouts[0],
+                layouts[1],
+                layouts[2],
+                layouts[2],
+                pref,
+                TUNING_CANDIDATES as i32,
+                found.as_mut_ptr(),
+                &mut count,
             )
         };
         // SAFETY: destroyed once.
         unsafe { lt::destroy_matmul_pref(pref) }
             .map_err(lt_err("cublasLtMatmulPreferenceDestroy"))?;
-        let heur = heur.map_err(|_| Error::NoAlgorithm {
-            what: format!("{sp:?}"),
-        })?;
-        Ok(LtPlan {
+        let candidates: Vec<lts::cublasLtMatmulAlgo_t> = found[..count.max(0) as usize]
+            .iter()
+            .filter(|r| {
+                r.state == lts::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+                    && r.workspaceSize <= WORKSPACE
+            })
+            .map(|r| r.algo)
+            .collect();
+        if status != lts::cublasStatus_t::CUBLAS_STATUS_SUCCESS || candidates.is_empty() {
+            return Err(Error::NoAlgorithm {
+                what: format!("{sp:?}"),
+            });
+        }
+        let mut plan = LtPlan {
             handle,
             desc,
             layouts,
-            algo: heur.algo,
-        })
+            algo: candidates[0],
+        };
+        if candidates.len() > 1 && tuning_enabled() {
+            let cuda = k.cuda.as_ref().expect("CUDA plans exist on CUDA");
+            let key = format!("{sp:?}");
+            let known = cuda
+                .tuned
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&key)
+                .copied();
+            plan.algo = match known {
+                Some(algo) => algo,
+                None => {
+                    // Timing needs scratch memory and a stream of its own; where that is not
+                    // possible (e.g. inside a global-mode capture) the heuristic's choice stands.
+                    let algo = plan.fastest(k, sp, &candidates).unwrap_or(candidates[0]);
+                    cuda.tuned
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(key, algo);
+                    algo
+                }
+            };
+        }
+        Ok(plan)
     }
+
+    /// Times each candidate on scratch operands of the plan's layouts (on the kernels'
+    /// tuning stream) and returns the fastest; the first (the heuristic's choice) on ties.
+    fn fastest(
+        &self,
+        k: &Kernels,
+        sp: &Spec,
+        candidates: &[lts::cublasLtMatmulAlgo_t],
+    ) -> Result<lts::cublasLtMatmulAlgo_t> {
+        let cuda = k.cuda.as_ref().expect("CUDA plans exist on CUDA");
+        let s = cuda.tuning_stream(&k.ctx)?;
+        let bytes = |l: &Layout, dt: DType| {
+            ((l.batch - 1) * l.batch_stride + (l.rows - 1) * l.ld + l.cols) * dt.size()
+        };
+        let scratch = |name: &str, n: usize| frt_exec::Buffer::alloc(&k.ctx, name, n.max(16));
+        let a = scratch("gemm.tuning.a", bytes(&sp.a, sp.a_dt))?;
+        let b = scratch("gemm.tuning.b", bytes(&sp.b, sp.a_dt))?;
+        let c = scratch("gemm.tuning.c", bytes(&sp.c, sp.c_dt))?;
+        let bias = scratch("gemm.tuning.bias", sp.n * sp.c_dt.size())?;
+        let workspace = cuda.workspace(&k.ctx, s)?;
+        if sp.bias {
+            let ptr = bias.ptr();
+            // SAFETY: the descriptor is live; the value is a device pointer (set again by
+            // every run).
+            unsafe {
+                lt::set_matmul_desc_attribute(
+                    self.desc,
+                    lts::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                    &ptr as *const _ as *const c_void,
+                    8,
+                )
+            }
+            .map_err(lt_err("cublasLtMatmulDescSetAttribute"))?;
+        }
+        let (t0, t1) = (k.ctx.timing_event()?, k.ctx.timing_event()?);
+        k.ctx.bind_to_thread()?;
+        let raw = k.ctx.raw_stream(s)? as lts::cudaStream_t;
+        let (alpha, beta) = (sp.alpha, sp.beta);
+        let run = |algo: &lts::cublasLtMatmulAlgo_t| -> Result<()> {
+            // SAFETY: scratch buffers sized for the layouts; descriptors live.
+            unsafe {
+                lt::matmul(
+                    self.handle,
+                    self.desc,
+                    &alpha as *const f32 as *const c_void,
+                    &beta as *const f32 as *const c_void,
+                    b.ptr() as *const c_void,
+                    self.layouts[0],
+                    a.ptr() as *const c_void,
+                    self.layouts[1],
+                    c.ptr() as *const c_void,
+                    self.layouts[2],
+                    c.ptr() as *mut c_void,
+                    self.layouts[2],
+                    algo,
+                    workspace.ptr() as *mut c_void,
+                    WORKSPACE,
+                    raw,
+                )
+            }
+            .map_err(lt_err("cublasLtMatmul"))
+        };
+        let mut best: Option<(f32, usize)> = None;
+        let mut times = Vec::new();
+        for (i, algo) in candidates.iter().enumerate() {
+            // An algorithm that fails to launch is skipped, not fatal.
+            if run(algo).is_err() || run(algo).is_err() {
+                times.push(f32::NAN);
+                continue;
+            }
+            t0.record(s)?;
+            for _ in 0..TUNING_RUNS {
+                run(algo)?;
+            }
+            t1.record(s)?;
+            t1.synchronize()?;
+            let ms = t1.elapsed_ms(&t0)? / TUNING_RUNS as f32;
+            times.push(ms);
+            // A candidate must be clearly faster to replace an earlier one.
+            if best.is_none_or(|(b, _)| ms < b * 0.97) {
+                best = Some((ms, i));
+            }
+        }
+        k.ctx.sync_stream(s)?;
+        let (best_ms, i) = best.ok_or_else(|| Error::NoAlgorithm {
+            what: format!("{sp:?} (no candidate ran)"),
+        })?;
+        if std::env::var_os("FRT_GEMM_TUNING_LOG").is_some() {
+            eprintln!(
+                "gemm m={} n={} k={} batch={} {:?}: heuristic {:.2} µs, chosen #{i} {:.2} µs (of {:?})",
+                sp.m,
+                sp.n,
+                sp.k,
+                sp.batch,
+                sp.a_dt,
+                times[0] * 1e3,
+                best_ms * 1e3,
+                times
+                    .iter()
+                    .map(|t| (t * 1e4).round() / 10.0)
+                    .collect::<Vec<_>>()
+            );
+        }
+        Ok(candidates[i])
+    }
+}
+
+/// Algorithms a CUDA GEMM plan considers (the heuristic's best first).
+const TUNING_CANDIDATES: usize = 8;
+/// Timed runs per candidate (after two untimed ones).
+const TUNING_RUNS: usize = 20;
+
+/// Whether plans time the heuristic's candidates (default) or take its first choice
+/// (`FRT_GEMM_TUNING=0`, e.g. for runs that must choose the same algorithms every time).
+fn tuning_enabled() -> bool {
+    std::env::var("FRT_GEMM_TUNING").map_or(true, |v| v != "0")
 }
 
 /// A GEMM planned for one shape and layout (see the module docs).
