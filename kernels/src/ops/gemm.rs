@@ -263,7 +263,7 @@ impl LtPlan {
             layouts,
             algo: candidates[0],
         };
-        if candidates.len() > 1 && tuning_enabled() {
+        if candidates.len() > 1 && tuning_enabled() && worth_tuning(sp) {
             let cuda = k.cuda.as_ref().expect("CUDA plans exist on CUDA");
             let key = format!("{sp:?}");
             let known = cuda
@@ -393,6 +393,15 @@ impl LtPlan {
         }
         Ok(candidates[i])
     }
+}
+
+/// Only GEMMs of at least this many multiply-adds (m·n·k·batch) are timed: below it a run
+/// takes a few microseconds, about what launching it costs, and timings cannot tell the
+/// candidates apart (the heuristic's first choice stands).
+const TUNING_MIN_MACS: usize = 1 << 30;
+
+fn worth_tuning(sp: &Spec) -> bool {
+    sp.m * sp.n * sp.k * sp.batch >= TUNING_MIN_MACS
 }
 
 /// Algorithms a CUDA GEMM plan considers (the heuristic's best first).
