@@ -581,112 +581,77 @@ impl Kernels {
                 Tensor::alloc(self.ctx(), "attention.probs", dt, &[hq, sq_len, sk_len])?,
             ),
         };
-        let (mut qk, mut pv) = (Vec::new(), Vec::new());
+        // Each entry: the operands of one Q·Kᵀ and one P·V product (q, k, v, scores, probs, out).
+        let mut products: Vec<[Tensor; 6]> = Vec::new();
         // One key/value head shared by every query head, with the heads of a token next to each
         // other in q and out: the queries are one [tokens·heads, d] matrix (rows ordered token,
         // head) and each product is a single larger GEMM rather than a batch of small ones.
-        if hkv == 1 && hq > 1 && sq == hq * d && so == hq * d {
+        let rows_by_token = hkv == 1 && hq > 1 && sq == hq * d && so == hq * d;
+        let kv_head = |t: &Tensor, stride: usize, kh: usize| {
+            Tensor::with_layout(
+                t.buffer(),
+                dt,
+                &[sk_len, d],
+                &[stride, 1],
+                t.offset() + kh * d,
+            )
+        };
+        if rows_by_token {
             let rows = sq_len * hq;
             let flat = |t: &Tensor, cols: usize| {
                 Tensor::with_layout(t.buffer(), t.dtype(), &[rows, cols], &[cols, 1], t.offset())
             };
-            let (qv, ov) = (flat(q, d)?, flat(out, d)?);
-            let (sc, pr) = (flat(&scores, sk_len)?, flat(&probs, sk_len)?);
-            let kv = Tensor::with_layout(k.buffer(), dt, &[sk_len, d], &[sk, 1], k.offset())?;
-            let vv = Tensor::with_layout(v.buffer(), dt, &[sk_len, d], &[sv, 1], v.offset())?;
-            let none = crate::Epilogue::None;
+            products.push([
+                flat(q, d)?,
+                kv_head(k, sk, 0)?,
+                kv_head(v, sv, 0)?,
+                flat(&scores, sk_len)?,
+                flat(&probs, sk_len)?,
+                flat(out, d)?,
+            ]);
+        } else {
+            // Query heads that share key/value heads form one batch: all heads when every head
+            // has its own (MHA), else one batch per key/value head (GQA/MQA) with K, V shared.
+            let groups: Vec<(usize, usize, Tensor, Tensor)> = if hkv == hq {
+                vec![(
+                    0,
+                    hq,
+                    heads_view(k, 0, hq, sk_len, d, sk)?,
+                    heads_view(v, 0, hq, sk_len, d, sv)?,
+                )]
+            } else {
+                let g = hq / hkv;
+                (0..hkv)
+                    .map(|kh| -> Result<_> {
+                        Ok((kh * g, g, kv_head(k, sk, kh)?, kv_head(v, sv, kh)?))
+                    })
+                    .collect::<Result<_>>()?
+            };
+            for (h0, n, kv, vv) in groups {
+                let batch = |t: &Tensor| {
+                    Tensor::with_layout(
+                        t.buffer(),
+                        t.dtype(),
+                        &[n, sq_len, sk_len],
+                        &[sq_len * sk_len, sk_len, 1],
+                        h0 * sq_len * sk_len,
+                    )
+                };
+                products.push([
+                    heads_view(q, h0, n, sq_len, d, sq)?,
+                    kv,
+                    vv,
+                    batch(&scores)?,
+                    batch(&probs)?,
+                    heads_view(out, h0, n, sq_len, d, so)?,
+                ]);
+            }
+        }
+        let (mut qk, mut pv) = (Vec::new(), Vec::new());
+        let none = crate::Epilogue::None;
+        for [qv, kv, vv, sc, pr, ov] in products {
             let g1 = self.gemm(&qv, &kv, &sc, false, true, 1.0, 0.0, false, none)?;
             let g2 = self.gemm(&pr, &vv, &ov, false, false, 1.0, 0.0, false, none)?;
-            qk.push(Step {
-                gemm: g1,
-                a: qv,
-                b: kv,
-                c: sc,
-            });
-            pv.push(Step {
-                gemm: g2,
-                a: pr,
-                b: vv,
-                c: ov,
-            });
-            return Ok(Path::Gemm {
-                qk,
-                pv,
-                scores: Box::new(scores),
-                probs: Box::new(probs),
-                rows_by_token: true,
-            });
-        }
-        // Query heads that share key/value heads form one batch: all heads when every head has
-        // its own (MHA), else one batch per key/value head (GQA/MQA) with K, V shared.
-        let groups: Vec<(usize, usize, Tensor, Tensor)> = if hkv == hq {
-            vec![(
-                0,
-                hq,
-                heads_view(k, 0, hq, sk_len, d, sk)?,
-                heads_view(v, 0, hq, sk_len, d, sv)?,
-            )]
-        } else {
-            let g = hq / hkv;
-            (0..hkv)
-                .map(|kh| -> Result<_> {
-                    let kv = Tensor::with_layout(
-                        k.buffer(),
-                        dt,
-                        &[sk_len, d],
-                        &[sk, 1],
-                        k.offset() + kh * d,
-                    )?;
-                    let vv = Tensor::with_layout(
-                        v.buffer(),
-                        dt,
-                        &[sk_len, d],
-                        &[sv, 1],
-                        v.offset() + kh * d,
-                    )?;
-                    Ok((kh * g, g, kv, vv))
-                })
-                .collect::<Result<_>>()?
-        };
-        for (h0, n, kv, vv) in groups {
-            let qv = heads_view(q, h0, n, sq_len, d, sq)?;
-            let sc = Tensor::with_layout(
-                scores.buffer(),
-                DType::F32,
-                &[n, sq_len, sk_len],
-                &[sq_len * sk_len, sk_len, 1],
-                h0 * sq_len * sk_len,
-            )?;
-            let pr = Tensor::with_layout(
-                probs.buffer(),
-                dt,
-                &[n, sq_len, sk_len],
-                &[sq_len * sk_len, sk_len, 1],
-                h0 * sq_len * sk_len,
-            )?;
-            let ov = heads_view(out, h0, n, sq_len, d, so)?;
-            let g1 = self.gemm(
-                &qv,
-                &kv,
-                &sc,
-                false,
-                true,
-                1.0,
-                0.0,
-                false,
-                crate::Epilogue::None,
-            )?;
-            let g2 = self.gemm(
-                &pr,
-                &vv,
-                &ov,
-                false,
-                false,
-                1.0,
-                0.0,
-                false,
-                crate::Epilogue::None,
-            )?;
             qk.push(Step {
                 gemm: g1,
                 a: qv,
@@ -705,7 +670,7 @@ impl Kernels {
             pv,
             scores: Box::new(scores),
             probs: Box::new(probs),
-            rows_by_token: false,
+            rows_by_token,
         })
     }
 }

@@ -289,6 +289,61 @@ impl LtPlan {
         Ok(plan)
     }
 
+    /// Points the descriptor's bias at device address `ptr`.
+    fn set_bias(&self, ptr: u64) -> Result<()> {
+        // SAFETY: the descriptor is live; the value is a device pointer.
+        unsafe {
+            lt::set_matmul_desc_attribute(
+                self.desc,
+                lts::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                &ptr as *const _ as *const c_void,
+                8,
+            )
+        }
+        .map_err(lt_err("cublasLtMatmulDescSetAttribute"))
+    }
+
+    /// Enqueues `c = alpha·a·b + beta·c` (the plan's layouts and epilogue) with `algo`.
+    ///
+    /// # Safety
+    /// `a`, `b`, `c` and `workspace` (WORKSPACE bytes) are live device memory holding the
+    /// plan's layouts; `raw` is a stream of the plan's context.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn matmul(
+        &self,
+        algo: &lts::cublasLtMatmulAlgo_t,
+        (alpha, beta): (f32, f32),
+        a: u64,
+        b: u64,
+        c: u64,
+        workspace: u64,
+        raw: lts::cudaStream_t,
+    ) -> Result<()> {
+        // Swapped operands (see `new`): cuBLASLt's A is our b.
+        // SAFETY: the caller's contract.
+        unsafe {
+            lt::matmul(
+                self.handle,
+                self.desc,
+                &alpha as *const f32 as *const c_void,
+                &beta as *const f32 as *const c_void,
+                b as *const c_void,
+                self.layouts[0],
+                a as *const c_void,
+                self.layouts[1],
+                c as *const c_void,
+                self.layouts[2],
+                c as *mut c_void,
+                self.layouts[2],
+                algo,
+                workspace as *mut c_void,
+                WORKSPACE,
+                raw,
+            )
+        }
+        .map_err(lt_err("cublasLtMatmul"))
+    }
+
     /// Times each candidate on scratch operands of the plan's layouts (on the kernels'
     /// tuning stream) and returns the fastest; the first (the heuristic's choice) on ties.
     fn fastest(
@@ -309,46 +364,25 @@ impl LtPlan {
         let bias = scratch("gemm.tuning.bias", sp.n * sp.c_dt.size())?;
         let workspace = cuda.workspace(&k.ctx, s)?;
         if sp.bias {
-            let ptr = bias.ptr();
-            // SAFETY: the descriptor is live; the value is a device pointer (set again by
-            // every run).
-            unsafe {
-                lt::set_matmul_desc_attribute(
-                    self.desc,
-                    lts::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                    &ptr as *const _ as *const c_void,
-                    8,
-                )
-            }
-            .map_err(lt_err("cublasLtMatmulDescSetAttribute"))?;
+            // Set again by every run with its own bias.
+            self.set_bias(bias.ptr())?;
         }
         let (t0, t1) = (k.ctx.timing_event()?, k.ctx.timing_event()?);
         k.ctx.bind_to_thread()?;
         let raw = k.ctx.raw_stream(s)? as lts::cudaStream_t;
-        let (alpha, beta) = (sp.alpha, sp.beta);
         let run = |algo: &lts::cublasLtMatmulAlgo_t| -> Result<()> {
-            // SAFETY: scratch buffers sized for the layouts; descriptors live.
+            // SAFETY: scratch buffers sized for the layouts; the workspace is WORKSPACE bytes.
             unsafe {
-                lt::matmul(
-                    self.handle,
-                    self.desc,
-                    &alpha as *const f32 as *const c_void,
-                    &beta as *const f32 as *const c_void,
-                    b.ptr() as *const c_void,
-                    self.layouts[0],
-                    a.ptr() as *const c_void,
-                    self.layouts[1],
-                    c.ptr() as *const c_void,
-                    self.layouts[2],
-                    c.ptr() as *mut c_void,
-                    self.layouts[2],
+                self.matmul(
                     algo,
-                    workspace.ptr() as *mut c_void,
-                    WORKSPACE,
+                    (sp.alpha, sp.beta),
+                    a.ptr(),
+                    b.ptr(),
+                    c.ptr(),
+                    workspace.ptr(),
                     raw,
                 )
             }
-            .map_err(lt_err("cublasLtMatmul"))
         };
         let mut best: Option<(f32, usize)> = None;
         let mut times = Vec::new();
@@ -607,44 +641,23 @@ impl Gemm {
                 k.ctx.retain(s, &workspace);
                 k.ctx.retain_object(s, p.clone());
                 if let Some(t) = bias {
-                    let ptr = t.ptr();
-                    // SAFETY: the descriptor is live; the value is a device pointer.
-                    unsafe {
-                        lt::set_matmul_desc_attribute(
-                            p.desc,
-                            lts::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                            &ptr as *const _ as *const c_void,
-                            8,
-                        )
-                    }
-                    .map_err(lt_err("cublasLtMatmulDescSetAttribute"))?;
+                    p.set_bias(t.ptr())?;
                 }
                 k.ctx.bind_to_thread()?;
                 let raw = k.ctx.raw_stream(s)? as lts::cudaStream_t;
-                let (alpha, beta) = (sp.alpha, sp.beta);
                 // SAFETY: layouts were checked against the plan; pointers are live device
                 // memory retained by a capture in progress; the workspace is this plan's.
                 unsafe {
-                    lt::matmul(
-                        p.handle,
-                        p.desc,
-                        &alpha as *const f32 as *const c_void,
-                        &beta as *const f32 as *const c_void,
-                        b.ptr() as *const c_void,
-                        p.layouts[0],
-                        a.ptr() as *const c_void,
-                        p.layouts[1],
-                        c.ptr() as *const c_void,
-                        p.layouts[2],
-                        c.ptr() as *mut c_void,
-                        p.layouts[2],
+                    p.matmul(
                         &p.algo,
-                        workspace.ptr() as *mut c_void,
-                        WORKSPACE,
+                        (sp.alpha, sp.beta),
+                        a.ptr(),
+                        b.ptr(),
+                        c.ptr(),
+                        workspace.ptr(),
                         raw,
                     )
                 }
-                .map_err(lt_err("cublasLtMatmul"))
             }
             None => {
                 let (ap, bp, cp, biasp) = (P::of(a), P::of(b), P::of(c), bias.map(P::of));

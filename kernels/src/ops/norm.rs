@@ -24,6 +24,26 @@ struct Residual {
     rg: Rows,
 }
 
+/// A modulation `[scale | shift | gate]` as rows for `x`'s rows: one row (stride 0, shared by
+/// every row) or one per row.
+fn modulation_rows(op: &'static str, modulation: &Tensor, rx: Rows) -> Result<Rows> {
+    let rm = rows(op, modulation)?;
+    if rm.cols != 3 * rx.cols || (rm.rows != rx.rows && rm.rows != 1) {
+        return Err(Error::shape(
+            op,
+            format!(
+                "modulation {modulation:?} must be 1 or {} rows of 3×{}",
+                rx.rows, rx.cols
+            ),
+        ));
+    }
+    Ok(if rm.rows == 1 {
+        Rows { stride: 0, ..rm }
+    } else {
+        rm
+    })
+}
+
 impl Kernels {
     fn check_vector(
         op: &'static str,
@@ -187,19 +207,7 @@ impl Kernels {
         x.expect_float(op, "x")?;
         modulation.expect_dtype(op, "modulation", x.dtype())?;
         let rx = rows(op, x)?;
-        let mut rm = rows(op, modulation)?;
-        if rm.cols != 3 * rx.cols || (rm.rows != rx.rows && rm.rows != 1) {
-            return Err(Error::shape(
-                op,
-                format!(
-                    "modulation {modulation:?} must be 1 or {} rows of 3×{}",
-                    rx.rows, rx.cols
-                ),
-            ));
-        }
-        if rm.rows == 1 {
-            rm.stride = 0;
-        }
+        let rm = modulation_rows(op, modulation, rx)?;
         self.rms_common(
             s,
             op,
@@ -236,19 +244,7 @@ impl Kernels {
         let (rx, ry) = (rows(op, x)?, rows(op, y)?);
         same_rows(op, rx, ry, "x vs y")?;
         let rg = broadcast_rows(op, rx, gate)?;
-        let mut rm = rows(op, modulation)?;
-        if rm.cols != 3 * rx.cols || (rm.rows != rx.rows && rm.rows != 1) {
-            return Err(Error::shape(
-                op,
-                format!(
-                    "modulation {modulation:?} must be 1 or {} rows of 3×{}",
-                    rx.rows, rx.cols
-                ),
-            ));
-        }
-        if rm.rows == 1 {
-            rm.stride = 0;
-        }
+        let rm = modulation_rows(op, modulation, rx)?;
         let residual = Residual {
             y: y.clone(),
             ry,
