@@ -21,6 +21,7 @@ pub(crate) const SOURCES: &[(&str, &str)] = &[
     ("rope.cu", include_str!("../cuda/rope.cu")),
     ("attention.cu", include_str!("../cuda/attention.cu")),
     ("conv.cu", include_str!("../cuda/conv.cu")),
+    ("flash.cu", include_str!("../cuda/flash.cu")),
 ];
 
 pub(crate) struct CudaOps {
@@ -28,6 +29,8 @@ pub(crate) struct CudaOps {
     ctx: Ctx,
     funcs: HashMap<(&'static str, Option<DType>), sys::CUfunction>,
     pub arch: String,
+    /// Streaming multiprocessors of the device (sizes split work such as attention's key splits).
+    pub sms: u32,
     /// cuBLASLt workspace of each stream that ran a GEMM (made at capture time).
     workspaces: std::sync::Mutex<Vec<(Stream, frt_exec::Buffer)>>,
     /// The stream GEMM plans time their candidate algorithms on (made on first use).
@@ -245,6 +248,9 @@ impl CudaOps {
             .compute_capability()
             .map_err(drv("cuDeviceGetAttribute"))?;
         let arch = format!("sm_{maj}{min}");
+        let sms = cu
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(drv("cuDeviceGetAttribute"))? as u32;
         let (mut vmaj, mut vmin) = (0, 0);
         // SAFETY: valid out pointers.
         nvrtc("nvrtcVersion", unsafe {
@@ -278,6 +284,7 @@ impl CudaOps {
             ctx: ctx.clone(),
             funcs,
             arch,
+            sms,
             workspaces: Default::default(),
             tuning: Default::default(),
             tuned: Default::default(),

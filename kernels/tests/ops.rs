@@ -828,13 +828,16 @@ fn attention(b: &Backend) {
                     scale as f64,
                 )
             };
-            for (form, op) in [
-                (
-                    "direct",
-                    &direct as &dyn Fn(&Kernels, _, &[Tensor], &Tensor) -> _,
-                ),
-                ("planned", &planned),
-            ] {
+            let flash = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
+                k.attention_plan_flash(&i[0], &i[1], &i[2], o, &mask_of(i), scale)?
+                    .run(k, s)
+            };
+            let mut forms: Vec<(&str, &dyn Fn(&Kernels, _, &[Tensor], &Tensor) -> _)> =
+                vec![("direct", &direct), ("planned", &planned)];
+            if b.is_cuda() && sm80(&b.k) && dt != DType::F32 && d % 8 == 0 {
+                forms.push(("tensor-core", &flash));
+            }
+            for (form, op) in forms {
                 run(
                     b,
                     &Case {
@@ -850,6 +853,50 @@ fn attention(b: &Backend) {
             }
         }
     }
+}
+
+fn sm80(k: &Kernels) -> bool {
+    k.target()
+        .strip_prefix("sm_")
+        .and_then(|a| a.parse::<u32>().ok())
+        .is_some_and(|a| a >= 80)
+}
+
+/// Which path an attention plan takes. The host runs the reference kernel and has no
+/// tensor-core plan; CUDA (sm_80 and later) plans bf16/f16 attention on the tensor-core kernel
+/// when asked, splitting the keys when the rows are few (the action expert) and not when they
+/// fill the device (the prefix); f32 has no tensor-core plan and takes the GEMM path.
+fn attention_paths(b: &Backend) {
+    let k = &b.k;
+    let t = |dt, shape: &[usize]| Tensor::alloc(k.ctx(), "t", dt, shape).unwrap();
+    let plan = |dt, sq: usize, sk: usize, flash: bool| {
+        let (q, o) = (t(dt, &[sq, 8, 256]), t(dt, &[sq, 8, 256]));
+        let (kk, v) = (t(dt, &[sk, 1, 256]), t(dt, &[sk, 1, 256]));
+        let m = AttentionMask::full();
+        if flash {
+            k.attention_plan_flash(&q, &kk, &v, &o, &m, 0.0625)
+        } else {
+            k.attention_plan(&q, &kk, &v, &o, &m, 0.0625)
+        }
+    };
+    for dt in [DType::BF16, DType::F16] {
+        let (expert, prefix) = (plan(dt, 50, 626, true), plan(dt, 800, 800, true));
+        if b.is_cuda() && sm80(k) {
+            let splits = expert.unwrap().flash_splits();
+            assert!(splits.is_some_and(|n| n > 1), "expert: split keys");
+            assert_eq!(prefix.unwrap().flash_splits(), Some(1), "prefix: one split");
+        } else {
+            assert!(expert.is_err() && prefix.is_err(), "no tensor-core plan");
+        }
+        // The odd head dim 36 cannot run there.
+        let (q, kk) = (t(dt, &[50, 8, 36]), t(dt, &[626, 1, 36]));
+        let m = AttentionMask::full();
+        assert!(k.attention_plan_flash(&q, &kk, &kk, &q, &m, 0.1).is_err());
+    }
+    let f32_plan = plan(DType::F32, 50, 626, false).unwrap();
+    assert_eq!(f32_plan.flash_splits(), None);
+    assert_eq!(f32_plan.uses_gemm(), b.is_cuda());
+    assert!(plan(DType::F32, 50, 626, true).is_err());
 }
 
 fn conv(b: &Backend) {
@@ -1346,6 +1393,7 @@ backend_tests!(
     positional,
     gemm,
     attention,
+    attention_paths,
     conv,
     argmax,
     fused_ops,

@@ -438,6 +438,18 @@ struct Step {
 enum Path {
     /// The fused kernel (host: the reference; CUDA: short query counts, e.g. decoding).
     Direct,
+    /// CUDA, bf16/f16 on sm_80 and later: the tensor-core kernel of `flash.cu`, its keys cut
+    /// into `splits` ranges of `keys_per_split` when the rows alone would leave most of the
+    /// device idle (the partial rows are then merged by a second kernel).
+    Flash {
+        /// Head dim the kernel is instantiated for (the smallest of [`FLASH_HEAD_DIMS`] ≥ d).
+        dp: usize,
+        splits: usize,
+        keys_per_split: usize,
+        /// Partial rows `[splits, Hq·Sq, D]` and their (max, sum) `[splits, Hq·Sq, 2]` (f32),
+        /// when `splits > 1`.
+        part: Option<Box<(Tensor, Tensor)>>,
+    },
     /// CUDA, many queries: scores = Q·Kᵀ (cuBLASLt, f32), masked softmax, out = P·V.
     Gemm {
         qk: Vec<Step>,
@@ -464,6 +476,34 @@ pub struct AttentionPlan {
     dims: Dims,
     always_from: usize,
     path: Path,
+}
+
+/// Head dims the tensor-core kernel is compiled for (`flash.cu`).
+const FLASH_HEAD_DIMS: [usize; 6] = [16, 32, 64, 80, 128, 256];
+/// Rows of one block of the tensor-core kernel, and keys of one staged tile.
+const FLASH_BM: usize = 64;
+const FLASH_BN: usize = 32;
+
+/// The tensor-core kernel's parameters (`FlashArgs` in `flash.cu`, same layout).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct FlashArgs {
+    sq_len: u32,
+    sk_len: u32,
+    hq: u32,
+    hkv: u32,
+    d: u32,
+    sq: u64,
+    sk: u64,
+    sv: u64,
+    so: u64,
+    valid_len: u64,
+    key_mask: u64,
+    always_from: u32,
+    causal: i32,
+    causal_offset: u32,
+    scale_log2: f32,
+    keys_per_split: u32,
 }
 
 /// Queries from which the CUDA plan takes the GEMM path.
@@ -530,7 +570,12 @@ impl Kernels {
             }
             _ => None,
         };
-        let path = if self.cuda.is_some() && gemm {
+        let flash = std::env::var("FRT_FLASH_ATTENTION").is_ok_and(|v| v == "1");
+        let path = if let (true, true, Some(dp)) =
+            (flash, gemm, self.flash_head_dim(q, k, v, out, &dims))
+        {
+            self.attention_flash_path(&dims, dp, share.map(|p| &p.path))?
+        } else if self.cuda.is_some() && gemm {
             self.attention_gemm_path(q, k, v, out, &dims, scratch)?
         } else {
             Path::Direct
@@ -545,6 +590,129 @@ impl Kernels {
             dims,
             always_from,
             path,
+        })
+    }
+
+    /// Attention planned on the tensor-core kernel of `flash.cu` (scores, softmax and the
+    /// product with V in one kernel; the keys split over blocks when the rows are few), or an
+    /// error when it cannot run on these tensors: it needs CUDA on sm_80 or later, bf16 or f16,
+    /// a head dim that is a multiple of 8 up to 256, keys and values in 16-byte rows, and
+    /// queries and outputs in 4-byte pairs.
+    ///
+    /// [`attention_plan`](Self::attention_plan) takes this path only with
+    /// `FRT_FLASH_ATTENTION=1`: on an H100 it is still slower than the GEMM path for Pi0.5's
+    /// shapes (it stages K and V without overlapping loads and math).
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_plan_flash(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        out: &Tensor,
+        mask: &AttentionMask,
+        scale: f32,
+    ) -> Result<AttentionPlan> {
+        let (dims, always_from) = self.attention_dims(q, k, v, out, mask)?;
+        let dp = self.flash_head_dim(q, k, v, out, &dims).ok_or_else(|| {
+            Error::shape(
+                "attention",
+                format!(
+                    "the tensor-core kernel needs CUDA sm_80+, bf16/f16, a head dim that is a multiple of 8 up to 256 and aligned rows; got {} {q:?}, k {k:?}, v {v:?}, out {out:?}",
+                    self.target()
+                ),
+            )
+        })?;
+        Ok(AttentionPlan {
+            q: q.clone(),
+            k: k.clone(),
+            v: v.clone(),
+            out: out.clone(),
+            mask: mask.clone(),
+            scale,
+            dims,
+            always_from,
+            path: self.attention_flash_path(&dims, dp, None)?,
+        })
+    }
+
+    /// The head dim to run the tensor-core kernel with, when it can run on these tensors (see
+    /// [`attention_plan_flash`](Self::attention_plan_flash)).
+    fn flash_head_dim(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        out: &Tensor,
+        dims: &Dims,
+    ) -> Option<usize> {
+        let c = self.cuda.as_ref()?;
+        let sm: u32 = c.arch.trim_start_matches("sm_").parse().ok()?;
+        if sm < 80 {
+            return None;
+        }
+        let d = dims.d;
+        let ok = matches!(q.dtype(), DType::BF16 | DType::F16)
+            && d % 8 == 0
+            && [dims.sk, dims.sv, k.offset(), v.offset()]
+                .iter()
+                .all(|x| x % 8 == 0)
+            && [dims.sq, dims.so, q.offset(), out.offset()]
+                .iter()
+                .all(|x| x % 2 == 0);
+        if !ok {
+            return None;
+        }
+        FLASH_HEAD_DIMS.iter().copied().find(|&p| p >= d)
+    }
+
+    /// The tensor-core path: keys are split when the blocks of rows alone would fill less than
+    /// half the device (each split at least two tiles of keys).
+    fn attention_flash_path(&self, dims: &Dims, dp: usize, share: Option<&Path>) -> Result<Path> {
+        let sms = self.cuda.as_ref().map_or(1, |c| c.sms as usize);
+        let rows = dims.hq / dims.hkv * dims.sq_len;
+        let blocks = rows.div_ceil(FLASH_BM) * dims.hkv;
+        let mut splits = 1;
+        if blocks * 2 < sms {
+            splits = sms
+                .div_ceil(blocks)
+                .min(dims.sk_len.div_ceil(2 * FLASH_BN))
+                .max(1);
+        }
+        let keys_per_split = dims.sk_len.div_ceil(splits).div_ceil(FLASH_BN) * FLASH_BN;
+        let splits = dims.sk_len.div_ceil(keys_per_split).max(1);
+        let part = if splits > 1 {
+            let all = dims.hq * dims.sq_len;
+            let reuse = match share {
+                Some(Path::Flash { part: Some(p), .. }) if p.0.shape() == [splits, all, dims.d] => {
+                    Some(p.clone())
+                }
+                _ => None,
+            };
+            Some(match reuse {
+                Some(p) => p,
+                None => Box::new((
+                    Tensor::alloc(
+                        self.ctx(),
+                        "attention.partial",
+                        DType::F32,
+                        &[splits, all, dims.d],
+                    )?,
+                    Tensor::alloc(
+                        self.ctx(),
+                        "attention.partial_max_sum",
+                        DType::F32,
+                        &[splits, all, 2],
+                    )?,
+                )),
+            })
+        } else {
+            None
+        };
+        Ok(Path::Flash {
+            dp,
+            splits,
+            keys_per_split,
+            part,
         })
     }
 
@@ -681,12 +849,112 @@ impl AttentionPlan {
         matches!(self.path, Path::Gemm { .. })
     }
 
+    /// Whether the plan uses the tensor-core kernel, and with how many key splits.
+    pub fn flash_splits(&self) -> Option<usize> {
+        match self.path {
+            Path::Flash { splits, .. } => Some(splits),
+            _ => None,
+        }
+    }
+
+    fn run_flash(
+        &self,
+        k: &Kernels,
+        s: Stream,
+        dp: usize,
+        splits: usize,
+        keys_per_split: usize,
+        part: Option<&(Tensor, Tensor)>,
+    ) -> Result<()> {
+        let c = k.cuda.as_ref().expect("flash path only on CUDA");
+        let d = self.dims;
+        k.retain(s, &[&self.q, &self.k, &self.v, &self.out]);
+        let mut args = FlashArgs {
+            sq_len: d.sq_len as u32,
+            sk_len: d.sk_len as u32,
+            hq: d.hq as u32,
+            hkv: d.hkv as u32,
+            d: d.d as u32,
+            sq: d.sq as u64,
+            sk: d.sk as u64,
+            sv: d.sv as u64,
+            so: d.so as u64,
+            valid_len: 0,
+            key_mask: 0,
+            always_from: self.always_from as u32,
+            causal: self.mask.causal_offset.is_some() as i32,
+            causal_offset: self.mask.causal_offset.unwrap_or(0) as u32,
+            scale_log2: self.scale * std::f32::consts::LOG2_E,
+            keys_per_split: keys_per_split as u32,
+        };
+        if let Some(vl) = &self.mask.valid_len {
+            k.retain(s, &[vl]);
+            args.valid_len = vl.ptr();
+        }
+        if let Some(km) = &self.mask.key_mask {
+            k.retain(s, &[km]);
+            args.key_mask = km.ptr();
+        }
+        let (mut pp, mut mp) = (0u64, 0u64);
+        if let Some((p, m)) = part {
+            k.retain(s, &[p, m]);
+            (pp, mp) = (p.ptr(), m.ptr());
+        }
+        let (mut qp, mut kp, mut vp, mut op) =
+            (self.q.ptr(), self.k.ptr(), self.v.ptr(), self.out.ptr());
+        let rows = d.hq / d.hkv * d.sq_len;
+        let shared = (2 * FLASH_BN * (dp + 8) * 2) as u32;
+        let name: &'static str = match dp {
+            16 => "flash_attention_d16",
+            32 => "flash_attention_d32",
+            64 => "flash_attention_d64",
+            80 => "flash_attention_d80",
+            128 => "flash_attention_d128",
+            _ => "flash_attention_d256",
+        };
+        let dt = Some(self.q.dtype());
+        // SAFETY: the layouts, alignments and head dim were checked when planned; the partial
+        // tensors hold splits · Hq · Sq rows; shared memory is the two staged tiles (≤ 48 KiB).
+        unsafe {
+            c.launch(
+                s,
+                name,
+                dt,
+                (rows.div_ceil(FLASH_BM) as u32, d.hkv as u32, splits as u32),
+                (128, 1, 1),
+                shared,
+                &mut args!(qp, kp, vp, op, pp, mp, args),
+            )?;
+            if splits > 1 {
+                let mut n = splits as u32;
+                let all = d.hq * d.sq_len;
+                c.launch(
+                    s,
+                    "flash_combine",
+                    dt,
+                    // One warp per row, 8 rows a block.
+                    (all.div_ceil(8) as u32, 1, 1),
+                    (256, 1, 1),
+                    0,
+                    &mut args!(pp, mp, op, args, n),
+                )?;
+            }
+        }
+        Ok(())
+    }
+
     /// Enqueues the planned attention on `s`.
     pub fn run(&self, k: &Kernels, s: Stream) -> Result<()> {
         match &self.path {
             Path::Direct => k.attention(
                 s, &self.q, &self.k, &self.v, &self.out, &self.mask, self.scale,
             ),
+            Path::Flash {
+                dp,
+                splits,
+                keys_per_split,
+                part,
+            } => self.run_flash(k, s, *dp, *splits, *keys_per_split, part.as_deref()),
             Path::Gemm {
                 qk,
                 pv,
