@@ -832,8 +832,13 @@ fn attention(b: &Backend) {
                 k.attention_plan_flash(&i[0], &i[1], &i[2], o, &mask_of(i), scale)?
                     .run(k, s)
             };
-            let mut forms: Vec<(&str, &dyn Fn(&Kernels, _, &[Tensor], &Tensor) -> _)> =
-                vec![("direct", &direct), ("planned", &planned)];
+            type Op<'a> = &'a dyn Fn(
+                &Kernels,
+                frt_exec::Stream,
+                &[Tensor],
+                &Tensor,
+            ) -> frt_kernels::Result<()>;
+            let mut forms: Vec<(&str, Op)> = vec![("direct", &direct), ("planned", &planned)];
             if b.is_cuda() && sm80(&b.k) && dt != DType::F32 && d % 8 == 0 {
                 forms.push(("tensor-core", &flash));
             }
