@@ -1,7 +1,24 @@
 //! # frt-robot-host
 //!
-//! The real-time robot host: control loop, subgoal switching, interrupts, voice commands, safety.
+//! The real-time robot host: the Pi0.5 policy and Whisper wired into a control loop that turns
+//! camera frames and robot state into action chunks, switches subgoals without recapturing
+//! anything, and stops within one graph replay when told to.
 //!
-//! Not implemented yet: this crate holds no code so far. See `shared/DESIGN.md` and the
-//! project README for what it will contain; it depends on `frt-exec` only so that the
-//! workspace's layering (dependencies point down) is fixed from the start.
+//! * [`config`]: the YAML configuration and its validation;
+//! * [`frame`]: decoding and validation of camera images (raw encodings, JPEG, PNG);
+//! * [`messages`]: what the node exchanges, independent of the transport;
+//! * [`policy`]: Pi0.5 as the loop drives it (preprocessing, stage replays, the halt graph);
+//! * [`node`]: the inputs shared with the I/O side and the control loop;
+//! * [`voice`]: spoken commands (Whisper on a low-priority stream, confidence gates).
+
+pub mod config;
+mod error;
+pub mod frame;
+pub mod messages;
+pub mod node;
+pub mod policy;
+pub mod voice;
+
+pub use config::Config;
+pub use error::{Error, Result};
+pub use node::{Clock, Inputs, ManualClock, Node, Outputs, SystemClock, TickOutcome};

@@ -1,0 +1,615 @@
+//! The node's configuration (YAML). Unknown fields are rejected; [`Config::validate`] checks
+//! every value and names the field of the first problem (`safety.action_min: …`).
+
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// A configuration problem: the field (dotted path) and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{field}: {problem}")]
+pub struct ConfigError {
+    pub field: String,
+    pub problem: String,
+}
+
+fn bad(field: impl Into<String>, problem: impl Into<String>) -> ConfigError {
+    ConfigError {
+        field: field.into(),
+        problem: problem.into(),
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub node: NodeConfig,
+    pub model: ModelConfig,
+    pub cameras: Vec<CameraConfig>,
+    pub state: StateConfig,
+    pub control: ControlConfig,
+    pub safety: SafetyConfig,
+    #[serde(default)]
+    pub streams: StreamsConfig,
+    /// Microphone input; absent: no audio.
+    #[serde(default)]
+    pub audio: Option<AudioConfig>,
+    /// Voice commands; absent: typed commands only.
+    #[serde(default)]
+    pub asr: Option<AsrConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeConfig {
+    /// Node name (diagnostics are named `"<name>: <task>"`).
+    #[serde(default = "default_node_name")]
+    pub name: String,
+}
+
+fn default_node_name() -> String {
+    "frt_robot_host".into()
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            name: default_node_name(),
+        }
+    }
+}
+
+/// Where the weights come from (`model.checkpoint` or `model.random`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelSource {
+    /// A checkpoint folder (openpi or LeRobot safetensors naming).
+    Checkpoint(PathBuf),
+    /// Deterministic random weights of the tiny configuration (demos, tests).
+    RandomTiny { seed: u64 },
+    /// Deterministic random weights at full size (benchmarks).
+    RandomBase { seed: u64 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelSize {
+    Tiny,
+    Base,
+}
+
+/// `model.random`: generated weights.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RandomModel {
+    pub size: ModelSize,
+    #[serde(default)]
+    pub seed: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Precision {
+    F32,
+    Bf16,
+    F16,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Backend {
+    /// CUDA device 0 when present, else the host backend.
+    Auto,
+    Host,
+    Cuda,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PromptMode {
+    /// Prompts padded to `max_token_len`, the true length in a device buffer.
+    Fixed,
+    /// Graphs per prompt length.
+    Exact,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// A checkpoint folder (openpi or LeRobot naming).
+    #[serde(default)]
+    pub checkpoint: Option<PathBuf>,
+    /// Generated weights instead of a checkpoint.
+    #[serde(default)]
+    pub random: Option<RandomModel>,
+    /// `tokenizer.json` (PaliGemma's for real checkpoints). Absent with a tiny random model: the
+    /// small tokenizer bundled for demos.
+    #[serde(default)]
+    pub tokenizer: Option<PathBuf>,
+    /// `norm_stats.json` of the checkpoint (state in, actions out). Absent: identity.
+    #[serde(default)]
+    pub norm_stats: Option<PathBuf>,
+    /// Use the quantile (q01/q99) normalization instead of mean/std.
+    #[serde(default)]
+    pub quantile_norm: bool,
+    pub precision: Precision,
+    #[serde(default = "default_backend")]
+    pub backend: Backend,
+    #[serde(default = "default_prompt_mode")]
+    pub prompt_mode: PromptMode,
+    /// Prompt capacity in tokens (fixed mode).
+    pub max_token_len: usize,
+}
+
+impl ModelConfig {
+    /// Where the weights come from (validated: exactly one of `checkpoint`, `random`).
+    pub fn source(&self) -> ModelSource {
+        match (&self.checkpoint, &self.random) {
+            (Some(p), _) => ModelSource::Checkpoint(p.clone()),
+            (
+                None,
+                Some(RandomModel {
+                    size: ModelSize::Tiny,
+                    seed,
+                }),
+            ) => ModelSource::RandomTiny { seed: *seed },
+            (None, Some(RandomModel { seed, .. })) => ModelSource::RandomBase { seed: *seed },
+            (None, None) => ModelSource::RandomTiny { seed: 0 },
+        }
+    }
+}
+
+fn default_backend() -> Backend {
+    Backend::Auto
+}
+fn default_prompt_mode() -> PromptMode {
+    PromptMode::Fixed
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ImageFormat {
+    /// `sensor_msgs/Image` (rgb8, bgr8, rgba8, bgra8, mono8).
+    Raw,
+    /// `sensor_msgs/CompressedImage` (JPEG or PNG).
+    Compressed,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CameraConfig {
+    pub name: String,
+    pub topic: String,
+    pub format: ImageFormat,
+    /// The model's image slot this camera fills (0-based).
+    pub view: usize,
+    /// Whether a tick may run without this camera (see `safety.missing_camera`).
+    #[serde(default = "yes")]
+    pub required: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StateConfig {
+    pub topic: String,
+    /// Joint names in the order the model's state vector uses; incoming `JointState` messages
+    /// are reordered by name.
+    pub joints: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ControlConfig {
+    /// Control ticks per second.
+    pub rate_hz: f64,
+    /// The subgoal at start-up.
+    pub initial_subgoal: String,
+    /// Action dimensions the robot uses (the first ones of the model's action vector).
+    pub action_dim: usize,
+    /// Seconds between two actions of a chunk.
+    pub dt: f64,
+    /// Seed of the flow-matching noise (each tick draws new noise from this stream).
+    #[serde(default)]
+    pub noise_seed: u64,
+    /// Pin the control thread to this CPU.
+    #[serde(default)]
+    pub cpu: Option<usize>,
+    /// SCHED_FIFO and mlockall for the control thread, when permitted.
+    #[serde(default)]
+    pub realtime: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MissingCamera {
+    /// Run with the view masked (as openpi does for absent views).
+    Degrade,
+    /// Publish a halt chunk and stay halted until resumed.
+    Halt,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionSpace {
+    /// Targets: holding means repeating the last targets.
+    Position,
+    /// Velocities: holding means zero.
+    Velocity,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SafetyConfig {
+    /// No chunk from an observation (frame or state) older than this.
+    pub max_observation_age_ms: f64,
+    /// A camera that is required but silent for longer than the age bound.
+    pub missing_camera: MissingCamera,
+    pub action_space: ActionSpace,
+    /// Lower and upper bound per action dimension (one value: every dimension).
+    pub action_min: Vec<f32>,
+    pub action_max: Vec<f32>,
+    /// Largest change between consecutive actions of a chunk (and from the last published
+    /// action to the first of the next chunk), per dimension (one value: every dimension).
+    #[serde(default)]
+    pub max_delta_per_step: Option<Vec<f32>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamsConfig {
+    /// Priority of the policy stream (CUDA convention: 0 normal, more negative higher).
+    #[serde(default)]
+    pub policy: i32,
+    /// Priority of the halt stream (the highest the device allows when absent).
+    #[serde(default)]
+    pub halt: Option<i32>,
+    /// Priority of the ASR stream.
+    #[serde(default)]
+    pub asr: i32,
+}
+
+impl Default for StreamsConfig {
+    fn default() -> Self {
+        StreamsConfig {
+            policy: 0,
+            halt: None,
+            asr: 0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AudioConfig {
+    pub topic: String,
+    /// The message type on the topic: `frt` (frt_msgs/AudioChunk), `audio_stamped`
+    /// (audio_common_msgs/AudioStamped), `audio_data` (audio_common_msgs/AudioData, raw PCM).
+    #[serde(default = "default_audio_kind")]
+    pub kind: String,
+    /// Sample rate and channels of raw PCM (`audio_data`).
+    #[serde(default)]
+    pub sample_rate: Option<u32>,
+    #[serde(default)]
+    pub channels: Option<u16>,
+}
+
+fn default_audio_kind() -> String {
+    "frt".into()
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AsrConfig {
+    /// A Whisper model folder (`model.bin` or `model.safetensors`, `config.json`,
+    /// `tokenizer.json`).
+    pub model: PathBuf,
+    /// Utterances that stop the robot (matched after lower-casing and removing punctuation).
+    #[serde(default = "default_stop_words")]
+    pub stop_words: Vec<String>,
+    /// Utterances that resume motion (only when `voice_may_resume`).
+    #[serde(default = "default_resume_words")]
+    pub resume_words: Vec<String>,
+    /// Whether a spoken resume word may resume motion.
+    #[serde(default)]
+    pub voice_may_resume: bool,
+    /// Lowest average token log-probability accepted for a stop (permissive: a false stop is
+    /// cheap).
+    #[serde(default = "default_stop_confidence")]
+    pub min_logprob_stop: f32,
+    /// Lowest average token log-probability accepted for a new subgoal (stricter).
+    #[serde(default = "default_subgoal_confidence")]
+    pub min_logprob_subgoal: f32,
+    /// Highest no-speech probability accepted for a new subgoal.
+    #[serde(default = "default_no_speech")]
+    pub max_no_speech_subgoal: f32,
+    /// When given, spoken subgoals must be one of these (after normalization).
+    #[serde(default)]
+    pub vocabulary: Option<Vec<String>>,
+}
+
+fn default_stop_words() -> Vec<String> {
+    ["stop", "halt", "freeze"].map(String::from).to_vec()
+}
+fn default_resume_words() -> Vec<String> {
+    ["resume", "continue"].map(String::from).to_vec()
+}
+fn default_stop_confidence() -> f32 {
+    -2.0
+}
+fn default_subgoal_confidence() -> f32 {
+    -0.6
+}
+fn default_no_speech() -> f32 {
+    0.5
+}
+
+impl Config {
+    /// Reads and validates a YAML file; relative paths in it are taken from its folder.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| bad(path.display().to_string(), format!("cannot read: {e}")))?;
+        let mut c = Config::parse(&text)?;
+        if let Some(dir) = path.parent() {
+            c.resolve_paths(dir);
+        }
+        Ok(c)
+    }
+
+    /// Parses and validates YAML text.
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let c: Config = serde_yaml::from_str(text).map_err(|e| {
+            let at = e
+                .location()
+                .map(|l| format!(" (line {}, column {})", l.line(), l.column()))
+                .unwrap_or_default();
+            bad("config", format!("{e}{at}"))
+        })?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    fn resolve_paths(&mut self, dir: &Path) {
+        let fix = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = dir.join(&*p);
+            }
+        };
+        self.model.checkpoint.as_mut().map(fix);
+        self.model.tokenizer.as_mut().map(fix);
+        self.model.norm_stats.as_mut().map(fix);
+        if let Some(a) = &mut self.asr {
+            fix(&mut a.model);
+        }
+    }
+
+    /// Every check that needs no file: the first problem, with its field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.node.name.is_empty()
+            || !self
+                .node
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            return Err(bad(
+                "node.name",
+                "must be a non-empty ROS name (letters, digits, '_')",
+            ));
+        }
+        let m = &self.model;
+        if m.max_token_len == 0 || m.max_token_len > 1024 {
+            return Err(bad("model.max_token_len", "must be 1 to 1024"));
+        }
+        if m.prompt_mode == PromptMode::Exact {
+            return Err(bad(
+                "model.prompt_mode",
+                "`exact` is not available yet; use `fixed`",
+            ));
+        }
+        if m.checkpoint.is_some() == m.random.is_some() {
+            return Err(bad(
+                "model",
+                "give exactly one of `checkpoint` (a folder) and `random` ({ size, seed })",
+            ));
+        }
+        if !matches!(m.source(), ModelSource::RandomTiny { .. }) && m.tokenizer.is_none() {
+            return Err(bad(
+                "model.tokenizer",
+                "required (the bundled tokenizer only fits the tiny random model)",
+            ));
+        }
+        if self.cameras.is_empty() {
+            return Err(bad("cameras", "at least one camera is needed"));
+        }
+        for (i, c) in self.cameras.iter().enumerate() {
+            let f = |n: &str| format!("cameras[{i}].{n}");
+            if c.name.is_empty() {
+                return Err(bad(f("name"), "empty"));
+            }
+            if !valid_topic(&c.topic) {
+                return Err(bad(
+                    f("topic"),
+                    format!("`{}` is not a ROS topic name", c.topic),
+                ));
+            }
+            if let Some(j) = self.cameras[..i].iter().position(|o| o.name == c.name) {
+                return Err(bad(f("name"), format!("`{}` repeats cameras[{j}]", c.name)));
+            }
+            if let Some(j) = self.cameras[..i].iter().position(|o| o.view == c.view) {
+                return Err(bad(
+                    f("view"),
+                    format!("slot {} is taken by cameras[{j}]", c.view),
+                ));
+            }
+        }
+        let views = self.views();
+        if let Some(i) = (0..views).find(|v| !self.cameras.iter().any(|c| c.view == *v)) {
+            return Err(bad(
+                "cameras",
+                format!("view slots must be 0..{views} without gaps; slot {i} has no camera"),
+            ));
+        }
+        if !self.cameras.iter().any(|c| c.required) {
+            return Err(bad("cameras", "at least one camera must be required"));
+        }
+        if !valid_topic(&self.state.topic) {
+            return Err(bad("state.topic", "not a ROS topic name"));
+        }
+        if self.state.joints.is_empty() || self.state.joints.len() > 32 {
+            return Err(bad("state.joints", "1 to 32 joint names"));
+        }
+        if let Some(j) = self
+            .state
+            .joints
+            .iter()
+            .enumerate()
+            .find_map(|(i, n)| self.state.joints[..i].contains(n).then_some(n))
+        {
+            return Err(bad("state.joints", format!("`{j}` appears twice")));
+        }
+        let c = &self.control;
+        if !(c.rate_hz.is_finite() && c.rate_hz > 0.0 && c.rate_hz <= 1000.0) {
+            return Err(bad("control.rate_hz", "must be in (0, 1000]"));
+        }
+        if c.initial_subgoal.trim().is_empty() {
+            return Err(bad("control.initial_subgoal", "empty"));
+        }
+        if c.action_dim == 0 || c.action_dim > 32 {
+            return Err(bad(
+                "control.action_dim",
+                "1 to 32 (the model's action dim)",
+            ));
+        }
+        if !(c.dt.is_finite() && c.dt > 0.0) {
+            return Err(bad("control.dt", "must be a positive number of seconds"));
+        }
+        let s = &self.safety;
+        if !(s.max_observation_age_ms.is_finite() && s.max_observation_age_ms > 0.0) {
+            return Err(bad("safety.max_observation_age_ms", "must be positive"));
+        }
+        let d = c.action_dim;
+        let per_dim = |name: &str, v: &[f32]| -> Result<(), ConfigError> {
+            if v.len() != 1 && v.len() != d {
+                return Err(bad(
+                    format!("safety.{name}"),
+                    format!("{} values; give 1 or control.action_dim = {d}", v.len()),
+                ));
+            }
+            if let Some(x) = v.iter().find(|x| !x.is_finite()) {
+                return Err(bad(format!("safety.{name}"), format!("{x} is not finite")));
+            }
+            Ok(())
+        };
+        per_dim("action_min", &s.action_min)?;
+        per_dim("action_max", &s.action_max)?;
+        for k in 0..d {
+            if s.min(k) > s.max(k) {
+                return Err(bad(
+                    "safety.action_min",
+                    format!("dimension {k}: min {} above max {}", s.min(k), s.max(k)),
+                ));
+            }
+        }
+        if let Some(dc) = &s.max_delta_per_step {
+            per_dim("max_delta_per_step", dc)?;
+            if dc.iter().any(|x| *x <= 0.0) {
+                return Err(bad("safety.max_delta_per_step", "must be positive"));
+            }
+        }
+        if let Some(a) = &self.audio {
+            if !valid_topic(&a.topic) {
+                return Err(bad("audio.topic", "not a ROS topic name"));
+            }
+            match a.kind.as_str() {
+                "frt" | "audio_stamped" => {}
+                "audio_data" => {
+                    if a.sample_rate.is_none_or(|r| !(8000..=192_000).contains(&r)) {
+                        return Err(bad(
+                            "audio.sample_rate",
+                            "raw PCM (`audio_data`) needs a rate of 8000 to 192000 Hz",
+                        ));
+                    }
+                    if a.channels.is_none_or(|c| !(1..=8).contains(&c)) {
+                        return Err(bad("audio.channels", "raw PCM needs 1 to 8 channels"));
+                    }
+                }
+                k => {
+                    return Err(bad(
+                        "audio.kind",
+                        format!("`{k}`; expected frt, audio_stamped or audio_data"),
+                    ));
+                }
+            }
+        }
+        if let Some(a) = &self.asr {
+            if self.audio.is_none() {
+                return Err(bad("asr", "voice commands need an `audio` section"));
+            }
+            if a.stop_words.iter().all(|w| normalize_words(w).is_empty()) {
+                return Err(bad("asr.stop_words", "at least one stop word"));
+            }
+            for (n, v) in [
+                ("min_logprob_stop", a.min_logprob_stop),
+                ("min_logprob_subgoal", a.min_logprob_subgoal),
+            ] {
+                if !(v.is_finite() && v <= 0.0) {
+                    return Err(bad(format!("asr.{n}"), "a log-probability (≤ 0)"));
+                }
+            }
+            if !(0.0..=1.0).contains(&a.max_no_speech_subgoal) {
+                return Err(bad("asr.max_no_speech_subgoal", "a probability in [0, 1]"));
+            }
+            if a.vocabulary.as_ref().is_some_and(|v| v.is_empty()) {
+                return Err(bad(
+                    "asr.vocabulary",
+                    "empty; leave it out to accept any subgoal",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Image slots of the model (one per camera).
+    pub fn views(&self) -> usize {
+        self.cameras.len()
+    }
+}
+
+impl SafetyConfig {
+    pub fn min(&self, k: usize) -> f32 {
+        self.action_min[k.min(self.action_min.len() - 1)]
+    }
+    pub fn max(&self, k: usize) -> f32 {
+        self.action_max[k.min(self.action_max.len() - 1)]
+    }
+    pub fn delta(&self, k: usize) -> Option<f32> {
+        self.max_delta_per_step
+            .as_ref()
+            .map(|d| d[k.min(d.len() - 1)])
+    }
+}
+
+/// A ROS 2 topic name: non-empty, `[A-Za-z0-9_/~]`, not ending in `/`, no `//`.
+pub fn valid_topic(t: &str) -> bool {
+    !t.is_empty()
+        && t.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '/' || c == '~')
+        && !t.ends_with('/')
+        && !t.contains("//")
+        && !t.starts_with(|c: char| c.is_ascii_digit())
+}
+
+/// Lower case, letters/digits/spaces only, single spaces: how spoken and configured command
+/// words are compared.
+pub fn normalize_words(s: &str) -> String {
+    s.to_lowercase()
+        .chars()
+        .map(|c| if c.is_alphanumeric() { c } else { ' ' })
+        .collect::<String>()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}

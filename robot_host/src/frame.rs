@@ -1,0 +1,122 @@
+//! Camera frames: decoding and validation of raw (`sensor_msgs/Image`) and compressed
+//! (`sensor_msgs/CompressedImage`, JPEG or PNG) images into packed RGB8, done once, on the I/O
+//! side, before a frame reaches the control loop.
+
+/// The largest accepted width or height (an 8K frame is refused before any work).
+pub const MAX_SIDE: u32 = 4096;
+
+/// Why a frame was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum FrameError {
+    #[error("unsupported encoding `{0}` (rgb8, bgr8, rgba8, bgra8, mono8)")]
+    Encoding(String),
+    #[error("{width}×{height} is not a usable size (1 to {MAX_SIDE} per side)")]
+    Size { width: u32, height: u32 },
+    #[error("step {step} is below width × {bpp} bytes = {need}")]
+    Step { step: u32, bpp: u32, need: u64 },
+    #[error("{got} bytes of data, step × height = {need}")]
+    Length { got: usize, need: u64 },
+    #[error("empty image data")]
+    Empty,
+    #[error("compressed image: {0}")]
+    Compressed(String),
+}
+
+/// A decoded frame: packed RGB8, row-major (`height × width × 3`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Rgb8 {
+    pub width: u32,
+    pub height: u32,
+    pub data: Vec<u8>,
+}
+
+fn check_size(width: u32, height: u32) -> Result<(), FrameError> {
+    if width == 0 || height == 0 || width > MAX_SIDE || height > MAX_SIDE {
+        return Err(FrameError::Size { width, height });
+    }
+    Ok(())
+}
+
+/// Decodes a raw image into `out` (reusing its allocation).
+pub fn decode_raw(
+    encoding: &str,
+    width: u32,
+    height: u32,
+    step: u32,
+    data: &[u8],
+    out: &mut Rgb8,
+) -> Result<(), FrameError> {
+    let (bpp, order): (u32, [usize; 3]) = match encoding {
+        "rgb8" => (3, [0, 1, 2]),
+        "bgr8" => (3, [2, 1, 0]),
+        "rgba8" => (4, [0, 1, 2]),
+        "bgra8" => (4, [2, 1, 0]),
+        "mono8" => (1, [0, 0, 0]),
+        e => return Err(FrameError::Encoding(e.to_string())),
+    };
+    if data.is_empty() {
+        return Err(FrameError::Empty);
+    }
+    check_size(width, height)?;
+    let need_row = width as u64 * bpp as u64;
+    if (step as u64) < need_row {
+        return Err(FrameError::Step {
+            step,
+            bpp,
+            need: need_row,
+        });
+    }
+    let need = step as u64 * height as u64;
+    if data.len() as u64 != need {
+        return Err(FrameError::Length {
+            got: data.len(),
+            need,
+        });
+    }
+    let (w, h) = (width as usize, height as usize);
+    out.width = width;
+    out.height = height;
+    out.data.clear();
+    out.data.reserve(w * h * 3);
+    for row in data.chunks_exact(step as usize).take(h) {
+        for px in row[..w * bpp as usize].chunks_exact(bpp as usize) {
+            out.data
+                .extend_from_slice(&[px[order[0]], px[order[1]], px[order[2]]]);
+        }
+    }
+    Ok(())
+}
+
+/// Decodes a JPEG or PNG image (`format` as in `CompressedImage.format`, e.g. `"jpeg"`,
+/// `"rgb8; png compressed bgr8"`; the data's signature decides) into `out`.
+pub fn decode_compressed(format: &str, data: &[u8], out: &mut Rgb8) -> Result<(), FrameError> {
+    if data.is_empty() {
+        return Err(FrameError::Empty);
+    }
+    let kind = image::guess_format(data)
+        .map_err(|_| FrameError::Compressed(format!("`{format}`: neither JPEG nor PNG data")))?;
+    if !matches!(kind, image::ImageFormat::Jpeg | image::ImageFormat::Png) {
+        return Err(FrameError::Compressed(format!(
+            "`{format}`: {kind:?} data; JPEG or PNG expected"
+        )));
+    }
+    let mut reader = image::ImageReader::with_format(std::io::Cursor::new(data), kind);
+    let mut limits = image::Limits::default();
+    limits.max_image_width = Some(MAX_SIDE);
+    limits.max_image_height = Some(MAX_SIDE);
+    limits.max_alloc = Some(MAX_SIDE as u64 * MAX_SIDE as u64 * 4);
+    reader.limits(limits);
+    let img = reader.decode().map_err(|e| match e {
+        image::ImageError::Limits(_) => FrameError::Compressed(format!(
+            "larger than {MAX_SIDE}×{MAX_SIDE} or too large to decode"
+        )),
+        e => FrameError::Compressed(e.to_string()),
+    })?;
+    check_size(img.width(), img.height())?;
+    let rgb = img.into_rgb8();
+    out.width = rgb.width();
+    out.height = rgb.height();
+    out.data.clear();
+    out.data.extend_from_slice(rgb.as_raw());
+    Ok(())
+}

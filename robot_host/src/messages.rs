@@ -1,0 +1,123 @@
+//! What the node exchanges with the outside, independent of the transport.
+
+/// Seconds on the node's clock (ROS time on a robot, a virtual clock in simulation).
+pub type Stamp = f64;
+
+/// A command, typed (topic, service) or spoken.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Command {
+    /// A new instruction for the policy.
+    Subgoal(String),
+    /// Hard interrupt: halt now, stay halted until resumed.
+    Stop,
+    /// Leave the halted state.
+    Resume,
+}
+
+/// Where a command came from (voice commands are gated by the configuration).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    Typed,
+    Voice,
+}
+
+/// A camera image as a transport receives it (not decoded yet).
+#[derive(Clone, Debug)]
+pub enum Image {
+    /// `sensor_msgs/Image`.
+    Raw {
+        encoding: String,
+        width: u32,
+        height: u32,
+        step: u32,
+        data: Vec<u8>,
+    },
+    /// `sensor_msgs/CompressedImage`.
+    Compressed { format: String, data: Vec<u8> },
+}
+
+/// Robot state (`sensor_msgs/JointState`: names and positions).
+#[derive(Clone, Debug, Default)]
+pub struct JointState {
+    pub stamp: Stamp,
+    pub names: Vec<String>,
+    pub position: Vec<f64>,
+}
+
+/// Microphone samples.
+#[derive(Clone, Debug)]
+pub struct Audio {
+    pub stamp: Stamp,
+    pub sample_rate: u32,
+    /// Interleaved samples in [-1, 1].
+    pub samples: Vec<f32>,
+    pub channels: u16,
+}
+
+/// One published chunk of actions (`frt_msgs/ActionChunk`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ActionChunk {
+    /// Time of the oldest observation the chunk was computed from (for a halt chunk: the
+    /// time it was issued).
+    pub stamp: Stamp,
+    pub seq: u64,
+    pub horizon: u32,
+    pub action_dim: u32,
+    /// `horizon × action_dim`, row-major, in the robot's units.
+    pub actions: Vec<f32>,
+    /// Seconds between two actions.
+    pub dt: f64,
+    pub subgoal: String,
+    pub subgoal_id: u64,
+    /// A hold chunk after a stop.
+    pub halt: bool,
+    /// Seconds from the start of the tick (or of the stop) to publication.
+    pub latency: f64,
+}
+
+/// A transcript of one utterance and what the node made of it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Transcript {
+    pub stamp: Stamp,
+    pub text: String,
+    pub avg_logprob: f32,
+    pub no_speech_prob: f32,
+    /// `"stop"`, `"resume"`, `"subgoal"` or `"ignored: <why>"`.
+    pub decision: String,
+}
+
+/// Counters and state of the node (`frt_msgs/HostStatus`, diagnostics).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Status {
+    pub stamp: Stamp,
+    pub halted: bool,
+    pub subgoal: String,
+    pub subgoal_id: u64,
+    pub ticks: u64,
+    pub chunks: u64,
+    pub halts: u64,
+    /// Ticks abandoned at a graph boundary (subgoal change or stop arrived mid-tick).
+    pub abandoned: u64,
+    /// Ticks skipped because an observation was missing or older than the bound.
+    pub stale: u64,
+    pub bad_frames: u64,
+    pub bad_states: u64,
+    pub bad_audio: u64,
+    pub bad_commands: u64,
+    /// Chunks withheld because the policy produced non-finite values.
+    pub non_finite: u64,
+    /// Ticks that ended after the next tick was due.
+    pub deadline_misses: u64,
+    /// Actions changed by clamping or the delta cap.
+    pub clamped: u64,
+    /// The last problem, for diagnostics.
+    pub last_error: String,
+}
+
+/// Everything the node publishes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outbound {
+    Chunk(ActionChunk),
+    Transcript(Transcript),
+    Status(Status),
+}

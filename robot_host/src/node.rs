@@ -1,0 +1,635 @@
+//! The node: inputs shared with the I/O side (latest-value slots for frames and state, a
+//! bounded channel for commands) and the control loop that owns the policy.
+//!
+//! One tick: take the newest frame of every camera and the newest state → refuse stale or
+//! missing observations → preprocess and write the inputs → replay vision, prefix and every
+//! step, checking for commands between two replays → read the chunk → refuse non-finite
+//! values, clamp, cap per-step deltas → publish. A subgoal arriving mid-tick abandons the tick
+//! at the next graph boundary (the next chunk carries the new subgoal); a stop abandons it and
+//! publishes the halt graph's chunk; the node then stays halted until resumed.
+
+use crate::config::{ActionSpace, Config, MissingCamera, valid_topic};
+use crate::error::{Error, Result};
+use crate::frame::{Rgb8, decode_compressed, decode_raw};
+use crate::messages::*;
+use crate::policy::Policy;
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// The node's clock (seconds). Real time on a robot; a settable clock in simulation.
+pub trait Clock: Send + Sync {
+    fn now(&self) -> Stamp;
+}
+
+/// Wall-clock time since the Unix epoch.
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Stamp {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64())
+    }
+}
+
+/// A clock that moves only when told (scripted runs, tests).
+#[derive(Default)]
+pub struct ManualClock(AtomicU64);
+
+impl ManualClock {
+    pub fn set(&self, t: Stamp) {
+        self.0.store(t.to_bits(), Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Stamp {
+        f64::from_bits(self.0.load(Ordering::SeqCst))
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    bad_frames: AtomicU64,
+    bad_states: AtomicU64,
+    bad_audio: AtomicU64,
+    bad_commands: AtomicU64,
+}
+
+struct Slot<T> {
+    value: Mutex<(Option<T>, u64)>,
+}
+
+impl<T> Slot<T> {
+    fn new() -> Self {
+        Slot {
+            value: Mutex::new((None, 0)),
+        }
+    }
+}
+
+/// What the transports write into (cloneable, `Send`): decoding and validation happen here,
+/// on the caller's (I/O) thread; refused inputs are counted and never reach the policy.
+#[derive(Clone)]
+pub struct Inputs {
+    cameras: Arc<Vec<(String, Slot<(Stamp, Rgb8)>)>>,
+    joints: Arc<Vec<String>>,
+    state: Arc<Slot<(Stamp, Vec<f32>)>>,
+    commands: Sender<(Command, Source)>,
+    audio: Option<Sender<Audio>>,
+    counters: Arc<Counters>,
+    last_error: Arc<Mutex<String>>,
+}
+
+impl Inputs {
+    fn refuse(&self, counter: &AtomicU64, e: String) -> Error {
+        counter.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut l) = self.last_error.lock() {
+            *l = e.clone();
+        }
+        Error::bad("input", e)
+    }
+
+    /// A camera image: decoded to RGB8 and stored as that camera's newest frame.
+    pub fn frame(&self, camera: &str, stamp: Stamp, image: &Image) -> Result<()> {
+        let Some((_, slot)) = self.cameras.iter().find(|(n, _)| n == camera) else {
+            return Err(self.refuse(
+                &self.counters.bad_frames,
+                format!("frame from unknown camera `{camera}`"),
+            ));
+        };
+        if !stamp.is_finite() {
+            return Err(self.refuse(
+                &self.counters.bad_frames,
+                format!("camera `{camera}`: stamp {stamp}"),
+            ));
+        }
+        let mut rgb = Rgb8::default();
+        let r = match image {
+            Image::Raw {
+                encoding,
+                width,
+                height,
+                step,
+                data,
+            } => decode_raw(encoding, *width, *height, *step, data, &mut rgb),
+            Image::Compressed { format, data } => decode_compressed(format, data, &mut rgb),
+        };
+        if let Err(e) = r {
+            return Err(self.refuse(&self.counters.bad_frames, format!("camera `{camera}`: {e}")));
+        }
+        let mut v = slot.value.lock().unwrap_or_else(|p| p.into_inner());
+        v.0 = Some((stamp, rgb));
+        v.1 += 1;
+        Ok(())
+    }
+
+    /// Robot state: reordered into the configured joint order; every joint must be present
+    /// and finite.
+    pub fn state(&self, js: &JointState) -> Result<()> {
+        let bad = |e: String| Err(self.refuse(&self.counters.bad_states, e));
+        if js.names.len() != js.position.len() {
+            return bad(format!(
+                "state: {} names, {} positions",
+                js.names.len(),
+                js.position.len()
+            ));
+        }
+        if !js.stamp.is_finite() {
+            return bad(format!("state: stamp {}", js.stamp));
+        }
+        let mut v = Vec::with_capacity(self.joints.len());
+        for j in self.joints.iter() {
+            let Some(i) = js.names.iter().position(|n| n == j) else {
+                return bad(format!(
+                    "state: joint `{j}` missing ({} joints given)",
+                    js.names.len()
+                ));
+            };
+            let x = js.position[i];
+            if !x.is_finite() {
+                return bad(format!("state: joint `{j}` is {x}"));
+            }
+            v.push(x as f32);
+        }
+        let mut s = self.state.value.lock().unwrap_or_else(|p| p.into_inner());
+        s.0 = Some((js.stamp, v));
+        s.1 += 1;
+        Ok(())
+    }
+
+    /// A typed command (`None` text: garbage that was refused upstream).
+    pub fn command(&self, c: Command, source: Source) -> Result<()> {
+        if let Command::Subgoal(text) = &c {
+            let t = text.trim();
+            if t.is_empty() || t.len() > 512 || t.chars().any(|ch| ch.is_control() && ch != '\n') {
+                return Err(self.refuse(
+                    &self.counters.bad_commands,
+                    format!(
+                        "subgoal refused: {:?}",
+                        text.chars().take(40).collect::<String>()
+                    ),
+                ));
+            }
+        }
+        match self.commands.try_send((c, source)) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => Err(self.refuse(
+                &self.counters.bad_commands,
+                "command queue full or closed".into(),
+            )),
+        }
+    }
+
+    /// A command given as text on a topic: `stop`, `resume`, or `subgoal: <text>`.
+    pub fn command_text(&self, text: &str) -> Result<()> {
+        let t = text.trim();
+        match t {
+            "stop" => self.command(Command::Stop, Source::Typed),
+            "resume" => self.command(Command::Resume, Source::Typed),
+            _ => match t.strip_prefix("subgoal:") {
+                Some(g) => self.command(Command::Subgoal(g.trim().to_string()), Source::Typed),
+                None => Err(self.refuse(
+                    &self.counters.bad_commands,
+                    format!(
+                        "unknown command {:?}",
+                        t.chars().take(40).collect::<String>()
+                    ),
+                )),
+            },
+        }
+    }
+
+    /// Microphone samples, for the speech thread (dropped when it falls behind).
+    pub fn audio(&self, a: Audio) -> Result<()> {
+        let bad = |e: String| Err(self.refuse(&self.counters.bad_audio, e));
+        if a.channels == 0 || a.sample_rate < 8000 || a.sample_rate > 192_000 {
+            return bad(format!(
+                "audio: {} channels at {} Hz",
+                a.channels, a.sample_rate
+            ));
+        }
+        if a.samples.len() % a.channels as usize != 0 {
+            return bad(format!(
+                "audio: {} samples for {} channels",
+                a.samples.len(),
+                a.channels
+            ));
+        }
+        if a.samples
+            .iter()
+            .any(|x| !x.is_finite() || x.abs() > 1.0 + 1e-3)
+        {
+            return bad("audio: samples outside [-1, 1]".into());
+        }
+        match &self.audio {
+            Some(tx) => tx.try_send(a).or_else(|_| bad("audio: queue full".into())),
+            None => Ok(()),
+        }
+    }
+}
+
+/// What one tick did.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TickOutcome {
+    Published,
+    /// Halted (a stop, or a missing camera with `missing_camera: halt`).
+    Halted,
+    /// Already halted: nothing ran.
+    Idle,
+    /// A subgoal change arrived mid-tick; the tick was dropped at a graph boundary.
+    Abandoned,
+    /// Missing or stale observations: nothing ran.
+    Stale(String),
+    /// The chunk was refused (non-finite values, a preprocessing error).
+    Refused(String),
+}
+
+/// The control loop's state; runs on one thread.
+pub struct Node {
+    cfg: Config,
+    policy: Policy,
+    clock: Arc<dyn Clock>,
+    inputs: Inputs,
+    commands: Receiver<(Command, Source)>,
+    out: Sender<Outbound>,
+    status: Status,
+    last_action: Option<Vec<f32>>,
+    chunk: Vec<f32>,
+    frames: Vec<Option<(Stamp, Rgb8)>>,
+    state: Vec<f32>,
+    seq: u64,
+    hook: Option<StageHook>,
+}
+
+/// Called before each replay of a tick with the stage's index (scripted runs use it to
+/// deliver an event at an exact graph boundary).
+pub type StageHook = Box<dyn FnMut(usize) + Send>;
+
+/// The output side of a node.
+pub struct Outputs(pub Receiver<Outbound>);
+
+impl Node {
+    /// Builds the policy and the node; returns the node, its inputs and its outputs.
+    pub fn new(
+        cfg: Config,
+        clock: Arc<dyn Clock>,
+        audio: Option<Sender<Audio>>,
+    ) -> Result<(Node, Inputs, Outputs)> {
+        cfg.validate()?;
+        for c in &cfg.cameras {
+            debug_assert!(valid_topic(&c.topic));
+        }
+        let policy = Policy::build(&cfg)?;
+        let (ctx, crx) = crossbeam_channel::bounded(64);
+        let (otx, orx) = crossbeam_channel::bounded(1024);
+        let inputs = Inputs {
+            cameras: Arc::new(
+                cfg.cameras
+                    .iter()
+                    .map(|c| (c.name.clone(), Slot::new()))
+                    .collect(),
+            ),
+            joints: Arc::new(cfg.state.joints.clone()),
+            state: Arc::new(Slot::new()),
+            commands: ctx,
+            audio,
+            counters: Arc::default(),
+            last_error: Arc::default(),
+        };
+        let horizon = policy.config().action_horizon;
+        let d = cfg.control.action_dim;
+        let mut node = Node {
+            status: Status {
+                subgoal: cfg.control.initial_subgoal.trim().to_string(),
+                subgoal_id: 1,
+                ..Default::default()
+            },
+            frames: vec![None; cfg.cameras.len()],
+            chunk: vec![0.0; horizon * d],
+            cfg,
+            policy,
+            clock,
+            inputs: inputs.clone(),
+            commands: crx,
+            out: otx,
+            last_action: None,
+            state: Vec::new(),
+            seq: 0,
+            hook: None,
+        };
+        if node.cfg.safety.action_space == ActionSpace::Velocity {
+            let zeros = vec![0.0; horizon * d];
+            node.policy.set_hold(&zeros, d)?;
+        }
+        Ok((node, inputs, Outputs(orx)))
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Sets the hook called before each replay (see [`StageHook`]).
+    pub fn set_stage_hook(&mut self, hook: Option<StageHook>) {
+        self.hook = hook;
+    }
+
+    /// A snapshot of the counters and state.
+    pub fn status(&self) -> Status {
+        let mut s = self.status.clone();
+        let c = &self.inputs.counters;
+        s.stamp = self.clock.now();
+        s.bad_frames = c.bad_frames.load(Ordering::Relaxed);
+        s.bad_states = c.bad_states.load(Ordering::Relaxed);
+        s.bad_audio = c.bad_audio.load(Ordering::Relaxed);
+        s.bad_commands = c.bad_commands.load(Ordering::Relaxed);
+        if let Ok(l) = self.inputs.last_error.lock() {
+            if !l.is_empty() && s.last_error.is_empty() {
+                s.last_error = l.clone();
+            }
+        }
+        s
+    }
+
+    /// Publishes a status snapshot.
+    pub fn publish_status(&self) {
+        let _ = self.out.try_send(Outbound::Status(self.status()));
+    }
+
+    fn publish(&self, o: Outbound) {
+        // A consumer that does not keep up loses messages; the loop never blocks on it.
+        let _ = self.out.try_send(o);
+    }
+
+    /// Applies one command. Returns whether the running tick must be abandoned.
+    fn apply(&mut self, c: Command, started: Stamp) -> bool {
+        match c {
+            Command::Subgoal(text) => {
+                self.status.subgoal = text.trim().to_string();
+                self.status.subgoal_id += 1;
+                true
+            }
+            Command::Stop => {
+                if let Err(e) = self.halt(started) {
+                    self.status.last_error = format!("halt: {e}");
+                }
+                true
+            }
+            Command::Resume => {
+                self.status.halted = false;
+                false
+            }
+        }
+    }
+
+    /// Applies every queued command (between ticks).
+    pub fn drain_commands(&mut self) {
+        while let Ok((c, _)) = self.commands.try_recv() {
+            let now = self.clock.now();
+            self.apply(c, now);
+        }
+    }
+
+    /// The halt: the halt graph on the highest-priority stream, its chunk published.
+    fn halt(&mut self, started: Stamp) -> Result<()> {
+        self.status.halted = true;
+        self.status.halts += 1;
+        let d = self.cfg.control.action_dim;
+        let horizon = self.policy.config().action_horizon;
+        // What the hold must be: the last targets (position) or zero (velocity). Before the
+        // first chunk a position robot holds its measured state (the first action_dim joints).
+        let expect: Vec<f32> = match (&self.last_action, self.cfg.safety.action_space) {
+            (Some(a), ActionSpace::Position) => a.repeat(horizon),
+            (None, ActionSpace::Position) => {
+                let v = self
+                    .inputs
+                    .state
+                    .value
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                let mut row = vec![0.0; d];
+                if let Some((_, s)) = &v.0 {
+                    for (r, x) in row.iter_mut().zip(s) {
+                        *r = *x;
+                    }
+                }
+                drop(v);
+                let hold = row.repeat(horizon);
+                self.policy.set_hold(&hold, d)?;
+                hold
+            }
+            _ => vec![0.0; horizon * d],
+        };
+        self.policy.halt(&mut self.chunk, d)?;
+        let close = self
+            .chunk
+            .iter()
+            .zip(&expect)
+            .all(|(a, b)| (a - b).abs() <= 1e-3 * (1.0 + b.abs()));
+        if !close {
+            self.status.last_error = "halt graph output differs from the hold chunk".into();
+        }
+        self.seq += 1;
+        let now = self.clock.now();
+        self.publish(Outbound::Chunk(ActionChunk {
+            stamp: now,
+            seq: self.seq,
+            horizon: horizon as u32,
+            action_dim: d as u32,
+            actions: expect,
+            dt: self.cfg.control.dt,
+            subgoal: self.status.subgoal.clone(),
+            subgoal_id: self.status.subgoal_id,
+            halt: true,
+            latency: (now - started).max(0.0),
+        }));
+        Ok(())
+    }
+
+    /// One control tick (see the module docs).
+    pub fn tick(&mut self) -> TickOutcome {
+        self.drain_commands();
+        if self.status.halted {
+            return TickOutcome::Idle;
+        }
+        self.status.ticks += 1;
+        let started = self.clock.now();
+        let max_age = self.cfg.safety.max_observation_age_ms / 1000.0;
+        // Newest observations.
+        let mut oldest = f64::INFINITY;
+        let mut missing = None;
+        for (i, (name, slot)) in self.inputs.cameras.iter().enumerate() {
+            let v = slot.value.lock().unwrap_or_else(|p| p.into_inner());
+            let fresh = v.0.as_ref().filter(|(t, _)| started - t <= max_age);
+            self.frames[i] = fresh.cloned();
+            match fresh {
+                Some((t, _)) => oldest = oldest.min(*t),
+                None if self.cfg.cameras[i].required => missing = Some(name.clone()),
+                None => {}
+            }
+        }
+        if let Some(cam) = missing {
+            if self.cfg.safety.missing_camera == MissingCamera::Halt
+                && self.frames.iter().any(|f| f.is_some())
+            {
+                let _ = self.halt(started);
+                self.status.last_error = format!("camera `{cam}` missing or stale: halted");
+                return TickOutcome::Halted;
+            }
+            self.status.stale += 1;
+            return TickOutcome::Stale(format!("camera `{cam}` missing or older than the bound"));
+        }
+        if self.frames.iter().all(|f| f.is_none()) {
+            self.status.stale += 1;
+            return TickOutcome::Stale("no camera frame".into());
+        }
+        {
+            let v = self
+                .inputs
+                .state
+                .value
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            match v.0.as_ref().filter(|(t, _)| started - t <= max_age) {
+                Some((t, s)) => {
+                    oldest = oldest.min(*t);
+                    self.state.clear();
+                    self.state.extend_from_slice(s);
+                }
+                None => {
+                    self.status.stale += 1;
+                    return TickOutcome::Stale(
+                        "robot state missing or older than the bound".into(),
+                    );
+                }
+            }
+        }
+        let frames: Vec<Option<&Rgb8>> = self
+            .frames
+            .iter()
+            .map(|f| f.as_ref().map(|(_, r)| r))
+            .collect();
+        let subgoal = self.status.subgoal.clone();
+        if let Err(e) = self.policy.prepare(&frames, &self.state, &subgoal) {
+            self.status.last_error = e.to_string();
+            return TickOutcome::Refused(e.to_string());
+        }
+        let stages = self.policy.stages().to_vec();
+        for (i, st) in stages.into_iter().enumerate() {
+            if let Some(h) = &mut self.hook {
+                h(i);
+            }
+            // Commands are looked at between every two replays.
+            if let Ok((c, _)) = self.commands.try_recv() {
+                let halted = matches!(c, Command::Stop);
+                if self.apply(c, started) {
+                    self.status.abandoned += 1;
+                    // Let the abandoned work drain before the next tick rewrites its inputs.
+                    let _ = self.policy.ctx.sync_stream(self.policy.model.stream());
+                    return if halted {
+                        TickOutcome::Halted
+                    } else {
+                        TickOutcome::Abandoned
+                    };
+                }
+            }
+            if let Err(e) = self.policy.replay(st) {
+                self.status.last_error = e.to_string();
+                return TickOutcome::Refused(e.to_string());
+            }
+        }
+        let d = self.cfg.control.action_dim;
+        if let Err(e) = self.policy.finish(&mut self.chunk, d) {
+            self.status.last_error = e.to_string();
+            return TickOutcome::Refused(e.to_string());
+        }
+        // A command that arrived during the last replay still wins over this chunk.
+        if let Ok((c, _)) = self.commands.try_recv() {
+            let halted = matches!(c, Command::Stop);
+            if self.apply(c, started) {
+                self.status.abandoned += 1;
+                return if halted {
+                    TickOutcome::Halted
+                } else {
+                    TickOutcome::Abandoned
+                };
+            }
+        }
+        if self.chunk.iter().any(|x| !x.is_finite()) {
+            self.status.non_finite += 1;
+            self.status.last_error = "the policy produced non-finite actions".into();
+            return TickOutcome::Refused("non-finite actions".into());
+        }
+        self.guard();
+        let horizon = self.policy.config().action_horizon;
+        let last = self.chunk[(horizon - 1) * d..].to_vec();
+        if self.cfg.safety.action_space == ActionSpace::Position {
+            if let Err(e) = self.policy.set_hold(&last.repeat(horizon), d) {
+                self.status.last_error = format!("hold chunk: {e}");
+            }
+        }
+        self.last_action = Some(last);
+        self.seq += 1;
+        self.status.chunks += 1;
+        let now = self.clock.now();
+        self.publish(Outbound::Chunk(ActionChunk {
+            stamp: oldest,
+            seq: self.seq,
+            horizon: horizon as u32,
+            action_dim: d as u32,
+            actions: self.chunk.clone(),
+            dt: self.cfg.control.dt,
+            subgoal,
+            subgoal_id: self.status.subgoal_id,
+            halt: false,
+            latency: (now - started).max(0.0),
+        }));
+        TickOutcome::Published
+    }
+
+    /// Clamps to the limits and caps the change between consecutive actions (starting from
+    /// the last published action).
+    fn guard(&mut self) {
+        let s = &self.cfg.safety;
+        let d = self.cfg.control.action_dim;
+        let mut prev = self.last_action.clone();
+        let mut changed = 0u64;
+        for row in self.chunk.chunks_mut(d) {
+            for k in 0..d {
+                let mut x = row[k].clamp(s.min(k), s.max(k));
+                if let (Some(cap), Some(p)) = (s.delta(k), &prev) {
+                    x = x.clamp(p[k] - cap, p[k] + cap);
+                }
+                if x != row[k] {
+                    changed += 1;
+                    row[k] = x;
+                }
+            }
+            prev = Some(row.to_vec());
+        }
+        self.status.clamped += changed;
+    }
+
+    /// Runs ticks at the configured rate until `stop` is set (the control thread's body).
+    pub fn run(&mut self, stop: &std::sync::atomic::AtomicBool) {
+        let period = std::time::Duration::from_secs_f64(1.0 / self.cfg.control.rate_hz);
+        let mut next = std::time::Instant::now();
+        let mut n = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            self.tick();
+            n += 1;
+            if n % (self.cfg.control.rate_hz.ceil() as u64).max(1) == 0 {
+                self.publish_status();
+            }
+            next += period;
+            let now = std::time::Instant::now();
+            if now > next {
+                self.status.deadline_misses += 1;
+                next = now;
+            } else {
+                std::thread::sleep(next - now);
+            }
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! The policy as the control loop drives it: Pi0.5 built from the configuration, host-side
+//! preprocessing (resize-with-pad, pixel scaling, state normalization, prompt tokens), stage
+//! by stage replays, and the halt graph on the highest-priority stream.
+
+use crate::config::{Backend, Config, ModelSource, Precision};
+use crate::error::{Error, Result};
+use crate::frame::Rgb8;
+use frt_exec::{Ctx, Stream};
+use frt_kernels::DType;
+use frt_vla::inputs::{Normalization, resize_with_pad, to_model_pixels};
+use frt_vla::{Observation, Pi05, Pi05Config, Pi05Weights, Stage, Tokenizer, pi05_tokens};
+use std::path::Path;
+
+/// The small tokenizer bundled for `random_tiny` models (demos, tests).
+const DEMO_TOKENIZER: &str = include_str!("../assets/demo-tokenizer.json");
+
+/// Standard normal noise from a seeded generator (xorshift64*, Box–Muller): a scripted run
+/// replayed with the same seed draws the same noise.
+pub struct Noise(u64);
+
+impl Noise {
+    pub fn new(seed: u64) -> Noise {
+        Noise(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+    fn uniform(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let r = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d);
+        ((r >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+    pub fn fill(&mut self, out: &mut [f32]) {
+        for pair in out.chunks_mut(2) {
+            let (u1, u2) = (self.uniform(), self.uniform());
+            let r = (-2.0 * u1.ln()).sqrt();
+            let th = std::f64::consts::TAU * u2;
+            pair[0] = (r * th.cos()) as f32;
+            if pair.len() > 1 {
+                pair[1] = (r * th.sin()) as f32;
+            }
+        }
+    }
+}
+
+pub struct Policy {
+    pub ctx: Ctx,
+    pub model: Pi05,
+    halt_stream: Stream,
+    tokenizer: Tokenizer,
+    norm: Option<Normalization>,
+    stages: Vec<Stage>,
+    noise: Noise,
+    noise_buf: Vec<f32>,
+    pixels: Vec<Vec<f32>>,
+    state: Vec<f32>,
+    raw: Vec<f32>,
+}
+
+/// The model configuration a node configuration asks for.
+pub fn model_config(cfg: &Config) -> Pi05Config {
+    let mut c = match cfg.model.source() {
+        ModelSource::RandomTiny { .. } => Pi05Config::tiny(),
+        _ => Pi05Config::base(),
+    };
+    c.views = cfg.views();
+    c.max_token_len = cfg.model.max_token_len;
+    c
+}
+
+impl Policy {
+    /// Loads (or generates) the weights, builds the graphs and warms them up.
+    pub fn build(cfg: &Config) -> Result<Policy> {
+        let ctx = match cfg.model.backend {
+            Backend::Auto => Ctx::auto()?,
+            Backend::Host => Ctx::host()?,
+            Backend::Cuda => Ctx::cuda(0)?,
+        };
+        let mc = model_config(cfg);
+        let weights = match &cfg.model.source() {
+            ModelSource::Checkpoint(dir) => Pi05Weights::load(dir, &mc)?,
+            ModelSource::RandomTiny { seed } | ModelSource::RandomBase { seed } => {
+                Pi05Weights::random(&mc, *seed)
+            }
+        };
+        let (lo, hi) = ctx.priority_range();
+        let check = |field: &str, p: i32| {
+            if p > lo || p < hi {
+                Err(crate::config::ConfigError {
+                    field: field.into(),
+                    problem: format!("priority {p} outside this device's range {lo} to {hi}"),
+                })
+            } else {
+                Ok(p)
+            }
+        };
+        let s = ctx.stream(check("streams.policy", cfg.streams.policy)?)?;
+        let halt_stream = ctx.stream(check("streams.halt", cfg.streams.halt.unwrap_or(hi))?)?;
+        let dtype = match cfg.model.precision {
+            Precision::F32 => DType::F32,
+            Precision::Bf16 => DType::BF16,
+            Precision::F16 => DType::F16,
+        };
+        let model = Pi05::new(&ctx, s, &weights, dtype)?;
+        drop(weights);
+        let tokenizer = match &cfg.model.tokenizer {
+            Some(p) => Tokenizer::load(p)?,
+            None => Tokenizer::parse(DEMO_TOKENIZER, Path::new("<bundled demo tokenizer>"))?,
+        };
+        if tokenizer.vocab_size() > mc.vocab {
+            return Err(Error::bad(
+                "tokenizer",
+                format!(
+                    "{} tokens, the model's vocabulary has {}",
+                    tokenizer.vocab_size(),
+                    mc.vocab
+                ),
+            ));
+        }
+        let norm = match &cfg.model.norm_stats {
+            Some(p) => Some(Normalization::load(p, cfg.model.quantile_norm)?),
+            None => None,
+        };
+        let per_view = mc.siglip.image_size * mc.siglip.image_size * 3;
+        let stages = model.stages();
+        let p = Policy {
+            ctx,
+            model,
+            halt_stream,
+            tokenizer,
+            norm,
+            stages,
+            noise: Noise::new(cfg.control.noise_seed),
+            noise_buf: vec![0.0; mc.action_horizon * mc.action_dim],
+            pixels: vec![vec![0.0; per_view]; mc.views],
+            state: Vec::with_capacity(64),
+            raw: vec![0.0; mc.action_horizon * mc.action_dim],
+        };
+        // The halt graph has a defined chunk from the start (zeros, normalized units).
+        p.model
+            .set_hold(&vec![0.0; mc.action_horizon * mc.action_dim])?;
+        p.ctx.sync_stream(p.model.stream())?;
+        Ok(p)
+    }
+
+    pub fn config(&self) -> &Pi05Config {
+        &self.model.config
+    }
+
+    pub fn stages(&self) -> &[Stage] {
+        &self.stages
+    }
+
+    /// Preprocesses one observation and writes it (images, prompt with the state, fresh
+    /// noise) into the model's buffers.
+    pub fn prepare(
+        &mut self,
+        frames: &[Option<&Rgb8>],
+        state: &[f32],
+        subgoal: &str,
+    ) -> Result<()> {
+        let c = self.model.config.clone();
+        let side = c.siglip.image_size;
+        if frames.len() != c.views {
+            return Err(Error::bad(
+                "frames",
+                format!("{} for {} views", frames.len(), c.views),
+            ));
+        }
+        for (v, f) in frames.iter().enumerate() {
+            if let Some(f) = f {
+                let img =
+                    resize_with_pad(&f.data, f.height as usize, f.width as usize, side, side)?;
+                self.pixels[v] = to_model_pixels(&img);
+            }
+        }
+        self.state.clear();
+        self.state.extend_from_slice(state);
+        if let Some(n) = &self.norm {
+            n.state.normalize(&mut self.state, n.quantiles)?;
+        }
+        let tokens = pi05_tokens(&self.tokenizer, subgoal, &self.state, c.max_token_len)?;
+        self.noise.fill(&mut self.noise_buf);
+        let images: Vec<Option<&[f32]>> = frames
+            .iter()
+            .zip(&self.pixels)
+            .map(|(f, p)| f.map(|_| p.as_slice()))
+            .collect();
+        self.model.set_inputs(&Observation {
+            images: &images,
+            tokens: &tokens,
+            noise: &self.noise_buf,
+        })?;
+        Ok(())
+    }
+
+    /// Enqueues one stage on the policy stream.
+    pub fn replay(&self, stage: Stage) -> Result<()> {
+        Ok(self.model.replay(stage)?)
+    }
+
+    /// Waits for the policy stream and writes the chunk, in the robot's units, into `out`
+    /// (`horizon × robot_dim`, the first `robot_dim` of the model's action dimensions).
+    pub fn finish(&mut self, out: &mut [f32], robot_dim: usize) -> Result<()> {
+        self.model
+            .read_actions(self.model.stream(), &mut self.raw)?;
+        self.unnormalize_into(out, robot_dim)
+    }
+
+    fn unnormalize_into(&mut self, out: &mut [f32], robot_dim: usize) -> Result<()> {
+        let d = self.model.config.action_dim;
+        for (row, o) in self.raw.chunks_mut(d).zip(out.chunks_mut(robot_dim)) {
+            if let Some(n) = &self.norm {
+                n.actions.unnormalize(row, n.quantiles)?;
+            }
+            o.copy_from_slice(&row[..robot_dim]);
+        }
+        Ok(())
+    }
+
+    /// Sets the chunk the halt graph writes (robot units, `horizon × robot_dim`; other model
+    /// dimensions hold zero), then waits for the upload.
+    pub fn set_hold(&mut self, hold: &[f32], robot_dim: usize) -> Result<()> {
+        let d = self.model.config.action_dim;
+        self.raw.iter_mut().for_each(|x| *x = 0.0);
+        for (row, h) in self.raw.chunks_mut(d).zip(hold.chunks(robot_dim)) {
+            row[..robot_dim].copy_from_slice(h);
+            if let Some(n) = &self.norm {
+                n.actions.normalize(row, n.quantiles)?;
+            }
+        }
+        self.model.set_hold(&self.raw)?;
+        self.ctx.sync_stream(self.model.stream())?;
+        Ok(())
+    }
+
+    /// Replays the halt graph on the highest-priority stream and reads the hold chunk it
+    /// wrote (robot units) into `out`.
+    pub fn halt(&mut self, out: &mut [f32], robot_dim: usize) -> Result<()> {
+        self.model.halt(self.halt_stream)?;
+        self.model.read_actions(self.halt_stream, &mut self.raw)?;
+        self.unnormalize_into(out, robot_dim)
+    }
+}

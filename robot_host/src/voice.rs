@@ -1,0 +1,169 @@
+//! Spoken commands: microphone audio → voice activity segmenter → Whisper on its own thread
+//! (on a low-priority stream) → a confidence-gated decision → a command into the node.
+//!
+//! Gates: a stop word passes with a permissive confidence (a false stop is cheap); a subgoal
+//! needs a stricter log-probability, a low no-speech probability and, when configured, a
+//! phrase of the closed vocabulary; a resume word resumes motion only when the configuration
+//! allows voice to do so.
+
+use crate::config::{AsrConfig, normalize_words};
+use crate::messages::{Audio, Command, Outbound, Source, Transcript};
+use crate::node::{Clock, Inputs};
+use crossbeam_channel::{Receiver, Sender};
+use frt_asr::stream::{Segmenter, Transcriber, VadConfig};
+use std::sync::Arc;
+
+/// What a transcript means for the robot.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Decision {
+    Stop,
+    Resume,
+    Subgoal(String),
+    Ignored(String),
+}
+
+fn has_phrase(text: &str, phrase: &str) -> bool {
+    let p = normalize_words(phrase);
+    !p.is_empty() && format!(" {text} ").contains(&format!(" {p} "))
+}
+
+/// The decision for one transcript (text, mean token log-probability, no-speech probability).
+pub fn decide(text: &str, avg_logprob: f32, no_speech: f32, cfg: &AsrConfig) -> Decision {
+    let t = normalize_words(text);
+    if t.is_empty() {
+        return Decision::Ignored("no words".into());
+    }
+    if cfg.stop_words.iter().any(|w| has_phrase(&t, w)) {
+        return if avg_logprob >= cfg.min_logprob_stop {
+            Decision::Stop
+        } else {
+            Decision::Ignored(format!(
+                "stop word below the confidence gate ({avg_logprob:.2} < {:.2})",
+                cfg.min_logprob_stop
+            ))
+        };
+    }
+    let confident =
+        avg_logprob >= cfg.min_logprob_subgoal && no_speech <= cfg.max_no_speech_subgoal;
+    if cfg.resume_words.iter().any(|w| normalize_words(w) == t) {
+        return if !cfg.voice_may_resume {
+            Decision::Ignored("voice may not resume motion (asr.voice_may_resume)".into())
+        } else if confident {
+            Decision::Resume
+        } else {
+            Decision::Ignored("resume below the confidence gate".into())
+        };
+    }
+    if !confident {
+        return Decision::Ignored(format!(
+            "subgoal below the confidence gate (log-prob {avg_logprob:.2}, no-speech {no_speech:.2})"
+        ));
+    }
+    if let Some(vocab) = &cfg.vocabulary {
+        return match vocab.iter().find(|v| normalize_words(v) == t) {
+            Some(v) => Decision::Subgoal(v.trim().to_string()),
+            None => Decision::Ignored("not in the closed vocabulary".into()),
+        };
+    }
+    Decision::Subgoal(t)
+}
+
+/// Mixes interleaved samples down to mono.
+fn mono(a: &Audio) -> Vec<f32> {
+    let c = a.channels.max(1) as usize;
+    a.samples
+        .chunks(c)
+        .map(|f| f.iter().sum::<f32>() / c as f32)
+        .collect()
+}
+
+/// The speech thread's body: runs until the audio channel closes. Utterances go to the
+/// transcriber (never blocking: a full queue drops the utterance); each transcript is
+/// published with its decision, and accepted decisions become commands.
+pub fn run(
+    audio: Receiver<Audio>,
+    transcriber: Transcriber,
+    cfg: AsrConfig,
+    inputs: Inputs,
+    out: Sender<Outbound>,
+    clock: Arc<dyn Clock>,
+) {
+    let mut seg: Option<(u32, Segmenter)> = None;
+    let handle = |t: frt_asr::stream::Transcribed| {
+        let Ok(tr) = t.result else { return };
+        let d = decide(&tr.text, tr.avg_logprob, tr.no_speech_prob, &cfg);
+        let decision = match &d {
+            Decision::Stop => "stop".to_string(),
+            Decision::Resume => "resume".to_string(),
+            Decision::Subgoal(_) => "subgoal".to_string(),
+            Decision::Ignored(why) => format!("ignored: {why}"),
+        };
+        let _ = out.try_send(Outbound::Transcript(Transcript {
+            stamp: clock.now(),
+            text: tr.text.trim().to_string(),
+            avg_logprob: tr.avg_logprob,
+            no_speech_prob: tr.no_speech_prob,
+            decision,
+        }));
+        let c = match d {
+            Decision::Stop => Command::Stop,
+            Decision::Resume => Command::Resume,
+            Decision::Subgoal(g) => Command::Subgoal(g),
+            Decision::Ignored(_) => return,
+        };
+        let _ = inputs.command(c, Source::Voice);
+    };
+    let pending = std::cell::Cell::new(0usize);
+    let submit = |u| {
+        if transcriber.submit(u).is_ok() {
+            pending.set(pending.get() + 1);
+        }
+    };
+    loop {
+        match audio.recv_timeout(std::time::Duration::from_millis(20)) {
+            Ok(a) => {
+                let rate = a.sample_rate;
+                if seg.as_ref().is_none_or(|(r, _)| *r != rate) {
+                    if let Some((_, mut s)) = seg.take() {
+                        if let Some(u) = s.flush() {
+                            submit(u);
+                        }
+                    }
+                    seg = Some((
+                        rate,
+                        Segmenter::new(VadConfig {
+                            sample_rate: rate,
+                            ..Default::default()
+                        }),
+                    ));
+                }
+                let s = &mut seg.as_mut().expect("set above").1;
+                for u in s.push(&mono(&a)) {
+                    submit(u);
+                }
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                if let Some((_, mut s)) = seg.take() {
+                    if let Some(u) = s.flush() {
+                        submit(u);
+                    }
+                }
+                // Finish what is queued, then stop.
+                while pending.get() > 0 {
+                    let Some(t) = transcriber.recv_timeout(std::time::Duration::from_secs(60))
+                    else {
+                        break;
+                    };
+                    pending.set(pending.get() - 1);
+                    handle(t);
+                }
+                return;
+            }
+        }
+        while let Some(t) = transcriber.try_recv() {
+            pending.set(pending.get() - 1);
+            handle(t);
+        }
+    }
+}

@@ -1,0 +1,429 @@
+//! The control loop on the host backend with the tiny random Pi0.5: chunks, subgoal switches
+//! without recapture, interrupts at graph boundaries, stale and bad inputs, determinism.
+
+use frt_robot_host::messages::{Command, Image, JointState, Outbound, Source};
+use frt_robot_host::{Config, Inputs, ManualClock, Node, Outputs, TickOutcome};
+use std::sync::Arc;
+
+const JOINTS: [&str; 7] = ["j1", "j2", "j3", "j4", "j5", "j6", "gripper"];
+
+fn config(subgoal: &str, extra_safety: &str) -> Config {
+    let text = format!(
+        r#"
+model:
+  random: {{ size: tiny, seed: 3 }}
+  precision: f32
+  backend: host
+  max_token_len: 96
+cameras:
+  - {{ name: base, topic: /base/image_raw, format: raw, view: 0 }}
+  - {{ name: wrist, topic: /wrist/image_raw, format: raw, view: 1, required: false }}
+state:
+  topic: /joint_states
+  joints: [j1, j2, j3, j4, j5, j6, gripper]
+control:
+  rate_hz: 10
+  initial_subgoal: {subgoal}
+  action_dim: 7
+  dt: 0.02
+  noise_seed: 5
+safety:
+  max_observation_age_ms: 200
+  missing_camera: degrade
+  action_space: position
+  action_min: [-2.0]
+  action_max: [2.0]
+{extra_safety}
+"#
+    );
+    Config::parse(&text).unwrap()
+}
+
+struct Rig {
+    node: Node,
+    inputs: Inputs,
+    out: Outputs,
+    clock: Arc<ManualClock>,
+}
+
+fn rig(subgoal: &str, extra_safety: &str) -> Rig {
+    let clock = Arc::new(ManualClock::default());
+    let (node, inputs, out) =
+        Node::new(config(subgoal, extra_safety), clock.clone(), None).unwrap();
+    Rig {
+        node,
+        inputs,
+        out,
+        clock,
+    }
+}
+
+/// A 64×48 rgb8 frame whose content depends on `k`.
+fn frame(k: u32) -> Image {
+    let (w, h) = (64u32, 48u32);
+    let data = (0..w * h * 3)
+        .map(|i| ((i * 7 + k * 31) % 251) as u8)
+        .collect();
+    Image::Raw {
+        encoding: "rgb8".into(),
+        width: w,
+        height: h,
+        step: w * 3,
+        data,
+    }
+}
+
+fn state(t: f64, k: u32) -> JointState {
+    JointState {
+        stamp: t,
+        names: JOINTS.iter().rev().map(|s| s.to_string()).collect(),
+        position: (0..7)
+            .rev()
+            .map(|j| 0.1 * j as f64 - 0.2 + 0.01 * k as f64)
+            .collect(),
+    }
+}
+
+impl Rig {
+    /// Observations stamped `t`, the clock at `t`.
+    fn observe(&self, t: f64, k: u32) {
+        self.clock.set(t);
+        self.inputs.frame("base", t, &frame(k)).unwrap();
+        self.inputs.frame("wrist", t, &frame(k + 100)).unwrap();
+        self.inputs.state(&state(t, k)).unwrap();
+    }
+
+    fn chunks(&self) -> Vec<frt_robot_host::messages::ActionChunk> {
+        self.out
+            .0
+            .try_iter()
+            .filter_map(|o| match o {
+                Outbound::Chunk(c) => Some(c),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn ticks_publish_guarded_chunks_stamped_with_the_observation_time() {
+    let mut r = rig("pick up the red block", "  max_delta_per_step: [0.05]");
+    r.observe(1.0, 0);
+    r.clock.set(1.05);
+    assert_eq!(r.node.tick(), TickOutcome::Published);
+    let c = r.chunks();
+    assert_eq!(c.len(), 1);
+    let c = &c[0];
+    assert_eq!((c.horizon, c.action_dim, c.seq, c.halt), (50, 7, 1, false));
+    assert_eq!(c.actions.len(), 50 * 7);
+    assert_eq!(c.stamp, 1.0, "stamped with the observation time");
+    assert_eq!(c.subgoal, "pick up the red block");
+    assert!(c.actions.iter().all(|a| a.is_finite() && a.abs() <= 2.0));
+    for k in 0..7 {
+        for row in 1..50 {
+            let d = c.actions[row * 7 + k] - c.actions[(row - 1) * 7 + k];
+            assert!(d.abs() <= 0.05 + 1e-6, "delta cap");
+        }
+    }
+}
+
+#[test]
+fn subgoal_change_takes_effect_on_the_next_chunk_without_recapture() {
+    let mut a = rig("pick up the red block", "");
+    let captures = a.node.policy().model.capture_count();
+    let variants = a.node.policy().model.variant_count();
+    a.observe(1.0, 0);
+    assert_eq!(a.node.tick(), TickOutcome::Published);
+    a.inputs
+        .command(
+            Command::Subgoal("open the top drawer".into()),
+            Source::Typed,
+        )
+        .unwrap();
+    a.observe(1.1, 1);
+    assert_eq!(a.node.tick(), TickOutcome::Published);
+    let ca = a.chunks();
+    assert_eq!(ca[0].subgoal_id, 1);
+    assert_eq!(
+        (ca[1].subgoal.as_str(), ca[1].subgoal_id),
+        ("open the top drawer", 2)
+    );
+    assert_eq!(a.node.policy().model.capture_count(), captures);
+    assert_eq!(a.node.policy().model.variant_count(), variants);
+    assert_ne!(ca[0].actions, ca[1].actions);
+
+    // A node set up with the new subgoal from the start, same observations and noise stream:
+    // its second chunk is bit-identical.
+    let mut b = rig("open the top drawer", "");
+    b.observe(1.0, 0);
+    b.node.tick();
+    b.observe(1.1, 1);
+    b.node.tick();
+    let cb = b.chunks();
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&ca[1].actions), bits(&cb[1].actions));
+}
+
+#[test]
+fn stop_between_two_replays_publishes_only_the_halt_chunk() {
+    let mut r = rig("pick up the red block", "");
+    r.observe(1.0, 0);
+    assert_eq!(r.node.tick(), TickOutcome::Published);
+    let first = r.chunks().pop().unwrap();
+    let last_row = first.actions[49 * 7..].to_vec();
+    // The stop arrives before the 6th replay of the next tick.
+    let inputs = r.inputs.clone();
+    r.node.set_stage_hook(Some(Box::new(move |i| {
+        if i == 5 {
+            inputs.command(Command::Stop, Source::Typed).unwrap();
+        }
+    })));
+    r.observe(1.1, 1);
+    assert_eq!(r.node.tick(), TickOutcome::Halted);
+    r.node.set_stage_hook(None);
+    let c = r.chunks();
+    assert_eq!(
+        c.len(),
+        1,
+        "no chunk from the interrupted tick, one halt chunk"
+    );
+    assert!(c[0].halt);
+    assert_eq!(c[0].seq, 2);
+    // Position control: the halt chunk holds the last published targets.
+    for row in c[0].actions.chunks(7) {
+        assert_eq!(row, &last_row[..]);
+    }
+    let s = r.node.status();
+    assert!(s.halted && s.halts == 1 && s.abandoned == 1);
+    assert_eq!(s.last_error, "", "the halt graph wrote the hold chunk");
+    // Halted: ticks do nothing until resumed.
+    r.observe(1.2, 2);
+    assert_eq!(r.node.tick(), TickOutcome::Idle);
+    assert!(r.chunks().is_empty());
+    r.inputs.command_text("resume").unwrap();
+    r.observe(1.3, 3);
+    assert_eq!(r.node.tick(), TickOutcome::Published);
+}
+
+#[test]
+fn subgoal_mid_tick_abandons_the_tick() {
+    let mut r = rig("pick up the red block", "");
+    let inputs = r.inputs.clone();
+    r.node.set_stage_hook(Some(Box::new(move |i| {
+        if i == 1 {
+            inputs.command_text("subgoal: wipe the table").unwrap();
+        }
+    })));
+    r.observe(1.0, 0);
+    assert_eq!(r.node.tick(), TickOutcome::Abandoned);
+    assert!(r.chunks().is_empty());
+    r.node.set_stage_hook(None);
+    r.observe(1.1, 1);
+    assert_eq!(r.node.tick(), TickOutcome::Published);
+    let c = r.chunks();
+    assert_eq!(
+        (c[0].subgoal.as_str(), c[0].subgoal_id),
+        ("wipe the table", 2)
+    );
+}
+
+#[test]
+fn stale_or_missing_observations_give_no_chunk() {
+    let mut r = rig("pick up the red block", "");
+    r.clock.set(1.0);
+    assert!(
+        matches!(r.node.tick(), TickOutcome::Stale(_)),
+        "nothing received yet"
+    );
+    r.observe(1.0, 0);
+    r.clock.set(1.5);
+    assert!(
+        matches!(r.node.tick(), TickOutcome::Stale(_)),
+        "older than 200 ms"
+    );
+    // The optional wrist camera may be missing (its view is masked).
+    r.clock.set(2.0);
+    r.inputs.frame("base", 2.0, &frame(1)).unwrap();
+    r.inputs.state(&state(2.0, 1)).unwrap();
+    assert_eq!(r.node.tick(), TickOutcome::Published);
+    // State older than the bound.
+    r.clock.set(2.3);
+    r.inputs.frame("base", 2.3, &frame(2)).unwrap();
+    assert!(matches!(r.node.tick(), TickOutcome::Stale(m) if m.contains("state")));
+    assert_eq!(r.chunks().len(), 1);
+    assert_eq!(r.node.status().stale, 3);
+}
+
+#[test]
+fn bad_inputs_are_counted_and_never_reach_the_policy() {
+    let mut r = rig("pick up the red block", "");
+    r.clock.set(1.0);
+    let raw = |enc: &str, w: u32, h: u32, step: u32, n: usize| Image::Raw {
+        encoding: enc.into(),
+        width: w,
+        height: h,
+        step,
+        data: vec![7u8; n],
+    };
+    let bad_frames = [
+        raw("yuv422", 4, 4, 8, 32),        // unsupported encoding
+        raw("rgb8", 4, 4, 10, 40),         // step below width × 3
+        raw("rgb8", 4, 4, 12, 47),         // data shorter than step × height
+        raw("rgb8", 4, 4, 12, 0),          // empty
+        raw("rgb8", 7680, 4320, 23040, 8), // 8K
+        raw("mono8", 0, 4, 0, 4),          // zero width
+        Image::Compressed {
+            format: "jpeg".into(),
+            data: b"\xff\xd8\xff\xe0 not really a jpeg".to_vec(),
+        },
+        Image::Compressed {
+            format: "png".into(),
+            data: b"garbage".to_vec(),
+        },
+    ];
+    for f in &bad_frames {
+        assert!(r.inputs.frame("base", 1.0, f).is_err(), "{f:?}");
+    }
+    assert!(
+        r.inputs.frame("nope", 1.0, &frame(0)).is_err(),
+        "unknown camera"
+    );
+    let mut nan = state(1.0, 0);
+    nan.position[2] = f64::NAN;
+    let mut short = state(1.0, 0);
+    short.names.pop();
+    short.position.pop();
+    let mut mismatch = state(1.0, 0);
+    mismatch.position.pop();
+    for s in [&nan, &short, &mismatch] {
+        assert!(r.inputs.state(s).is_err());
+    }
+    assert!(r.inputs.command_text("fly to the moon").is_err());
+    assert!(r.inputs.command_text("subgoal:   ").is_err());
+    assert!(r.inputs.command_text("subgoal: a\u{7}b").is_err());
+    let audio = |samples: Vec<f32>, channels, rate| frt_robot_host::messages::Audio {
+        stamp: 1.0,
+        sample_rate: rate,
+        samples,
+        channels,
+    };
+    assert!(
+        r.inputs
+            .audio(audio(vec![0.0, f32::NAN], 1, 16000))
+            .is_err()
+    );
+    assert!(r.inputs.audio(audio(vec![0.0; 3], 2, 16000)).is_err());
+    assert!(r.inputs.audio(audio(vec![0.0; 4], 1, 100)).is_err());
+    assert!(r.inputs.audio(audio(vec![4.0; 4], 1, 16000)).is_err());
+    // Nothing valid arrived: no chunk.
+    assert!(matches!(r.node.tick(), TickOutcome::Stale(_)));
+    let s = r.node.status();
+    assert_eq!(
+        (s.bad_frames, s.bad_states, s.bad_commands, s.bad_audio),
+        (9, 3, 3, 4)
+    );
+    assert!(!s.last_error.is_empty());
+    assert!(r.chunks().is_empty());
+    // Valid input afterwards works.
+    r.observe(1.0, 0);
+    assert_eq!(r.node.tick(), TickOutcome::Published);
+}
+
+#[test]
+fn other_encodings_and_compressed_frames_decode_to_the_same_pixels() {
+    use frt_robot_host::frame::{Rgb8, decode_compressed, decode_raw};
+    let (w, h) = (5u32, 3u32);
+    let rgb: Vec<u8> = (0..w * h * 3).map(|i| (i * 13 % 256) as u8).collect();
+    let mut want = Rgb8::default();
+    decode_raw("rgb8", w, h, w * 3, &rgb, &mut want).unwrap();
+    let mut got = Rgb8::default();
+    // bgr8 with 2 bytes of row padding.
+    let mut bgr = Vec::new();
+    for row in rgb.chunks(15) {
+        for p in row.chunks(3) {
+            bgr.extend_from_slice(&[p[2], p[1], p[0]]);
+        }
+        bgr.extend_from_slice(&[0, 0]);
+    }
+    decode_raw("bgr8", w, h, w * 3 + 2, &bgr, &mut got).unwrap();
+    assert_eq!(got, want);
+    let bgra: Vec<u8> = rgb
+        .chunks(3)
+        .flat_map(|p| [p[2], p[1], p[0], 255])
+        .collect();
+    decode_raw("bgra8", w, h, w * 4, &bgra, &mut got).unwrap();
+    assert_eq!(got, want);
+    let mono: Vec<u8> = (0..w * h).map(|i| i as u8).collect();
+    decode_raw("mono8", w, h, w, &mono, &mut got).unwrap();
+    assert_eq!(got.data[3..6], [1, 1, 1]);
+    // PNG round trip.
+    let mut png = Vec::new();
+    use image::ImageEncoder;
+    image::codecs::png::PngEncoder::new(&mut png)
+        .write_image(&rgb, w, h, image::ExtendedColorType::Rgb8)
+        .unwrap();
+    decode_compressed("png", &png, &mut got).unwrap();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn a_scripted_run_replayed_gives_byte_identical_chunks() {
+    let run = || {
+        let mut r = rig("pick up the red block", "  max_delta_per_step: [0.2]");
+        for k in 0..4u32 {
+            r.observe(1.0 + 0.1 * k as f64, k);
+            if k == 2 {
+                r.inputs.command_text("subgoal: stack the cups").unwrap();
+            }
+            r.node.tick();
+        }
+        r.chunks()
+            .iter()
+            .flat_map(|c| c.actions.iter().flat_map(|a| a.to_le_bytes()))
+            .collect::<Vec<u8>>()
+    };
+    let (a, b) = (run(), run());
+    assert_eq!(a.len(), 4 * 50 * 7 * 4);
+    assert_eq!(a, b);
+}
+
+#[test]
+fn config_errors_name_the_field() {
+    let base = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../config/demo.yaml"))
+        .unwrap();
+    Config::parse(&base).unwrap();
+    let cases = [
+        ("rate_hz: 10", "rate_hz: -1", "control.rate_hz"),
+        ("action_dim: 7", "action_dim: 40", "control.action_dim"),
+        (
+            "action_min: [-3.0]",
+            "action_min: [-3.0, 1, 2]",
+            "safety.action_min",
+        ),
+        (
+            "action_max: [3.0]",
+            "action_max: [-4.0]",
+            "safety.action_min",
+        ),
+        ("view: 1", "view: 0", "cameras[1].view"),
+        (
+            "prompt_mode: fixed",
+            "prompt_mode: exact",
+            "model.prompt_mode",
+        ),
+        (
+            "max_observation_age_ms: 250",
+            "max_observation_age_ms: 0",
+            "safety.max_observation_age_ms",
+        ),
+        ("topic: /joint_states", "topic: joint states", "state.topic"),
+        ("kind: frt", "kind: mp3", "audio.kind"),
+        ("precision: f32", "precision: f8", "config"),
+        ("dt: 0.02", "dt: 0.02\n  colour: blue", "config"),
+    ];
+    for (from, to, field) in cases {
+        assert!(base.contains(from), "{from}");
+        let e = Config::parse(&base.replacen(from, to, 1)).unwrap_err();
+        assert_eq!(e.field, field, "{to}: {e}");
+    }
+}
