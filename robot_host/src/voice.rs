@@ -77,7 +77,8 @@ fn mono(a: &Audio) -> Vec<f32> {
         .collect()
 }
 
-/// The speech thread's body: runs until the audio channel closes. Utterances go to the
+/// The speech thread's body: runs until the audio channel closes or `stop` is set (then it
+/// finishes the utterances already queued). Utterances go to the
 /// transcriber (never blocking: a full queue drops the utterance); each transcript is
 /// published with its decision, and accepted decisions become commands.
 pub fn run(
@@ -87,6 +88,7 @@ pub fn run(
     inputs: Inputs,
     out: Sender<Outbound>,
     clock: Arc<dyn Clock>,
+    stop: &std::sync::atomic::AtomicBool,
 ) {
     let mut seg: Option<(u32, Segmenter)> = None;
     let handle = |t: frt_asr::stream::Transcribed| {
@@ -120,7 +122,12 @@ pub fn run(
         }
     };
     loop {
-        match audio.recv_timeout(std::time::Duration::from_millis(20)) {
+        let msg = if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected)
+        } else {
+            audio.recv_timeout(std::time::Duration::from_millis(20))
+        };
+        match msg {
             Ok(a) => {
                 let rate = a.sample_rate;
                 if seg.as_ref().is_none_or(|(r, _)| *r != rate) {

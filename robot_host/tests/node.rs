@@ -393,7 +393,7 @@ fn config_errors_name_the_field() {
         .unwrap();
     Config::parse(&base).unwrap();
     let cases = [
-        ("rate_hz: 10", "rate_hz: -1", "control.rate_hz"),
+        ("rate_hz: 5", "rate_hz: -1", "control.rate_hz"),
         ("action_dim: 7", "action_dim: 40", "control.action_dim"),
         (
             "action_min: [-3.0]",
