@@ -92,7 +92,19 @@ pub fn run(
 ) {
     let mut seg: Option<(u32, Segmenter)> = None;
     let handle = |t: frt_asr::stream::Transcribed| {
-        let Ok(tr) = t.result else { return };
+        let tr = match t.result {
+            Ok(tr) => tr,
+            Err(e) => {
+                let _ = out.try_send(Outbound::Transcript(Transcript {
+                    stamp: clock.now(),
+                    text: String::new(),
+                    avg_logprob: f32::NEG_INFINITY,
+                    no_speech_prob: 1.0,
+                    decision: format!("ignored: transcription failed: {e}"),
+                }));
+                return;
+            }
+        };
         let d = decide(&tr.text, tr.avg_logprob, tr.no_speech_prob, &cfg);
         let decision = match &d {
             Decision::Stop => "stop".to_string(),
@@ -100,6 +112,16 @@ pub fn run(
             Decision::Subgoal(_) => "subgoal".to_string(),
             Decision::Ignored(why) => format!("ignored: {why}"),
         };
+        let c = match d {
+            Decision::Stop => Some(Command::Stop),
+            Decision::Resume => Some(Command::Resume),
+            Decision::Subgoal(g) => Some(Command::Subgoal(g)),
+            Decision::Ignored(_) => None,
+        };
+        // Acted on first, reported after.
+        if let Some(c) = c {
+            let _ = inputs.command(c, Source::Voice);
+        }
         let _ = out.try_send(Outbound::Transcript(Transcript {
             stamp: clock.now(),
             text: tr.text.trim().to_string(),
@@ -107,13 +129,6 @@ pub fn run(
             no_speech_prob: tr.no_speech_prob,
             decision,
         }));
-        let c = match d {
-            Decision::Stop => Command::Stop,
-            Decision::Resume => Command::Resume,
-            Decision::Subgoal(g) => Command::Subgoal(g),
-            Decision::Ignored(_) => return,
-        };
-        let _ = inputs.command(c, Source::Voice);
     };
     let pending = std::cell::Cell::new(0usize);
     let submit = |u| {

@@ -427,3 +427,72 @@ fn config_errors_name_the_field() {
         assert_eq!(e.field, field, "{to}: {e}");
     }
 }
+
+#[test]
+fn the_loopback_transport_carries_a_live_run() {
+    use frt_robot_host::transport::{Inbound, Loopback, Transport};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let mut cfg = config("pick up the red block", "");
+    cfg.control.rate_hz = 20.0;
+    cfg.safety.max_observation_age_ms = 2000.0;
+    let clock = Arc::new(frt_robot_host::SystemClock);
+    let (mut node, inputs, outputs) = Node::new(cfg, clock.clone(), None).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let control = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            node.run(&stop);
+            node.status()
+        })
+    };
+    let (mut lb, peer) = Loopback::new();
+    let transport = {
+        let stop = stop.clone();
+        std::thread::spawn(move || lb.run(&inputs, &outputs.0, &stop))
+    };
+    let now = || frt_robot_host::Clock::now(&frt_robot_host::SystemClock);
+    let send_obs = |k: u32| {
+        let t = now();
+        peer.tx
+            .send(Inbound::Frame {
+                camera: "base".into(),
+                stamp: t,
+                image: frame(k),
+            })
+            .unwrap();
+        peer.tx.send(Inbound::State(state(t, k))).unwrap();
+    };
+    let next_chunk = |want: &dyn Fn(&frt_robot_host::messages::ActionChunk) -> bool,
+                      k: &mut u32| {
+        for _ in 0..400 {
+            send_obs(*k);
+            *k += 1;
+            while let Ok(o) = peer.rx.recv_timeout(std::time::Duration::from_millis(25)) {
+                if let Outbound::Chunk(c) = o {
+                    if want(&c) {
+                        return c;
+                    }
+                }
+            }
+        }
+        panic!("no such chunk arrived");
+    };
+    let mut k = 0;
+    let c = next_chunk(&|c| !c.halt, &mut k);
+    assert_eq!(c.subgoal_id, 1);
+    peer.tx
+        .send(Inbound::Subgoal("wipe the table".into()))
+        .unwrap();
+    let c = next_chunk(&|c| c.subgoal_id == 2, &mut k);
+    assert_eq!(c.subgoal, "wipe the table");
+    peer.tx.send(Inbound::Stop).unwrap();
+    let c = next_chunk(&|c| c.halt, &mut k);
+    assert!(c.latency < 1.0, "halt {} s after the stop", c.latency);
+    peer.tx.send(Inbound::Command("garbage".into())).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    stop.store(true, Ordering::Relaxed);
+    transport.join().unwrap().unwrap();
+    let s = control.join().unwrap();
+    assert!(s.halted);
+    assert_eq!(s.bad_commands, 1);
+}
