@@ -33,6 +33,11 @@ if [ -f /tmp/frt-whisper/model.bin ]; then
     step ./asr-real_model --ignored --test-threads=1 --nocapture
     step ./transcribe ../asr/tests/data/pick_blue_cup.wav --model /tmp/frt-whisper --backend cuda
     step ./frt-asr-bench --model /tmp/frt-whisper --wav ../asr/tests/data/pick_blue_cup.wav --iters 50
+    if [ -f /tmp/frt-gemma-tokenizer.json ]; then
+        step ./frt-robot-host bench --iters 200 --whisper /tmp/frt-whisper --tokenizer /tmp/frt-gemma-tokenizer.json --clip ../asr/tests/data/arm_left.wav
+    else
+        echo "=== Gemma tokenizer not carried: robot host bench skipped"; fail=1
+    fi
 else
     echo "=== Whisper model not carried: ASR steps skipped"; fail=1
 fi

@@ -11,7 +11,7 @@ out=.gpu
 rm -rf "$out"
 mkdir -p "$out"
 
-cargo build --release -p frt-exec-capi -p frt-kernels -p frt-asr -p frt-vla --bins --lib
+cargo build --release -p frt-exec-capi -p frt-kernels -p frt-asr -p frt-vla -p frt-robot-host --bins --lib
 # Test executables: name them after their target (e.g. exec-contract, exec-alloc_free).
 cargo test --release -p frt-exec -p frt-exec-capi -p frt-kernels -p frt-asr -p frt-vla --no-run --message-format=json 2>/dev/null |
     python3 -c '
@@ -31,11 +31,11 @@ for f in "$out"/*; do
         *) rm -f "$f" ;;
     esac
 done
-cp target/release/libflashrt_exec.so target/release/frt-exec-bench target/release/frt-kernels-bench target/release/frt-asr-bench target/release/transcribe target/release/pi05-bench "$out/"
+cp target/release/libflashrt_exec.so target/release/frt-exec-bench target/release/frt-kernels-bench target/release/frt-asr-bench target/release/transcribe target/release/pi05-bench target/release/frt-robot-host "$out/"
 cc -std=c11 -Wall -Wextra -Werror -pedantic -O2 -I exec/include exec/capi/tests/c/abi_test.c \
     -o "$out/abi_test" -L "$out" -lflashrt_exec -Wl,-rpath,'$ORIGIN'
 cp exec/python/test_torch_adopt.py scripts/gpu-suite.sh "$out/"
-strip "$out"/exec-* "$out"/kernels-* "$out"/asr-* "$out"/vla-* "$out/pi05-bench" "$out/frt-exec-bench" "$out/frt-kernels-bench" "$out/frt-asr-bench" "$out/transcribe" "$out/abi_test" "$out/libflashrt_exec.so"
+strip "$out"/exec-* "$out"/kernels-* "$out"/asr-* "$out"/vla-* "$out/pi05-bench" "$out/frt-robot-host" "$out/frt-exec-bench" "$out/frt-kernels-bench" "$out/frt-asr-bench" "$out/transcribe" "$out/abi_test" "$out/libflashrt_exec.so"
 # Whisper tiny.en is larger than one device call may carry: two halves, in folders of their
 # own (.gpu-model1, .gpu-model2), sent on two consecutive calls and joined there by
 # gpu-suite.sh into /tmp/frt-whisper (see the README's GPU section).
@@ -48,6 +48,11 @@ if [ -f "$model/model.bin" ]; then
     head -c "$half" "$model/model.bin" > .gpu-model1/model.bin.part1
     tail -c +"$((half + 1))" "$model/model.bin" > .gpu-model2/model.bin.part2
     sha256sum "$model/model.bin" | cut -d' ' -f1 > .gpu-model2/model.bin.sha256
+fi
+# The Gemma tokenizer.json for the robot host's full-size bench, compressed, with the first half.
+gemma=.cache/npm/tokenizer-gemma3/package/models/tokenizer.json
+if [ -f "$gemma" ] && [ -d .gpu-model1 ]; then
+    gzip -c "$gemma" > .gpu-model1/gemma-tokenizer.json.gz
 fi
 ls -la "$out"
 du -sh "$out"

@@ -261,14 +261,15 @@ pub struct SafetyConfig {
 #[serde(deny_unknown_fields)]
 pub struct StreamsConfig {
     /// Priority of the policy stream (CUDA convention: 0 normal, more negative higher).
+    /// Absent: one above the least the device allows (above speech recognition).
     #[serde(default)]
-    pub policy: i32,
-    /// Priority of the halt stream (the highest the device allows when absent).
+    pub policy: Option<i32>,
+    /// Priority of the halt stream. Absent: the highest the device allows.
     #[serde(default)]
     pub halt: Option<i32>,
-    /// Priority of the ASR stream.
+    /// Priority of the speech recognition stream. Absent: the least the device allows.
     #[serde(default)]
-    pub asr: i32,
+    pub asr: Option<i32>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -565,6 +566,18 @@ impl Config {
     /// Image slots of the model (one per camera).
     pub fn views(&self) -> usize {
         self.cameras.len()
+    }
+}
+
+impl StreamsConfig {
+    /// (policy, halt, asr) priorities for a device whose range is `(least, greatest)`.
+    pub fn resolve(&self, (lo, hi): (i32, i32)) -> (i32, i32, i32) {
+        let above_least = if hi < lo { lo - 1 } else { lo };
+        (
+            self.policy.unwrap_or(above_least),
+            self.halt.unwrap_or(hi),
+            self.asr.unwrap_or(lo),
+        )
     }
 }
 

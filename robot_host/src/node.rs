@@ -270,6 +270,18 @@ pub struct Node {
     state: Vec<f32>,
     seq: u64,
     hook: Option<StageHook>,
+    timings: TickTimings,
+}
+
+/// Where the last published tick's time went (host clock).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TickTimings {
+    /// Taking the observations, preprocessing, tokens, writing the inputs.
+    pub prepare: std::time::Duration,
+    /// Replays enqueued until the last one finished.
+    pub device: std::time::Duration,
+    /// Reading the chunk, guards, the hold chunk, publishing.
+    pub finish: std::time::Duration,
 }
 
 /// Called before each replay of a tick with the stage's index (scripted runs use it to
@@ -330,6 +342,7 @@ impl Node {
             state: Vec::new(),
             seq: 0,
             hook: None,
+            timings: TickTimings::default(),
         };
         if node.cfg.safety.action_space == ActionSpace::Velocity {
             let zeros = vec![0.0; horizon * d];
@@ -340,6 +353,16 @@ impl Node {
 
     pub fn policy(&self) -> &Policy {
         &self.policy
+    }
+
+    /// The node's inputs (another handle on what the transports write into).
+    pub fn inputs(&self) -> Inputs {
+        self.inputs.clone()
+    }
+
+    /// Where the last published tick's time went.
+    pub fn last_timings(&self) -> TickTimings {
+        self.timings
     }
 
     /// A sender into the node's output channel (the speech thread publishes transcripts).
@@ -508,6 +531,7 @@ impl Node {
         }
         self.status.ticks += 1;
         let started = self.clock.now();
+        let t0 = std::time::Instant::now();
         let max_age = self.cfg.safety.max_observation_age_ms / 1000.0;
         // Newest observations.
         let mut oldest = f64::INFINITY;
@@ -568,6 +592,7 @@ impl Node {
             self.status.last_error = e.to_string();
             return TickOutcome::Refused(e.to_string());
         }
+        let t1 = std::time::Instant::now();
         // One replay stays queued behind the running one (the device never waits for the
         // host); between two replays, and while waiting, a command is acted on at once.
         let stages = self.policy.stages().to_vec();
@@ -603,6 +628,7 @@ impl Node {
                 return TickOutcome::Refused(e.to_string());
             }
         }
+        let t2 = std::time::Instant::now();
         let d = self.cfg.control.action_dim;
         if let Err(e) = self.policy.finish(&mut self.chunk, d) {
             self.status.last_error = e.to_string();
@@ -637,6 +663,12 @@ impl Node {
             halt: false,
             latency: (now - started).max(0.0),
         }));
+        let t3 = std::time::Instant::now();
+        self.timings = TickTimings {
+            prepare: t1 - t0,
+            device: t2 - t1,
+            finish: t3 - t2,
+        };
         TickOutcome::Published
     }
 

@@ -93,8 +93,10 @@ impl Policy {
                 Ok(p)
             }
         };
-        let s = ctx.stream(check("streams.policy", cfg.streams.policy)?)?;
-        let halt_stream = ctx.stream(check("streams.halt", cfg.streams.halt.unwrap_or(hi))?)?;
+        let (policy, halt, asr) = cfg.streams.resolve((lo, hi));
+        check("streams.asr", asr)?;
+        let s = ctx.stream(check("streams.policy", policy)?)?;
+        let halt_stream = ctx.stream(check("streams.halt", halt)?)?;
         let dtype = match cfg.model.precision {
             Precision::F32 => DType::F32,
             Precision::Bf16 => DType::BF16,
@@ -106,12 +108,19 @@ impl Policy {
             Some(p) => Tokenizer::load(p)?,
             None => Tokenizer::parse(DEMO_TOKENIZER, Path::new("<bundled demo tokenizer>"))?,
         };
-        if tokenizer.vocab_size() > mc.vocab {
+        // A tokenizer that does not fit the model fails here, not at every tick: the start-up
+        // prompt must tokenize within the prompt capacity and the model's vocabulary.
+        let probe = pi05_tokens(
+            &tokenizer,
+            &cfg.control.initial_subgoal,
+            &vec![0.0; cfg.state.joints.len()],
+            mc.max_token_len,
+        )?;
+        if let Some(t) = probe.iter().find(|t| **t as usize >= mc.vocab) {
             return Err(Error::bad(
                 "tokenizer",
                 format!(
-                    "{} tokens, the model's vocabulary has {}",
-                    tokenizer.vocab_size(),
+                    "token {t} of the start-up prompt is outside the model's vocabulary of {}",
                     mc.vocab
                 ),
             ));
@@ -191,6 +200,20 @@ impl Policy {
             noise: &self.noise_buf,
         })?;
         Ok(())
+    }
+
+    /// The prompt tokens for a subgoal and a (raw) robot state, as a tick builds them.
+    pub fn prompt_tokens(&self, subgoal: &str, state: &[f32]) -> Result<Vec<u32>> {
+        let mut st = state.to_vec();
+        if let Some(n) = &self.norm {
+            n.state.normalize(&mut st, n.quantiles)?;
+        }
+        Ok(pi05_tokens(
+            &self.tokenizer,
+            subgoal,
+            &st,
+            self.model.config.max_token_len,
+        )?)
     }
 
     /// Enqueues one stage on the policy stream.

@@ -1,0 +1,288 @@
+//! `frt-robot-host bench`: the robot host's figures on the device it runs on — full-size random
+//! Pi0.5 in bf16 on CUDA (or, with `--tiny`, the tiny model in f32 on the host backend), two
+//! 640×480 cameras:
+//!
+//! * tick p50/p99 (frames in → chunk out), alone and with Whisper transcribing without pause
+//!   on a low-priority stream of the same device;
+//! * stop → halt chunk p50/p99, the stop arriving before each of the tick's replays in turn;
+//! * subgoal overwrite: host time of writing a new prompt's buffers (and of tokenizing it);
+//! * host overhead per tick: decoding both frames, preprocessing and writing the inputs,
+//!   reading and guarding the chunk.
+
+use crate::messages::{Command, Image, JointState, Outbound, Source};
+use crate::node::{Clock, Node, SystemClock, TickOutcome};
+use crate::{Config, Error, Result};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+fn pct(v: &[f64], q: f64) -> f64 {
+    let mut v = v.to_vec();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[((v.len() - 1) as f64 * q).round() as usize]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Options of a bench run.
+pub struct BenchOptions {
+    pub iters: usize,
+    /// The tiny model on the host backend instead of full size on CUDA.
+    pub tiny: bool,
+    /// A Whisper model folder for the concurrent-ASR figures.
+    pub whisper: Option<std::path::PathBuf>,
+    /// The clip Whisper transcribes over and over.
+    pub clip: std::path::PathBuf,
+}
+
+fn config(tiny: bool) -> Result<Config> {
+    let model = if tiny {
+        "  random: { size: tiny, seed: 1 }\n  precision: f32\n  backend: host\n  max_token_len: 96"
+    } else {
+        "  random: { size: base, seed: 1 }\n  tokenizer: TOKENIZER\n  precision: bf16\n  backend: cuda\n  max_token_len: 64"
+    };
+    let text = format!(
+        "model:\n{model}
+cameras:
+  - {{ name: base, topic: /base/image_raw, format: raw, view: 0 }}
+  - {{ name: wrist, topic: /wrist/image_raw, format: raw, view: 1 }}
+state:
+  topic: /joint_states
+  joints: [j1, j2, j3, j4, j5, j6, j7, j8]
+control:
+  rate_hz: 50
+  initial_subgoal: pick up the red block and put it in the bowl
+  action_dim: 8
+  dt: 0.02
+safety:
+  max_observation_age_ms: 100000
+  missing_camera: degrade
+  action_space: velocity
+  action_min: [-10.0]
+  action_max: [10.0]
+"
+    );
+    Ok(Config::parse(&text)?)
+}
+
+/// Runs the bench and returns its report (a Markdown table).
+pub fn run(o: &BenchOptions, tokenizer: Option<&Path>) -> Result<String> {
+    let mut cfg = config(o.tiny)?;
+    if !o.tiny {
+        let t = tokenizer.ok_or_else(|| {
+            Error::bad(
+                "bench",
+                "full size needs a Gemma tokenizer.json (--tokenizer FILE; scripts/fetch-models.sh fetches one)",
+            )
+        })?;
+        cfg.model.tokenizer = Some(t.to_path_buf());
+    }
+    let clock = Arc::new(SystemClock);
+    let t_build = Instant::now();
+    let (mut node, inputs, out) = Node::new(cfg.clone(), clock.clone(), None)?;
+    let build_s = t_build.elapsed().as_secs_f64();
+    let ctx = node.policy().ctx.clone();
+    let (lo, hi) = ctx.priority_range();
+    let (policy_priority, _, asr_priority) = cfg.streams.resolve((lo, hi));
+    let target = node.policy().model.kernels().target();
+    let (w, h) = (640u32, 480u32);
+    let frames: Vec<Image> = (0..2)
+        .map(|k| Image::Raw {
+            encoding: "rgb8".into(),
+            width: w,
+            height: h,
+            step: w * 3,
+            data: crate::transport::synth_frame(w, h, 0.3, k),
+        })
+        .collect();
+    let joints: Vec<String> = cfg.state.joints.clone();
+    // One observation; returns the host time spent decoding the two frames.
+    let mut observe = |k: u64| -> Result<Duration> {
+        let t = clock.now();
+        let a = Instant::now();
+        inputs.frame("base", t, &frames[0])?;
+        inputs.frame("wrist", t, &frames[1])?;
+        let dec = a.elapsed();
+        inputs.state(&JointState {
+            stamp: t,
+            names: joints.clone(),
+            position: (0..8).map(|j| 0.1 * ((k + j) % 7) as f64 - 0.3).collect(),
+        })?;
+        Ok(dec)
+    };
+    let drain = |out: &crate::Outputs| out.0.try_iter().count();
+    // Warm-up.
+    for k in 0..5 {
+        observe(k)?;
+        node.tick();
+    }
+    drain(&out);
+    type Observe<'a> = dyn FnMut(u64) -> Result<Duration> + 'a;
+    let tick = |node: &mut Node, observe: &mut Observe, k: u64| -> Result<(f64, f64)> {
+        let dec = observe(k)?;
+        let a = Instant::now();
+        let r = node.tick();
+        let total = a.elapsed();
+        if r != TickOutcome::Published {
+            return Err(Error::bad("bench tick", format!("{r:?}")));
+        }
+        let tm = node.last_timings();
+        Ok((ms(total + dec), ms(dec + tm.prepare + tm.finish)))
+    };
+    let (mut alone, mut host) = (Vec::new(), Vec::new());
+    for k in 0..o.iters as u64 {
+        let (a, hst) = tick(&mut node, &mut observe, k)?;
+        alone.push(a);
+        host.push(hst);
+    }
+    drain(&out);
+
+    // With Whisper transcribing without pause on the lowest-priority stream.
+    let mut with_asr = Vec::new();
+    let mut asr_runs = 0usize;
+    if let Some(dir) = &o.whisper {
+        let s = ctx.stream(asr_priority)?;
+        let dtype = if o.tiny {
+            frt_kernels::DType::F32
+        } else {
+            frt_kernels::DType::F16
+        };
+        let whisper = frt_asr::Whisper::load(
+            &ctx,
+            dir,
+            s,
+            frt_asr::ModelOptions {
+                dtype,
+                ..Default::default()
+            },
+        )?;
+        let clip = frt_asr::audio::read_wav(&o.clip)?.to_whisper();
+        let busy = Arc::new(AtomicBool::new(true));
+        let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let th = {
+            let (busy, runs) = (busy.clone(), runs.clone());
+            std::thread::spawn(move || {
+                while busy.load(Ordering::Relaxed) {
+                    if whisper.transcribe(&clip).is_ok() {
+                        runs.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        };
+        std::thread::sleep(Duration::from_millis(200));
+        for k in 0..o.iters as u64 {
+            with_asr.push(tick(&mut node, &mut observe, k)?.0);
+        }
+        busy.store(false, Ordering::Relaxed);
+        th.join()
+            .map_err(|_| Error::bad("bench", "the ASR thread panicked"))?;
+        asr_runs = runs.load(Ordering::Relaxed);
+        drain(&out);
+    }
+
+    // Stop → halt chunk, the stop arriving before each replay in turn.
+    let stages = node.policy().stages().len();
+    let mut halt = Vec::new();
+    for k in 0..o.iters as u64 {
+        let at = (k as usize) % stages;
+        let inp = node_inputs(&node);
+        node.set_stage_hook(Some(Box::new(move |i| {
+            if i == at {
+                let _ = inp.command(Command::Stop, Source::Typed);
+            }
+        })));
+        observe(k)?;
+        let r = node.tick();
+        node.set_stage_hook(None);
+        if r != TickOutcome::Halted {
+            return Err(Error::bad("bench stop", format!("{r:?}")));
+        }
+        for m in out.0.try_iter() {
+            if let Outbound::Chunk(c) = m {
+                if c.halt {
+                    halt.push(c.latency * 1e3);
+                }
+            }
+        }
+        node_inputs(&node).command(Command::Resume, Source::Typed)?;
+        node.drain_commands();
+    }
+
+    // Subgoal overwrite.
+    let p = node.policy();
+    let state: Vec<f32> = (0..8).map(|j| 0.05 * j as f32).collect();
+    let (mut tok, mut write) = (Vec::new(), Vec::new());
+    for k in 0..o.iters {
+        let goal = if k % 2 == 0 {
+            "open the top drawer"
+        } else {
+            "wipe the table with the sponge"
+        };
+        let a = Instant::now();
+        let tokens = p.prompt_tokens(goal, &state)?;
+        let b = Instant::now();
+        p.model.set_prompt(&tokens, &[true, true])?;
+        let c = Instant::now();
+        ctx.sync_stream(p.model.stream())?;
+        tok.push(ms(b - a) * 1e3);
+        write.push(ms(c - b) * 1e3);
+    }
+
+    let mut r = format!(
+        "device: {target}; {}; 2 cameras {w}×{h} rgb8; {} iterations; model built in {build_s:.1} s; stream priorities policy {policy_priority}, halt {hi}, ASR {asr_priority}\n\n",
+        if o.tiny {
+            "tiny Pi0.5, f32"
+        } else {
+            "full-size random Pi0.5, bf16"
+        },
+        o.iters,
+    );
+    r += "| measure | p50 | p99 |\n|---|---|---|\n";
+    r += &format!(
+        "| tick (frames in → chunk out), ms | {:.3} | {:.3} |\n",
+        pct(&alone, 0.5),
+        pct(&alone, 0.99)
+    );
+    if !with_asr.is_empty() {
+        r += &format!(
+            "| tick with Whisper transcribing concurrently ({asr_runs} transcriptions), ms | {:.3} | {:.3} |\n",
+            pct(&with_asr, 0.5),
+            pct(&with_asr, 0.99)
+        );
+        r += &format!(
+            "| → inflation of the p50 | {:+.1} % | |\n",
+            (pct(&with_asr, 0.5) / pct(&alone, 0.5) - 1.0) * 100.0
+        );
+    }
+    r += &format!(
+        "| stop → halt chunk published, ms | {:.3} | {:.3} |\n",
+        pct(&halt, 0.5),
+        pct(&halt, 0.99)
+    );
+    r += &format!(
+        "| subgoal overwrite (prompt buffers written), µs | {:.1} | {:.1} |\n",
+        pct(&write, 0.5),
+        pct(&write, 0.99)
+    );
+    r += &format!(
+        "| subgoal tokenization, µs | {:.1} | {:.1} |\n",
+        pct(&tok, 0.5),
+        pct(&tok, 0.99)
+    );
+    r += &format!(
+        "| host overhead per tick (decode 2 frames, preprocess, write inputs, read + guard), ms | {:.3} | {:.3} |\n",
+        pct(&host, 0.5),
+        pct(&host, 0.99)
+    );
+    Ok(r)
+}
+
+fn node_inputs(node: &Node) -> crate::Inputs {
+    node.inputs()
+}
