@@ -61,10 +61,6 @@ pub struct Pi05 {
     pub dtype: DType,
     images: Tensor,
     tokens: Tensor,
-    prefix_mask: Tensor,
-    full_mask: Tensor,
-    prefix_pos: Tensor,
-    suffix_pos: Tensor,
     x: Tensor,
     out: Tensor,
     hold: Tensor,
@@ -155,11 +151,18 @@ impl Pi05 {
             dt,
             &[c.views, sg.image_size, sg.image_size, 3],
         )?;
-        let tokens = Tensor::alloc(ctx, "prompt_tokens", DType::I32, &[c.max_token_len])?;
-        let prefix_mask = Tensor::alloc(ctx, "prefix_mask", DType::U8, &[p_len])?;
-        let full_mask = Tensor::alloc(ctx, "full_mask", DType::U8, &[p_len + s_len])?;
-        let prefix_pos = Tensor::alloc(ctx, "prefix_positions", DType::I32, &[p_len])?;
-        let suffix_pos = Tensor::alloc(ctx, "suffix_positions", DType::I32, &[s_len])?;
+        // Everything a prompt change writes lives in one buffer (one upload per change):
+        // tokens, prefix and suffix positions (i32), then the prefix and full key masks (u8).
+        let prompt_bytes = 4 * (c.max_token_len + p_len + s_len) + p_len + (p_len + s_len);
+        let prompt = frt_exec::Buffer::alloc(ctx, "prompt", prompt_bytes)?;
+        let i32s = |off: usize, n: usize| Tensor::with_layout(&prompt, DType::I32, &[n], &[1], off);
+        let tokens = i32s(0, c.max_token_len)?;
+        let prefix_pos = i32s(c.max_token_len, p_len)?;
+        let suffix_pos = i32s(c.max_token_len + p_len, s_len)?;
+        let mask_at = 4 * (c.max_token_len + p_len + s_len);
+        let prefix_mask = Tensor::with_layout(&prompt, DType::U8, &[p_len], &[1], mask_at)?;
+        let full_mask =
+            Tensor::with_layout(&prompt, DType::U8, &[p_len + s_len], &[1], mask_at + p_len)?;
         let x = Tensor::alloc(ctx, "x_t", DType::F32, &[s_len, c.action_dim])?;
         let out = Tensor::alloc(ctx, "actions", DType::F32, &[s_len, c.action_dim])?;
         let hold = Tensor::alloc(ctx, "hold", DType::F32, &[s_len, c.action_dim])?;
@@ -578,10 +581,6 @@ impl Pi05 {
             dtype: dt,
             images,
             tokens,
-            prefix_mask,
-            full_mask,
-            prefix_pos,
-            suffix_pos,
             x,
             out,
             hold,
@@ -662,13 +661,15 @@ impl Pi05 {
         let suffix: Vec<i32> = (0..c.action_horizon as i32).map(|i| n + i).collect();
         let mut full = mask.clone();
         full.extend(std::iter::repeat_n(1u8, c.action_horizon));
-        let mut ids: Vec<i32> = tokens.iter().map(|t| *t as i32).collect();
-        ids.resize(c.max_token_len, 0);
-        self.tokens.write_i32(self.s, &ids)?;
-        self.prefix_mask.buffer().upload(self.s, 0, &mask)?;
-        self.full_mask.buffer().upload(self.s, 0, &full)?;
-        self.prefix_pos.write_i32(self.s, &pos)?;
-        self.suffix_pos.write_i32(self.s, &suffix)?;
+        // The prompt buffer's layout (see `new`): one upload.
+        let mut bytes = Vec::with_capacity(self.tokens.buffer().bytes());
+        let ids = (0..c.max_token_len).map(|i| tokens.get(i).map_or(0, |t| *t as i32));
+        for v in ids.chain(pos.iter().copied()).chain(suffix.iter().copied()) {
+            bytes.extend_from_slice(&v.to_ne_bytes());
+        }
+        bytes.extend_from_slice(&mask);
+        bytes.extend_from_slice(&full);
+        self.tokens.buffer().upload(self.s, 0, &bytes)?;
         Ok(())
     }
 
