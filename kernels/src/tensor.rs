@@ -252,20 +252,25 @@ impl Tensor {
                 format!("{} values for {self:?}", values.len()),
             ));
         }
-        let bytes = with_float!(self.dtype, T, {
+        let at = self.offset * self.dtype.size();
+        if self.dtype == DType::F32 {
+            // SAFETY: plain numbers, no padding.
+            let bytes = unsafe {
+                std::slice::from_raw_parts(values.as_ptr() as *const u8, values.len() * 4)
+            };
+            return Ok(self.buffer.upload(s, at, bytes)?);
+        }
+        with_float!(self.dtype, T, {
             let v: Vec<T> = values.iter().map(|&x| T::from_f32(x)).collect();
             // SAFETY: plain numbers, no padding.
-            unsafe {
+            let bytes = unsafe {
                 std::slice::from_raw_parts(
                     v.as_ptr() as *const u8,
                     v.len() * std::mem::size_of::<T>(),
                 )
-            }
-            .to_vec()
-        });
-        Ok(self
-            .buffer
-            .upload(s, self.offset * self.dtype.size(), &bytes)?)
+            };
+            Ok(self.buffer.upload(s, at, bytes)?)
+        })
     }
 
     /// Reads the values as f32 (contiguous float tensors; allocates).

@@ -78,6 +78,12 @@ pub fn decode_raw(
     out.height = height;
     out.data.clear();
     out.data.reserve(w * h * 3);
+    if encoding == "rgb8" {
+        for row in data.chunks_exact(step as usize).take(h) {
+            out.data.extend_from_slice(&row[..w * 3]);
+        }
+        return Ok(());
+    }
     for row in data.chunks_exact(step as usize).take(h) {
         for px in row[..w * bpp as usize].chunks_exact(bpp as usize) {
             out.data

@@ -73,7 +73,7 @@ impl<T> Slot<T> {
 type Queued = (Command, Source, Stamp);
 
 /// A camera's name and its newest frame.
-type Camera = (String, Slot<(Stamp, Rgb8)>);
+type Camera = (String, Slot<(Stamp, Vec<f32>)>);
 
 /// What the transports write into (cloneable, `Send`): decoding and validation happen here,
 /// on the caller's (I/O) thread; refused inputs are counted and never reach the policy.
@@ -87,6 +87,8 @@ pub struct Inputs {
     clock: Arc<dyn Clock>,
     counters: Arc<Counters>,
     last_error: Arc<Mutex<String>>,
+    /// The model's square input size (frames are preprocessed to it on arrival).
+    image_side: usize,
 }
 
 impl Inputs {
@@ -126,8 +128,20 @@ impl Inputs {
         if let Err(e) = r {
             return Err(self.refuse(&self.counters.bad_frames, format!("camera `{camera}`: {e}")));
         }
+        // Preprocessed here, once per frame, off the control thread: resize-with-pad to the
+        // model's input size and scaling to [-1, 1], as openpi does.
+        let side = self.image_side;
+        let pixels = frt_vla::inputs::resize_with_pad(
+            &rgb.data,
+            rgb.height as usize,
+            rgb.width as usize,
+            side,
+            side,
+        )
+        .map(|img| frt_vla::inputs::to_model_pixels(&img))
+        .map_err(|e| self.refuse(&self.counters.bad_frames, format!("camera `{camera}`: {e}")))?;
         let mut v = slot.value.lock().unwrap_or_else(|p| p.into_inner());
-        v.0 = Some((stamp, rgb));
+        v.0 = Some((stamp, pixels));
         v.1 += 1;
         Ok(())
     }
@@ -266,7 +280,9 @@ pub struct Node {
     status: Status,
     last_action: Option<Vec<f32>>,
     chunk: Vec<f32>,
-    frames: Vec<Option<(Stamp, Rgb8)>>,
+    /// The newest preprocessed frame of each camera (taken from its slot when a new one
+    /// arrived).
+    frames: Vec<Option<(Stamp, Vec<f32>)>>,
     state: Vec<f32>,
     seq: u64,
     hook: Option<StageHook>,
@@ -319,6 +335,7 @@ impl Node {
             clock: clock.clone(),
             counters: Arc::default(),
             last_error: Arc::default(),
+            image_side: policy.config().siglip.image_size,
         };
         let horizon = policy.config().action_horizon;
         let d = cfg.control.action_dim;
@@ -537,18 +554,26 @@ impl Node {
         let mut oldest = f64::INFINITY;
         let mut missing = None;
         for (i, (name, slot)) in self.inputs.cameras.iter().enumerate() {
-            let v = slot.value.lock().unwrap_or_else(|p| p.into_inner());
-            let fresh = v.0.as_ref().filter(|(t, _)| started - t <= max_age);
-            self.frames[i] = fresh.cloned();
-            match fresh {
+            {
+                let mut v = slot.value.lock().unwrap_or_else(|p| p.into_inner());
+                if v.0.is_some() {
+                    self.frames[i] = v.0.take();
+                }
+            }
+            match self.frames[i]
+                .as_ref()
+                .filter(|(t, _)| started - t <= max_age)
+            {
                 Some((t, _)) => oldest = oldest.min(*t),
                 None if self.cfg.cameras[i].required => missing = Some(name.clone()),
                 None => {}
             }
         }
+        let fresh =
+            |f: &Option<(Stamp, Vec<f32>)>| f.as_ref().is_some_and(|(t, _)| started - t <= max_age);
         if let Some(cam) = missing {
             if self.cfg.safety.missing_camera == MissingCamera::Halt
-                && self.frames.iter().any(|f| f.is_some())
+                && self.frames.iter().any(fresh)
             {
                 let _ = self.halt(started);
                 self.status.last_error = format!("camera `{cam}` missing or stale: halted");
@@ -557,7 +582,7 @@ impl Node {
             self.status.stale += 1;
             return TickOutcome::Stale(format!("camera `{cam}` missing or older than the bound"));
         }
-        if self.frames.iter().all(|f| f.is_none()) {
+        if !self.frames.iter().any(fresh) {
             self.status.stale += 1;
             return TickOutcome::Stale("no camera frame".into());
         }
@@ -582,10 +607,10 @@ impl Node {
                 }
             }
         }
-        let frames: Vec<Option<&Rgb8>> = self
+        let frames: Vec<Option<&[f32]>> = self
             .frames
             .iter()
-            .map(|f| f.as_ref().map(|(_, r)| r))
+            .map(|f| f.as_ref().filter(|_| fresh(f)).map(|(_, p)| p.as_slice()))
             .collect();
         let subgoal = self.status.subgoal.clone();
         if let Err(e) = self.policy.prepare(&frames, &self.state, &subgoal) {

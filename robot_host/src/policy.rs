@@ -4,10 +4,9 @@
 
 use crate::config::{Backend, Config, ModelSource, Precision};
 use crate::error::{Error, Result};
-use crate::frame::Rgb8;
 use frt_exec::{Ctx, Stream};
 use frt_kernels::DType;
-use frt_vla::inputs::{Normalization, resize_with_pad, to_model_pixels};
+use frt_vla::inputs::Normalization;
 use frt_vla::{Observation, Pi05, Pi05Config, Pi05Weights, Stage, Tokenizer, pi05_tokens};
 use std::path::Path;
 
@@ -51,7 +50,6 @@ pub struct Policy {
     stages: Vec<Stage>,
     noise: Noise,
     noise_buf: Vec<f32>,
-    pixels: Vec<Vec<f32>>,
     state: Vec<f32>,
     raw: Vec<f32>,
 }
@@ -129,7 +127,6 @@ impl Policy {
             Some(p) => Some(Normalization::load(p, cfg.model.quantile_norm)?),
             None => None,
         };
-        let per_view = mc.siglip.image_size * mc.siglip.image_size * 3;
         let stages = model.stages();
         let p = Policy {
             ctx,
@@ -140,7 +137,6 @@ impl Policy {
             stages,
             noise: Noise::new(cfg.control.noise_seed),
             noise_buf: vec![0.0; mc.action_horizon * mc.action_dim],
-            pixels: vec![vec![0.0; per_view]; mc.views],
             state: Vec::with_capacity(64),
             raw: vec![0.0; mc.action_horizon * mc.action_dim],
         };
@@ -159,28 +155,20 @@ impl Policy {
         &self.stages
     }
 
-    /// Preprocesses one observation and writes it (images, prompt with the state, fresh
-    /// noise) into the model's buffers.
+    /// Writes one observation (preprocessed frames, the prompt with the state, fresh noise)
+    /// into the model's buffers.
     pub fn prepare(
         &mut self,
-        frames: &[Option<&Rgb8>],
+        frames: &[Option<&[f32]>],
         state: &[f32],
         subgoal: &str,
     ) -> Result<()> {
         let c = self.model.config.clone();
-        let side = c.siglip.image_size;
         if frames.len() != c.views {
             return Err(Error::bad(
                 "frames",
                 format!("{} for {} views", frames.len(), c.views),
             ));
-        }
-        for (v, f) in frames.iter().enumerate() {
-            if let Some(f) = f {
-                let img =
-                    resize_with_pad(&f.data, f.height as usize, f.width as usize, side, side)?;
-                self.pixels[v] = to_model_pixels(&img);
-            }
         }
         self.state.clear();
         self.state.extend_from_slice(state);
@@ -189,13 +177,8 @@ impl Policy {
         }
         let tokens = pi05_tokens(&self.tokenizer, subgoal, &self.state, c.max_token_len)?;
         self.noise.fill(&mut self.noise_buf);
-        let images: Vec<Option<&[f32]>> = frames
-            .iter()
-            .zip(&self.pixels)
-            .map(|(f, p)| f.map(|_| p.as_slice()))
-            .collect();
         self.model.set_inputs(&Observation {
-            images: &images,
+            images: frames,
             tokens: &tokens,
             noise: &self.noise_buf,
         })?;
