@@ -145,12 +145,15 @@ impl Pi05 {
         let kv_width = kvh * hd;
 
         // ---- buffers
-        let images = Tensor::alloc(
-            ctx,
-            "images",
-            dt,
-            &[c.views, sg.image_size, sg.image_size, 3],
-        )?;
+        // The host writes f32 pixels (no conversion on the control thread); a model in another
+        // precision casts them on the device at the start of the vision graph.
+        let img_shape = [c.views, sg.image_size, sg.image_size, 3];
+        let images = Tensor::alloc(ctx, "images", DType::F32, &img_shape)?;
+        let images_dt = if dt == DType::F32 {
+            images.clone()
+        } else {
+            Tensor::alloc(ctx, "images.model", dt, &img_shape)?
+        };
         // Everything a prompt change writes lives in one buffer (one upload per change):
         // tokens, prefix and suffix positions (i32), then the prefix and full key masks (u8).
         let prompt_bytes = 4 * (c.max_token_len + p_len + s_len) + p_len + (p_len + s_len);
@@ -179,7 +182,7 @@ impl Pi05 {
         let patch_w = up.flat(&format!("{VISION}.embeddings.patch_embedding.weight"))?;
         let patch_b = up.t(&format!("{VISION}.embeddings.patch_embedding.bias"))?;
         let pos = up.t(&format!("{VISION}.embeddings.position_embedding.weight"))?;
-        let pe = PatchEmbed::new(&k, &images, &patches, &patch_w, &vx, sg.patch)?;
+        let pe = PatchEmbed::new(&k, &images_dt, &patches, &patch_w, &vx, sg.patch)?;
         let vl: Vec<SiglipLayer> = (0..sg.depth)
             .map(|i| -> Result<SiglipLayer> {
                 let p = format!("{VISION}.encoder.layers.{i}");
@@ -257,7 +260,10 @@ impl Pi05 {
         let vision = Graph::new(ctx, "pi05.vision", 1);
         vision.capture(ShapeKey(0), |cs| {
             (|| -> Result<()> {
-                pe.run(&k, cs, &images, &patches, &patch_w, &patch_b, &pos, &vx)?;
+                if dt != DType::F32 {
+                    k.cast(cs, &images, &images_dt)?;
+                }
+                pe.run(&k, cs, &images_dt, &patches, &patch_w, &patch_b, &pos, &vx)?;
                 for l in &vl {
                     k.layer_norm(cs, &vx, &l.ln1.0, &l.ln1.1, &vln, SIGLIP_EPS)?;
                     vg_qkv.run(cs, &vln, &l.qkv.0, &vqkv, Some(&l.qkv.1))?;
