@@ -17,7 +17,9 @@ mod error;
 pub mod frame;
 pub mod messages;
 pub mod node;
+pub mod observe;
 pub mod policy;
+pub mod realtime;
 pub mod transport;
 pub mod voice;
 

@@ -16,8 +16,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 const USAGE: &str = "usage:
-  frt-robot-host demo
-  frt-robot-host run --config FILE --sim SCRIPT
+  frt-robot-host demo [--trace FILE.json]
+  frt-robot-host run --config FILE --sim SCRIPT [--trace FILE.json]
   frt-robot-host check --config FILE
   frt-robot-host bench [--iters N] [--tiny] [--whisper DIR] [--tokenizer FILE] [--clip FILE.wav]
   frt-robot-host transcribe FILE.wav [--model DIR]";
@@ -37,9 +37,9 @@ fn arg(args: &[String], name: &str) -> Option<PathBuf> {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let r = match args.first().map(String::as_str) {
-        Some("demo") => demo(),
+        Some("demo") => demo(arg(&args, "--trace")),
         Some("run") => match (arg(&args, "--config"), arg(&args, "--sim")) {
-            (Some(c), Some(s)) => run_sim(&c, &s, false),
+            (Some(c), Some(s)) => run_sim(&c, &s, false, arg(&args, "--trace")),
             (Some(_), None) => Err(
                 "no transport: give --sim SCRIPT (the ROS 2 transports come with the `ros2` and `dds` features)"
                     .to_string(),
@@ -173,13 +173,14 @@ fn transcribe(wav: &Path, model: Option<PathBuf>) -> Result<(), String> {
     Ok(())
 }
 
-fn demo() -> Result<(), String> {
+fn demo(trace: Option<PathBuf>) -> Result<(), String> {
     let root = repo();
     println!("frt-robot-host demo: tiny random Pi0.5 on the host backend, synthesized cameras\n");
     run_sim(
         &root.join("config/demo.yaml"),
         &root.join("config/demo-sim.yaml"),
         true,
+        trace,
     )
 }
 
@@ -191,7 +192,7 @@ fn pct(v: &mut [f64], q: f64) -> f64 {
     v[((v.len() - 1) as f64 * q).round() as usize]
 }
 
-fn run_sim(config: &Path, script: &Path, demo: bool) -> Result<(), String> {
+fn run_sim(config: &Path, script: &Path, demo: bool, trace: Option<PathBuf>) -> Result<(), String> {
     let mut cfg = Config::load(config).map_err(|e| format!("{}: {e}", config.display()))?;
     let script = SimScript::load(script).map_err(|e| e.to_string())?;
     let voice_ok = cfg
@@ -217,6 +218,9 @@ fn run_sim(config: &Path, script: &Path, demo: bool) -> Result<(), String> {
         node.policy().model.capture_count(),
         node.policy().model.kernels().target()
     );
+    if trace.is_some() {
+        node.enable_trace(1 << 20);
+    }
     let mut threads = Vec::new();
     if let (true, Some(asr)) = (voice_ok, cfg.asr.clone()) {
         // On a GPU, Whisper shares the policy's context on a low-priority stream. On the host
@@ -368,6 +372,19 @@ fn run_sim(config: &Path, script: &Path, demo: bool) -> Result<(), String> {
         pct(&mut halt_lat, 0.5),
         pct(&mut halt_lat, 1.0)
     );
+    println!("\n| stage (host clock) | p50 ms | p99 ms | count |\n|---|---|---|---|");
+    for (name, p50, p99, n) in node.latency_summary() {
+        println!("| {name} | {p50:.2} | {p99:.2} | {n} |");
+    }
+    if let Some(path) = trace {
+        let n = node
+            .write_trace(&path)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        println!(
+            "\ntrace: {n} events in {} (chrome://tracing or ui.perfetto.dev)",
+            path.display()
+        );
+    }
     Ok(())
 }
 

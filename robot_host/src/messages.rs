@@ -112,6 +112,8 @@ pub struct Status {
     pub clamped: u64,
     /// The last problem, for diagnostics.
     pub last_error: String,
+    /// Latency per stage (tick, prepare, device, finish, halt): name, p50 ms, p99 ms, count.
+    pub latency: Vec<(String, f64, f64, u64)>,
 }
 
 /// Everything the node publishes.

@@ -287,7 +287,16 @@ pub struct Node {
     seq: u64,
     hook: Option<StageHook>,
     timings: TickTimings,
+    rec: crate::observe::Recorder,
+    /// When each of the last two replays was enqueued.
+    enqueued: [std::time::Instant; 2],
 }
+
+/// Trace names of the stages (vision, prefix, then the steps).
+const STAGE_NAMES: [&str; 18] = [
+    "vision", "prefix", "step 0", "step 1", "step 2", "step 3", "step 4", "step 5", "step 6",
+    "step 7", "step 8", "step 9", "step 10", "step 11", "step 12", "step 13", "step 14", "step 15",
+];
 
 /// Where the last published tick's time went (host clock).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -360,6 +369,8 @@ impl Node {
             seq: 0,
             hook: None,
             timings: TickTimings::default(),
+            rec: crate::observe::Recorder::new(0),
+            enqueued: [std::time::Instant::now(); 2],
         };
         if node.cfg.safety.action_space == ActionSpace::Velocity {
             let zeros = vec![0.0; horizon * d];
@@ -375,6 +386,21 @@ impl Node {
     /// The node's inputs (another handle on what the transports write into).
     pub fn inputs(&self) -> Inputs {
         self.inputs.clone()
+    }
+
+    /// Keeps up to `events` timing events for a Chrome / Perfetto trace ([`Node::write_trace`]).
+    pub fn enable_trace(&mut self, events: usize) {
+        self.rec = crate::observe::Recorder::new(events);
+    }
+
+    /// Writes the recorded trace (Chrome trace JSON); returns the number of events.
+    pub fn write_trace(&self, path: &std::path::Path) -> std::io::Result<usize> {
+        self.rec.write_trace(path)
+    }
+
+    /// Latency histograms per stage: (name, p50 ms, p99 ms, count).
+    pub fn latency_summary(&self) -> Vec<(String, f64, f64, u64)> {
+        self.rec.summary()
     }
 
     /// Where the last published tick's time went.
@@ -405,6 +431,7 @@ impl Node {
         s.bad_states = c.bad_states.load(Ordering::Relaxed);
         s.bad_audio = c.bad_audio.load(Ordering::Relaxed);
         s.bad_commands = c.bad_commands.load(Ordering::Relaxed);
+        s.latency = self.rec.summary();
         if let Ok(l) = self.inputs.last_error.lock() {
             if !l.is_empty() && s.last_error.is_empty() {
                 s.last_error = l.clone();
@@ -453,9 +480,13 @@ impl Node {
 
     /// Waits until the replay marked by `done[slot]` has finished, or a command arrives: the
     /// command that abandons the tick is returned (after it was applied).
-    fn wait_replay(&mut self, slot: usize) -> Result<Option<TickOutcome>> {
+    fn wait_replay(&mut self, stage: usize) -> Result<Option<TickOutcome>> {
+        let slot = stage % 2;
         loop {
             if self.done[slot].query()? {
+                let name = STAGE_NAMES.get(stage).copied().unwrap_or("step");
+                self.rec
+                    .event(name, self.enqueued[slot], std::time::Instant::now());
                 return Ok(None);
             }
             // Wakes at once on a command; else looks at the replay again shortly.
@@ -486,6 +517,8 @@ impl Node {
     /// The halt: the halt graph on the highest-priority stream, its chunk published (latency
     /// counted from `started`, when the stop arrived).
     fn halt(&mut self, started: Stamp) -> Result<()> {
+        let _span = tracing::debug_span!("halt").entered();
+        let t_halt = std::time::Instant::now();
         self.status.halted = true;
         self.status.halts += 1;
         let d = self.cfg.control.action_dim;
@@ -537,6 +570,12 @@ impl Node {
             halt: true,
             latency: (now - started).max(0.0),
         }));
+        self.rec.span(
+            crate::observe::Span::Halt,
+            "halt",
+            t_halt,
+            std::time::Instant::now(),
+        );
         Ok(())
     }
 
@@ -547,6 +586,7 @@ impl Node {
             return TickOutcome::Idle;
         }
         self.status.ticks += 1;
+        let _span = tracing::debug_span!("tick", n = self.status.ticks).entered();
         let started = self.clock.now();
         let t0 = std::time::Instant::now();
         let max_age = self.cfg.safety.max_observation_age_ms / 1000.0;
@@ -626,6 +666,7 @@ impl Node {
             if let Some(h) = &mut self.hook {
                 h(i);
             }
+            self.enqueued[i % 2] = std::time::Instant::now();
             if let Err(e) = self
                 .policy
                 .replay(*st)
@@ -635,7 +676,7 @@ impl Node {
                 return TickOutcome::Refused(e.to_string());
             }
             if i > 0 {
-                match self.wait_replay((i - 1) % 2) {
+                match self.wait_replay(i - 1) {
                     Ok(None) => {}
                     Ok(Some(o)) => return o,
                     Err(e) => {
@@ -645,7 +686,7 @@ impl Node {
                 }
             }
         }
-        match self.wait_replay((stages.len() - 1) % 2) {
+        match self.wait_replay(stages.len() - 1) {
             Ok(None) => {}
             Ok(Some(o)) => return o,
             Err(e) => {
@@ -689,6 +730,11 @@ impl Node {
             latency: (now - started).max(0.0),
         }));
         let t3 = std::time::Instant::now();
+        use crate::observe::Span;
+        self.rec.span(Span::Prepare, "prepare", t0, t1);
+        self.rec.span(Span::Device, "device", t1, t2);
+        self.rec.span(Span::Finish, "finish", t2, t3);
+        self.rec.span(Span::Tick, "tick", t0, t3);
         self.timings = TickTimings {
             prepare: t1 - t0,
             device: t2 - t1,
@@ -722,6 +768,11 @@ impl Node {
 
     /// Runs ticks at the configured rate until `stop` is set (the control thread's body).
     pub fn run(&mut self, stop: &std::sync::atomic::AtomicBool) {
+        for line in crate::realtime::apply(self.cfg.control.cpu, self.cfg.control.realtime) {
+            if line.contains("not") {
+                self.status.last_error = line;
+            }
+        }
         let period = std::time::Duration::from_secs_f64(1.0 / self.cfg.control.rate_hz);
         let mut next = std::time::Instant::now();
         let mut n = 0u64;

@@ -69,6 +69,8 @@ pub struct Pi05 {
     step: Graph,
     halt: Graph,
     plan: Plan,
+    /// Host staging of the pixels of every view (reused by each `set_inputs`).
+    pixels: std::sync::Mutex<Vec<f32>>,
 }
 
 struct Uploader<'a> {
@@ -595,6 +597,7 @@ impl Pi05 {
             step,
             halt,
             plan,
+            pixels: Default::default(),
         })
     }
 
@@ -699,7 +702,9 @@ impl Pi05 {
                 reason: "every view is missing".into(),
             });
         }
-        let mut pixels = vec![0f32; c.views * per_view];
+        // A scratch kept between calls: no allocation (nor fresh pages) per inference.
+        let mut pixels = self.pixels.lock().unwrap_or_else(|p| p.into_inner());
+        pixels.resize(c.views * per_view, 0.0);
         for (v, img) in obs.images.iter().enumerate() {
             if let Some(img) = img {
                 if img.len() != per_view {
@@ -715,6 +720,8 @@ impl Pi05 {
                     });
                 }
                 pixels[v * per_view..(v + 1) * per_view].copy_from_slice(img);
+            } else {
+                pixels[v * per_view..(v + 1) * per_view].fill(0.0);
             }
         }
         if obs.noise.len() != c.action_horizon * c.action_dim

@@ -1,0 +1,61 @@
+//! Real-time settings of the control thread (`control.cpu`, `control.realtime`): CPU pinning,
+//! SCHED_FIFO and locked memory, each applied when the system permits it. What could not be
+//! applied is reported, never fatal: a development machine without the privileges still runs.
+
+/// SCHED_FIFO priority of the control thread (above ordinary threads, below the kernel's
+/// own real-time threads).
+pub const FIFO_PRIORITY: i32 = 80;
+
+/// Applies the settings to the calling thread; returns what was applied and what was not.
+pub fn apply(cpu: Option<usize>, realtime: bool) -> Vec<String> {
+    let mut report = Vec::new();
+    #[cfg(target_os = "linux")]
+    {
+        if let Some(c) = cpu {
+            // SAFETY: a zeroed cpu_set_t is a valid empty set; the call only reads it.
+            let r = unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(c, &mut set);
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+            };
+            report.push(if r == 0 {
+                format!("pinned to CPU {c}")
+            } else {
+                format!(
+                    "could not pin to CPU {c}: {}",
+                    std::io::Error::last_os_error()
+                )
+            });
+        }
+        if realtime {
+            let param = libc::sched_param {
+                sched_priority: FIFO_PRIORITY,
+            };
+            // SAFETY: plain system calls on the calling thread with valid arguments.
+            let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+            report.push(if r == 0 {
+                format!("SCHED_FIFO priority {FIFO_PRIORITY}")
+            } else {
+                format!(
+                    "SCHED_FIFO not permitted: {}",
+                    std::io::Error::last_os_error()
+                )
+            });
+            // SAFETY: as above.
+            let r = unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) };
+            report.push(if r == 0 {
+                "memory locked (mlockall)".to_string()
+            } else {
+                format!(
+                    "mlockall not permitted: {}",
+                    std::io::Error::last_os_error()
+                )
+            });
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    if cpu.is_some() || realtime {
+        report.push("CPU pinning and real-time scheduling are only applied on Linux".into());
+    }
+    report
+}
