@@ -40,10 +40,13 @@ impl Histogram {
         self.total
     }
 
-    /// The `q` quantile (0..=1); zero when empty.
+    /// The `q` quantile (0..=1; 1 is the exact maximum); zero when empty.
     pub fn quantile(&self, q: f64) -> Duration {
         if self.total == 0 {
             return Duration::ZERO;
+        }
+        if q >= 1.0 {
+            return self.max;
         }
         let want = ((self.total as f64 * q).ceil() as u64).clamp(1, self.total);
         let mut seen = 0;
