@@ -20,6 +20,7 @@ pub mod node;
 pub mod observe;
 pub mod policy;
 pub mod realtime;
+pub mod ros;
 pub mod transport;
 pub mod voice;
 
