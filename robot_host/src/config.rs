@@ -37,6 +37,45 @@ pub struct Config {
     /// Voice commands; absent: typed commands only.
     #[serde(default)]
     pub asr: Option<AsrConfig>,
+    /// ROS 2 outputs beyond the action chunks.
+    #[serde(default)]
+    pub ros: RosConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RosConfig {
+    /// `frame_id` of published headers.
+    #[serde(default = "default_frame")]
+    pub frame_id: String,
+    /// Also publish each chunk as a `trajectory_msgs/JointTrajectory` (for ros2_control).
+    #[serde(default)]
+    pub joint_trajectory: Option<TrajectoryConfig>,
+    /// Publish `/diagnostics` once per second.
+    #[serde(default = "yes")]
+    pub diagnostics: bool,
+}
+
+impl Default for RosConfig {
+    fn default() -> Self {
+        RosConfig {
+            frame_id: default_frame(),
+            joint_trajectory: None,
+            diagnostics: true,
+        }
+    }
+}
+
+fn default_frame() -> String {
+    "base_link".into()
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrajectoryConfig {
+    pub topic: String,
+    /// One joint name per action dimension (`control.action_dim` of them).
+    pub joints: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -285,6 +324,13 @@ pub struct AudioConfig {
     pub sample_rate: Option<u32>,
     #[serde(default)]
     pub channels: Option<u16>,
+    /// Raw PCM sample format (`audio_data`): `s16le` or `f32le`.
+    #[serde(default = "default_pcm")]
+    pub sample_format: String,
+}
+
+fn default_pcm() -> String {
+    "s16le".into()
 }
 
 fn default_audio_kind() -> String {
@@ -510,6 +556,21 @@ impl Config {
                 return Err(bad("safety.max_delta_per_step", "must be positive"));
             }
         }
+        if let Some(t) = &self.ros.joint_trajectory {
+            if !valid_topic(&t.topic) {
+                return Err(bad("ros.joint_trajectory.topic", "not a ROS topic name"));
+            }
+            if t.joints.len() != c.action_dim {
+                return Err(bad(
+                    "ros.joint_trajectory.joints",
+                    format!(
+                        "{} names for control.action_dim = {}",
+                        t.joints.len(),
+                        c.action_dim
+                    ),
+                ));
+            }
+        }
         if let Some(a) = &self.audio {
             if !valid_topic(&a.topic) {
                 return Err(bad("audio.topic", "not a ROS topic name"));
@@ -525,6 +586,9 @@ impl Config {
                     }
                     if a.channels.is_none_or(|c| !(1..=8).contains(&c)) {
                         return Err(bad("audio.channels", "raw PCM needs 1 to 8 channels"));
+                    }
+                    if !matches!(a.sample_format.as_str(), "s16le" | "f32le") {
+                        return Err(bad("audio.sample_format", "s16le or f32le"));
                     }
                 }
                 k => {

@@ -2,6 +2,7 @@
 //! definition per message (standard messages and `frt_msgs`). The transports build on it.
 
 pub mod cdr;
+pub mod convert;
 pub mod msg;
 
 pub use cdr::{CdrError, CdrReader, CdrWriter};

@@ -1,0 +1,311 @@
+//! Conversions between the node's messages and ROS 2 messages, shared by every ROS 2 transport
+//! (so a transport only moves bytes): images and joint states in, the three microphone formats
+//! in, action chunks, joint trajectories, transcripts, status and diagnostics out.
+
+use super::msg::{self, mgonzs13, ros_drivers};
+use crate::messages::{self as m, Stamp};
+
+pub fn stamp_of(h: &msg::Header) -> Stamp {
+    h.stamp.as_secs()
+}
+
+fn header(t: Stamp, frame_id: &str) -> msg::Header {
+    msg::Header {
+        stamp: msg::Time::from_secs(t),
+        frame_id: frame_id.to_string(),
+    }
+}
+
+/// `sensor_msgs/Image` → a raw frame (validated later, once, by the node's inputs).
+pub fn image(i: msg::Image) -> (Stamp, m::Image) {
+    let t = stamp_of(&i.header);
+    (
+        t,
+        m::Image::Raw {
+            encoding: i.encoding,
+            width: i.width,
+            height: i.height,
+            step: i.step,
+            data: i.data,
+        },
+    )
+}
+
+/// `sensor_msgs/CompressedImage` → a compressed frame.
+pub fn compressed_image(i: msg::CompressedImage) -> (Stamp, m::Image) {
+    (
+        stamp_of(&i.header),
+        m::Image::Compressed {
+            format: i.format,
+            data: i.data,
+        },
+    )
+}
+
+/// `sensor_msgs/JointState` → the node's joint state (names and positions; reordered and
+/// checked by the node's inputs).
+pub fn joint_state(j: msg::JointState) -> m::JointState {
+    m::JointState {
+        stamp: stamp_of(&j.header),
+        names: j.name,
+        position: j.position,
+    }
+}
+
+/// A problem with an audio message.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("audio message: {0}")]
+pub struct AudioError(pub String);
+
+/// `frt_msgs/AudioChunk` → samples.
+pub fn audio_chunk(a: msg::AudioChunk) -> m::Audio {
+    m::Audio {
+        stamp: stamp_of(&a.header),
+        sample_rate: a.sample_rate,
+        samples: a.samples,
+        channels: a.channels,
+    }
+}
+
+/// mgonzs13 `audio_common_msgs/AudioStamped` → samples: the array named by the PortAudio format
+/// (float32, int32, int16, int8, uint8), scaled to [-1, 1].
+pub fn audio_stamped(a: mgonzs13::AudioStamped) -> Result<m::Audio, AudioError> {
+    let info = &a.audio.info;
+    let d = &a.audio.audio_data;
+    let samples: Vec<f32> = match info.format {
+        mgonzs13::PA_FLOAT32 => d.float32_data.clone(),
+        mgonzs13::PA_INT32 => d
+            .int32_data
+            .iter()
+            .map(|x| *x as f32 / 2_147_483_648.0)
+            .collect(),
+        mgonzs13::PA_INT16 => d.int16_data.iter().map(|x| *x as f32 / 32768.0).collect(),
+        mgonzs13::PA_INT8 => d.int8_data.iter().map(|x| *x as f32 / 128.0).collect(),
+        mgonzs13::PA_UINT8 => d
+            .uint8_data
+            .iter()
+            .map(|x| (*x as f32 - 128.0) / 128.0)
+            .collect(),
+        f => return Err(AudioError(format!("unknown PortAudio sample format {f}"))),
+    };
+    if info.channels <= 0 || info.rate <= 0 {
+        return Err(AudioError(format!(
+            "{} channels at {} Hz",
+            info.channels, info.rate
+        )));
+    }
+    Ok(m::Audio {
+        stamp: stamp_of(&a.header),
+        sample_rate: info.rate as u32,
+        samples,
+        channels: info.channels as u16,
+    })
+}
+
+/// Raw PCM sample formats of ros-drivers `AudioData` (set in the configuration, as the capture
+/// node's `sample_format`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PcmFormat {
+    S16Le,
+    F32Le,
+}
+
+/// ros-drivers `audio_common_msgs/AudioData(Stamped)` with raw PCM → samples.
+pub fn audio_data(
+    stamp: Stamp,
+    a: &ros_drivers::AudioData,
+    format: PcmFormat,
+    sample_rate: u32,
+    channels: u16,
+) -> Result<m::Audio, AudioError> {
+    let width = match format {
+        PcmFormat::S16Le => 2,
+        PcmFormat::F32Le => 4,
+    };
+    if a.data.len() % width != 0 {
+        return Err(AudioError(format!(
+            "{} bytes is not a whole number of {width}-byte samples",
+            a.data.len()
+        )));
+    }
+    let samples = match format {
+        PcmFormat::S16Le => a
+            .data
+            .chunks_exact(2)
+            .map(|c| i16::from_le_bytes([c[0], c[1]]) as f32 / 32768.0)
+            .collect(),
+        PcmFormat::F32Le => a
+            .data
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+    };
+    Ok(m::Audio {
+        stamp,
+        sample_rate,
+        samples,
+        channels,
+    })
+}
+
+/// An action chunk as `frt_msgs/ActionChunk`.
+pub fn action_chunk(c: &m::ActionChunk, frame_id: &str) -> msg::ActionChunk {
+    msg::ActionChunk {
+        header: header(c.stamp, frame_id),
+        seq: c.seq,
+        horizon: c.horizon,
+        action_dim: c.action_dim,
+        actions: c.actions.clone(),
+        dt: c.dt,
+        subgoal: c.subgoal.clone(),
+        subgoal_id: c.subgoal_id,
+        halt: c.halt,
+        inference_latency: c.latency,
+    }
+}
+
+/// An action chunk as a `trajectory_msgs/JointTrajectory` for ros2_control: one point per
+/// action, `time_from_start = (k + 1)·dt`, positions (position control) or velocities
+/// (velocity control) from the chunk.
+pub fn joint_trajectory(
+    c: &m::ActionChunk,
+    joints: &[String],
+    velocity: bool,
+    frame_id: &str,
+) -> msg::JointTrajectory {
+    let d = c.action_dim as usize;
+    let points = c
+        .actions
+        .chunks(d.max(1))
+        .enumerate()
+        .map(|(k, row)| {
+            let values: Vec<f64> = row.iter().take(joints.len()).map(|x| *x as f64).collect();
+            let t = (k + 1) as f64 * c.dt;
+            let (positions, velocities) = if velocity {
+                (Vec::new(), values)
+            } else {
+                (values, Vec::new())
+            };
+            msg::JointTrajectoryPoint {
+                positions,
+                velocities,
+                time_from_start: msg::Duration {
+                    sec: t.floor() as i32,
+                    nanosec: ((t - t.floor()) * 1e9).round().min(999_999_999.0) as u32,
+                },
+                ..Default::default()
+            }
+        })
+        .collect();
+    msg::JointTrajectory {
+        header: header(c.stamp, frame_id),
+        joint_names: joints.iter().take(d).cloned().collect(),
+        points,
+    }
+}
+
+pub fn transcript(t: &m::Transcript) -> msg::Transcript {
+    msg::Transcript {
+        header: header(t.stamp, ""),
+        text: t.text.clone(),
+        avg_logprob: t.avg_logprob,
+        no_speech_prob: t.no_speech_prob,
+        decision: t.decision.clone(),
+    }
+}
+
+pub fn host_status(s: &m::Status) -> msg::HostStatus {
+    msg::HostStatus {
+        header: header(s.stamp, ""),
+        halted: s.halted,
+        subgoal: s.subgoal.clone(),
+        subgoal_id: s.subgoal_id,
+        ticks: s.ticks,
+        chunks: s.chunks,
+        halts: s.halts,
+        abandoned: s.abandoned,
+        stale: s.stale,
+        bad_frames: s.bad_frames,
+        bad_states: s.bad_states,
+        bad_audio: s.bad_audio,
+        bad_commands: s.bad_commands,
+        non_finite: s.non_finite,
+        deadline_misses: s.deadline_misses,
+        clamped: s.clamped,
+        last_error: s.last_error.clone(),
+        latency: s
+            .latency
+            .iter()
+            .map(|(name, p50, p99, n)| msg::StageLatency {
+                name: name.clone(),
+                p50_ms: *p50,
+                p99_ms: *p99,
+                count: *n,
+            })
+            .collect(),
+    }
+}
+
+/// The status as `/diagnostics` (`"<node>: <task>"` names): the control loop (OK, WARN with
+/// deadline misses or refused inputs, ERROR when halted by a problem), and the inputs.
+pub fn diagnostics(s: &m::Status, node: &str) -> msg::DiagnosticArray {
+    let kv = |k: &str, v: String| msg::KeyValue {
+        key: k.into(),
+        value: v,
+    };
+    let (level, message) = if s.halted {
+        (1u8, "halted (waiting for resume)".to_string())
+    } else if s.non_finite > 0 || s.deadline_misses > 0 {
+        (1, "running with deadline misses or withheld chunks".into())
+    } else {
+        (0, "running".into())
+    };
+    let mut values = vec![
+        kv("subgoal", s.subgoal.clone()),
+        kv("subgoal_id", s.subgoal_id.to_string()),
+        kv("ticks", s.ticks.to_string()),
+        kv("chunks", s.chunks.to_string()),
+        kv("halts", s.halts.to_string()),
+        kv("abandoned", s.abandoned.to_string()),
+        kv("deadline_misses", s.deadline_misses.to_string()),
+        kv("non_finite", s.non_finite.to_string()),
+        kv("clamped", s.clamped.to_string()),
+    ];
+    for (name, p50, p99, _) in &s.latency {
+        values.push(kv(
+            &format!("{name} p50/p99 ms"),
+            format!("{p50:.3} / {p99:.3}"),
+        ));
+    }
+    let bad = s.bad_frames + s.bad_states + s.bad_audio + s.bad_commands;
+    let inputs = msg::DiagnosticStatus {
+        level: if s.stale > 0 || bad > 0 { 1 } else { 0 },
+        name: format!("{node}: inputs"),
+        message: if s.last_error.is_empty() {
+            "ok".into()
+        } else {
+            s.last_error.clone()
+        },
+        hardware_id: String::new(),
+        values: vec![
+            kv("stale_ticks", s.stale.to_string()),
+            kv("bad_frames", s.bad_frames.to_string()),
+            kv("bad_states", s.bad_states.to_string()),
+            kv("bad_audio", s.bad_audio.to_string()),
+            kv("bad_commands", s.bad_commands.to_string()),
+        ],
+    };
+    msg::DiagnosticArray {
+        header: header(s.stamp, ""),
+        status: vec![
+            msg::DiagnosticStatus {
+                level,
+                name: format!("{node}: control loop"),
+                message,
+                hardware_id: String::new(),
+                values,
+            },
+            inputs,
+        ],
+    }
+}
