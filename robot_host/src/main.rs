@@ -20,7 +20,8 @@ const USAGE: &str = "usage:
   frt-robot-host run --config FILE --sim SCRIPT [--trace FILE.json]
   frt-robot-host check --config FILE
   frt-robot-host bench [--iters N] [--tiny] [--whisper DIR] [--tokenizer FILE] [--clip FILE.wav]
-  frt-robot-host transcribe FILE.wav [--model DIR]";
+  frt-robot-host transcribe FILE.wav [--model DIR]
+  frt-robot-host ros --ros-args -p config:=FILE [...]   (built with the `ros2` feature)";
 
 /// The repository root (the demo's files are found from it).
 fn repo() -> PathBuf {
@@ -51,6 +52,7 @@ fn main() {
             None => Err(USAGE.to_string()),
         },
         Some("bench") => bench(&args),
+        Some("ros") => ros(),
         Some("transcribe") => match args.get(1) {
             Some(f) => transcribe(Path::new(f), arg(&args, "--model")),
             None => Err(USAGE.to_string()),
@@ -140,6 +142,89 @@ fn check(path: &Path) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// Set by SIGINT / SIGTERM: the node shuts down cleanly.
+static SHUTDOWN: AtomicBool = AtomicBool::new(false);
+
+#[cfg(feature = "ros2")]
+extern "C" fn on_signal(_: libc::c_int) {
+    SHUTDOWN.store(true, Ordering::Relaxed);
+}
+
+/// The ROS 2 node (r2r): parameters from `--ros-args` (`config`, `use_sim_time`), the control
+/// loop and the speech thread as in `run`, the transport on this thread until shut down.
+#[cfg(feature = "ros2")]
+fn ros() -> Result<(), String> {
+    use frt_robot_host::ros::r2r_transport::R2r;
+    let (rnode, config, sim) = R2r::create_node("frt_robot_host", "").map_err(|e| e.to_string())?;
+    let cfg = Config::load(Path::new(&config)).map_err(|e| format!("{config}: {e}"))?;
+    let sim_clock = sim.then(|| Arc::new(frt_robot_host::ManualClock::default()));
+    let clock: Arc<dyn frt_robot_host::Clock> = match &sim_clock {
+        Some(c) => c.clone(),
+        None => Arc::new(SystemClock),
+    };
+    let (atx, arx) = crossbeam_channel::bounded::<Audio>(512);
+    let voice_ok = cfg.asr.is_some();
+    let (mut node, inputs, outputs) =
+        Node::new(cfg.clone(), clock.clone(), voice_ok.then_some(atx))
+            .map_err(|e| e.to_string())?;
+    // SAFETY: the handler only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::new();
+    if let Some(asr) = cfg.asr.clone() {
+        let ctx = node.policy().ctx.clone();
+        let (_, _, p) = cfg.streams.resolve(ctx.priority_range());
+        let s = ctx.stream(p).map_err(|e| e.to_string())?;
+        let w = frt_asr::Whisper::load(&ctx, &asr.model, s, Default::default())
+            .map_err(|e| e.to_string())?;
+        let tr = frt_asr::stream::Transcriber::spawn(w, 4);
+        let (inp, out, clk, st) = (
+            inputs.clone(),
+            node.output_sender(),
+            clock.clone(),
+            stop.clone(),
+        );
+        threads.push(std::thread::spawn(move || {
+            voice::run(arx, tr, asr, inp, out, clk, &st)
+        }));
+    }
+    let control = {
+        let stop = stop.clone();
+        std::thread::Builder::new()
+            .name("frt-control".into())
+            .spawn(move || node.run(&stop))
+            .map_err(|e| e.to_string())?
+    };
+    let watcher = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !SHUTDOWN.load(Ordering::Relaxed) && !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            stop.store(true, Ordering::Relaxed);
+        })
+    };
+    let mut transport = R2r::new(rnode, cfg, sim_clock);
+    let r = transport.run(&inputs, &outputs.0, &stop);
+    stop.store(true, Ordering::Relaxed);
+    let _ = control.join();
+    let _ = watcher.join();
+    drop(inputs);
+    for t in threads {
+        let _ = t.join();
+    }
+    r.map_err(|e| e.to_string())
+}
+
+#[cfg(not(feature = "ros2"))]
+fn ros() -> Result<(), String> {
+    let _ = &SHUTDOWN;
+    Err("this build has no ROS 2 transport: build with `--features ros2` in a sourced ROS 2 environment".into())
 }
 
 fn bench(args: &[String]) -> Result<(), String> {

@@ -222,6 +222,11 @@ impl Inputs {
         }
     }
 
+    /// Counts an audio message a transport could not decode.
+    pub fn refuse_audio(&self, reason: &str) {
+        let _ = self.refuse(&self.counters.bad_audio, format!("audio: {reason}"));
+    }
+
     /// Microphone samples, for the speech thread (dropped when it falls behind).
     pub fn audio(&self, a: Audio) -> Result<()> {
         let bad = |e: String| Err(self.refuse(&self.counters.bad_audio, e));

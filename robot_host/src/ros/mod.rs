@@ -4,6 +4,8 @@
 pub mod cdr;
 pub mod convert;
 pub mod msg;
+#[cfg(feature = "ros2")]
+pub mod r2r_transport;
 
 pub use cdr::{CdrError, CdrReader, CdrWriter};
 pub use msg::RosMessage;
