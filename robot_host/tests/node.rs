@@ -388,6 +388,25 @@ fn a_scripted_run_replayed_gives_byte_identical_chunks() {
 }
 
 #[test]
+fn the_example_configs_are_valid() {
+    for f in ["demo.yaml", "dev_gpu.yaml", "pi05_thor.yaml"] {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../config")
+            .join(f);
+        let c = Config::load(&path).unwrap_or_else(|e| panic!("{f}: {e}"));
+        assert!(c.views() >= 1);
+    }
+    let thor = Config::load(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/pi05_thor.yaml"),
+    )
+    .unwrap();
+    assert_eq!(
+        thor.ros.joint_trajectory.unwrap().joints.len(),
+        thor.control.action_dim
+    );
+}
+
+#[test]
 fn config_errors_name_the_field() {
     let base = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../config/demo.yaml"))
         .unwrap();

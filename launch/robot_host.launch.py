@@ -1,0 +1,47 @@
+"""Launches the frt robot host as a ROS 2 node.
+
+    ros2 launch frt_robot_host robot_host.launch.py config:=/path/to/pi05_thor.yaml
+
+Arguments: config (the node's YAML configuration), namespace, use_sim_time, log_level,
+respawn (restart the node when it exits).
+"""
+from launch import LaunchDescription
+from launch.actions import DeclareLaunchArgument
+from launch.conditions import IfCondition
+from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
+from launch_ros.actions import Node
+from launch_ros.substitutions import FindPackageShare
+
+
+def generate_launch_description():
+    default_config = PathJoinSubstitution(
+        [FindPackageShare("frt_robot_host"), "config", "pi05_thor.yaml"]
+    )
+    args = [
+        DeclareLaunchArgument("config", default_value=default_config,
+                              description="robot host configuration (YAML)"),
+        DeclareLaunchArgument("namespace", default_value="",
+                              description="namespace of the node and its ~/ topics"),
+        DeclareLaunchArgument("use_sim_time", default_value="false",
+                              description="follow /clock instead of the system clock"),
+        DeclareLaunchArgument("log_level", default_value="info",
+                              description="rcl log level"),
+        DeclareLaunchArgument("respawn", default_value="false",
+                              description="restart the node when it exits"),
+    ]
+    node = Node(
+        package="frt_robot_host",
+        executable="frt-robot-host",
+        name="frt_robot_host",
+        namespace=LaunchConfiguration("namespace"),
+        arguments=["ros", "--ros-args", "--log-level", LaunchConfiguration("log_level")],
+        parameters=[{
+            "config": LaunchConfiguration("config"),
+            "use_sim_time": LaunchConfiguration("use_sim_time"),
+        }],
+        respawn=LaunchConfiguration("respawn"),
+        respawn_delay=2.0,
+        output="screen",
+        emulate_tty=True,
+    )
+    return LaunchDescription(args + [node])
