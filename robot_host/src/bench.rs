@@ -193,7 +193,7 @@ pub fn run(o: &BenchOptions, tokenizer: Option<&Path>) -> Result<String> {
     let mut halt = Vec::new();
     for k in 0..o.iters as u64 {
         let at = (k as usize) % stages;
-        let inp = node_inputs(&node);
+        let inp = node.inputs();
         node.set_stage_hook(Some(Box::new(move |i| {
             if i == at {
                 let _ = inp.command(Command::Stop, Source::Typed);
@@ -212,7 +212,7 @@ pub fn run(o: &BenchOptions, tokenizer: Option<&Path>) -> Result<String> {
                 }
             }
         }
-        node_inputs(&node).command(Command::Resume, Source::Typed)?;
+        node.inputs().command(Command::Resume, Source::Typed)?;
         node.drain_commands();
     }
 
@@ -288,8 +288,4 @@ pub fn run(o: &BenchOptions, tokenizer: Option<&Path>) -> Result<String> {
         pct(&frames_in, 0.99)
     );
     Ok(r)
-}
-
-fn node_inputs(node: &Node) -> crate::Inputs {
-    node.inputs()
 }

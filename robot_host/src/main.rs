@@ -176,22 +176,9 @@ fn ros() -> Result<(), String> {
     }
     let stop = Arc::new(AtomicBool::new(false));
     let mut threads = Vec::new();
-    if let Some(asr) = cfg.asr.clone() {
-        let ctx = node.policy().ctx.clone();
-        let (_, _, p) = cfg.streams.resolve(ctx.priority_range());
-        let s = ctx.stream(p).map_err(|e| e.to_string())?;
-        let w = frt_asr::Whisper::load(&ctx, &asr.model, s, Default::default())
-            .map_err(|e| e.to_string())?;
-        let tr = frt_asr::stream::Transcriber::spawn(w, 4);
-        let (inp, out, clk, st) = (
-            inputs.clone(),
-            node.output_sender(),
-            clock.clone(),
-            stop.clone(),
-        );
-        threads.push(std::thread::spawn(move || {
-            voice::run(arx, tr, asr, inp, out, clk, &st)
-        }));
+    if voice_ok {
+        let h = voice::spawn(&node, arx, clock.clone(), stop.clone()).map_err(|e| e.to_string())?;
+        threads.push(h);
     }
     let control = {
         let stop = stop.clone();
@@ -307,28 +294,9 @@ fn run_sim(config: &Path, script: &Path, demo: bool, trace: Option<PathBuf>) -> 
         node.enable_trace(1 << 20);
     }
     let mut threads = Vec::new();
-    if let (true, Some(asr)) = (voice_ok, cfg.asr.clone()) {
-        // On a GPU, Whisper shares the policy's context on a low-priority stream. On the host
-        // backend it gets a context (an executor thread) of its own, so that its long CPU ops
-        // do not sit between two of the policy's.
-        let ctx = match node.policy().model.kernels().target().as_str() {
-            "host" => frt_exec::Ctx::host().map_err(|e| e.to_string())?,
-            _ => node.policy().ctx.clone(),
-        };
-        let (_, _, asr_priority) = cfg.streams.resolve(ctx.priority_range());
-        let s = ctx.stream(asr_priority).map_err(|e| e.to_string())?;
-        let w = frt_asr::Whisper::load(&ctx, &asr.model, s, Default::default())
-            .map_err(|e| e.to_string())?;
-        let tr = frt_asr::stream::Transcriber::spawn(w, 4);
-        let (inp, out, clk, stop) = (
-            inputs.clone(),
-            node.output_sender(),
-            clock.clone(),
-            stop.clone(),
-        );
-        threads.push(std::thread::spawn(move || {
-            voice::run(arx, tr, asr, inp, out, clk, &stop)
-        }));
+    if voice_ok {
+        let h = voice::spawn(&node, arx, clock.clone(), stop.clone()).map_err(|e| e.to_string())?;
+        threads.push(h);
         println!("voice: Whisper tiny.en on the low-priority stream");
     }
     let control = {

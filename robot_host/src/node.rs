@@ -8,7 +8,7 @@
 //! at the next graph boundary (the next chunk carries the new subgoal); a stop abandons it and
 //! publishes the halt graph's chunk; the node then stays halted until resumed.
 
-use crate::config::{ActionSpace, Config, MissingCamera, valid_topic};
+use crate::config::{ActionSpace, Config, MissingCamera};
 use crate::error::{Error, Result};
 use crate::frame::{Rgb8, decode_compressed, decode_raw};
 use crate::messages::*;
@@ -329,9 +329,6 @@ impl Node {
         audio: Option<Sender<Audio>>,
     ) -> Result<(Node, Inputs, Outputs)> {
         cfg.validate()?;
-        for c in &cfg.cameras {
-            debug_assert!(valid_topic(&c.topic));
-        }
         let policy = Policy::build(&cfg)?;
         let (ctx, crx) = crossbeam_channel::bounded(64);
         let (otx, orx) = crossbeam_channel::bounded(1024);
@@ -455,25 +452,31 @@ impl Node {
         let _ = self.out.try_send(o);
     }
 
-    /// Applies one command. Returns whether the running tick must be abandoned.
-    fn apply(&mut self, (c, _, arrived): Queued) -> bool {
+    /// Applies one command; returns how a running tick ends because of it (`None`: it goes on).
+    fn apply(&mut self, (c, _, arrived): Queued) -> Option<TickOutcome> {
         match c {
             Command::Subgoal(text) => {
                 self.status.subgoal = text.trim().to_string();
                 self.status.subgoal_id += 1;
-                true
+                Some(TickOutcome::Abandoned)
             }
             Command::Stop => {
                 if let Err(e) = self.halt(arrived) {
                     self.status.last_error = format!("halt: {e}");
                 }
-                true
+                Some(TickOutcome::Halted)
             }
             Command::Resume => {
                 self.status.halted = false;
-                false
+                None
             }
         }
+    }
+
+    /// A tick that ends on an error: recorded as the last problem.
+    fn refused(&mut self, e: impl std::fmt::Display) -> TickOutcome {
+        self.status.last_error = e.to_string();
+        TickOutcome::Refused(e.to_string())
     }
 
     /// Applies every queued command (between ticks).
@@ -500,14 +503,9 @@ impl Node {
                 .recv_timeout(std::time::Duration::from_micros(50))
             {
                 Ok(q) => {
-                    let stop = matches!(q.0, Command::Stop);
-                    if self.apply(q) {
+                    if let Some(o) = self.apply(q) {
                         self.status.abandoned += 1;
-                        return Ok(Some(if stop {
-                            TickOutcome::Halted
-                        } else {
-                            TickOutcome::Abandoned
-                        }));
+                        return Ok(Some(o));
                     }
                 }
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
@@ -659,51 +657,18 @@ impl Node {
             .collect();
         let subgoal = self.status.subgoal.clone();
         if let Err(e) = self.policy.prepare(&frames, &self.state, &subgoal) {
-            self.status.last_error = e.to_string();
-            return TickOutcome::Refused(e.to_string());
+            return self.refused(e);
         }
         let t1 = std::time::Instant::now();
-        // One replay stays queued behind the running one (the device never waits for the
-        // host); between two replays, and while waiting, a command is acted on at once.
-        let stages = self.policy.stages().to_vec();
-        let s = self.policy.model.stream();
-        for (i, st) in stages.iter().enumerate() {
-            if let Some(h) = &mut self.hook {
-                h(i);
-            }
-            self.enqueued[i % 2] = std::time::Instant::now();
-            if let Err(e) = self
-                .policy
-                .replay(*st)
-                .and_then(|_| Ok(self.done[i % 2].record(s)?))
-            {
-                self.status.last_error = e.to_string();
-                return TickOutcome::Refused(e.to_string());
-            }
-            if i > 0 {
-                match self.wait_replay(i - 1) {
-                    Ok(None) => {}
-                    Ok(Some(o)) => return o,
-                    Err(e) => {
-                        self.status.last_error = e.to_string();
-                        return TickOutcome::Refused(e.to_string());
-                    }
-                }
-            }
-        }
-        match self.wait_replay(stages.len() - 1) {
+        match self.replay_all() {
             Ok(None) => {}
             Ok(Some(o)) => return o,
-            Err(e) => {
-                self.status.last_error = e.to_string();
-                return TickOutcome::Refused(e.to_string());
-            }
+            Err(e) => return self.refused(e),
         }
         let t2 = std::time::Instant::now();
         let d = self.cfg.control.action_dim;
         if let Err(e) = self.policy.finish(&mut self.chunk, d) {
-            self.status.last_error = e.to_string();
-            return TickOutcome::Refused(e.to_string());
+            return self.refused(e);
         }
         if self.chunk.iter().any(|x| !x.is_finite()) {
             self.status.non_finite += 1;
@@ -748,6 +713,28 @@ impl Node {
         TickOutcome::Published
     }
 
+    /// Replays every stage of the tick. One replay stays queued behind the running one (the
+    /// device never waits for the host); between two replays, and while waiting, a command is
+    /// acted on at once: the outcome it gives ends the tick.
+    fn replay_all(&mut self) -> Result<Option<TickOutcome>> {
+        let stages = self.policy.stages().to_vec();
+        let s = self.policy.model.stream();
+        for (i, st) in stages.iter().enumerate() {
+            if let Some(h) = &mut self.hook {
+                h(i);
+            }
+            self.enqueued[i % 2] = std::time::Instant::now();
+            self.policy.replay(*st)?;
+            self.done[i % 2].record(s)?;
+            if i > 0 {
+                if let Some(o) = self.wait_replay(i - 1)? {
+                    return Ok(Some(o));
+                }
+            }
+        }
+        self.wait_replay(stages.len() - 1)
+    }
+
     /// Clamps to the limits and caps the change between consecutive actions (starting from
     /// the last published action).
     fn guard(&mut self) {
@@ -773,9 +760,9 @@ impl Node {
 
     /// Runs ticks at the configured rate until `stop` is set (the control thread's body).
     pub fn run(&mut self, stop: &std::sync::atomic::AtomicBool) {
-        for line in crate::realtime::apply(self.cfg.control.cpu, self.cfg.control.realtime) {
-            if line.contains("not") {
-                self.status.last_error = line;
+        for r in crate::realtime::apply(self.cfg.control.cpu, self.cfg.control.realtime) {
+            if let Err(why) = r {
+                self.status.last_error = why;
             }
         }
         let period = std::time::Duration::from_secs_f64(1.0 / self.cfg.control.rate_hz);

@@ -50,7 +50,6 @@ pub struct Policy {
     stages: Vec<Stage>,
     noise: Noise,
     noise_buf: Vec<f32>,
-    state: Vec<f32>,
     raw: Vec<f32>,
 }
 
@@ -137,7 +136,6 @@ impl Policy {
             stages,
             noise: Noise::new(cfg.control.noise_seed),
             noise_buf: vec![0.0; mc.action_horizon * mc.action_dim],
-            state: Vec::with_capacity(64),
             raw: vec![0.0; mc.action_horizon * mc.action_dim],
         };
         // The halt graph has a defined chunk from the start (zeros, normalized units).
@@ -170,12 +168,7 @@ impl Policy {
                 format!("{} for {} views", frames.len(), c.views),
             ));
         }
-        self.state.clear();
-        self.state.extend_from_slice(state);
-        if let Some(n) = &self.norm {
-            n.state.normalize(&mut self.state, n.quantiles)?;
-        }
-        let tokens = pi05_tokens(&self.tokenizer, subgoal, &self.state, c.max_token_len)?;
+        let tokens = self.prompt_tokens(subgoal, state)?;
         self.noise.fill(&mut self.noise_buf);
         self.model.set_inputs(&Observation {
             images: frames,

@@ -6,8 +6,9 @@
 /// own real-time threads).
 pub const FIFO_PRIORITY: i32 = 80;
 
-/// Applies the settings to the calling thread; returns what was applied and what was not.
-pub fn apply(cpu: Option<usize>, realtime: bool) -> Vec<String> {
+/// Applies the settings to the calling thread; returns each setting's outcome (`Ok`: what was
+/// applied, `Err`: what could not be and why).
+pub fn apply(cpu: Option<usize>, realtime: bool) -> Vec<Result<String, String>> {
     let mut report = Vec::new();
     #[cfg(target_os = "linux")]
     {
@@ -19,12 +20,12 @@ pub fn apply(cpu: Option<usize>, realtime: bool) -> Vec<String> {
                 libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
             };
             report.push(if r == 0 {
-                format!("pinned to CPU {c}")
+                Ok(format!("pinned to CPU {c}"))
             } else {
-                format!(
+                Err(format!(
                     "could not pin to CPU {c}: {}",
                     std::io::Error::last_os_error()
-                )
+                ))
             });
         }
         if realtime {
@@ -34,28 +35,30 @@ pub fn apply(cpu: Option<usize>, realtime: bool) -> Vec<String> {
             // SAFETY: plain system calls on the calling thread with valid arguments.
             let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
             report.push(if r == 0 {
-                format!("SCHED_FIFO priority {FIFO_PRIORITY}")
+                Ok(format!("SCHED_FIFO priority {FIFO_PRIORITY}"))
             } else {
-                format!(
+                Err(format!(
                     "SCHED_FIFO not permitted: {}",
                     std::io::Error::last_os_error()
-                )
+                ))
             });
             // SAFETY: as above.
             let r = unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) };
             report.push(if r == 0 {
-                "memory locked (mlockall)".to_string()
+                Ok("memory locked (mlockall)".to_string())
             } else {
-                format!(
+                Err(format!(
                     "mlockall not permitted: {}",
                     std::io::Error::last_os_error()
-                )
+                ))
             });
         }
     }
     #[cfg(not(target_os = "linux"))]
     if cpu.is_some() || realtime {
-        report.push("CPU pinning and real-time scheduling are only applied on Linux".into());
+        report.push(Err(
+            "CPU pinning and real-time scheduling are only applied on Linux".into(),
+        ));
     }
     report
 }

@@ -12,6 +12,7 @@ use crate::node::{Clock, Inputs};
 use crossbeam_channel::{Receiver, Sender};
 use frt_asr::stream::{Segmenter, Transcriber, VadConfig};
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 /// What a transcript means for the robot.
 #[derive(Clone, Debug, PartialEq)]
@@ -188,4 +189,35 @@ pub fn run(
             handle(t);
         }
     }
+}
+
+/// Loads the configured Whisper model and starts the speech thread for `node` ([`run`] with
+/// its inputs and output channel). On a GPU Whisper shares the policy's context on the
+/// speech-recognition stream (low priority); on the host backend it gets a context (an
+/// executor thread) of its own, so that its long CPU ops do not sit between two of the
+/// policy's.
+pub fn spawn(
+    node: &crate::Node,
+    audio: Receiver<Audio>,
+    clock: Arc<dyn Clock>,
+    stop: Arc<AtomicBool>,
+) -> crate::Result<std::thread::JoinHandle<()>> {
+    let cfg = node.config();
+    let asr = cfg
+        .asr
+        .clone()
+        .ok_or_else(|| crate::Error::bad("asr", "no `asr` section in the configuration"))?;
+    let ctx = match node.policy().model.kernels().target().as_str() {
+        "host" => frt_exec::Ctx::host()?,
+        _ => node.policy().ctx.clone(),
+    };
+    let (_, _, priority) = cfg.streams.resolve(ctx.priority_range());
+    let s = ctx.stream(priority)?;
+    let whisper = frt_asr::Whisper::load(&ctx, &asr.model, s, Default::default())?;
+    let transcriber = Transcriber::spawn(whisper, 4);
+    let (inputs, out) = (node.inputs(), node.output_sender());
+    std::thread::Builder::new()
+        .name("frt-voice".into())
+        .spawn(move || run(audio, transcriber, asr, inputs, out, clock, &stop))
+        .map_err(|e| crate::Error::bad("speech thread", e.to_string()))
 }

@@ -113,21 +113,8 @@ fn spoken_stop_and_subgoal_reach_the_control_loop() {
     let clock = Arc::new(ManualClock::default());
     let (atx, arx) = crossbeam_channel::bounded(64);
     let (mut node, inputs, out) = Node::new(cfg.clone(), clock.clone(), Some(atx)).unwrap();
-    let ctx = frt_exec::Ctx::host().unwrap();
-    let s = ctx.stream(0).unwrap();
-    let w = frt_asr::Whisper::load(&ctx, &whisper_dir(), s, Default::default()).unwrap();
-    let tr = frt_asr::stream::Transcriber::spawn(w, 4);
     let stop = Arc::new(AtomicBool::new(false));
-    let voice = {
-        let (inp, o, clk, st) = (
-            inputs.clone(),
-            node.output_sender(),
-            clock.clone(),
-            stop.clone(),
-        );
-        let asr = cfg.asr.clone().unwrap();
-        std::thread::spawn(move || voice::run(arx, tr, asr, inp, o, clk, &st))
-    };
+    let voice = voice::spawn(&node, arx, clock.clone(), stop.clone()).unwrap();
     let observe = |t: f64| {
         clock.set(t);
         let rgb = frt_robot_host::transport::synth_frame(64, 48, t, 0);
