@@ -19,42 +19,34 @@
 #define FLASH_BN 32
 #define FLASH_THREADS 128
 
+// mma.sync and the f32-pair packing for one 16-bit type (`ty`: its PTX name).
 template <typename T> struct Mma;
-template <> struct Mma<bf16> {
-    static __device__ __forceinline__ void run(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
 #if __CUDA_ARCH__ >= 800
-        asm volatile(
-            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#define FLASH_MMA(T, ty)                                                                                  \
+    template <> struct Mma<T> {                                                                       \
+        static __device__ __forceinline__ void run(float c[4], const unsigned a[4], unsigned b0, unsigned b1) { \
+            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." ty "." ty ".f32 {%0,%1,%2,%3}, "    \
+                         "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"                                     \
+                         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                             \
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));             \
+        }                                                                                             \
+        /* Two f32 as one register: `lo` in the low half (the lower column). */                       \
+        static __device__ __forceinline__ unsigned pack(float lo, float hi) {                         \
+            unsigned r;                                                                               \
+            asm("cvt.rn." ty "x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));                      \
+            return r;                                                                                 \
+        }                                                                                             \
+    };
+#else
+// Before sm_80 there is no such mma: the kernels compile empty and are never chosen.
+#define FLASH_MMA(T, ty)                                                                                  \
+    template <> struct Mma<T> {                                                                       \
+        static __device__ __forceinline__ void run(float*, const unsigned*, unsigned, unsigned) {}    \
+        static __device__ __forceinline__ unsigned pack(float, float) { return 0; }                   \
+    };
 #endif
-    }
-    // Two f32 as one register: `lo` in the low half (the lower column).
-    static __device__ __forceinline__ unsigned pack(float lo, float hi) {
-        unsigned r = 0;
-#if __CUDA_ARCH__ >= 800
-        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-#endif
-        return r;
-    }
-};
-template <> struct Mma<f16> {
-    static __device__ __forceinline__ void run(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
-#if __CUDA_ARCH__ >= 800
-        asm volatile(
-            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#endif
-    }
-    static __device__ __forceinline__ unsigned pack(float lo, float hi) {
-        unsigned r = 0;
-#if __CUDA_ARCH__ >= 800
-        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-#endif
-        return r;
-    }
-};
+FLASH_MMA(bf16, "bf16")
+FLASH_MMA(f16, "f16")
 
 struct FlashArgs {
     unsigned sq_len, sk_len, hq, hkv, d;

@@ -559,27 +559,45 @@ impl Kernels {
         scale: f32,
         share: Option<&AttentionPlan>,
     ) -> Result<AttentionPlan> {
-        let (dims, always_from) = self.attention_dims(q, k, v, out, mask)?;
-        let gemm = dims.sq_len >= GEMM_MIN_QUERIES || dims.sk_len >= GEMM_MIN_KEYS;
-        let scratch = match share.map(|p| &p.path) {
-            Some(Path::Gemm { scores, probs, .. })
-                if scores.shape() == [dims.hq, dims.sq_len, dims.sk_len]
-                    && probs.dtype() == q.dtype() =>
+        self.plan_with(q, k, v, out, mask, scale, |dims| {
+            let gemm = dims.sq_len >= GEMM_MIN_QUERIES || dims.sk_len >= GEMM_MIN_KEYS;
+            let flash = std::env::var("FRT_FLASH_ATTENTION").is_ok_and(|v| v == "1");
+            if let Some(dp) = (flash && gemm)
+                .then(|| self.flash_head_dim(q, k, v, out, dims))
+                .flatten()
             {
-                Some(((**scores).clone(), (**probs).clone()))
+                return self.attention_flash_path(dims, dp, share.map(|p| &p.path));
             }
-            _ => None,
-        };
-        let flash = std::env::var("FRT_FLASH_ATTENTION").is_ok_and(|v| v == "1");
-        let path = if let (true, true, Some(dp)) =
-            (flash, gemm, self.flash_head_dim(q, k, v, out, &dims))
-        {
-            self.attention_flash_path(&dims, dp, share.map(|p| &p.path))?
-        } else if self.cuda.is_some() && gemm {
-            self.attention_gemm_path(q, k, v, out, &dims, scratch)?
-        } else {
-            Path::Direct
-        };
+            if self.cuda.is_none() || !gemm {
+                return Ok(Path::Direct);
+            }
+            let scratch = match share.map(|p| &p.path) {
+                Some(Path::Gemm { scores, probs, .. })
+                    if scores.shape() == [dims.hq, dims.sq_len, dims.sk_len]
+                        && probs.dtype() == q.dtype() =>
+                {
+                    Some(((**scores).clone(), (**probs).clone()))
+                }
+                _ => None,
+            };
+            self.attention_gemm_path(q, k, v, out, dims, scratch)
+        })
+    }
+
+    /// A plan over checked tensors with the path `path` chooses for their dimensions.
+    #[allow(clippy::too_many_arguments)]
+    fn plan_with(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        out: &Tensor,
+        mask: &AttentionMask,
+        scale: f32,
+        path: impl FnOnce(&Dims) -> Result<Path>,
+    ) -> Result<AttentionPlan> {
+        let (dims, always_from) = self.attention_dims(q, k, v, out, mask)?;
+        let path = path(&dims)?;
         Ok(AttentionPlan {
             q: q.clone(),
             k: k.clone(),
@@ -612,26 +630,17 @@ impl Kernels {
         mask: &AttentionMask,
         scale: f32,
     ) -> Result<AttentionPlan> {
-        let (dims, always_from) = self.attention_dims(q, k, v, out, mask)?;
-        let dp = self.flash_head_dim(q, k, v, out, &dims).ok_or_else(|| {
-            Error::shape(
-                "attention",
-                format!(
-                    "the tensor-core kernel needs CUDA sm_80+, bf16/f16, a head dim that is a multiple of 8 up to 256 and aligned rows; got {} {q:?}, k {k:?}, v {v:?}, out {out:?}",
-                    self.target()
-                ),
-            )
-        })?;
-        Ok(AttentionPlan {
-            q: q.clone(),
-            k: k.clone(),
-            v: v.clone(),
-            out: out.clone(),
-            mask: mask.clone(),
-            scale,
-            dims,
-            always_from,
-            path: self.attention_flash_path(&dims, dp, None)?,
+        self.plan_with(q, k, v, out, mask, scale, |dims| {
+            let dp = self.flash_head_dim(q, k, v, out, dims).ok_or_else(|| {
+                Error::shape(
+                    "attention",
+                    format!(
+                        "the tensor-core kernel needs CUDA sm_80+, bf16/f16, a head dim that is a multiple of 8 up to 256 and aligned rows; got {} {q:?}, k {k:?}, v {v:?}, out {out:?}",
+                        self.target()
+                    ),
+                )
+            })?;
+            self.attention_flash_path(dims, dp, None)
         })
     }
 
