@@ -9,7 +9,12 @@
 //! * [`messages`]: what the node exchanges, independent of the transport;
 //! * [`policy`]: Pi0.5 as the loop drives it (preprocessing, stage replays, the halt graph);
 //! * [`node`]: the inputs shared with the I/O side and the control loop;
-//! * [`voice`]: spoken commands (Whisper on a low-priority stream, confidence gates).
+//! * [`voice`]: spoken commands (Whisper on a low-priority stream, confidence gates);
+//! * [`transport`]: the transport trait, the loopback and the scripted simulation;
+//! * [`ros`]: ROS 2 messages with their CDR codec, conversions, the r2r transport (`ros2`);
+//! * [`observe`]: latency histograms and Chrome/Perfetto traces;
+//! * [`realtime`]: CPU pinning, SCHED_FIFO and locked memory for the control thread;
+//! * [`bench`](mod@bench): the `bench` subcommand's measurements.
 
 pub mod bench;
 pub mod config;

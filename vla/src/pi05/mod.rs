@@ -15,8 +15,9 @@
 //!   highest-priority stream.
 //!
 //! Everything that changes between inferences lives in buffers written before a replay:
-//! images, prompt tokens, the key masks (missing views, prompt padding) and positions
-//! derived from them, the noise. A new prompt is a buffer write; nothing is recaptured.
+//! images (f32; the vision graph casts them to the model's precision), the prompt buffer
+//! (tokens, the key masks for missing views and prompt padding, and the positions derived from
+//! them — one upload), the noise. A new prompt is a buffer write; nothing is recaptured.
 
 use crate::config::Pi05Config;
 use crate::error::{Error, Result};
