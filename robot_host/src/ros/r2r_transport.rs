@@ -4,27 +4,23 @@
 //! CDR through `subscribe_raw` / `publish_raw` with the codec of `super::cdr`, so nothing here
 //! depends on generated code for packages outside ROS 2's core.
 //!
-//! Topics (relative names resolve under the node's namespace and name):
-//! cameras and state as configured (sensor-data QoS for cameras and audio); `~/subgoal`
-//! (`std_msgs/String`), `~/interrupt` and `~/resume` (`std_msgs/Empty`), `~/command`
-//! (`std_msgs/String`: `stop`, `resume`, `subgoal: …`); published: `~/action_chunk`
-//! (`frt_msgs/ActionChunk`), `~/transcript`, `~/status` (1 Hz), `/diagnostics` (1 Hz) and, when
-//! configured, a `trajectory_msgs/JointTrajectory` per chunk.
+//! The topics are those of `super::wire`; rcl resolves and remaps their names.
 
 use super::convert;
-use super::msg::{self, RosMessage};
+use super::msg;
+use super::wire::{self, Cdr, Endpoints, In, Out, Publication};
 use crate::config::{Config, ImageFormat};
 use crate::error::{Error, Result};
 use crate::messages::Outbound;
 use crate::node::{Inputs, ManualClock};
-use crate::transport::Transport;
+use crate::transport::{Inbound, Transport, deliver};
 use crossbeam_channel::Receiver;
 use futures::StreamExt;
 use futures::task::LocalSpawnExt;
 use r2r::QosProfile;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn ros_err(e: r2r::Error) -> Error {
     Error::bad("ROS 2", e.to_string())
@@ -149,16 +145,27 @@ impl Transport for R2r {
                 .spawn_local(f)
                 .map_err(|e| Error::bad("ROS 2", e.to_string()))
         };
+        let ends = Endpoints::new(
+            &self.cfg,
+            self.node.namespace().map_err(ros_err)?.as_str(),
+            &self.node.name().map_err(ros_err)?,
+            self.sim_clock.is_some(),
+        )?;
         let node = &mut self.node;
-        for cam in &self.cfg.cameras {
-            let (inp, name) = (inputs.clone(), cam.name.clone());
-            match cam.format {
-                ImageFormat::Raw => {
+        let qos = |e: &wire::Endpoint<In>| {
+            if e.sensor_data {
+                QosProfile::sensor_data()
+            } else {
+                QosProfile::default()
+            }
+        };
+        for e in &ends.inputs {
+            let inp = inputs.clone();
+            let topic = e.name.as_str();
+            match e.kind.clone() {
+                In::Camera(name, ImageFormat::Raw) => {
                     let s = node
-                        .subscribe::<r2r::sensor_msgs::msg::Image>(
-                            &cam.topic,
-                            QosProfile::sensor_data(),
-                        )
+                        .subscribe::<r2r::sensor_msgs::msg::Image>(topic, qos(e))
                         .map_err(ros_err)?;
                     spawn(Box::pin(s.for_each(move |m| {
                         let (t, img) = convert::image(msg::Image {
@@ -174,12 +181,9 @@ impl Transport for R2r {
                         futures::future::ready(())
                     })))?;
                 }
-                ImageFormat::Compressed => {
+                In::Camera(name, ImageFormat::Compressed) => {
                     let s = node
-                        .subscribe::<r2r::sensor_msgs::msg::CompressedImage>(
-                            &cam.topic,
-                            QosProfile::sensor_data(),
-                        )
+                        .subscribe::<r2r::sensor_msgs::msg::CompressedImage>(topic, qos(e))
                         .map_err(ros_err)?;
                     spawn(Box::pin(s.for_each(move |m| {
                         let (t, img) = convert::compressed_image(msg::CompressedImage {
@@ -191,175 +195,129 @@ impl Transport for R2r {
                         futures::future::ready(())
                     })))?;
                 }
+                In::State => {
+                    let s = node
+                        .subscribe::<r2r::sensor_msgs::msg::JointState>(topic, qos(e))
+                        .map_err(ros_err)?;
+                    spawn(Box::pin(s.for_each(move |m| {
+                        let _ = inp.state(&convert::joint_state(msg::JointState {
+                            header: header_in(m.header),
+                            name: m.name,
+                            position: m.position,
+                            velocity: m.velocity,
+                            effort: m.effort,
+                        }));
+                        futures::future::ready(())
+                    })))?;
+                }
+                kind @ (In::Subgoal | In::Command) => {
+                    let s = node
+                        .subscribe::<r2r::std_msgs::msg::String>(topic, qos(e))
+                        .map_err(ros_err)?;
+                    spawn(Box::pin(s.for_each(move |m| {
+                        let _ = deliver(
+                            &inp,
+                            if kind == In::Subgoal {
+                                Inbound::Subgoal(m.data)
+                            } else {
+                                Inbound::Command(m.data)
+                            },
+                        );
+                        futures::future::ready(())
+                    })))?;
+                }
+                kind @ (In::Interrupt | In::Resume) => {
+                    let s = node
+                        .subscribe::<r2r::std_msgs::msg::Empty>(topic, qos(e))
+                        .map_err(ros_err)?;
+                    spawn(Box::pin(s.for_each(move |_| {
+                        let _ = deliver(
+                            &inp,
+                            if kind == In::Interrupt {
+                                Inbound::Stop
+                            } else {
+                                Inbound::Resume
+                            },
+                        );
+                        futures::future::ready(())
+                    })))?;
+                }
+                // Not among rcl's core packages: raw CDR through the node's codec.
+                kind @ In::Audio(_) => {
+                    let s = node
+                        .subscribe_raw(topic, e.type_name, qos(e))
+                        .map_err(ros_err)?;
+                    spawn(Box::pin(s.for_each(move |bytes| {
+                        wire::receive(&kind, Cdr::Serialized(&bytes), &inp, None);
+                        futures::future::ready(())
+                    })))?;
+                }
+                In::Clock => {
+                    let Some(clock) = self.sim_clock.clone() else {
+                        continue;
+                    };
+                    let s = node
+                        .subscribe::<r2r::rosgraph_msgs::msg::Clock>(topic, qos(e))
+                        .map_err(ros_err)?;
+                    spawn(Box::pin(s.for_each(move |m| {
+                        clock.set(m.clock.sec as f64 + m.clock.nanosec as f64 * 1e-9);
+                        futures::future::ready(())
+                    })))?;
+                }
             }
         }
-        let inp = inputs.clone();
-        let s = node
-            .subscribe::<r2r::sensor_msgs::msg::JointState>(
-                &self.cfg.state.topic,
-                QosProfile::sensor_data(),
-            )
-            .map_err(ros_err)?;
-        spawn(Box::pin(s.for_each(move |m| {
-            let _ = inp.state(&convert::joint_state(msg::JointState {
-                header: header_in(m.header),
-                name: m.name,
-                position: m.position,
-                velocity: m.velocity,
-                effort: m.effort,
-            }));
-            futures::future::ready(())
-        })))?;
-        for (topic, kind) in [("~/subgoal", 0), ("~/command", 1)] {
-            let inp = inputs.clone();
-            let s = node
-                .subscribe::<r2r::std_msgs::msg::String>(topic, QosProfile::default())
-                .map_err(ros_err)?;
-            spawn(Box::pin(s.for_each(move |m| {
-                let _ = if kind == 0 {
-                    crate::transport::deliver(&inp, crate::transport::Inbound::Subgoal(m.data))
-                } else {
-                    inp.command_text(&m.data)
-                };
-                futures::future::ready(())
-            })))?;
-        }
-        for (topic, stop_cmd) in [("~/interrupt", true), ("~/resume", false)] {
-            let inp = inputs.clone();
-            let s = node
-                .subscribe::<r2r::std_msgs::msg::Empty>(topic, QosProfile::default())
-                .map_err(ros_err)?;
-            spawn(Box::pin(s.for_each(move |_| {
-                let m = if stop_cmd {
-                    crate::transport::Inbound::Stop
-                } else {
-                    crate::transport::Inbound::Resume
-                };
-                let _ = crate::transport::deliver(&inp, m);
-                futures::future::ready(())
-            })))?;
-        }
-        if let Some(a) = &self.cfg.audio {
-            let inp = inputs.clone();
-            let (ty, kind) = match a.kind.as_str() {
-                "audio_stamped" => ("audio_common_msgs/msg/AudioStamped", 1),
-                "audio_data" => ("audio_common_msgs/msg/AudioDataStamped", 2),
-                _ => ("frt_msgs/msg/AudioChunk", 0),
-            };
-            let (rate, channels) = (a.sample_rate.unwrap_or(16_000), a.channels.unwrap_or(1));
-            let pcm = if a.sample_format == "f32le" {
-                convert::PcmFormat::F32Le
-            } else {
-                convert::PcmFormat::S16Le
-            };
-            let s = node
-                .subscribe_raw(&a.topic, ty, QosProfile::sensor_data())
-                .map_err(ros_err)?;
-            spawn(Box::pin(s.for_each(move |bytes| {
-                let audio = match kind {
-                    1 => msg::mgonzs13::AudioStamped::decode(&bytes)
-                        .map_err(|e| e.to_string())
-                        .and_then(|m| convert::audio_stamped(m).map_err(|e| e.to_string())),
-                    2 => msg::ros_drivers::AudioDataStamped::decode(&bytes)
-                        .map_err(|e| e.to_string())
-                        .and_then(|m| {
-                            convert::audio_data(
-                                convert::stamp_of(&m.header),
-                                &m.audio,
-                                pcm,
-                                rate,
-                                channels,
-                            )
-                            .map_err(|e| e.to_string())
-                        }),
-                    _ => msg::AudioChunk::decode(&bytes)
-                        .map(convert::audio_chunk)
-                        .map_err(|e| e.to_string()),
-                };
-                match audio {
-                    Ok(a) => {
-                        let _ = inp.audio(a);
-                    }
-                    Err(e) => inp.refuse_audio(&e),
+        let mut raw = Vec::new();
+        let mut trajectory = None;
+        let mut diagnostics = None;
+        let default = QosProfile::default;
+        for e in &ends.outputs {
+            let topic = e.name.as_str();
+            match e.kind {
+                Out::Trajectory => {
+                    trajectory = Some(
+                        node.create_publisher::<r2r::trajectory_msgs::msg::JointTrajectory>(
+                            topic,
+                            default(),
+                        )
+                        .map_err(ros_err)?,
+                    )
                 }
-                futures::future::ready(())
-            })))?;
+                Out::Diagnostics => {
+                    diagnostics = Some(
+                        node.create_publisher::<r2r::diagnostic_msgs::msg::DiagnosticArray>(
+                            topic,
+                            default(),
+                        )
+                        .map_err(ros_err)?,
+                    )
+                }
+                kind => raw.push((
+                    kind,
+                    node.create_publisher_untyped(topic, e.type_name, default())
+                        .map_err(ros_err)?,
+                )),
+            }
         }
-        if let Some(clock) = self.sim_clock.clone() {
-            let s = node
-                .subscribe::<r2r::rosgraph_msgs::msg::Clock>("/clock", QosProfile::default())
-                .map_err(ros_err)?;
-            spawn(Box::pin(s.for_each(move |m| {
-                clock.set(m.clock.sec as f64 + m.clock.nanosec as f64 * 1e-9);
-                futures::future::ready(())
-            })))?;
-        }
-        let chunk_pub = node
-            .create_publisher_untyped(
-                "~/action_chunk",
-                msg::ActionChunk::NAME,
-                QosProfile::default(),
-            )
-            .map_err(ros_err)?;
-        let transcript_pub = node
-            .create_publisher_untyped("~/transcript", msg::Transcript::NAME, QosProfile::default())
-            .map_err(ros_err)?;
-        let status_pub = node
-            .create_publisher_untyped("~/status", msg::HostStatus::NAME, QosProfile::default())
-            .map_err(ros_err)?;
-        let traj_pub = match &self.cfg.ros.joint_trajectory {
-            Some(t) => Some(
-                node.create_publisher::<r2r::trajectory_msgs::msg::JointTrajectory>(
-                    &t.topic,
-                    QosProfile::default(),
-                )
-                .map_err(ros_err)?,
-            ),
-            None => None,
-        };
-        let diag_pub = if self.cfg.ros.diagnostics {
-            Some(
-                node.create_publisher::<r2r::diagnostic_msgs::msg::DiagnosticArray>(
-                    "/diagnostics",
-                    QosProfile::default(),
-                )
-                .map_err(ros_err)?,
-            )
-        } else {
-            None
-        };
-        let frame = self.cfg.ros.frame_id.clone();
-        let velocity = self.cfg.safety.action_space == crate::config::ActionSpace::Velocity;
-        let mut last_diag = Instant::now() - Duration::from_secs(2);
+        let mut publisher = wire::Publisher::new(&self.cfg);
         while !stop.load(Ordering::Relaxed) {
             node.spin_once(Duration::from_millis(2));
             pool.run_until_stalled();
             for o in outputs.try_iter() {
-                let r = match &o {
-                    Outbound::Chunk(c) => {
-                        if let (Some(p), Some(t)) = (&traj_pub, &self.cfg.ros.joint_trajectory) {
-                            let tr = convert::joint_trajectory(c, &t.joints, velocity, &frame);
-                            let _ = p.publish(&trajectory_out(&tr));
+                publisher.messages(&o, |p| {
+                    let r = match (&p, &trajectory, &diagnostics) {
+                        (Publication::Trajectory(t), Some(tp), _) => tp.publish(&trajectory_out(t)),
+                        (Publication::Diagnostics(d), _, Some(dp)) => {
+                            dp.publish(&diagnostics_out(d))
                         }
-                        chunk_pub.publish_raw(&convert::action_chunk(c, &frame).encode())
+                        _ => match raw.iter().find(|(k, _)| *k == p.kind()) {
+                            Some((_, rp)) => rp.publish_raw(&p.encode()),
+                            None => Ok(()),
+                        },
+                    };
+                    if let Err(e) = r {
+                        eprintln!("ROS 2 publish on {:?}: {e}", p.kind());
                     }
-                    Outbound::Transcript(t) => {
-                        transcript_pub.publish_raw(&convert::transcript(t).encode())
-                    }
-                    Outbound::Status(s) => {
-                        if let Some(p) = &diag_pub {
-                            if last_diag.elapsed() >= Duration::from_secs(1) {
-                                last_diag = Instant::now();
-                                let d = convert::diagnostics(s, &self.cfg.node.name);
-                                let _ = p.publish(&diagnostics_out(&d));
-                            }
-                        }
-                        status_pub.publish_raw(&convert::host_status(s).encode())
-                    }
-                };
-                if let Err(e) = r {
-                    eprintln!("ROS 2 publish: {e}");
-                }
+                });
             }
         }
         Ok(())

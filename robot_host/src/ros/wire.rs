@@ -1,0 +1,498 @@
+//! What every ROS 2 transport shares: the node's topics with their resolved names, types and
+//! QoS, how a serialized message on an input topic reaches the node's inputs, and which ROS
+//! messages one outbound item becomes. A transport only creates its endpoints and moves
+//! bytes (or typed messages) through these.
+//!
+//! Topics (relative names resolve under the node's namespace, `~/` under its own name):
+//! cameras, state and audio as configured (sensor-data QoS); `~/subgoal` (`std_msgs/String`),
+//! `~/command` (`std_msgs/String`: `stop`, `resume`, `subgoal: …`), `~/interrupt` and
+//! `~/resume` (`std_msgs/Empty`), `/clock` when on simulation time; published: `~/action_chunk`
+//! (`frt_msgs/ActionChunk`), `~/transcript`, `~/status` (every status snapshot), `/diagnostics`
+//! (at most 1 Hz) and, when configured, a `trajectory_msgs/JointTrajectory` per chunk.
+
+use super::CdrError;
+use super::convert::{self, PcmFormat};
+use super::msg::{self, RosMessage, mgonzs13, ros_drivers};
+use crate::config::{ActionSpace, Config, ImageFormat, TrajectoryConfig};
+use crate::error::{Error, Result};
+use crate::messages::Outbound;
+use crate::node::{Inputs, ManualClock, Refusal};
+use crate::transport::{Inbound, deliver};
+use std::time::{Duration, Instant};
+
+/// Resolves a ROS 2 topic name to its fully qualified form: `/abs` stays, `rel` goes under
+/// `namespace`, `~/x` (or `~`) under `namespace/node`. Names follow ROS 2's rules: letters,
+/// digits, `_` and `/`, no empty or digit-led tokens, no `__`, no trailing `/`.
+pub fn resolve(name: &str, namespace: &str, node: &str) -> Result<String> {
+    let bad = |why: &str| Err(Error::bad("ROS 2 topic name", format!("`{name}`: {why}")));
+    let ns = namespace.trim_end_matches('/');
+    if !ns.is_empty() && !ns.starts_with('/') {
+        return Err(Error::bad(
+            "ROS 2 namespace",
+            format!("`{namespace}` must start with `/`"),
+        ));
+    }
+    let full = if name == "~" {
+        format!("{ns}/{node}")
+    } else if let Some(rest) = name.strip_prefix("~/") {
+        format!("{ns}/{node}/{rest}")
+    } else if name.starts_with('/') {
+        name.to_string()
+    } else {
+        format!("{ns}/{name}")
+    };
+    if name.is_empty() {
+        return bad("empty");
+    }
+    if full.ends_with('/') {
+        return bad("ends with `/`");
+    }
+    for tok in full[1..].split('/') {
+        if tok.is_empty() {
+            return bad("repeated `/`");
+        }
+        if tok.starts_with(|c: char| c.is_ascii_digit()) {
+            return bad("a token starts with a digit");
+        }
+        if tok.contains("__") {
+            return bad("repeated `_`");
+        }
+        if let Some(c) = tok
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || *c == '_'))
+        {
+            return bad(&format!("character {c:?} is not allowed"));
+        }
+    }
+    Ok(full)
+}
+
+/// What arrives on an input topic.
+#[derive(Clone, Debug, PartialEq)]
+pub enum In {
+    /// A camera (`Image` or `CompressedImage`), by its configured name.
+    Camera(String, ImageFormat),
+    State,
+    Subgoal,
+    Command,
+    Interrupt,
+    Resume,
+    /// Microphone samples in one of the three formats.
+    Audio(AudioIn),
+    /// Simulation time.
+    Clock,
+}
+
+/// A microphone format and what raw PCM needs to be read.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum AudioIn {
+    Frt,
+    AudioStamped,
+    AudioData {
+        pcm: PcmFormat,
+        rate: u32,
+        channels: u16,
+    },
+}
+
+/// What the node publishes on an output topic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Out {
+    Chunk,
+    Transcript,
+    Status,
+    Trajectory,
+    Diagnostics,
+}
+
+/// One topic: its fully qualified name, its ROS type and whether it takes sensor-data QoS
+/// (best effort, keep last 5) rather than the default (reliable, keep last 10).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Endpoint<K> {
+    pub kind: K,
+    /// The name as configured (what rcl resolves and remaps itself).
+    pub name: String,
+    /// The fully qualified name.
+    pub topic: String,
+    pub type_name: &'static str,
+    pub sensor_data: bool,
+}
+
+/// Every topic the node subscribes to and publishes, from its configuration.
+#[derive(Clone, Debug)]
+pub struct Endpoints {
+    pub inputs: Vec<Endpoint<In>>,
+    pub outputs: Vec<Endpoint<Out>>,
+}
+
+impl Endpoints {
+    /// `sim_time`: also subscribe to `/clock`.
+    pub fn new(cfg: &Config, namespace: &str, node: &str, sim_time: bool) -> Result<Endpoints> {
+        let topic = |n: &str| resolve(n, namespace, node);
+        let mut inputs = Vec::new();
+        let mut input = |kind, name: &str, type_name, sensor_data| -> Result<()> {
+            inputs.push(Endpoint {
+                kind,
+                name: name.to_string(),
+                topic: topic(name)?,
+                type_name,
+                sensor_data,
+            });
+            Ok(())
+        };
+        for c in &cfg.cameras {
+            let ty = match c.format {
+                ImageFormat::Raw => msg::Image::NAME,
+                ImageFormat::Compressed => msg::CompressedImage::NAME,
+            };
+            input(In::Camera(c.name.clone(), c.format), &c.topic, ty, true)?;
+        }
+        input(In::State, &cfg.state.topic, msg::JointState::NAME, true)?;
+        input(In::Subgoal, "~/subgoal", msg::StringMsg::NAME, false)?;
+        input(In::Command, "~/command", msg::StringMsg::NAME, false)?;
+        input(In::Interrupt, "~/interrupt", msg::Empty::NAME, false)?;
+        input(In::Resume, "~/resume", msg::Empty::NAME, false)?;
+        if let Some(a) = &cfg.audio {
+            let (kind, ty) = match a.kind.as_str() {
+                "audio_stamped" => (AudioIn::AudioStamped, mgonzs13::AudioStamped::NAME),
+                "audio_data" => (
+                    AudioIn::AudioData {
+                        pcm: if a.sample_format == "f32le" {
+                            PcmFormat::F32Le
+                        } else {
+                            PcmFormat::S16Le
+                        },
+                        rate: a.sample_rate.unwrap_or(16_000),
+                        channels: a.channels.unwrap_or(1),
+                    },
+                    ros_drivers::AudioDataStamped::NAME,
+                ),
+                _ => (AudioIn::Frt, msg::AudioChunk::NAME),
+            };
+            input(In::Audio(kind), &a.topic, ty, true)?;
+        }
+        if sim_time {
+            input(In::Clock, "/clock", msg::Clock::NAME, false)?;
+        }
+        let mut outputs = Vec::new();
+        let mut output = |kind, name: &str, type_name| -> Result<()> {
+            outputs.push(Endpoint {
+                kind,
+                name: name.to_string(),
+                topic: topic(name)?,
+                type_name,
+                sensor_data: false,
+            });
+            Ok(())
+        };
+        output(Out::Chunk, "~/action_chunk", msg::ActionChunk::NAME)?;
+        output(Out::Transcript, "~/transcript", msg::Transcript::NAME)?;
+        output(Out::Status, "~/status", msg::HostStatus::NAME)?;
+        if let Some(t) = &cfg.ros.joint_trajectory {
+            output(Out::Trajectory, &t.topic, msg::JointTrajectory::NAME)?;
+        }
+        if cfg.ros.diagnostics {
+            output(Out::Diagnostics, "/diagnostics", msg::DiagnosticArray::NAME)?;
+        }
+        Ok(Endpoints { inputs, outputs })
+    }
+
+    /// Applies topic remappings (`from:=to`, each resolved like a topic name) to the fully
+    /// qualified names.
+    pub fn remap(
+        &mut self,
+        remaps: &[(String, String)],
+        namespace: &str,
+        node: &str,
+    ) -> Result<()> {
+        for (from, to) in remaps {
+            let (from, to) = (
+                resolve(from, namespace, node)?,
+                resolve(to, namespace, node)?,
+            );
+            let ins = self.inputs.iter_mut().map(|e| &mut e.topic);
+            for t in ins.chain(self.outputs.iter_mut().map(|e| &mut e.topic)) {
+                if *t == from {
+                    t.clone_from(&to);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A serialized message as a middleware hands it over.
+#[derive(Clone, Copy, Debug)]
+pub enum Cdr<'a> {
+    /// With its 4-byte encapsulation header (rcl's serialized messages).
+    Serialized(&'a [u8]),
+    /// The body only (the header already read by a DDS reader).
+    Body(&'a [u8]),
+}
+
+impl Cdr<'_> {
+    pub fn decode<M: RosMessage>(self) -> std::result::Result<M, CdrError> {
+        match self {
+            Cdr::Serialized(b) => M::decode(b),
+            Cdr::Body(b) => M::decode_body(b),
+        }
+    }
+}
+
+/// Hands one serialized message from an input topic to the node's inputs: decoded with the
+/// node's CDR codec, converted, and validated there. A message that does not decode is counted
+/// as a refused input of its kind with the decoder's reason. `clock`: set from `/clock`.
+pub fn receive(kind: &In, bytes: Cdr, inputs: &Inputs, clock: Option<&ManualClock>) {
+    let (refusal, r) = match kind {
+        In::Camera(name, format) => (
+            Refusal::Frame,
+            match format {
+                ImageFormat::Raw => bytes.decode::<msg::Image>().map(convert::image),
+                ImageFormat::Compressed => bytes
+                    .decode::<msg::CompressedImage>()
+                    .map(convert::compressed_image),
+            }
+            .map(|(stamp, image)| Inbound::Frame {
+                camera: name.clone(),
+                stamp,
+                image,
+            })
+            .map_err(|e| format!("camera `{name}`: {e}")),
+        ),
+        In::State => (
+            Refusal::State,
+            bytes
+                .decode::<msg::JointState>()
+                .map(|j| Inbound::State(convert::joint_state(j)))
+                .map_err(|e| e.to_string()),
+        ),
+        In::Subgoal | In::Command => (
+            Refusal::Command,
+            bytes
+                .decode::<msg::StringMsg>()
+                .map(|s| match kind {
+                    In::Subgoal => Inbound::Subgoal(s.data),
+                    _ => Inbound::Command(s.data),
+                })
+                .map_err(|e| e.to_string()),
+        ),
+        In::Interrupt | In::Resume => (
+            Refusal::Command,
+            bytes
+                .decode::<msg::Empty>()
+                .map(|_| match kind {
+                    In::Interrupt => Inbound::Stop,
+                    _ => Inbound::Resume,
+                })
+                .map_err(|e| e.to_string()),
+        ),
+        In::Audio(a) => (Refusal::Audio, audio(*a, bytes).map(Inbound::Audio)),
+        In::Clock => {
+            match (bytes.decode::<msg::Clock>(), clock) {
+                (Ok(c), Some(clock)) => clock.set(c.clock.as_secs()),
+                (Ok(_), None) => {}
+                (Err(e), _) => eprintln!("/clock: {e}"),
+            }
+            return;
+        }
+    };
+    match r {
+        // Refusals by the node's inputs are counted there.
+        Ok(m) => {
+            let _ = deliver(inputs, m);
+        }
+        Err(e) => inputs.refuse_message(refusal, &e),
+    }
+}
+
+fn audio(kind: AudioIn, bytes: Cdr) -> std::result::Result<crate::messages::Audio, String> {
+    let s = |e: &dyn std::fmt::Display| e.to_string();
+    match kind {
+        AudioIn::Frt => bytes
+            .decode::<msg::AudioChunk>()
+            .map(convert::audio_chunk)
+            .map_err(|e| s(&e)),
+        AudioIn::AudioStamped => bytes
+            .decode::<mgonzs13::AudioStamped>()
+            .map_err(|e| s(&e))
+            .and_then(|m| convert::audio_stamped(m).map_err(|e| s(&e))),
+        AudioIn::AudioData {
+            pcm,
+            rate,
+            channels,
+        } => bytes
+            .decode::<ros_drivers::AudioDataStamped>()
+            .map_err(|e| s(&e))
+            .and_then(|m| {
+                convert::audio_data(convert::stamp_of(&m.header), &m.audio, pcm, rate, channels)
+                    .map_err(|e| s(&e))
+            }),
+    }
+}
+
+/// One ROS message to publish, for the output topic of its kind.
+#[derive(Clone, Debug)]
+pub enum Publication {
+    Chunk(msg::ActionChunk),
+    Trajectory(msg::JointTrajectory),
+    Transcript(msg::Transcript),
+    Status(msg::HostStatus),
+    Diagnostics(msg::DiagnosticArray),
+}
+
+impl Publication {
+    pub fn kind(&self) -> Out {
+        match self {
+            Publication::Chunk(_) => Out::Chunk,
+            Publication::Trajectory(_) => Out::Trajectory,
+            Publication::Transcript(_) => Out::Transcript,
+            Publication::Status(_) => Out::Status,
+            Publication::Diagnostics(_) => Out::Diagnostics,
+        }
+    }
+
+    /// The serialized message (encapsulation header included).
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            Publication::Chunk(m) => m.encode(),
+            Publication::Trajectory(m) => m.encode(),
+            Publication::Transcript(m) => m.encode(),
+            Publication::Status(m) => m.encode(),
+            Publication::Diagnostics(m) => m.encode(),
+        }
+    }
+}
+
+/// Turns the node's outbound items into ROS messages: the `frame_id` of headers, the
+/// trajectory output, diagnostics at most once a second.
+pub struct Publisher {
+    frame_id: String,
+    node: String,
+    trajectory: Option<TrajectoryConfig>,
+    velocity: bool,
+    diagnostics: bool,
+    last_diagnostics: Option<Instant>,
+}
+
+impl Publisher {
+    pub fn new(cfg: &Config) -> Publisher {
+        Publisher {
+            frame_id: cfg.ros.frame_id.clone(),
+            node: cfg.node.name.clone(),
+            trajectory: cfg.ros.joint_trajectory.clone(),
+            velocity: cfg.safety.action_space == ActionSpace::Velocity,
+            diagnostics: cfg.ros.diagnostics,
+            last_diagnostics: None,
+        }
+    }
+
+    /// The messages `o` becomes, in publishing order.
+    pub fn messages(&mut self, o: &Outbound, mut out: impl FnMut(Publication)) {
+        match o {
+            Outbound::Chunk(c) => {
+                if let Some(t) = &self.trajectory {
+                    out(Publication::Trajectory(convert::joint_trajectory(
+                        c,
+                        &t.joints,
+                        self.velocity,
+                        &self.frame_id,
+                    )));
+                }
+                out(Publication::Chunk(convert::action_chunk(c, &self.frame_id)));
+            }
+            Outbound::Transcript(t) => out(Publication::Transcript(convert::transcript(t))),
+            Outbound::Status(s) => {
+                let due = self
+                    .last_diagnostics
+                    .is_none_or(|t| t.elapsed() >= Duration::from_secs(1));
+                if self.diagnostics && due {
+                    self.last_diagnostics = Some(Instant::now());
+                    out(Publication::Diagnostics(convert::diagnostics(
+                        s, &self.node,
+                    )));
+                }
+                out(Publication::Status(convert::host_status(s)));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_resolve_as_ros2_does() {
+        let r = |n, ns| resolve(n, ns, "host");
+        assert_eq!(r("~/action_chunk", "/").unwrap(), "/host/action_chunk");
+        assert_eq!(r("~/action_chunk", "").unwrap(), "/host/action_chunk");
+        assert_eq!(r("~/status", "/robot1").unwrap(), "/robot1/host/status");
+        assert_eq!(
+            r("camera/image", "/robot1/").unwrap(),
+            "/robot1/camera/image"
+        );
+        assert_eq!(r("/diagnostics", "/robot1").unwrap(), "/diagnostics");
+        assert_eq!(r("~", "/a").unwrap(), "/a/host");
+        for (bad, why) in [
+            ("", "empty"),
+            ("cam/", "ends with"),
+            ("a//b", "repeated `/`"),
+            ("2cam", "digit"),
+            ("a__b", "repeated `_`"),
+            ("cam-left", "'-'"),
+        ] {
+            let e = r(bad, "/").unwrap_err().to_string();
+            assert!(e.contains(why), "{bad:?}: {e}");
+        }
+        assert!(
+            r("x", "robot")
+                .unwrap_err()
+                .to_string()
+                .contains("must start with")
+        );
+    }
+
+    #[test]
+    fn endpoints_follow_the_configuration() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../config");
+        let mut cfg = Config::load(std::path::Path::new(&format!("{dir}/pi05_thor.yaml"))).unwrap();
+        cfg.ros.diagnostics = true;
+        let mut e = Endpoints::new(&cfg, "/robot1", "host", true).unwrap();
+        let topics: Vec<_> = e
+            .inputs
+            .iter()
+            .map(|e| (e.topic.as_str(), e.type_name))
+            .collect();
+        for c in &cfg.cameras {
+            let want = resolve(&c.topic, "/robot1", "host").unwrap();
+            assert!(
+                topics.iter().any(|(t, _)| *t == want),
+                "{want} in {topics:?}"
+            );
+        }
+        assert!(topics.contains(&("/robot1/host/subgoal", "std_msgs/msg/String")));
+        assert!(topics.contains(&("/robot1/host/interrupt", "std_msgs/msg/Empty")));
+        assert!(topics.contains(&("/clock", "rosgraph_msgs/msg/Clock")));
+        assert!(
+            e.inputs
+                .iter()
+                .filter(|e| matches!(e.kind, In::Camera(..)))
+                .all(|e| e.sensor_data)
+        );
+        let outs: Vec<_> = e
+            .outputs
+            .iter()
+            .map(|e| (e.kind, e.topic.as_str()))
+            .collect();
+        assert!(outs.contains(&(Out::Chunk, "/robot1/host/action_chunk")));
+        assert!(outs.contains(&(Out::Diagnostics, "/diagnostics")));
+        e.remap(
+            &[("~/action_chunk".into(), "/arm/actions".into())],
+            "/robot1",
+            "host",
+        )
+        .unwrap();
+        assert_eq!(e.outputs[0].topic, "/arm/actions");
+        assert_eq!(e.outputs[0].name, "~/action_chunk");
+    }
+}

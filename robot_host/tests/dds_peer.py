@@ -1,0 +1,108 @@
+"""The far end of the DDS wire test (tests/dds_wire.rs): a ROS 2 peer built on Eclipse Cyclone
+DDS (the `cyclonedds` PyPI wheel), independent of the node's DDS stack and of its CDR codec.
+
+It publishes camera frames and joint states the way ROS 2 drivers do (topic `rt/<name>`,
+type `<pkg>::msg::dds_::<Type>_`), reads `frt_msgs/ActionChunk` and `frt_msgs/HostStatus`,
+and drives a timeline from what it receives:
+
+  3 chunks   -> a subgoal on ~/subgoal
+  a chunk carrying that subgoal -> a garbage command on ~/command, then ~/interrupt
+  the halt chunk -> keeps listening for 1.5 s, then exits 0
+
+Every event is one JSON line on stdout; the Rust test asserts on them. Exits 2 on timeout.
+
+    python dds_peer.py DOMAIN NODE_NAMESPACE_AND_NAME
+"""
+import json
+import sys
+import time
+
+from cyclonedds.core import Qos, Policy
+from cyclonedds.domain import DomainParticipant
+from cyclonedds.pub import DataWriter
+from cyclonedds.sub import DataReader
+from cyclonedds.topic import Topic
+from cyclonedds.util import duration
+
+from ros_idl import ActionChunk, Empty, Header, HostStatus, Image, JointState, StringMsg, Time
+
+SUBGOAL = "wipe the table"
+JOINTS = ["j1", "j2", "j3", "j4", "j5", "j6", "gripper"]
+W, H = 64, 48
+
+
+def emit(**kv):
+    print(json.dumps(kv), flush=True)
+
+
+def main():
+    domain, node = int(sys.argv[1]), sys.argv[2].strip("/")
+    dp = DomainParticipant(domain)
+    sensor = Qos(Policy.Reliability.BestEffort, Policy.History.KeepLast(5))
+    reliable = Qos(Policy.Reliability.Reliable(duration(milliseconds=100)),
+                   Policy.History.KeepLast(10))
+
+    def writer(name, typ, qos):
+        return DataWriter(dp, Topic(dp, "rt/" + name, typ), qos=qos)
+
+    def reader(name, typ):
+        return DataReader(dp, Topic(dp, "rt/" + name, typ), qos=reliable)
+
+    cam = writer("camera/base", Image, sensor)
+    joints = writer("joint_states", JointState, sensor)
+    subgoal = writer(f"{node}/subgoal", StringMsg, reliable)
+    command = writer(f"{node}/command", StringMsg, reliable)
+    interrupt = writer(f"{node}/interrupt", Empty, reliable)
+    chunks = reader(f"{node}/action_chunk", ActionChunk)
+    status = reader(f"{node}/status", HostStatus)
+
+    sent = []
+    phase, n_chunks, t_end = 0, 0, None
+    t0 = time.time()
+    k = 0
+    while True:
+        now = time.time()
+        if now - t0 > 90:
+            emit(event="timeout", phase=phase)
+            sys.exit(2)
+        if t_end is not None and now > t_end:
+            emit(event="done")
+            return
+        stamp = Time(int(now), int((now % 1) * 1e9))
+        sent.append(stamp.sec * 10**9 + stamp.nanosec)
+        h = Header(stamp, "camera")
+        if k % 2 == 0:
+            data = [((i * 7 + k * 31) % 251) for i in range(W * H * 3)]
+            cam.write(Image(h, H, W, "rgb8", 0, W * 3, data))
+        joints.write(JointState(h, list(reversed(JOINTS)),
+                                [0.1 * j + 0.01 * (k % 10) for j in range(7)], [], []))
+        k += 1
+        for c in chunks.take(16):
+            n_chunks += 1
+            st = c.header.stamp.sec * 10**9 + c.header.stamp.nanosec
+            finite = all(abs(a) < float("inf") and a == a for a in c.actions)
+            emit(event="chunk", seq=c.seq, subgoal=c.subgoal, subgoal_id=c.subgoal_id,
+                 halt=c.halt, n=len(c.actions), horizon=c.horizon, action_dim=c.action_dim,
+                 finite=finite, stamp_error_ns=min(abs(st - x) for x in sent), frame_id=c.header.frame_id,
+                 dt=c.dt)
+            if phase == 0 and n_chunks >= 3:
+                subgoal.write(StringMsg(SUBGOAL))
+                emit(event="sent", what="subgoal")
+                phase = 1
+            elif phase == 1 and c.subgoal == SUBGOAL:
+                command.write(StringMsg("dance wildly"))
+                interrupt.write(Empty(0))
+                emit(event="sent", what="interrupt")
+                phase = 2
+            elif phase == 2 and c.halt:
+                t_end = time.time() + 1.5
+                phase = 3
+        for s in status.take(16):
+            emit(event="status", halted=s.halted, chunks=s.chunks, halts=s.halts,
+                 bad_commands=s.bad_commands, bad_frames=s.bad_frames, subgoal=s.subgoal,
+                 last_error=s.last_error)
+        time.sleep(0.02)
+
+
+if __name__ == "__main__":
+    main()

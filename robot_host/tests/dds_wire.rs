@@ -1,0 +1,183 @@
+//! The pure-Rust DDS transport on the wire against an independent ROS 2 peer: Eclipse Cyclone
+//! DDS from the `cyclonedds` PyPI wheel (tests/dds_peer.py), on loopback, with ROS 2's topic
+//! and type names. The peer publishes frames and joint states, reads the node's action chunks
+//! and status with its own CDR decoder, and sends a subgoal, a garbage command and an
+//! interrupt; this test asserts what it saw. Needs the wheel that scripts/fetch-models.sh
+//! installs into .cache/pip-cyclonedds (or `$FRT_CYCLONEDDS`).
+
+use frt_robot_host::ros::dds_transport::{Dds, DdsOptions};
+use frt_robot_host::transport::Transport;
+use frt_robot_host::{Config, Node, SystemClock};
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+const CONFIG: &str = r#"
+node: { name: wire_host }
+model:
+  random: { size: tiny, seed: 3 }
+  precision: f32
+  backend: host
+  max_token_len: 96
+cameras:
+  - { name: base, topic: /camera/base, format: raw, view: 0 }
+state:
+  topic: /joint_states
+  joints: [j1, j2, j3, j4, j5, j6, gripper]
+control:
+  rate_hz: 10
+  initial_subgoal: pick up the red block
+  action_dim: 7
+  dt: 0.02
+  noise_seed: 5
+safety:
+  max_observation_age_ms: 1000
+  missing_camera: halt
+  action_space: position
+  action_min: [-2.0]
+  action_max: [2.0]
+ros: { frame_id: wire_frame }
+"#;
+
+/// Cyclone DDS restricted to loopback with unicast discovery (no multicast needed).
+const CYCLONE: &str = r#"<CycloneDDS><Domain><General><Interfaces><NetworkInterface name="lo" multicast="false"/></Interfaces></General><Discovery><Peers><Peer address="127.0.0.1"/></Peers><ParticipantIndex>auto</ParticipantIndex></Discovery></Domain></CycloneDDS>"#;
+
+fn cyclonedds() -> PathBuf {
+    let dir = std::env::var_os("FRT_CYCLONEDDS").map_or_else(
+        || {
+            PathBuf::from(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../.cache/pip-cyclonedds"
+            ))
+        },
+        PathBuf::from,
+    );
+    assert!(
+        dir.join("cyclonedds").is_dir(),
+        "the cyclonedds wheel is not installed in {} (bash scripts/fetch-models.sh)",
+        dir.display()
+    );
+    dir
+}
+
+#[test]
+fn chunks_subgoals_and_interrupts_cross_the_wire_to_cyclone_dds() {
+    let site = cyclonedds();
+    let cfg = Config::parse(CONFIG).unwrap();
+    // A domain of its own, so concurrent runs on one machine do not meet.
+    let domain = 100 + (std::process::id() % 100) as u16;
+    let opts = DdsOptions {
+        domain_id: domain,
+        namespace: "/".into(),
+        node_name: "wire_host".into(),
+        sim_time: false,
+    };
+    let mut dds = Dds::new(cfg.clone(), &opts, None).unwrap();
+    let chunk_topic = &dds.endpoints().outputs[0];
+    assert_eq!(chunk_topic.topic, "/wire_host/action_chunk");
+    assert_eq!(chunk_topic.type_name, "frt_msgs/msg/ActionChunk");
+
+    let (mut node, inputs, outputs) = Node::new(cfg, Arc::new(SystemClock), None).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let control = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            node.run(&stop);
+            node
+        })
+    };
+    let transport = {
+        let (stop, inputs) = (stop.clone(), inputs.clone());
+        std::thread::spawn(move || dds.run(&inputs, &outputs.0, &stop))
+    };
+
+    let tests = concat!(env!("CARGO_MANIFEST_DIR"), "/tests");
+    let mut peer = Command::new("python3")
+        .arg(format!("{tests}/dds_peer.py"))
+        .arg(domain.to_string())
+        .arg("/wire_host")
+        .env("PYTHONPATH", format!("{}:{tests}", site.display()))
+        .env("CYCLONEDDS_URI", CYCLONE)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let lines: Vec<Value> = BufReader::new(peer.stdout.take().unwrap())
+        .lines()
+        .map_while(|l| l.ok())
+        .filter_map(|l| serde_json::from_str(&l).ok())
+        .collect();
+    let status = peer.wait().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    transport.join().unwrap().unwrap();
+    let node = control.join().unwrap();
+
+    let events: Vec<&str> = lines.iter().map(|l| l["event"].as_str().unwrap()).collect();
+    assert!(
+        status.success(),
+        "peer failed ({status}); it saw {lines:#?}"
+    );
+    assert_eq!(events.last(), Some(&"done"));
+
+    // Every chunk the peer decoded is whole and stamped with a time it sent.
+    let chunks: Vec<&Value> = lines.iter().filter(|l| l["event"] == "chunk").collect();
+    assert!(chunks.len() >= 5, "{chunks:#?}");
+    for c in &chunks {
+        assert_eq!(
+            c["n"].as_u64(),
+            Some(c["horizon"].as_u64().unwrap() * c["action_dim"].as_u64().unwrap())
+        );
+        assert_eq!(c["action_dim"], 7);
+        assert_eq!(c["finite"], true);
+        assert_eq!(c["frame_id"], "wire_frame");
+        assert_eq!(c["dt"], 0.02);
+        // Policy chunks carry their observations' time (halt chunks the time of the halt).
+        // The node keeps times as f64 seconds: at today's epoch that is exact to ~0.24 µs.
+        let err = c["stamp_error_ns"].as_u64().unwrap();
+        assert!(
+            c["halt"] == true || err <= 1000,
+            "stamped with an observation time: {c}"
+        );
+    }
+    let seqs: Vec<u64> = chunks.iter().map(|c| c["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "in order: {seqs:?}");
+    assert_eq!(chunks[0]["subgoal"], "pick up the red block");
+    assert_eq!(chunks[0]["halt"], false);
+
+    // The subgoal sent over the wire reaches a later chunk with a new id; then the interrupt
+    // gives exactly one halt chunk and nothing after it.
+    let sent = |what: &str| {
+        lines
+            .iter()
+            .position(|l| l["event"] == "sent" && l["what"] == what)
+            .unwrap_or_else(|| panic!("the peer never sent the {what}: {lines:#?}"))
+    };
+    let (i_subgoal, i_interrupt) = (sent("subgoal"), sent("interrupt"));
+    let first_new = lines[i_subgoal..]
+        .iter()
+        .find(|l| l["event"] == "chunk" && l["subgoal"] == "wipe the table")
+        .unwrap();
+    assert!(first_new["subgoal_id"].as_u64() > chunks[0]["subgoal_id"].as_u64());
+    let after: Vec<&Value> = lines[i_interrupt..]
+        .iter()
+        .filter(|l| l["event"] == "chunk")
+        .collect();
+    let halt = after.iter().position(|c| c["halt"] == true).unwrap();
+    assert!(
+        halt <= 1,
+        "halt within one chunk of the interrupt: {after:#?}"
+    );
+    assert_eq!(after.len(), halt + 1, "no chunk after the halt: {after:#?}");
+
+    // The garbage command was refused and counted; the node says it is halted.
+    let st = node.status();
+    assert!(st.halted);
+    assert_eq!(st.bad_commands, 1, "{}", st.last_error);
+    assert_eq!(st.bad_frames, 0, "{}", st.last_error);
+    let last_status = lines.iter().rev().find(|l| l["event"] == "status");
+    if let Some(s) = last_status {
+        assert_eq!(s["bad_frames"], 0);
+    }
+}

@@ -1,0 +1,224 @@
+"""The ROS 2 messages the robot host exchanges, as IDL structs of the `cyclonedds` Python
+package (an XCDR1 implementation independent of the node's): the DDS type names ROS 2
+middlewares register and the fields in `.msg` order. Used by scripts/ros-cdr-references.py
+(reference bytes) and tests/dds_peer.py (the wire test's peer).
+"""
+from dataclasses import dataclass
+
+import cyclonedds.idl.types as t
+from cyclonedds.idl import IdlStruct
+
+
+def dds(name):
+    pkg, kind, typ = name.split("/")
+    return f"{pkg}::{kind}::dds_::{typ}_"
+
+
+@dataclass
+class Time(IdlStruct, typename=dds("builtin_interfaces/msg/Time")):
+    sec: t.int32
+    nanosec: t.uint32
+
+
+@dataclass
+class Duration(IdlStruct, typename=dds("builtin_interfaces/msg/Duration")):
+    sec: t.int32
+    nanosec: t.uint32
+
+
+@dataclass
+class Clock(IdlStruct, typename=dds("rosgraph_msgs/msg/Clock")):
+    clock: Time
+
+
+@dataclass
+class Header(IdlStruct, typename=dds("std_msgs/msg/Header")):
+    stamp: Time
+    frame_id: str
+
+
+@dataclass
+class StringMsg(IdlStruct, typename=dds("std_msgs/msg/String")):
+    data: str
+
+
+@dataclass
+class Empty(IdlStruct, typename=dds("std_msgs/msg/Empty")):
+    structure_needs_at_least_one_member: t.uint8
+
+
+@dataclass
+class Image(IdlStruct, typename=dds("sensor_msgs/msg/Image")):
+    header: Header
+    height: t.uint32
+    width: t.uint32
+    encoding: str
+    is_bigendian: t.uint8
+    step: t.uint32
+    data: t.sequence[t.uint8]
+
+
+@dataclass
+class CompressedImage(IdlStruct, typename=dds("sensor_msgs/msg/CompressedImage")):
+    header: Header
+    format: str
+    data: t.sequence[t.uint8]
+
+
+@dataclass
+class JointState(IdlStruct, typename=dds("sensor_msgs/msg/JointState")):
+    header: Header
+    name: t.sequence[str]
+    position: t.sequence[t.float64]
+    velocity: t.sequence[t.float64]
+    effort: t.sequence[t.float64]
+
+
+@dataclass
+class JointTrajectoryPoint(IdlStruct, typename=dds("trajectory_msgs/msg/JointTrajectoryPoint")):
+    positions: t.sequence[t.float64]
+    velocities: t.sequence[t.float64]
+    accelerations: t.sequence[t.float64]
+    effort: t.sequence[t.float64]
+    time_from_start: Duration
+
+
+@dataclass
+class JointTrajectory(IdlStruct, typename=dds("trajectory_msgs/msg/JointTrajectory")):
+    header: Header
+    joint_names: t.sequence[str]
+    points: t.sequence[JointTrajectoryPoint]
+
+
+@dataclass
+class KeyValue(IdlStruct, typename=dds("diagnostic_msgs/msg/KeyValue")):
+    key: str
+    value: str
+
+
+@dataclass
+class DiagnosticStatus(IdlStruct, typename=dds("diagnostic_msgs/msg/DiagnosticStatus")):
+    level: t.uint8
+    name: str
+    message: str
+    hardware_id: str
+    values: t.sequence[KeyValue]
+
+
+@dataclass
+class DiagnosticArray(IdlStruct, typename=dds("diagnostic_msgs/msg/DiagnosticArray")):
+    header: Header
+    status: t.sequence[DiagnosticStatus]
+
+
+@dataclass
+class RdAudioData(IdlStruct, typename="rd::" + dds("audio_common_msgs/msg/AudioData")):
+    data: t.sequence[t.uint8]
+
+
+@dataclass
+class RdAudioDataStamped(IdlStruct, typename="rd::" + dds("audio_common_msgs/msg/AudioDataStamped")):
+    header: Header
+    audio: RdAudioData
+
+
+@dataclass
+class MgAudioData(IdlStruct, typename="mg::" + dds("audio_common_msgs/msg/AudioData")):
+    float32_data: t.sequence[t.float32]
+    int32_data: t.sequence[t.int32]
+    int16_data: t.sequence[t.int16]
+    int8_data: t.sequence[t.int8]
+    uint8_data: t.sequence[t.uint8]
+
+
+@dataclass
+class MgAudioInfo(IdlStruct, typename="mg::" + dds("audio_common_msgs/msg/AudioInfo")):
+    format: t.int32
+    channels: t.int32
+    rate: t.int32
+    chunk: t.int32
+
+
+@dataclass
+class MgAudio(IdlStruct, typename="mg::" + dds("audio_common_msgs/msg/Audio")):
+    audio_data: MgAudioData
+    info: MgAudioInfo
+
+
+@dataclass
+class MgAudioStamped(IdlStruct, typename="mg::" + dds("audio_common_msgs/msg/AudioStamped")):
+    header: Header
+    audio: MgAudio
+
+
+@dataclass
+class ActionChunk(IdlStruct, typename=dds("frt_msgs/msg/ActionChunk")):
+    header: Header
+    seq: t.uint64
+    horizon: t.uint32
+    action_dim: t.uint32
+    actions: t.sequence[t.float32]
+    dt: t.float64
+    subgoal: str
+    subgoal_id: t.uint64
+    halt: bool
+    inference_latency: t.float64
+
+
+@dataclass
+class AudioChunk(IdlStruct, typename=dds("frt_msgs/msg/AudioChunk")):
+    header: Header
+    sample_rate: t.uint32
+    channels: t.uint16
+    samples: t.sequence[t.float32]
+
+
+@dataclass
+class Transcript(IdlStruct, typename=dds("frt_msgs/msg/Transcript")):
+    header: Header
+    text: str
+    avg_logprob: t.float32
+    no_speech_prob: t.float32
+    decision: str
+
+
+@dataclass
+class StageLatency(IdlStruct, typename=dds("frt_msgs/msg/StageLatency")):
+    name: str
+    p50_ms: t.float64
+    p99_ms: t.float64
+    count: t.uint64
+
+
+@dataclass
+class HostStatus(IdlStruct, typename=dds("frt_msgs/msg/HostStatus")):
+    header: Header
+    halted: bool
+    subgoal: str
+    subgoal_id: t.uint64
+    ticks: t.uint64
+    chunks: t.uint64
+    halts: t.uint64
+    abandoned: t.uint64
+    stale: t.uint64
+    bad_frames: t.uint64
+    bad_states: t.uint64
+    bad_audio: t.uint64
+    bad_commands: t.uint64
+    non_finite: t.uint64
+    deadline_misses: t.uint64
+    clamped: t.uint64
+    last_error: str
+    latency: t.sequence[StageLatency]
+
+
+@dataclass
+class SetSubgoalRequest(IdlStruct, typename=dds("frt_msgs/srv/SetSubgoal_Request")):
+    subgoal: str
+
+
+@dataclass
+class SetSubgoalResponse(IdlStruct, typename=dds("frt_msgs/srv/SetSubgoal_Response")):
+    accepted: bool
+    subgoal_id: t.uint64
+    message: str
