@@ -3,12 +3,12 @@
     ros2 launch frt_robot_host robot_host.launch.py config:=/path/to/pi05_thor.yaml
 
 Arguments: config (the node's YAML configuration), namespace, use_sim_time, log_level,
-respawn (restart the node when it exits).
+respawn (restart the node when it exits), transport (`rcl`: the r2r transport of a build with
+the `ros2` feature; `dds`: the pure-Rust DDS transport of a build with the `dds` feature).
 """
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument
-from launch.conditions import IfCondition
-from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
+from launch.substitutions import LaunchConfiguration, PathJoinSubstitution, PythonExpression
 from launch_ros.actions import Node
 from launch_ros.substitutions import FindPackageShare
 
@@ -28,13 +28,18 @@ def generate_launch_description():
                               description="rcl log level"),
         DeclareLaunchArgument("respawn", default_value="false",
                               description="restart the node when it exits"),
+        DeclareLaunchArgument("transport", default_value="rcl", choices=["rcl", "dds"],
+                              description="rcl (r2r) or dds (pure Rust)"),
     ]
+    transport_flag = PythonExpression(
+        ["'--dds' if '", LaunchConfiguration("transport"), "' == 'dds' else ''"])
     node = Node(
         package="frt_robot_host",
         executable="frt-robot-host",
         name="frt_robot_host",
         namespace=LaunchConfiguration("namespace"),
-        arguments=["ros", "--ros-args", "--log-level", LaunchConfiguration("log_level")],
+        arguments=["ros", transport_flag,
+                   "--ros-args", "--log-level", LaunchConfiguration("log_level")],
         parameters=[{
             "config": LaunchConfiguration("config"),
             "use_sim_time": LaunchConfiguration("use_sim_time"),

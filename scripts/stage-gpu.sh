@@ -11,7 +11,7 @@ out=.gpu
 rm -rf "$out"
 mkdir -p "$out"
 
-cargo build --release -p frt-exec-capi -p frt-kernels -p frt-asr -p frt-vla -p frt-robot-host --bins --lib
+cargo build --release -p frt-exec-capi -p frt-kernels -p frt-asr -p frt-vla -p frt_robot_host --bins --lib
 # Test executables: name them after their target (e.g. exec-contract, exec-alloc_free).
 cargo test --release -p frt-exec -p frt-exec-capi -p frt-kernels -p frt-asr -p frt-vla --no-run --message-format=json 2>/dev/null |
     python3 -c '
