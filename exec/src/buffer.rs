@@ -242,7 +242,14 @@ impl Buffer {
     /// use), so the call returns before the device copy runs. A second upload waits for the
     /// first one's device copy to finish before reusing the staging memory. Not capturable.
     pub fn upload(&self, s: Stream, offset: usize, data: &[u8]) -> Result<()> {
-        check_range("upload", self, offset, data.len())?;
+        self.upload_parts(s, offset, &[data])
+    }
+
+    /// Like [`Buffer::upload`] for data in several pieces, placed one after another from
+    /// `offset`: one copy into the staging memory and one device copy for all of them.
+    pub fn upload_parts(&self, s: Stream, offset: usize, parts: &[&[u8]]) -> Result<()> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        check_range("upload", self, offset, len)?;
         let ctx = &self.0.ctx;
         let raw = ctx.inner.raw_stream(s)?;
         if ctx.is_capturing(s) {
@@ -251,16 +258,20 @@ impl Buffer {
                 "uploads cannot be captured; write inputs before replaying",
             ));
         }
-        if data.is_empty() {
+        if len == 0 {
             return Ok(());
         }
         let mut st = self.staging()?;
         if let Some(ev) = &st.last_copy {
             ev.synchronize()?;
         }
-        // SAFETY: staging has `self.bytes` bytes; the range was checked; no copy out of the
-        // staging memory is pending (waited above).
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), st.ptr.add(offset), data.len()) };
+        let mut at = offset;
+        for p in parts {
+            // SAFETY: staging has `self.bytes` bytes; the whole range was checked; no copy out
+            // of the staging memory is pending (waited above).
+            unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), st.ptr.add(at), p.len()) };
+            at += p.len();
+        }
         let stage = st.ptr as u64 + offset as u64;
         match &ctx.inner.device {
             Device::Host(h) => h.enqueue(
@@ -268,7 +279,7 @@ impl Buffer {
                 HostOp::Memcpy {
                     dst: (self.0.ptr + offset as u64) as usize,
                     src: stage as usize,
-                    bytes: data.len(),
+                    bytes: len,
                     _keep: [Some(self.clone()), None],
                 },
             )?,
@@ -277,7 +288,7 @@ impl Buffer {
                 c.copy_htod(
                     self.0.ptr + offset as u64,
                     stage as *const u8,
-                    data.len(),
+                    len,
                     raw as _,
                 )?
             },

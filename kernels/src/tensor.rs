@@ -241,6 +241,32 @@ impl Tensor {
         }
     }
 
+    /// Writes an f32 tensor from pieces laid one after another (`numel` values in all): one
+    /// staging copy and one device copy, no allocation (inputs written every inference).
+    pub fn write_f32_parts(&self, s: Stream, parts: &[&[f32]]) -> Result<()> {
+        self.expect_contiguous("write_f32_parts")?;
+        let n: usize = parts.iter().map(|p| p.len()).sum();
+        if self.dtype != DType::F32 || n != self.numel() {
+            return Err(Error::shape(
+                "write_f32_parts",
+                format!("{n} f32 values for {self:?}"),
+            ));
+        }
+        let mut bytes: [&[u8]; 8] = [&[]; 8];
+        if parts.len() > bytes.len() {
+            return Err(Error::shape(
+                "write_f32_parts",
+                format!("{} pieces (at most {})", parts.len(), bytes.len()),
+            ));
+        }
+        for (b, p) in bytes.iter_mut().zip(parts) {
+            // SAFETY: plain numbers, no padding.
+            *b = unsafe { std::slice::from_raw_parts(p.as_ptr() as *const u8, p.len() * 4) };
+        }
+        let at = self.offset * self.dtype.size();
+        Ok(self.buffer.upload_parts(s, at, &bytes[..parts.len()])?)
+    }
+
     /// Writes f32 values, converted to the tensor's float dtype (contiguous tensors; for
     /// set-up and tests: it allocates).
     pub fn write_f32(&self, s: Stream, values: &[f32]) -> Result<()> {

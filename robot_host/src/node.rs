@@ -560,12 +560,15 @@ impl Node {
                     }
                 }
                 drop(v);
-                let hold = row.repeat(horizon);
-                self.policy.set_hold(&hold, d)?;
-                hold
+                row.repeat(horizon)
             }
             _ => vec![0.0; horizon * d],
         };
+        // Position control holds these targets: written on the halt stream just before the
+        // halt graph (velocity control's zeros were written once at start-up).
+        if self.cfg.safety.action_space == ActionSpace::Position {
+            self.policy.set_hold(&expect, d)?;
+        }
         self.policy.halt(&mut self.chunk, d)?;
         let close = self
             .chunk
@@ -666,13 +669,16 @@ impl Node {
                 }
             }
         }
-        let frames: Vec<Option<&[f32]>> = self
-            .frames
-            .iter()
-            .map(|f| f.as_ref().filter(|_| fresh(f)).map(|(_, p)| p.as_slice()))
-            .collect();
+        let mut frames: [Option<&[f32]>; frt_vla::MAX_VIEWS] = [None; frt_vla::MAX_VIEWS];
+        for (f, slot) in frames.iter_mut().zip(&self.frames) {
+            *f = slot
+                .as_ref()
+                .filter(|_| fresh(slot))
+                .map(|(_, p)| p.as_slice());
+        }
+        let frames = &frames[..self.frames.len().min(frt_vla::MAX_VIEWS)];
         let subgoal = self.status.subgoal.clone();
-        if let Err(e) = self.policy.prepare(&frames, &self.state, &subgoal) {
+        if let Err(e) = self.policy.prepare(frames, &self.state, &subgoal) {
             return self.refused(e);
         }
         let t1 = std::time::Instant::now();
@@ -693,13 +699,11 @@ impl Node {
         }
         self.guard();
         let horizon = self.policy.config().action_horizon;
-        let last = self.chunk[(horizon - 1) * d..].to_vec();
-        if self.cfg.safety.action_space == ActionSpace::Position {
-            if let Err(e) = self.policy.set_hold(&last.repeat(horizon), d) {
-                self.status.last_error = format!("hold chunk: {e}");
-            }
+        let last = &self.chunk[(horizon - 1) * d..];
+        match &mut self.last_action {
+            Some(a) => a.copy_from_slice(last),
+            None => self.last_action = Some(last.to_vec()),
         }
-        self.last_action = Some(last);
         self.seq += 1;
         self.status.chunks += 1;
         let now = self.clock.now();
@@ -733,14 +737,15 @@ impl Node {
     /// device never waits for the host); between two replays, and while waiting, a command is
     /// acted on at once: the outcome it gives ends the tick.
     fn replay_all(&mut self) -> Result<Option<TickOutcome>> {
-        let stages = self.policy.stages().to_vec();
+        let n = self.policy.stages().len();
         let s = self.policy.model.stream();
-        for (i, st) in stages.iter().enumerate() {
+        for i in 0..n {
             if let Some(h) = &mut self.hook {
                 h(i);
             }
             self.enqueued[i % 2] = std::time::Instant::now();
-            self.policy.replay(*st)?;
+            let st = self.policy.stages()[i];
+            self.policy.replay(st)?;
             self.done[i % 2].record(s)?;
             if i > 0 {
                 if let Some(o) = self.wait_replay(i - 1)? {
@@ -748,7 +753,7 @@ impl Node {
                 }
             }
         }
-        self.wait_replay(stages.len() - 1)
+        self.wait_replay(n - 1)
     }
 
     /// Clamps to the limits and caps the change between consecutive actions (starting from
@@ -756,20 +761,25 @@ impl Node {
     fn guard(&mut self) {
         let s = &self.cfg.safety;
         let d = self.cfg.control.action_dim;
-        let mut prev = self.last_action.clone();
         let mut changed = 0u64;
-        for row in self.chunk.chunks_mut(d) {
+        for r in 0..self.chunk.len() / d {
             for k in 0..d {
-                let mut x = row[k].clamp(s.min(k), s.max(k));
-                if let (Some(cap), Some(p)) = (s.delta(k), &prev) {
-                    x = x.clamp(p[k] - cap, p[k] + cap);
+                // The previous action: the row before (already guarded), or the last one
+                // published for the first row.
+                let prev = match r {
+                    0 => self.last_action.as_ref().map(|a| a[k]),
+                    _ => Some(self.chunk[(r - 1) * d + k]),
+                };
+                let i = r * d + k;
+                let mut x = self.chunk[i].clamp(s.min(k), s.max(k));
+                if let (Some(cap), Some(p)) = (s.delta(k), prev) {
+                    x = x.clamp(p - cap, p + cap);
                 }
-                if x != row[k] {
+                if x != self.chunk[i] {
                     changed += 1;
-                    row[k] = x;
+                    self.chunk[i] = x;
                 }
             }
-            prev = Some(row.to_vec());
         }
         self.status.clamped += changed;
     }

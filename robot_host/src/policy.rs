@@ -140,8 +140,7 @@ impl Policy {
         };
         // The halt graph has a defined chunk from the start (zeros, normalized units).
         p.model
-            .set_hold(&vec![0.0; mc.action_horizon * mc.action_dim])?;
-        p.ctx.sync_stream(p.model.stream())?;
+            .set_hold(p.halt_stream, &vec![0.0; mc.action_horizon * mc.action_dim])?;
         Ok(p)
     }
 
@@ -217,7 +216,7 @@ impl Policy {
     }
 
     /// Sets the chunk the halt graph writes (robot units, `horizon × robot_dim`; other model
-    /// dimensions hold zero), then waits for the upload.
+    /// dimensions hold zero), on the halt stream: the next halt sees it.
     pub fn set_hold(&mut self, hold: &[f32], robot_dim: usize) -> Result<()> {
         let d = self.model.config.action_dim;
         self.raw.iter_mut().for_each(|x| *x = 0.0);
@@ -227,8 +226,7 @@ impl Policy {
                 n.actions.normalize(row, n.quantiles)?;
             }
         }
-        self.model.set_hold(&self.raw)?;
-        self.ctx.sync_stream(self.model.stream())?;
+        self.model.set_hold(self.halt_stream, &self.raw)?;
         Ok(())
     }
 

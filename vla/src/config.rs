@@ -41,6 +41,9 @@ pub struct GemmaConfig {
     pub head_dim: usize,
 }
 
+/// The most camera views a model may have (inputs are gathered on the stack).
+pub const MAX_VIEWS: usize = 8;
+
 /// The whole policy.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pi05Config {
@@ -57,7 +60,8 @@ pub struct Pi05Config {
     pub action_horizon: usize,
     /// `max_token_len` (prompt tokens)
     pub max_token_len: usize,
-    /// Camera views (`base_0_rgb`, `left_wrist_0_rgb`, `right_wrist_0_rgb`).
+    /// Camera views (`base_0_rgb`, `left_wrist_0_rgb`, `right_wrist_0_rgb`), at most
+    /// [`MAX_VIEWS`].
     pub views: usize,
     /// Flow-matching Euler steps.
     pub steps: usize,
@@ -170,6 +174,9 @@ impl Pi05Config {
                 "views, action_horizon, action_dim, max_token_len and steps must be positive"
                     .into(),
             );
+        }
+        if self.views > MAX_VIEWS {
+            return Err(format!("{} views (at most {MAX_VIEWS})", self.views));
         }
         Ok(())
     }

@@ -12,7 +12,7 @@ pub mod pi05;
 pub mod tokenizer;
 pub mod weights;
 
-pub use config::{GemmaConfig, Pi05Config, SiglipConfig};
+pub use config::{GemmaConfig, MAX_VIEWS, Pi05Config, SiglipConfig};
 pub use error::{Error, Result};
 pub use pi05::{Observation, Pi05, Stage};
 pub use tokenizer::{Tokenizer, pi05_tokens};

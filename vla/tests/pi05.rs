@@ -167,8 +167,7 @@ fn stages_replay_one_by_one_and_halt_overrides() {
     // Halt on a higher-priority stream: the output becomes the hold chunk.
     let hi = ctx.stream(ctx.priority_range().1).unwrap();
     let hold: Vec<f32> = (0..whole.len()).map(|n| n as f32 * 0.001).collect();
-    m.set_hold(&hold).unwrap();
-    ctx.sync_stream(s).unwrap();
+    m.set_hold(hi, &hold).unwrap();
     m.halt(hi).unwrap();
     let mut out = vec![0f32; whole.len()];
     m.read_actions(hi, &mut out).unwrap();
@@ -224,5 +223,5 @@ fn bad_inputs_are_rejected() {
     let mut nan = i.noise.clone();
     nan[0] = f32::NAN;
     assert!(obs(&[Some(img), None, None], &i.tokens, &nan), "NaN noise");
-    assert!(m.set_hold(&[0.0; 3]).is_err());
+    assert!(m.set_hold(m.stream(), &[0.0; 3]).is_err());
 }

@@ -70,8 +70,10 @@ pub struct Pi05 {
     step: Graph,
     halt: Graph,
     plan: Plan,
-    /// Host staging of the pixels of every view (reused by each `set_inputs`).
-    pixels: std::sync::Mutex<Vec<f32>>,
+    /// One view of zeros (what a missing view's pixels are).
+    zero_view: Vec<f32>,
+    /// The prompt buffer's bytes as the host builds them (reused by each `set_prompt`).
+    prompt_bytes: std::sync::Mutex<Vec<u8>>,
 }
 
 struct Uploader<'a> {
@@ -583,6 +585,7 @@ impl Pi05 {
             plan.add(&step, ShapeKey(i as u64), s)?;
         }
         ctx.sync_stream(s)?;
+        let zero_view = vec![0.0; c.siglip.image_size * c.siglip.image_size * 3];
         Ok(Pi05 {
             k,
             s,
@@ -598,7 +601,8 @@ impl Pi05 {
             step,
             halt,
             plan,
-            pixels: Default::default(),
+            zero_view,
+            prompt_bytes: Default::default(),
         })
     }
 
@@ -655,30 +659,36 @@ impl Pi05 {
                 reason: format!("{} view flags for {} views", views_present.len(), c.views),
             });
         }
+        // Which prefix entries are valid: present views' image tokens, then the prompt's.
         let vt = c.siglip.tokens();
-        let mut mask = Vec::with_capacity(c.prefix_len());
-        for &present in views_present {
-            mask.extend(std::iter::repeat_n(u8::from(present), vt));
+        let images = c.views * vt;
+        let valid = |i: usize| {
+            if i < images {
+                views_present[i / vt]
+            } else {
+                i - images < tokens.len()
+            }
+        };
+        // The prompt buffer's layout (see `new`), built in a reused scratch: one upload.
+        let mut bytes = self.prompt_bytes.lock().unwrap_or_else(|p| p.into_inner());
+        bytes.clear();
+        let mut put = |v: i32| bytes.extend_from_slice(&v.to_ne_bytes());
+        for i in 0..c.max_token_len {
+            put(tokens.get(i).map_or(0, |t| *t as i32));
         }
-        mask.extend((0..c.max_token_len).map(|i| u8::from(i < tokens.len())));
         // positions = cumsum(mask) - 1 (openpi); masked tokens' positions are never seen.
-        let mut pos = Vec::with_capacity(mask.len());
         let mut n = 0i32;
-        for &m in &mask {
-            n += m as i32;
-            pos.push((n - 1).max(0));
+        for i in 0..c.prefix_len() {
+            n += i32::from(valid(i));
+            put((n - 1).max(0));
         }
-        let suffix: Vec<i32> = (0..c.action_horizon as i32).map(|i| n + i).collect();
-        let mut full = mask.clone();
-        full.extend(std::iter::repeat_n(1u8, c.action_horizon));
-        // The prompt buffer's layout (see `new`): one upload.
-        let mut bytes = Vec::with_capacity(self.tokens.buffer().bytes());
-        let ids = (0..c.max_token_len).map(|i| tokens.get(i).map_or(0, |t| *t as i32));
-        for v in ids.chain(pos.iter().copied()).chain(suffix.iter().copied()) {
-            bytes.extend_from_slice(&v.to_ne_bytes());
+        for i in 0..c.action_horizon as i32 {
+            put(n + i);
         }
-        bytes.extend_from_slice(&mask);
-        bytes.extend_from_slice(&full);
+        for _ in 0..2 {
+            bytes.extend((0..c.prefix_len()).map(|i| u8::from(valid(i))));
+        }
+        bytes.extend(std::iter::repeat_n(1u8, c.action_horizon));
         self.tokens.buffer().upload(self.s, 0, &bytes)?;
         Ok(())
     }
@@ -703,27 +713,33 @@ impl Pi05 {
                 reason: "every view is missing".into(),
             });
         }
-        // A scratch kept between calls: no allocation (nor fresh pages) per inference.
-        let mut pixels = self.pixels.lock().unwrap_or_else(|p| p.into_inner());
-        pixels.resize(c.views * per_view, 0.0);
+        // Pixels go from the caller's slices to the device through one staging copy; nothing
+        // is allocated per inference.
+        let mut parts: [&[f32]; crate::config::MAX_VIEWS] = [&[]; crate::config::MAX_VIEWS];
+        let mut present = [false; crate::config::MAX_VIEWS];
         for (v, img) in obs.images.iter().enumerate() {
-            if let Some(img) = img {
-                if img.len() != per_view {
-                    return Err(Error::BadInput {
-                        what: format!("image {v}"),
-                        reason: format!("{} values, expected {per_view}", img.len()),
-                    });
-                }
-                if img.iter().any(|x| !x.is_finite() || x.abs() > 1.0 + 1e-6) {
-                    return Err(Error::BadInput {
-                        what: format!("image {v}"),
-                        reason: "values outside [-1, 1]".into(),
-                    });
-                }
-                pixels[v * per_view..(v + 1) * per_view].copy_from_slice(img);
-            } else {
-                pixels[v * per_view..(v + 1) * per_view].fill(0.0);
+            let Some(img) = img else {
+                parts[v] = &self.zero_view;
+                continue;
+            };
+            if img.len() != per_view {
+                return Err(Error::BadInput {
+                    what: format!("image {v}"),
+                    reason: format!("{} values, expected {per_view}", img.len()),
+                });
             }
+            // Branch-free per block so it vectorizes (NaN fails the comparison).
+            let in_range = img
+                .chunks(64)
+                .all(|b| b.iter().fold(true, |ok, x| ok & (x.abs() <= 1.0 + 1e-6)));
+            if !in_range {
+                return Err(Error::BadInput {
+                    what: format!("image {v}"),
+                    reason: "values outside [-1, 1]".into(),
+                });
+            }
+            parts[v] = img;
+            present[v] = true;
         }
         if obs.noise.len() != c.action_horizon * c.action_dim
             || obs.noise.iter().any(|x| !x.is_finite())
@@ -737,9 +753,8 @@ impl Pi05 {
                 ),
             });
         }
-        let present: Vec<bool> = obs.images.iter().map(|i| i.is_some()).collect();
-        self.set_prompt(obs.tokens, &present)?;
-        self.images.write_f32(self.s, &pixels)?;
+        self.set_prompt(obs.tokens, &present[..c.views])?;
+        self.images.write_f32_parts(self.s, &parts[..c.views])?;
         self.x.write_f32(self.s, obs.noise)?;
         Ok(())
     }
@@ -765,15 +780,17 @@ impl Pi05 {
         &self.plan
     }
 
-    /// Sets the chunk the halt graph writes (`action_horizon × action_dim`, normalized units).
-    pub fn set_hold(&self, chunk: &[f32]) -> Result<()> {
+    /// Sets the chunk the halt graph writes (`action_horizon × action_dim`, normalized units),
+    /// written in order on `s`: a halt replayed on the same stream afterwards sees it with no
+    /// wait on the host.
+    pub fn set_hold(&self, s: Stream, chunk: &[f32]) -> Result<()> {
         if chunk.len() != self.hold.numel() || chunk.iter().any(|v| !v.is_finite()) {
             return Err(Error::BadInput {
                 what: "hold chunk".into(),
                 reason: format!("{} values (need {} finite)", chunk.len(), self.hold.numel()),
             });
         }
-        Ok(self.hold.write_f32(self.s, chunk)?)
+        Ok(self.hold.write_f32(s, chunk)?)
     }
 
     /// Replays the halt graph on `s` (the highest-priority stream): the output becomes the
