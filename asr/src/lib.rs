@@ -23,7 +23,7 @@ pub mod weights;
 pub use config::WhisperConfig;
 pub use decode::{Decoder, Timings, Transcript};
 pub use error::{Error, Result};
-pub use model::{ModelOptions, Suppression, WhisperModel};
+pub use model::{Gate, ModelOptions, Suppression, WhisperModel};
 
 use frt_exec::{Ctx, Stream};
 use std::path::Path;

@@ -136,7 +136,13 @@ pub struct WhisperModel {
     decoder: Graph,
     /// Positions with a captured decoder step.
     pub positions: usize,
+    /// Called before every replay (see [`WhisperModel::set_gate`]).
+    gate: Option<Gate>,
 }
+
+/// Called before each of Whisper's graph replays; it may block, e.g. until a higher-priority
+/// user of the same GPU is between two units of work.
+pub type Gate = std::sync::Arc<dyn Fn() + Send + Sync>;
 
 impl WhisperModel {
     /// Uploads `w`, allocates every buffer, and captures the encoder graph and one decoder
@@ -386,6 +392,7 @@ impl WhisperModel {
             encoder,
             decoder,
             positions,
+            gate: None,
         })
     }
 
@@ -402,11 +409,25 @@ impl WhisperModel {
         self.encoder.capture_count() + self.decoder.capture_count()
     }
 
+    /// Sets the gate every replay waits on first (`None`: replay at once). A GPU shared with a
+    /// real-time user gets less interference when speech recognition only enqueues work while
+    /// that user is idle.
+    pub fn set_gate(&mut self, gate: Option<Gate>) {
+        self.gate = gate;
+    }
+
+    fn pass_gate(&self) {
+        if let Some(g) = &self.gate {
+            g();
+        }
+    }
+
     /// Computes the features of 16 kHz mono audio and runs the encoder (including the
     /// cross-attention keys and values). Returns the frames of content.
     pub fn encode(&self, audio: &[f32]) -> Result<usize> {
         let (x, content) = self.frontend.encoder_input(audio);
         self.mel.write_f32(self.s, &x)?;
+        self.pass_gate();
         self.encoder.replay(ShapeKey(0), self.s)?;
         Ok(content)
     }
@@ -419,6 +440,7 @@ impl WhisperModel {
             });
         }
         self.token.buffer().write(self.s, 0, &[token as i32])?;
+        self.pass_gate();
         self.decoder.replay(ShapeKey(position as u64), self.s)?;
         Ok(())
     }

@@ -14,7 +14,7 @@ use crate::frame::{Rgb8, decode_compressed, decode_raw};
 use crate::messages::*;
 use crate::policy::Policy;
 use crossbeam_channel::{Receiver, Sender, TrySendError};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The node's clock (seconds). Real time on a robot; a settable clock in simulation.
@@ -66,6 +66,45 @@ impl<T> Slot<T> {
         Slot {
             value: Mutex::new((None, 0)),
         }
+    }
+}
+
+/// Whether the control thread has policy work in flight: speech recognition sharing the GPU
+/// enqueues its replays between ticks, so that its kernels do not take SMs from a tick.
+#[derive(Debug, Default)]
+pub struct PolicyBusy(AtomicBool);
+
+impl PolicyBusy {
+    /// The longest a gated replay waits: speech recognition is never starved, even when ticks
+    /// run back to back.
+    pub const MAX_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+
+    pub fn is_busy(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Blocks while a tick is in flight, at most [`PolicyBusy::MAX_WAIT`].
+    pub fn wait_idle(&self) {
+        let t = std::time::Instant::now();
+        while self.is_busy() && t.elapsed() < Self::MAX_WAIT {
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+    }
+}
+
+/// Marks a tick busy until dropped (every return path clears it).
+struct BusyTick(Arc<PolicyBusy>);
+
+impl BusyTick {
+    fn new(b: &Arc<PolicyBusy>) -> BusyTick {
+        b.0.store(true, Ordering::Release);
+        BusyTick(b.clone())
+    }
+}
+
+impl Drop for BusyTick {
+    fn drop(&mut self) {
+        self.0.0.store(false, Ordering::Release);
     }
 }
 
@@ -292,6 +331,8 @@ pub enum TickOutcome {
 pub struct Node {
     cfg: Config,
     policy: Policy,
+    /// Set while a tick has policy work in flight (speech recognition waits for it to clear).
+    busy: Arc<PolicyBusy>,
     clock: Arc<dyn Clock>,
     inputs: Inputs,
     commands: Receiver<Queued>,
@@ -389,12 +430,20 @@ impl Node {
             timings: TickTimings::default(),
             rec: crate::observe::Recorder::new(0),
             enqueued: [std::time::Instant::now(); 2],
+            busy: Arc::default(),
         };
         if node.cfg.safety.action_space == ActionSpace::Velocity {
             let zeros = vec![0.0; horizon * d];
             node.policy.set_hold(&zeros, d)?;
         }
         Ok((node, inputs, Outputs(orx)))
+    }
+
+    /// The gate speech recognition on the policy's GPU passes before each replay: it waits
+    /// while a tick is in flight (at most [`PolicyBusy::MAX_WAIT`]).
+    pub fn asr_gate(&self) -> frt_asr::Gate {
+        let busy = self.busy.clone();
+        Arc::new(move || busy.wait_idle())
     }
 
     pub fn policy(&self) -> &Policy {
@@ -678,6 +727,7 @@ impl Node {
         }
         let frames = &frames[..self.frames.len().min(frt_vla::MAX_VIEWS)];
         let subgoal = self.status.subgoal.clone();
+        let _busy = BusyTick::new(&self.busy);
         if let Err(e) = self.policy.prepare(frames, &self.state, &subgoal) {
             return self.refused(e);
         }

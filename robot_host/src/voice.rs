@@ -207,13 +207,19 @@ pub fn spawn(
         .asr
         .clone()
         .ok_or_else(|| crate::Error::bad("asr", "no `asr` section in the configuration"))?;
-    let ctx = match node.policy().model.kernels().target().as_str() {
-        "host" => frt_exec::Ctx::host()?,
-        _ => node.policy().ctx.clone(),
+    let host = node.policy().model.kernels().target() == "host";
+    let ctx = if host {
+        frt_exec::Ctx::host()?
+    } else {
+        node.policy().ctx.clone()
     };
     let (_, _, priority) = cfg.streams.resolve(ctx.priority_range());
     let s = ctx.stream(priority)?;
-    let whisper = frt_asr::Whisper::load(&ctx, &asr.model, s, Default::default())?;
+    let mut whisper = frt_asr::Whisper::load(&ctx, &asr.model, s, Default::default())?;
+    // On the shared GPU, Whisper enqueues its replays between ticks.
+    if !host {
+        whisper.model.set_gate(Some(node.asr_gate()));
+    }
     let transcriber = Transcriber::spawn(whisper, 4);
     let (inputs, out) = (node.inputs(), node.output_sender());
     std::thread::Builder::new()
