@@ -51,6 +51,9 @@ fn contiguous_strides(shape: &[usize]) -> [usize; MAX_RANK] {
     st
 }
 
+/// The most pieces [`Tensor::write_f32_parts`] takes (pieces are gathered on the stack).
+pub const MAX_PARTS: usize = 8;
+
 impl Tensor {
     /// A contiguous row-major view of the start of `buffer`.
     pub fn new(buffer: &Buffer, dtype: DType, shape: &[usize]) -> Result<Tensor> {
@@ -241,8 +244,9 @@ impl Tensor {
         }
     }
 
-    /// Writes an f32 tensor from pieces laid one after another (`numel` values in all): one
-    /// staging copy and one device copy, no allocation (inputs written every inference).
+    /// Writes an f32 tensor from at most [`MAX_PARTS`] pieces laid one after another (`numel`
+    /// values in all): one staging copy and one device copy, no allocation (inputs written
+    /// every inference).
     pub fn write_f32_parts(&self, s: Stream, parts: &[&[f32]]) -> Result<()> {
         self.expect_contiguous("write_f32_parts")?;
         let n: usize = parts.iter().map(|p| p.len()).sum();
@@ -252,8 +256,8 @@ impl Tensor {
                 format!("{n} f32 values for {self:?}"),
             ));
         }
-        let mut bytes: [&[u8]; 8] = [&[]; 8];
-        if parts.len() > bytes.len() {
+        let mut bytes: [&[u8]; MAX_PARTS] = [&[]; MAX_PARTS];
+        if parts.len() > MAX_PARTS {
             return Err(Error::shape(
                 "write_f32_parts",
                 format!("{} pieces (at most {})", parts.len(), bytes.len()),
@@ -267,8 +271,8 @@ impl Tensor {
         Ok(self.buffer.upload_parts(s, at, &bytes[..parts.len()])?)
     }
 
-    /// Writes f32 values, converted to the tensor's float dtype (contiguous tensors; for
-    /// set-up and tests: it allocates).
+    /// Writes f32 values, converted to the tensor's float dtype (contiguous tensors; other
+    /// dtypes than f32 allocate the converted copy: for set-up and tests).
     pub fn write_f32(&self, s: Stream, values: &[f32]) -> Result<()> {
         self.expect_contiguous("write_f32")?;
         self.expect_float("write_f32", "tensor")?;
@@ -278,14 +282,10 @@ impl Tensor {
                 format!("{} values for {self:?}", values.len()),
             ));
         }
-        let at = self.offset * self.dtype.size();
         if self.dtype == DType::F32 {
-            // SAFETY: plain numbers, no padding.
-            let bytes = unsafe {
-                std::slice::from_raw_parts(values.as_ptr() as *const u8, values.len() * 4)
-            };
-            return Ok(self.buffer.upload(s, at, bytes)?);
+            return self.write_f32_parts(s, &[values]);
         }
+        let at = self.offset * self.dtype.size();
         with_float!(self.dtype, T, {
             let v: Vec<T> = values.iter().map(|&x| T::from_f32(x)).collect();
             // SAFETY: plain numbers, no padding.

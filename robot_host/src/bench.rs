@@ -157,7 +157,7 @@ pub fn run(o: &BenchOptions, tokenizer: Option<&Path>) -> Result<String> {
         } else {
             frt_kernels::DType::F16
         };
-        let whisper = Arc::new(std::sync::Mutex::new(frt_asr::Whisper::load(
+        let mut whisper = frt_asr::Whisper::load(
             &ctx,
             dir,
             s,
@@ -165,26 +165,20 @@ pub fn run(o: &BenchOptions, tokenizer: Option<&Path>) -> Result<String> {
                 dtype,
                 ..Default::default()
             },
-        )?));
+        )?;
         let clip = Arc::new(frt_asr::audio::read_wav(&o.clip)?.to_whisper());
         for (i, gate) in [Some(node.asr_gate()), None].into_iter().enumerate() {
-            whisper
-                .lock()
-                .map_err(|_| Error::bad("bench", "ASR lock"))?
-                .model
-                .set_gate(gate);
+            whisper.model.set_gate(gate);
             let busy = Arc::new(AtomicBool::new(true));
-            let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
             let th = {
-                let (busy, runs, whisper, clip) =
-                    (busy.clone(), runs.clone(), whisper.clone(), clip.clone());
+                let (busy, clip) = (busy.clone(), clip.clone());
+                // The thread hands the model back with its count of transcriptions.
                 std::thread::spawn(move || {
-                    let w = whisper.lock().expect("ASR lock");
+                    let mut runs = 0usize;
                     while busy.load(Ordering::Relaxed) {
-                        if w.transcribe(&clip).is_ok() {
-                            runs.fetch_add(1, Ordering::Relaxed);
-                        }
+                        runs += usize::from(whisper.transcribe(&clip).is_ok());
                     }
+                    (whisper, runs)
                 })
             };
             std::thread::sleep(Duration::from_millis(200));
@@ -193,9 +187,9 @@ pub fn run(o: &BenchOptions, tokenizer: Option<&Path>) -> Result<String> {
                 into.push(tick(&mut node, &mut observe, k)?.0);
             }
             busy.store(false, Ordering::Relaxed);
-            th.join()
+            (whisper, asr_runs[i]) = th
+                .join()
                 .map_err(|_| Error::bad("bench", "the ASR thread panicked"))?;
-            asr_runs[i] = runs.load(Ordering::Relaxed);
             drain(&out);
         }
     }

@@ -22,7 +22,7 @@ use ros2_client::dds::rustdds::{
     no_key::{Decode, DefaultDecoder, DeserializerAdapter, SerializerAdapter},
 };
 use ros2_client::qos::{History, QosProfile, Reliability};
-use ros2_client::{Context, MessageTypeName, Name, NodeName, NodeOptions};
+use ros2_client::{Context, MessageTypeName, NodeName, NodeOptions};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -189,8 +189,9 @@ impl Dds {
         let mut parts = e.type_name.split('/');
         let (pkg, ty) = (parts.next().unwrap_or(""), parts.nth(1).unwrap_or(""));
         let profile = qos(e.sensor_data);
-        let name = Name::parse(&e.topic).map_err(|err| dds_err(&e.topic, err))?;
-        let dds_name = name.to_dds_name("rt", &NodeName::new("/", "n").expect("valid"), "");
+        // ROS 2's DDS topic name: `rt` + the fully qualified name (resolved and checked by
+        // `wire::resolve`).
+        let dds_name = format!("rt{}", e.topic);
         let topic = self
             .context
             .create_topic(dds_name, MessageTypeName::new(pkg, ty), &profile)

@@ -306,27 +306,29 @@ pub fn receive(kind: &In, bytes: Cdr, inputs: &Inputs, clock: Option<&ManualCloc
 }
 
 fn audio(kind: AudioIn, bytes: Cdr) -> std::result::Result<crate::messages::Audio, String> {
-    let s = |e: &dyn std::fmt::Display| e.to_string();
+    let text = |e: &dyn std::fmt::Display| e.to_string();
     match kind {
         AudioIn::Frt => bytes
             .decode::<msg::AudioChunk>()
             .map(convert::audio_chunk)
-            .map_err(|e| s(&e)),
-        AudioIn::AudioStamped => bytes
-            .decode::<mgonzs13::AudioStamped>()
-            .map_err(|e| s(&e))
-            .and_then(|m| convert::audio_stamped(m).map_err(|e| s(&e))),
+            .map_err(|e| text(&e)),
+        AudioIn::AudioStamped => {
+            let m = bytes
+                .decode::<mgonzs13::AudioStamped>()
+                .map_err(|e| text(&e))?;
+            convert::audio_stamped(m).map_err(|e| text(&e))
+        }
         AudioIn::AudioData {
             pcm,
             rate,
             channels,
-        } => bytes
-            .decode::<ros_drivers::AudioDataStamped>()
-            .map_err(|e| s(&e))
-            .and_then(|m| {
-                convert::audio_data(convert::stamp_of(&m.header), &m.audio, pcm, rate, channels)
-                    .map_err(|e| s(&e))
-            }),
+        } => {
+            let m = bytes
+                .decode::<ros_drivers::AudioDataStamped>()
+                .map_err(|e| text(&e))?;
+            let stamp = convert::stamp_of(&m.header);
+            convert::audio_data(stamp, &m.audio, pcm, rate, channels).map_err(|e| text(&e))
+        }
     }
 }
 
