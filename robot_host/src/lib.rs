@@ -1,4 +1,4 @@
-//! # frt-robot-host
+//! # frt_robot_host
 //!
 //! The real-time robot host: the Pi0.5 policy and Whisper wired into a control loop that turns
 //! camera frames and robot state into action chunks, switches subgoals without recapturing
@@ -9,9 +9,12 @@
 //! * [`messages`]: what the node exchanges, independent of the transport;
 //! * [`policy`]: Pi0.5 as the loop drives it (preprocessing, stage replays, the halt graph);
 //! * [`node`]: the inputs shared with the I/O side and the control loop;
-//! * [`voice`]: spoken commands (Whisper on a low-priority stream, confidence gates);
+//! * [`voice`]: spoken commands (Whisper on a low-priority stream, its replays waiting for
+//!   ticks on a shared GPU, confidence gates);
 //! * [`transport`]: the transport trait, the loopback and the scripted simulation;
-//! * [`ros`]: ROS 2 messages with their CDR codec, conversions, the r2r transport (`ros2`);
+//! * [`ros`]: ROS 2 messages with their CDR codec, conversions, the shared topic table
+//!   (`ros::wire`), `--ros-args` parsing, the r2r transport (`ros2`) and the pure-Rust DDS
+//!   transport (`dds`);
 //! * [`observe`]: latency histograms and Chrome/Perfetto traces;
 //! * [`realtime`]: CPU pinning, SCHED_FIFO and locked memory for the control thread;
 //! * [`bench`](mod@bench): the `bench` subcommand's measurements.
