@@ -222,6 +222,9 @@ fn ros_dds(args: &[String]) -> Result<(), String> {
     for e in &ends.outputs {
         println!("  out  {:<40} {}", e.topic, e.type_name);
     }
+    for e in &ends.services {
+        println!("  srv  {:<40} {}", e.topic, e.type_name);
+    }
     serve(cfg, sim_clock, &mut transport)
 }
 

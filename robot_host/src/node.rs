@@ -108,6 +108,9 @@ impl Drop for BusyTick {
     }
 }
 
+/// The id of the configured initial subgoal; each accepted subgoal takes the next one.
+pub const INITIAL_SUBGOAL_ID: u64 = 1;
+
 /// Which kind of input a refused message was meant to be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refusal {
@@ -117,8 +120,9 @@ pub enum Refusal {
     Command,
 }
 
-/// A command, where it came from, and when it arrived.
-type Queued = (Command, Source, Stamp);
+/// A command, where it came from, when it arrived, and the id a subgoal was given (0 for the
+/// other commands).
+type Queued = (Command, Source, Stamp, u64);
 
 /// A camera's name and its newest frame.
 type Camera = (String, Slot<(Stamp, Vec<f32>)>);
@@ -131,6 +135,9 @@ pub struct Inputs {
     joints: Arc<Vec<String>>,
     state: Arc<Slot<(Stamp, Vec<f32>)>>,
     commands: Sender<Queued>,
+    /// The id of the last accepted subgoal; held while a subgoal is queued, so ids follow the
+    /// queue's order.
+    subgoal_ids: Arc<Mutex<u64>>,
     audio: Option<Sender<Audio>>,
     clock: Arc<dyn Clock>,
     counters: Arc<Counters>,
@@ -228,21 +235,37 @@ impl Inputs {
         Ok(())
     }
 
-    /// A typed command (`None` text: garbage that was refused upstream).
+    /// A command for the control loop (a subgoal is checked first, see [`Inputs::subgoal`]).
     pub fn command(&self, c: Command, source: Source) -> Result<()> {
-        if let Command::Subgoal(text) = &c {
-            let t = text.trim();
-            if t.is_empty() || t.len() > 512 || t.chars().any(|ch| ch.is_control() && ch != '\n') {
-                return Err(self.refuse(
-                    &self.counters.bad_commands,
-                    format!(
-                        "subgoal refused: {:?}",
-                        text.chars().take(40).collect::<String>()
-                    ),
-                ));
-            }
+        match c {
+            Command::Subgoal(text) => self.subgoal(&text, source).map(|_| ()),
+            c => self.queue((c, source, self.clock.now(), 0)),
         }
-        match self.commands.try_send((c, source, self.clock.now())) {
+    }
+
+    /// A new subgoal: refused when empty, over 512 bytes or holding control characters;
+    /// otherwise queued, and the id the policy's chunks will carry for it is returned.
+    pub fn subgoal(&self, text: &str, source: Source) -> Result<u64> {
+        let t = text.trim();
+        if t.is_empty() || t.len() > 512 || t.chars().any(|ch| ch.is_control() && ch != '\n') {
+            return Err(self.refuse(
+                &self.counters.bad_commands,
+                format!(
+                    "subgoal refused: {:?}",
+                    text.chars().take(40).collect::<String>()
+                ),
+            ));
+        }
+        let mut last = self.subgoal_ids.lock().unwrap_or_else(|p| p.into_inner());
+        let id = *last + 1;
+        let c = Command::Subgoal(t.to_string());
+        self.queue((c, source, self.clock.now(), id))?;
+        *last = id;
+        Ok(id)
+    }
+
+    fn queue(&self, q: Queued) -> Result<()> {
+        match self.commands.try_send(q) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => Err(self.refuse(
                 &self.counters.bad_commands,
@@ -399,6 +422,7 @@ impl Node {
             joints: Arc::new(cfg.state.joints.clone()),
             state: Arc::new(Slot::new()),
             commands: ctx,
+            subgoal_ids: Arc::new(Mutex::new(INITIAL_SUBGOAL_ID)),
             audio,
             clock: clock.clone(),
             counters: Arc::default(),
@@ -411,7 +435,7 @@ impl Node {
         let mut node = Node {
             status: Status {
                 subgoal: cfg.control.initial_subgoal.trim().to_string(),
-                subgoal_id: 1,
+                subgoal_id: INITIAL_SUBGOAL_ID,
                 ..Default::default()
             },
             frames: vec![None; cfg.cameras.len()],
@@ -518,11 +542,11 @@ impl Node {
     }
 
     /// Applies one command; returns how a running tick ends because of it (`None`: it goes on).
-    fn apply(&mut self, (c, _, arrived): Queued) -> Option<TickOutcome> {
+    fn apply(&mut self, (c, _, arrived, subgoal_id): Queued) -> Option<TickOutcome> {
         match c {
             Command::Subgoal(text) => {
-                self.status.subgoal = text.trim().to_string();
-                self.status.subgoal_id += 1;
+                self.status.subgoal = text;
+                self.status.subgoal_id = subgoal_id;
                 Some(TickOutcome::Abandoned)
             }
             Command::Stop => {

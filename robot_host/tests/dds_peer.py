@@ -6,7 +6,10 @@ type `<pkg>::msg::dds_::<Type>_`), reads `frt_msgs/ActionChunk` and `frt_msgs/Ho
 and drives a timeline from what it receives:
 
   3 chunks   -> a subgoal on ~/subgoal
-  a chunk carrying that subgoal -> a garbage command on ~/command, then ~/interrupt
+  a chunk carrying that subgoal -> two requests to the ~/set_subgoal service (rmw_cyclonedds
+               framing): an empty subgoal (to be refused), then a real one
+  the replies -> waits for a chunk carrying the accepted subgoal
+  that chunk -> a garbage command on ~/command, then ~/interrupt
   the halt chunk -> keeps listening for 1.5 s, then exits 0
 
 Every event is one JSON line on stdout; the Rust test asserts on them. Exits 2 on timeout.
@@ -24,9 +27,12 @@ from cyclonedds.sub import DataReader
 from cyclonedds.topic import Topic
 from cyclonedds.util import duration
 
-from ros_idl import ActionChunk, Empty, Header, HostStatus, Image, JointState, StringMsg, Time
+from ros_idl import (ActionChunk, CycloneSetSubgoalRequest, CycloneSetSubgoalResponse, Empty,
+                     Header, HostStatus, Image, JointState, StringMsg, Time)
 
 SUBGOAL = "wipe the table"
+SERVICE_SUBGOAL = "open the drawer"
+CLIENT_GUID = 0x1122334455667788
 JOINTS = ["j1", "j2", "j3", "j4", "j5", "j6", "gripper"]
 W, H = 64, 48
 
@@ -55,6 +61,11 @@ def main():
     interrupt = writer(f"{node}/interrupt", Empty, reliable)
     chunks = reader(f"{node}/action_chunk", ActionChunk)
     status = reader(f"{node}/status", HostStatus)
+    requests = DataWriter(dp, Topic(dp, f"rq/{node}/set_subgoalRequest", CycloneSetSubgoalRequest),
+                          qos=reliable)
+    replies = DataReader(dp, Topic(dp, f"rr/{node}/set_subgoalReply", CycloneSetSubgoalResponse),
+                         qos=reliable)
+    accepted_id = None
 
     sent = []
     phase, n_chunks, t_end = 0, 0, None
@@ -90,12 +101,23 @@ def main():
                 emit(event="sent", what="subgoal")
                 phase = 1
             elif phase == 1 and c.subgoal == SUBGOAL:
+                requests.write(CycloneSetSubgoalRequest(CLIENT_GUID, 1, "   "))
+                requests.write(CycloneSetSubgoalRequest(CLIENT_GUID, 2, SERVICE_SUBGOAL))
+                emit(event="sent", what="service requests")
+                phase = 2
+            elif phase == 3 and c.subgoal == SERVICE_SUBGOAL and c.subgoal_id == accepted_id:
                 command.write(StringMsg("dance wildly"))
                 interrupt.write(Empty(0))
                 emit(event="sent", what="interrupt")
-                phase = 2
-            elif phase == 2 and c.halt:
+                phase = 4
+            elif phase == 4 and c.halt:
                 t_end = time.time() + 1.5
+                phase = 5
+        for r in replies.take(16):
+            emit(event="reply", client_guid=r.client_guid, sequence=r.sequence, accepted=r.accepted,
+                 subgoal_id=r.subgoal_id, message=r.message)
+            if phase == 2 and r.sequence == 2 and r.accepted:
+                accepted_id = r.subgoal_id
                 phase = 3
         for s in status.take(16):
             emit(event="status", halted=s.halted, chunks=s.chunks, halts=s.halts,

@@ -1,11 +1,12 @@
 //! The pure-Rust DDS transport on the wire against an independent ROS 2 peer: Eclipse Cyclone
 //! DDS from the `cyclonedds` PyPI wheel (tests/dds_peer.py), on loopback, with ROS 2's topic
 //! and type names. The peer publishes frames and joint states, reads the node's action chunks
-//! and status with its own CDR decoder, and sends a subgoal, a garbage command and an
-//! interrupt; this test asserts what it saw. Needs the wheel that scripts/fetch-models.sh
+//! and status with its own CDR decoder, and sends a subgoal, two `~/set_subgoal` service
+//! requests (rmw_cyclonedds framing), a garbage command and an interrupt; this test asserts
+//! what it saw. Needs the wheel that scripts/fetch-models.sh
 //! installs into .cache/pip-cyclonedds (or `$FRT_CYCLONEDDS`).
 
-use frt_robot_host::ros::dds_transport::{Dds, DdsOptions};
+use frt_robot_host::ros::dds_transport::{Dds, DdsOptions, ServiceMapping};
 use frt_robot_host::transport::Transport;
 use frt_robot_host::{Config, Node, SystemClock};
 use serde_json::Value;
@@ -74,6 +75,7 @@ fn chunks_subgoals_and_interrupts_cross_the_wire_to_cyclone_dds() {
         namespace: "/".into(),
         node_name: "wire_host".into(),
         sim_time: false,
+        service_mapping: ServiceMapping::Cyclone,
     };
     let mut dds = Dds::new(cfg.clone(), &opts, None).unwrap();
     let chunk_topic = &dds.endpoints().outputs[0];
@@ -160,6 +162,39 @@ fn chunks_subgoals_and_interrupts_cross_the_wire_to_cyclone_dds() {
         .find(|l| l["event"] == "chunk" && l["subgoal"] == "wipe the table")
         .unwrap();
     assert!(first_new["subgoal_id"].as_u64() > chunks[0]["subgoal_id"].as_u64());
+
+    // The service: both requests answered, each with its own request header echoed; the
+    // blank subgoal refused with a reason, the other accepted with the id that a later chunk
+    // carries together with its text.
+    let replies: Vec<&Value> = lines.iter().filter(|l| l["event"] == "reply").collect();
+    assert_eq!(replies.len(), 2, "{replies:#?}");
+    for r in &replies {
+        assert_eq!(r["client_guid"], 0x1122334455667788u64);
+    }
+    let refused = replies.iter().find(|r| r["sequence"] == 1).unwrap();
+    assert_eq!(refused["accepted"], false);
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap()
+            .contains("subgoal refused"),
+        "{refused}"
+    );
+    let accepted = replies.iter().find(|r| r["sequence"] == 2).unwrap();
+    assert_eq!(accepted["accepted"], true, "{accepted}");
+    assert_eq!(accepted["message"], "");
+    let id = accepted["subgoal_id"].as_u64().unwrap();
+    assert!(id > first_new["subgoal_id"].as_u64().unwrap());
+    let i_reply = lines
+        .iter()
+        .position(|l| l["event"] == "reply" && l["sequence"] == 2)
+        .unwrap();
+    assert!(
+        lines[i_reply..].iter().any(|l| l["event"] == "chunk"
+            && l["subgoal"] == "open the drawer"
+            && l["subgoal_id"].as_u64() == Some(id)),
+        "a chunk carries the service's subgoal and id"
+    );
     let after: Vec<&Value> = lines[i_interrupt..]
         .iter()
         .filter(|l| l["event"] == "chunk")
@@ -171,10 +206,11 @@ fn chunks_subgoals_and_interrupts_cross_the_wire_to_cyclone_dds() {
     );
     assert_eq!(after.len(), halt + 1, "no chunk after the halt: {after:#?}");
 
-    // The garbage command was refused and counted; the node says it is halted.
+    // The garbage command and the blank subgoal were refused and counted; the node says it
+    // is halted.
     let st = node.status();
     assert!(st.halted);
-    assert_eq!(st.bad_commands, 1, "{}", st.last_error);
+    assert_eq!(st.bad_commands, 2, "{}", st.last_error);
     assert_eq!(st.bad_frames, 0, "{}", st.last_error);
     let last_status = lines.iter().rev().find(|l| l["event"] == "status");
     if let Some(s) = last_status {

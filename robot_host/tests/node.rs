@@ -152,6 +152,27 @@ fn subgoal_change_takes_effect_on_the_next_chunk_without_recapture() {
     assert_eq!(a.node.policy().model.variant_count(), variants);
     assert_ne!(ca[0].actions, ca[1].actions);
 
+    // Subgoals given their id when submitted (what the subgoal service answers): ids follow
+    // the submission order, a refused one takes none, and the chunk carries the last one.
+    assert_eq!(
+        a.inputs
+            .subgoal("  wipe the table ", Source::Typed)
+            .unwrap(),
+        3
+    );
+    assert!(a.inputs.subgoal(" \t ", Source::Typed).is_err());
+    assert_eq!(
+        a.inputs.subgoal("close the drawer", Source::Voice).unwrap(),
+        4
+    );
+    a.observe(1.2, 2);
+    assert_eq!(a.node.tick(), TickOutcome::Published);
+    let last = a.chunks().pop().unwrap();
+    assert_eq!(
+        (last.subgoal.as_str(), last.subgoal_id),
+        ("close the drawer", 4)
+    );
+
     // A node set up with the new subgoal from the start, same observations and noise stream:
     // its second chunk is bit-identical.
     let mut b = rig("open the top drawer", "");

@@ -222,3 +222,22 @@ class SetSubgoalResponse(IdlStruct, typename=dds("frt_msgs/srv/SetSubgoal_Respon
     accepted: bool
     subgoal_id: t.uint64
     message: str
+
+
+# The service as rmw_cyclonedds frames it on the wire: a request header (the client's id and
+# the request's sequence number) before the request or response fields, on the topics
+# `rq/<service>Request` and `rr/<service>Reply`.
+@dataclass
+class CycloneSetSubgoalRequest(IdlStruct, typename=dds("frt_msgs/srv/SetSubgoal_Request")):
+    client_guid: t.uint64
+    sequence: t.int64
+    subgoal: str
+
+
+@dataclass
+class CycloneSetSubgoalResponse(IdlStruct, typename=dds("frt_msgs/srv/SetSubgoal_Response")):
+    client_guid: t.uint64
+    sequence: t.int64
+    accepted: bool
+    subgoal_id: t.uint64
+    message: str

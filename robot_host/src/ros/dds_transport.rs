@@ -6,8 +6,16 @@
 //! the r2r transport sends.
 //!
 //! Inputs are read on the transport's thread as they arrive (one readiness poll over every
-//! reader); outputs are written by a second thread as the node sends them.
+//! reader and the subgoal service); outputs are written by a second thread as the node sends
+//! them.
+//!
+//! The `~/set_subgoal` service (`frt_msgs/srv/SetSubgoal`) is served with ros2-client's
+//! request/reply framing, in the mapping of the clients' middleware: rmw_cyclonedds puts a
+//! request header in the payload, rmw_fastrtps (and rmw_connextdds) carry the request's
+//! identity in inline QoS ([`DdsOptions::service_mapping`], from `RMW_IMPLEMENTATION`). Its
+//! request and response bodies are the same CDR as the node's codec writes (tested).
 
+use super::msg::{SetSubgoalRequest, SetSubgoalResponse};
 use super::wire::{self, Cdr, Endpoints, Out};
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -16,13 +24,14 @@ use crate::node::{Inputs, ManualClock};
 use crate::transport::Transport;
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
+pub use ros2_client::ServiceMapping;
 use ros2_client::dds::rustdds::{
     self, QosPolicies, RepresentationIdentifier,
     mio1::{Events, Interest, Poll, Token},
     no_key::{Decode, DefaultDecoder, DeserializerAdapter, SerializerAdapter},
 };
 use ros2_client::qos::{History, QosProfile, Reliability};
-use ros2_client::{Context, MessageTypeName, NodeName, NodeOptions};
+use ros2_client::{Context, MessageTypeName, Name, NodeName, NodeOptions, ServiceTypeName};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -98,7 +107,24 @@ pub struct DdsOptions {
     pub node_name: String,
     /// Follow `/clock` (set the clock given to [`Dds::new`]).
     pub sim_time: bool,
+    /// How service requests and replies are framed: as the middleware of the node's clients
+    /// does it.
+    pub service_mapping: ServiceMapping,
 }
+
+/// The service framing of a ROS 2 middleware (`RMW_IMPLEMENTATION`; unset or unknown: ROS 2's
+/// default, rmw_fastrtps).
+pub fn service_mapping_of(rmw: Option<&str>) -> ServiceMapping {
+    match rmw.map(str::trim) {
+        Some("rmw_cyclonedds_cpp") => ServiceMapping::Cyclone,
+        _ => ServiceMapping::Enhanced,
+    }
+}
+
+// The service's bodies go through ros2-client's serde CDR (it frames them); they are the
+// node's message definitions, whose serde encoding equals the node's codec (tested).
+impl ros2_client::Message for SetSubgoalRequest {}
+impl ros2_client::Message for SetSubgoalResponse {}
 
 impl DdsOptions {
     /// The domain from `ROS_DOMAIN_ID`, the root namespace and the configured node name.
@@ -113,6 +139,9 @@ impl DdsOptions {
             namespace: "/".into(),
             node_name: cfg.node.name.clone(),
             sim_time: false,
+            service_mapping: service_mapping_of(
+                std::env::var("RMW_IMPLEMENTATION").ok().as_deref(),
+            ),
         })
     }
 }
@@ -120,8 +149,9 @@ impl DdsOptions {
 /// The pure-Rust DDS transport: owns the participant and the node.
 pub struct Dds {
     context: Context,
-    // Keeps the node on the ROS graph (`ros2 node list`) while the transport lives.
-    _node: ros2_client::Node,
+    // Keeps the node on the ROS graph (`ros2 node list`) while the transport lives; serves.
+    node: ros2_client::Node,
+    service_mapping: ServiceMapping,
     endpoints: Endpoints,
     namespace: String,
     node_name: String,
@@ -165,7 +195,8 @@ impl Dds {
             .map_err(|e| dds_err("creating the node", e))?;
         Ok(Dds {
             context,
-            _node: node,
+            node,
+            service_mapping: options.service_mapping,
             endpoints,
             namespace: options.namespace.clone(),
             node_name: options.node_name.clone(),
@@ -230,6 +261,30 @@ impl Transport for Dds {
                 .map_err(|err| dds_err(&e.topic, err))?;
             readers.push((e.kind.clone(), r));
         }
+        // The services, after the readers' tokens.
+        let mut servers = Vec::new();
+        for e in &self.endpoints.services {
+            let wire::Srv::SetSubgoal = e.kind;
+            let name = Name::parse(&e.topic).map_err(|err| dds_err(&e.topic, err))?;
+            let mut server = self
+                .node
+                .create_server::<SetSubgoalRequest, SetSubgoalResponse>(
+                    self.service_mapping,
+                    &name,
+                    &ServiceTypeName::new("frt_msgs", "SetSubgoal"),
+                    qos(false),
+                    qos(false),
+                )
+                .map_err(|err| dds_err(&e.topic, err))?;
+            poll.registry()
+                .register(
+                    &mut server,
+                    Token(readers.len() + servers.len()),
+                    Interest::READABLE,
+                )
+                .map_err(|err| dds_err(&e.topic, err))?;
+            servers.push(server);
+        }
         let mut writers = Vec::new();
         for e in &self.endpoints.outputs {
             let (topic, q) = self.topic(e)?;
@@ -251,7 +306,13 @@ impl Transport for Dds {
                     }
                 }
                 for ev in events.iter() {
-                    let Some((kind, r)) = readers.get_mut(ev.token().0) else {
+                    let i = ev.token().0;
+                    if let Some(server) = i.checked_sub(readers.len()).and_then(|j| servers.get(j))
+                    {
+                        serve(server, inputs);
+                        continue;
+                    }
+                    let Some((kind, r)) = readers.get_mut(i) else {
                         continue;
                     };
                     // Edge-triggered: take everything that has arrived.
@@ -272,6 +333,27 @@ impl Transport for Dds {
             }
             Ok(())
         })
+    }
+}
+
+/// Answers the requests that have arrived (at most 64 per readiness event; the poll wakes
+/// again for the rest).
+fn serve(server: &ros2_client::Server<SetSubgoalRequest, SetSubgoalResponse>, inputs: &Inputs) {
+    for _ in 0..64 {
+        match server.receive_request() {
+            Ok(Some((id, req))) => {
+                let resp = wire::set_subgoal(inputs, &req);
+                if let Err(e) = server.send_response(id, resp) {
+                    eprintln!("DDS set_subgoal reply: {e}");
+                }
+            }
+            Ok(None) => return,
+            Err(e) => {
+                // An undecodable request: counted like a garbage command; no reply can be
+                // addressed without its header.
+                inputs.refuse_message(crate::node::Refusal::Command, &format!("set_subgoal: {e}"));
+            }
+        }
     }
 }
 
@@ -300,5 +382,53 @@ fn publish(
                 }
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ros::msg::RosMessage;
+
+    /// ros2-client frames the service's bodies with serde's CDR: they must be the bytes of
+    /// the node's codec (itself checked against Cyclone DDS in tests/cdr.rs).
+    fn serde_body<T: serde::Serialize>(v: &T) -> Vec<u8> {
+        let mut out = Vec::new();
+        rustdds::serialization::to_writer_with_rep_id(
+            &mut out,
+            v,
+            RepresentationIdentifier::CDR_LE,
+        )
+        .unwrap();
+        out
+    }
+
+    #[test]
+    fn service_bodies_through_serde_equal_the_codec() {
+        for text in ["", "wipe the table", "open the drawer ✓"] {
+            let req = SetSubgoalRequest {
+                subgoal: text.into(),
+            };
+            assert_eq!(serde_body(&req), req.encode()[4..], "{text:?}");
+            for (accepted, id) in [(true, 7u64), (false, 0)] {
+                let resp = SetSubgoalResponse {
+                    accepted,
+                    subgoal_id: id,
+                    message: text.into(),
+                };
+                assert_eq!(serde_body(&resp), resp.encode()[4..], "{resp:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn service_mapping_follows_the_middleware() {
+        assert_eq!(
+            service_mapping_of(Some("rmw_cyclonedds_cpp")),
+            ServiceMapping::Cyclone
+        );
+        for rmw in [None, Some("rmw_fastrtps_cpp"), Some("rmw_connextdds")] {
+            assert_eq!(service_mapping_of(rmw), ServiceMapping::Enhanced);
+        }
     }
 }

@@ -103,7 +103,7 @@ macro_rules! ros_message {
         $($(#[$fm:meta])* $f:ident : $t:ty => $k:ident $(($e:ty))?),* $(,)?
     }) => {
         $(#[$m])*
-        #[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+        #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
         #[serde(deny_unknown_fields)]
         pub struct $name {
             $($(#[$fm])* pub $f: $t),*

@@ -92,6 +92,51 @@ fn diagnostics_out(d: &msg::DiagnosticArray) -> r2r::diagnostic_msgs::msg::Diagn
 }
 
 /// The r2r transport: owns the rcl node.
+/// `frt_msgs/srv/SetSubgoal` as r2r generates it, converted to and from the node's
+/// definitions. r2r generates bindings only for the interface packages it finds when it is
+/// built, so the implementation for `r2r::frt_msgs::srv::SetSubgoal::Service` exists with the
+/// cargo feature `ros2-set-subgoal` (frt_msgs built and sourced first, as colcon does for a
+/// package that depends on it); everything else here is type-checked without it.
+pub trait SetSubgoalService: r2r::WrappedServiceTypeSupport + 'static {
+    fn request(m: Self::Request) -> msg::SetSubgoalRequest;
+    fn response(m: msg::SetSubgoalResponse) -> Self::Response;
+}
+
+#[cfg(feature = "ros2-set-subgoal")]
+impl SetSubgoalService for r2r::frt_msgs::srv::SetSubgoal::Service {
+    fn request(m: r2r::frt_msgs::srv::SetSubgoal::Request) -> msg::SetSubgoalRequest {
+        msg::SetSubgoalRequest { subgoal: m.subgoal }
+    }
+    fn response(m: msg::SetSubgoalResponse) -> r2r::frt_msgs::srv::SetSubgoal::Response {
+        r2r::frt_msgs::srv::SetSubgoal::Response {
+            accepted: m.accepted,
+            subgoal_id: m.subgoal_id,
+            message: m.message,
+        }
+    }
+}
+
+/// Serves `~/set_subgoal` (services QoS): each request is answered by [`wire::set_subgoal`].
+#[cfg_attr(not(feature = "ros2-set-subgoal"), allow(dead_code))]
+fn serve_set_subgoal<S: SetSubgoalService>(
+    node: &mut r2r::Node,
+    name: &str,
+    inputs: &Inputs,
+    spawn: &dyn Fn(std::pin::Pin<Box<dyn futures::Future<Output = ()>>>) -> Result<()>,
+) -> Result<()> {
+    let requests = node
+        .create_service::<S>(name, QosProfile::services_default())
+        .map_err(ros_err)?;
+    let inp = inputs.clone();
+    spawn(Box::pin(requests.for_each(move |mut r| {
+        let req = S::request(std::mem::take(&mut r.message));
+        if let Err(e) = r.respond(S::response(wire::set_subgoal(&inp, &req))) {
+            eprintln!("ROS 2 set_subgoal reply: {e}");
+        }
+        futures::future::ready(())
+    })))
+}
+
 pub struct R2r {
     node: r2r::Node,
     cfg: Config,
@@ -265,6 +310,19 @@ impl Transport for R2r {
                     })))?;
                 }
             }
+        }
+        for e in &ends.services {
+            let wire::Srv::SetSubgoal = e.kind;
+            #[cfg(feature = "ros2-set-subgoal")]
+            serve_set_subgoal::<r2r::frt_msgs::srv::SetSubgoal::Service>(
+                node, &e.name, inputs, &spawn,
+            )?;
+            #[cfg(not(feature = "ros2-set-subgoal"))]
+            eprintln!(
+                "{} is not served: built without the `ros2-set-subgoal` feature (it needs frt_msgs \
+                 built and sourced first); use ~/subgoal or ~/command",
+                e.topic
+            );
         }
         let mut raw = Vec::new();
         let mut trajectory = None;

@@ -118,11 +118,21 @@ pub struct Endpoint<K> {
     pub sensor_data: bool,
 }
 
-/// Every topic the node subscribes to and publishes, from its configuration.
+/// What a service the node serves does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Srv {
+    /// `frt_msgs/srv/SetSubgoal` (see [`set_subgoal`]).
+    SetSubgoal,
+}
+
+/// Every topic the node subscribes to and publishes, and the services it serves, from its
+/// configuration.
 #[derive(Clone, Debug)]
 pub struct Endpoints {
     pub inputs: Vec<Endpoint<In>>,
     pub outputs: Vec<Endpoint<Out>>,
+    /// `type_name` is the service type (`frt_msgs/srv/SetSubgoal`).
+    pub services: Vec<Endpoint<Srv>>,
 }
 
 impl Endpoints {
@@ -194,7 +204,18 @@ impl Endpoints {
         if cfg.ros.diagnostics {
             output(Out::Diagnostics, "/diagnostics", msg::DiagnosticArray::NAME)?;
         }
-        Ok(Endpoints { inputs, outputs })
+        let services = vec![Endpoint {
+            kind: Srv::SetSubgoal,
+            name: "~/set_subgoal".into(),
+            topic: topic("~/set_subgoal")?,
+            type_name: SET_SUBGOAL,
+            sensor_data: false,
+        }];
+        Ok(Endpoints {
+            inputs,
+            outputs,
+            services,
+        })
     }
 
     /// Applies topic remappings (`from:=to`, each resolved like a topic name) to the fully
@@ -211,13 +232,37 @@ impl Endpoints {
                 resolve(to, namespace, node)?,
             );
             let ins = self.inputs.iter_mut().map(|e| &mut e.topic);
-            for t in ins.chain(self.outputs.iter_mut().map(|e| &mut e.topic)) {
+            let outs = self.outputs.iter_mut().map(|e| &mut e.topic);
+            for t in ins
+                .chain(outs)
+                .chain(self.services.iter_mut().map(|e| &mut e.topic))
+            {
                 if *t == from {
                     t.clone_from(&to);
                 }
             }
         }
         Ok(())
+    }
+}
+
+/// The ROS type of the subgoal service.
+pub const SET_SUBGOAL: &str = "frt_msgs/srv/SetSubgoal";
+
+/// Serves one `SetSubgoal` request: the subgoal is queued for the control loop (the next
+/// chunk carries it) and answered with the id it will carry, or refused with the reason.
+pub fn set_subgoal(inputs: &Inputs, req: &msg::SetSubgoalRequest) -> msg::SetSubgoalResponse {
+    match inputs.subgoal(&req.subgoal, crate::messages::Source::Typed) {
+        Ok(id) => msg::SetSubgoalResponse {
+            accepted: true,
+            subgoal_id: id,
+            message: String::new(),
+        },
+        Err(e) => msg::SetSubgoalResponse {
+            accepted: false,
+            subgoal_id: 0,
+            message: e.to_string(),
+        },
     }
 }
 
@@ -488,13 +533,20 @@ mod tests {
             .collect();
         assert!(outs.contains(&(Out::Chunk, "/robot1/host/action_chunk")));
         assert!(outs.contains(&(Out::Diagnostics, "/diagnostics")));
+        assert_eq!(e.services.len(), 1);
+        assert_eq!(e.services[0].topic, "/robot1/host/set_subgoal");
+        assert_eq!(e.services[0].type_name, "frt_msgs/srv/SetSubgoal");
         e.remap(
-            &[("~/action_chunk".into(), "/arm/actions".into())],
+            &[
+                ("~/action_chunk".into(), "/arm/actions".into()),
+                ("~/set_subgoal".into(), "/arm/set_subgoal".into()),
+            ],
             "/robot1",
             "host",
         )
         .unwrap();
         assert_eq!(e.outputs[0].topic, "/arm/actions");
         assert_eq!(e.outputs[0].name, "~/action_chunk");
+        assert_eq!(e.services[0].topic, "/arm/set_subgoal");
     }
 }
