@@ -54,6 +54,8 @@ pub struct Audio {
     pub channels: u16,
 }
 
+use std::sync::Arc;
+
 /// One published chunk of actions (`frt_msgs/ActionChunk`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ActionChunk {
@@ -63,11 +65,12 @@ pub struct ActionChunk {
     pub seq: u64,
     pub horizon: u32,
     pub action_dim: u32,
-    /// `horizon × action_dim`, row-major, in the robot's units.
-    pub actions: Vec<f32>,
+    /// `horizon × action_dim`, row-major, in the robot's units. Shared: the node reuses a
+    /// chunk's buffer once every receiver has dropped it (a tick allocates nothing).
+    pub actions: Arc<Vec<f32>>,
     /// Seconds between two actions.
     pub dt: f64,
-    pub subgoal: String,
+    pub subgoal: Arc<str>,
     pub subgoal_id: u64,
     /// A hold chunk after a stop.
     pub halt: bool,

@@ -108,6 +108,13 @@ impl Drop for BusyTick {
     }
 }
 
+/// The longest subgoal accepted, in bytes (UTF-8).
+pub const MAX_SUBGOAL_BYTES: usize = 512;
+
+/// Chunk buffers the node keeps for reuse (receivers that hold more chunks than this make
+/// ticks allocate).
+const CHUNK_POOL: usize = 8;
+
 /// The id of the configured initial subgoal; each accepted subgoal takes the next one.
 pub const INITIAL_SUBGOAL_ID: u64 = 1;
 
@@ -243,11 +250,15 @@ impl Inputs {
         }
     }
 
-    /// A new subgoal: refused when empty, over 512 bytes or holding control characters;
+    /// A new subgoal: refused when empty, over [`MAX_SUBGOAL_BYTES`] or holding control
+    /// characters;
     /// otherwise queued, and the id the policy's chunks will carry for it is returned.
     pub fn subgoal(&self, text: &str, source: Source) -> Result<u64> {
         let t = text.trim();
-        if t.is_empty() || t.len() > 512 || t.chars().any(|ch| ch.is_control() && ch != '\n') {
+        if t.is_empty()
+            || t.len() > MAX_SUBGOAL_BYTES
+            || t.chars().any(|ch| ch.is_control() && ch != '\n')
+        {
             return Err(self.refuse(
                 &self.counters.bad_commands,
                 format!(
@@ -363,8 +374,11 @@ pub struct Node {
     /// Completion markers of the last two replays (one replay stays queued ahead).
     done: [frt_exec::Event; 2],
     status: Status,
+    /// The current subgoal, shared with the chunks that carry it.
+    subgoal: Arc<str>,
     last_action: Option<Vec<f32>>,
     chunk: Vec<f32>,
+    chunk_pool: Vec<Arc<Vec<f32>>>,
     /// The newest preprocessed frame of each camera (taken from its slot when a new one
     /// arrived).
     frames: Vec<Option<(Stamp, Vec<f32>)>>,
@@ -438,8 +452,10 @@ impl Node {
                 subgoal_id: INITIAL_SUBGOAL_ID,
                 ..Default::default()
             },
+            subgoal: Arc::from(cfg.control.initial_subgoal.trim()),
             frames: vec![None; cfg.cameras.len()],
             chunk: vec![0.0; horizon * d],
+            chunk_pool: Vec::with_capacity(CHUNK_POOL),
             cfg,
             policy,
             clock,
@@ -545,6 +561,7 @@ impl Node {
     fn apply(&mut self, (c, _, arrived, subgoal_id): Queued) -> Option<TickOutcome> {
         match c {
             Command::Subgoal(text) => {
+                self.subgoal = Arc::from(text.as_str());
                 self.status.subgoal = text;
                 self.status.subgoal_id = subgoal_id;
                 Some(TickOutcome::Abandoned)
@@ -658,9 +675,9 @@ impl Node {
             seq: self.seq,
             horizon: horizon as u32,
             action_dim: d as u32,
-            actions: expect,
+            actions: Arc::new(expect),
             dt: self.cfg.control.dt,
-            subgoal: self.status.subgoal.clone(),
+            subgoal: self.subgoal.clone(),
             subgoal_id: self.status.subgoal_id,
             halt: true,
             latency: (now - started).max(0.0),
@@ -750,7 +767,7 @@ impl Node {
                 .map(|(_, p)| p.as_slice());
         }
         let frames = &frames[..self.frames.len().min(frt_vla::MAX_VIEWS)];
-        let subgoal = self.status.subgoal.clone();
+        let subgoal = self.subgoal.clone();
         let _busy = BusyTick::new(&self.busy);
         if let Err(e) = self.policy.prepare(frames, &self.state, &subgoal) {
             return self.refused(e);
@@ -781,12 +798,13 @@ impl Node {
         self.seq += 1;
         self.status.chunks += 1;
         let now = self.clock.now();
+        let actions = self.pooled_chunk();
         self.publish(Outbound::Chunk(ActionChunk {
             stamp: oldest,
             seq: self.seq,
             horizon: horizon as u32,
             action_dim: d as u32,
-            actions: self.chunk.clone(),
+            actions,
             dt: self.cfg.control.dt,
             subgoal,
             subgoal_id: self.status.subgoal_id,
@@ -805,6 +823,22 @@ impl Node {
             finish: t3 - t2,
         };
         TickOutcome::Published
+    }
+
+    /// The chunk to publish, in a buffer of the pool that no receiver holds any more (a new
+    /// one, kept in the pool while it has room, when every buffer is still held).
+    fn pooled_chunk(&mut self) -> Arc<Vec<f32>> {
+        for a in &mut self.chunk_pool {
+            if let Some(v) = Arc::get_mut(a) {
+                v.copy_from_slice(&self.chunk);
+                return a.clone();
+            }
+        }
+        let a = Arc::new(self.chunk.clone());
+        if self.chunk_pool.len() < CHUNK_POOL {
+            self.chunk_pool.push(a.clone());
+        }
+        a
     }
 
     /// Replays every stage of the tick. One replay stays queued behind the running one (the

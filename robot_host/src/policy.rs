@@ -7,7 +7,10 @@ use crate::error::{Error, Result};
 use frt_exec::{Ctx, Stream};
 use frt_kernels::DType;
 use frt_vla::inputs::Normalization;
-use frt_vla::{Observation, Pi05, Pi05Config, Pi05Weights, Stage, Tokenizer, pi05_tokens};
+use frt_vla::{
+    Observation, Pi05, Pi05Config, Pi05Weights, PromptScratch, Stage, Tokenizer, pi05_tokens,
+    pi05_tokens_into,
+};
 use std::path::Path;
 
 /// The small tokenizer bundled for `random_tiny` models (demos, tests).
@@ -51,6 +54,11 @@ pub struct Policy {
     noise: Noise,
     noise_buf: Vec<f32>,
     raw: Vec<f32>,
+    /// Per-tick scratch: the normalized state, the prompt tokens and the tokenizer's buffers
+    /// (reused, so a tick allocates nothing).
+    state_buf: Vec<f32>,
+    tokens: Vec<u32>,
+    prompt: PromptScratch,
 }
 
 /// The model configuration a node configuration asks for.
@@ -137,6 +145,15 @@ impl Policy {
             noise: Noise::new(cfg.control.noise_seed),
             noise_buf: vec![0.0; mc.action_horizon * mc.action_dim],
             raw: vec![0.0; mc.action_horizon * mc.action_dim],
+            state_buf: Vec::with_capacity(cfg.state.joints.len()),
+            tokens: Vec::with_capacity(PromptScratch::max_ids(
+                crate::node::MAX_SUBGOAL_BYTES,
+                cfg.state.joints.len(),
+            )),
+            prompt: PromptScratch::with_capacity(
+                crate::node::MAX_SUBGOAL_BYTES,
+                cfg.state.joints.len(),
+            ),
         };
         // The halt graph has a defined chunk from the start (zeros, normalized units).
         p.model
@@ -160,18 +177,30 @@ impl Policy {
         state: &[f32],
         subgoal: &str,
     ) -> Result<()> {
-        let c = self.model.config.clone();
-        if frames.len() != c.views {
+        let views = self.model.config.views;
+        if frames.len() != views {
             return Err(Error::bad(
                 "frames",
-                format!("{} for {} views", frames.len(), c.views),
+                format!("{} for {views} views", frames.len()),
             ));
         }
-        let tokens = self.prompt_tokens(subgoal, state)?;
+        self.state_buf.clear();
+        self.state_buf.extend_from_slice(state);
+        if let Some(n) = &self.norm {
+            n.state.normalize(&mut self.state_buf, n.quantiles)?;
+        }
+        pi05_tokens_into(
+            &self.tokenizer,
+            subgoal,
+            &self.state_buf,
+            self.model.config.max_token_len,
+            &mut self.tokens,
+            &mut self.prompt,
+        )?;
         self.noise.fill(&mut self.noise_buf);
         self.model.set_inputs(&Observation {
             images: frames,
-            tokens: &tokens,
+            tokens: &self.tokens,
             noise: &self.noise_buf,
         })?;
         Ok(())

@@ -117,7 +117,7 @@ fn ticks_publish_guarded_chunks_stamped_with_the_observation_time() {
     assert_eq!((c.horizon, c.action_dim, c.seq, c.halt), (50, 7, 1, false));
     assert_eq!(c.actions.len(), 50 * 7);
     assert_eq!(c.stamp, 1.0, "stamped with the observation time");
-    assert_eq!(c.subgoal, "pick up the red block");
+    assert_eq!(&*c.subgoal, "pick up the red block");
     assert!(c.actions.iter().all(|a| a.is_finite() && a.abs() <= 2.0));
     for k in 0..7 {
         for row in 1..50 {
@@ -145,7 +145,7 @@ fn subgoal_change_takes_effect_on_the_next_chunk_without_recapture() {
     let ca = a.chunks();
     assert_eq!(ca[0].subgoal_id, 1);
     assert_eq!(
-        (ca[1].subgoal.as_str(), ca[1].subgoal_id),
+        (&*ca[1].subgoal, ca[1].subgoal_id),
         ("open the top drawer", 2)
     );
     assert_eq!(a.node.policy().model.capture_count(), captures);
@@ -168,10 +168,7 @@ fn subgoal_change_takes_effect_on_the_next_chunk_without_recapture() {
     a.observe(1.2, 2);
     assert_eq!(a.node.tick(), TickOutcome::Published);
     let last = a.chunks().pop().unwrap();
-    assert_eq!(
-        (last.subgoal.as_str(), last.subgoal_id),
-        ("close the drawer", 4)
-    );
+    assert_eq!((&*last.subgoal, last.subgoal_id), ("close the drawer", 4));
 
     // A node set up with the new subgoal from the start, same observations and noise stream:
     // its second chunk is bit-identical.
@@ -242,10 +239,7 @@ fn subgoal_mid_tick_abandons_the_tick() {
     r.observe(1.1, 1);
     assert_eq!(r.node.tick(), TickOutcome::Published);
     let c = r.chunks();
-    assert_eq!(
-        (c[0].subgoal.as_str(), c[0].subgoal_id),
-        ("wipe the table", 2)
-    );
+    assert_eq!((&*c[0].subgoal, c[0].subgoal_id), ("wipe the table", 2));
 }
 
 #[test]
@@ -524,7 +518,7 @@ fn the_loopback_transport_carries_a_live_run() {
         .send(Inbound::Subgoal("wipe the table".into()))
         .unwrap();
     let c = next_chunk(&|c| c.subgoal_id == 2, &mut k);
-    assert_eq!(c.subgoal, "wipe the table");
+    assert_eq!(&*c.subgoal, "wipe the table");
     peer.tx.send(Inbound::Stop).unwrap();
     let c = next_chunk(&|c| c.halt, &mut k);
     assert!(c.latency < 1.0, "halt {} s after the stop", c.latency);

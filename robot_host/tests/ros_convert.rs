@@ -10,7 +10,7 @@ fn chunk() -> m::ActionChunk {
         seq: 3,
         horizon: 3,
         action_dim: 2,
-        actions: vec![0.5, 1.0, 1.5, 2.0, 2.5, 3.0],
+        actions: vec![0.5, 1.0, 1.5, 2.0, 2.5, 3.0].into(),
         dt: 0.4,
         subgoal: "wave".into(),
         subgoal_id: 2,

@@ -166,7 +166,7 @@ fn spoken_stop_and_subgoal_reach_the_control_loop() {
         })
         .unwrap();
     assert_eq!(
-        (chunk.subgoal.as_str(), chunk.subgoal_id),
+        (&*chunk.subgoal, chunk.subgoal_id),
         ("move the arm to the left", 2)
     );
 

@@ -94,41 +94,60 @@ pub fn discretize_state(state: &[f32]) -> Result<Vec<i32>> {
     state
         .iter()
         .enumerate()
-        .map(|(i, &x)| {
-            if !x.is_finite() {
-                return Err(Error::BadInput {
-                    what: "state".into(),
-                    reason: format!("element {i} is {x}"),
-                });
-            }
-            // Bin edges -1 + 2k/256 for k in 0..256, compared as numpy does (f32 state vs f64 edges).
-            let x = x as f64;
-            let below = (0..256)
-                .take_while(|k| -1.0 + 2.0 * *k as f64 / 256.0 <= x)
-                .count();
-            Ok(below as i32 - 1)
-        })
+        .map(|(i, &x)| state_bin(i, x))
         .collect()
+}
+
+/// The bin of element `i` of the state (see [`discretize_state`]).
+fn state_bin(i: usize, x: f32) -> Result<i32> {
+    if !x.is_finite() {
+        return Err(Error::BadInput {
+            what: "state".into(),
+            reason: format!("element {i} is {x}"),
+        });
+    }
+    // Bin edges -1 + 2k/256 for k in 0..256, compared as numpy does (f32 state vs f64 edges).
+    let x = x as f64;
+    let below = (0..256)
+        .take_while(|k| -1.0 + 2.0 * *k as f64 / 256.0 <= x)
+        .count();
+    Ok(below as i32 - 1)
 }
 
 /// The pi05 prompt: `Task: {task}, State: {discretized state};\nAction: ` (the task trimmed,
 /// underscores and newlines made spaces).
 pub fn pi05_prompt(task: &str, normalized_state: &[f32]) -> Result<String> {
-    let cleaned = task.trim().replace(['_', '\n'], " ");
-    if cleaned.is_empty() {
+    let mut out = String::new();
+    write_pi05_prompt(task, normalized_state, &mut out)?;
+    Ok(out)
+}
+
+/// [`pi05_prompt`] written into `out` (replacing its contents): nothing is allocated once
+/// `out` has held a prompt of this size.
+pub fn write_pi05_prompt(task: &str, normalized_state: &[f32], out: &mut String) -> Result<()> {
+    use std::fmt::Write;
+    out.clear();
+    let task = task.trim();
+    if task.is_empty() {
         return Err(Error::BadInput {
             what: "task".into(),
             reason: "empty".into(),
         });
     }
-    let bins: Vec<String> = discretize_state(normalized_state)?
-        .iter()
-        .map(|b| b.to_string())
-        .collect();
-    Ok(format!(
-        "Task: {cleaned}, State: {};\nAction: ",
-        bins.join(" ")
-    ))
+    out.push_str("Task: ");
+    out.extend(
+        task.chars()
+            .map(|c| if c == '_' || c == '\n' { ' ' } else { c }),
+    );
+    out.push_str(", State: ");
+    for (i, &x) in normalized_state.iter().enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        write!(out, "{}", state_bin(i, x)?).expect("writing to a String");
+    }
+    out.push_str(";\nAction: ");
+    Ok(())
 }
 
 /// Normalization statistics of one quantity (openpi `NormStats`).

@@ -15,5 +15,5 @@ pub mod weights;
 pub use config::{GemmaConfig, MAX_VIEWS, Pi05Config, SiglipConfig};
 pub use error::{Error, Result};
 pub use pi05::{Observation, Pi05, Stage};
-pub use tokenizer::{Tokenizer, pi05_tokens};
+pub use tokenizer::{EncodeScratch, PromptScratch, Tokenizer, pi05_tokens, pi05_tokens_into};
 pub use weights::Pi05Weights;

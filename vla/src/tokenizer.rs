@@ -15,7 +15,7 @@
 //! PaliGemma tokenizer does (`add_bos=True`).
 
 use crate::error::{Error, Result};
-use crate::inputs::pi05_prompt;
+use crate::inputs::write_pi05_prompt;
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -286,6 +286,19 @@ impl Tokenizer {
     /// Encodes `text` (no BOS/EOS added).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
         let mut out = Vec::new();
+        self.encode_into(text, &mut out, &mut EncodeScratch::default())?;
+        Ok(out)
+    }
+
+    /// Appends the ids of `text` to `out`, with `scratch`'s buffers reused: once they have
+    /// held a text of this size, a tokenizer without pre-tokenizers (PaliGemma's) allocates
+    /// nothing.
+    pub fn encode_into(
+        &self,
+        text: &str,
+        out: &mut Vec<u32>,
+        scratch: &mut EncodeScratch,
+    ) -> Result<()> {
         let mut rest = text;
         let mut at_start = true;
         let mut i = 0;
@@ -298,7 +311,7 @@ impl Tokenizer {
             });
             match hit {
                 Some((content, id)) => {
-                    self.encode_plain(&rest[..i], at_start, &mut out)?;
+                    self.encode_plain(&rest[..i], at_start, out, scratch)?;
                     at_start = false;
                     out.push(*id);
                     rest = &rest[i + content.len()..];
@@ -307,23 +320,46 @@ impl Tokenizer {
                 None => i += c.len_utf8(),
             }
         }
-        self.encode_plain(rest, at_start, &mut out)?;
-        Ok(out)
+        self.encode_plain(rest, at_start, out, scratch)
     }
 
     /// Text between added tokens: normalize, pre-tokenize, BPE each word.
-    fn encode_plain(&self, text: &str, at_start: bool, out: &mut Vec<u32>) -> Result<()> {
+    fn encode_plain(
+        &self,
+        text: &str,
+        at_start: bool,
+        out: &mut Vec<u32>,
+        scratch: &mut EncodeScratch,
+    ) -> Result<()> {
         if text.is_empty() {
             return Ok(());
         }
-        let mut s = text.to_string();
+        let EncodeScratch { text: s, tmp, syms } = scratch;
+        s.clear();
+        s.push_str(text);
         for n in &self.normalizers {
+            tmp.clear();
             match n {
-                Normalize::Replace(from, to) => s = s.replace(from.as_str(), to),
-                Normalize::Prepend(p) => s.insert_str(0, p),
+                Normalize::Replace(from, to) => {
+                    let mut last = 0;
+                    for (at, _) in s.match_indices(from.as_str()) {
+                        tmp.push_str(&s[last..at]);
+                        tmp.push_str(to);
+                        last = at + from.len();
+                    }
+                    tmp.push_str(&s[last..]);
+                }
+                Normalize::Prepend(p) => {
+                    tmp.push_str(p);
+                    tmp.push_str(s);
+                }
             }
+            std::mem::swap(s, tmp);
         }
-        let mut words = vec![s];
+        if self.pre_tokenizers.is_empty() {
+            return self.bpe(s, out, syms);
+        }
+        let mut words = vec![s.clone()];
         for p in &self.pre_tokenizers {
             words = words
                 .iter()
@@ -332,12 +368,15 @@ impl Tokenizer {
                 .collect();
         }
         for w in words.iter().filter(|w| !w.is_empty()) {
-            self.bpe(w, out)?;
+            self.bpe(w, out, syms)?;
         }
         Ok(())
     }
 
-    fn bpe(&self, word: &str, out: &mut Vec<u32>) -> Result<()> {
+    fn bpe(&self, word: &str, out: &mut Vec<u32>, syms: &mut Vec<u32>) -> Result<()> {
+        if word.is_empty() {
+            return Ok(());
+        }
         if self.ignore_merges
             && let Some(id) = self.vocab.get(word)
         {
@@ -345,7 +384,7 @@ impl Tokenizer {
             return Ok(());
         }
         // Initial symbols: characters, or their UTF-8 bytes, or unk.
-        let mut syms: Vec<u32> = Vec::with_capacity(word.len());
+        syms.clear();
         let mut buf = [0u8; 4];
         for c in word.chars() {
             let cs: &str = c.encode_utf8(&mut buf);
@@ -378,7 +417,7 @@ impl Tokenizer {
             syms[i] = merged;
             syms.remove(i + 1);
         }
-        out.extend_from_slice(&syms);
+        out.extend_from_slice(syms);
         Ok(())
     }
 
@@ -595,6 +634,50 @@ fn pre_tokenize(p: &PreTokenize, s: &str, first: bool) -> Vec<String> {
     }
 }
 
+/// Buffers [`Tokenizer::encode_into`] reuses.
+#[derive(Default)]
+pub struct EncodeScratch {
+    text: String,
+    tmp: String,
+    syms: Vec<u32>,
+}
+
+/// Buffers [`pi05_tokens_into`] reuses (the prompt text and the encoder's).
+#[derive(Default)]
+pub struct PromptScratch {
+    prompt: String,
+    encode: EncodeScratch,
+}
+
+impl PromptScratch {
+    /// Buffers large enough for any prompt of a task of at most `task_bytes` bytes and a
+    /// state of `state_len` values, so that not even the first such prompts grow them (`ids`
+    /// given to [`pi05_tokens_into`] needs [`PromptScratch::max_ids`] of capacity too).
+    pub fn with_capacity(task_bytes: usize, state_len: usize) -> PromptScratch {
+        let prompt = Self::max_prompt_bytes(task_bytes, state_len);
+        // Normalizers may widen the text (a space becomes the 3-byte `▁`) and prepend to it.
+        let text = 3 * prompt + 16;
+        PromptScratch {
+            prompt: String::with_capacity(prompt),
+            encode: EncodeScratch {
+                text: String::with_capacity(text),
+                tmp: String::with_capacity(text),
+                syms: Vec::with_capacity(text),
+            },
+        }
+    }
+
+    /// At most one id per byte of the prompt (byte fallback), and BOS.
+    pub fn max_ids(task_bytes: usize, state_len: usize) -> usize {
+        Self::max_prompt_bytes(task_bytes, state_len) + 1
+    }
+
+    /// `Task: ` + task + `, State: ` + up to 4 bytes a value (`-1 `, `255 `) + `;\nAction: `.
+    fn max_prompt_bytes(task_bytes: usize, state_len: usize) -> usize {
+        6 + task_bytes + 9 + 4 * state_len + 10
+    }
+}
+
 /// Token ids of the pi05 prompt for `task` and the normalized state: BOS, then the prompt
 /// `Task: …, State: …;\nAction: ` (openpi's PaliGemma tokenizer with state). More than
 /// `max_len` tokens is an error (openpi would truncate, cutting off `Action:`).
@@ -604,12 +687,37 @@ pub fn pi05_tokens(
     normalized_state: &[f32],
     max_len: usize,
 ) -> Result<Vec<u32>> {
+    let mut ids = Vec::new();
+    let mut scratch = PromptScratch::default();
+    pi05_tokens_into(
+        tokenizer,
+        task,
+        normalized_state,
+        max_len,
+        &mut ids,
+        &mut scratch,
+    )?;
+    Ok(ids)
+}
+
+/// [`pi05_tokens`] into `ids` (replacing its contents), with `scratch`'s buffers reused: what
+/// a control loop calls every tick without allocating (tokenizers without pre-tokenizers).
+pub fn pi05_tokens_into(
+    tokenizer: &Tokenizer,
+    task: &str,
+    normalized_state: &[f32],
+    max_len: usize,
+    ids: &mut Vec<u32>,
+    scratch: &mut PromptScratch,
+) -> Result<()> {
     let bos = tokenizer.bos().ok_or_else(|| Error::BadTokenizer {
         path: tokenizer.path.clone(),
         reason: "no <bos> token".into(),
     })?;
-    let mut ids = vec![bos];
-    ids.extend(tokenizer.encode(&pi05_prompt(task, normalized_state)?)?);
+    write_pi05_prompt(task, normalized_state, &mut scratch.prompt)?;
+    ids.clear();
+    ids.push(bos);
+    tokenizer.encode_into(&scratch.prompt, ids, &mut scratch.encode)?;
     if ids.len() > max_len {
         return Err(Error::BadInput {
             what: "prompt".into(),
@@ -619,5 +727,5 @@ pub fn pi05_tokens(
             ),
         });
     }
-    Ok(ids)
+    Ok(())
 }
