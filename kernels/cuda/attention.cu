@@ -72,80 +72,56 @@ __device__ void attention(const T* q, const T* k, const T* v, T* out, const int*
 FOR_FLOATS(ATTENTION)
 
 // Softmax of attention scores with the same masks, for the GEMM path (scores = Q·Kᵀ by
-// cuBLASLt). scores: f32 [hq, sq_len, sk_len] (row r = h * sq_len + i), rows `ld` elements
-// apart (ld ≥ sk_len); probs: T, same layout.
+// cuBLASLt). scores: f32 [hq, sq_len, sk_len] (row r = h * sq_len + i); probs: T, same shape.
 // A row with no visible key becomes zeros.
-// One warp per row (blockDim.x / 32 rows a block). Rows up to 32 * R keys (R = 8, 16, 32, 48)
-// are held in registers: every score and mask byte of the row is loaded before the first one is
-// used (branch-free, clamped indices), so the loads are in flight together instead of one
-// memory latency after another. Longer rows are read three times.
-#define SOFTMAX_MAX_REGS 48
-#define VISIBLE_AT(j, i, vl) (((int)(j) < (vl) || (j) >= always_from) && (!causal || (j) <= (i) + causal_offset))
-template <typename T, int R>
-__device__ __forceinline__ void softmax_row_regs(const float* sr, T* pr, unsigned sk_len, unsigned i, int vl, const unsigned char* key_mask,
-                                                 unsigned always_from, int causal, unsigned causal_offset, float scale, unsigned lane) {
-    float v[R];
-    unsigned char km[R];
-    const unsigned last = sk_len - 1;
-#pragma unroll
-    for (int t = 0; t < R; ++t) {
-        const unsigned j = min(lane + 32u * t, last);
-        v[t] = sr[j];
-        km[t] = key_mask ? key_mask[j] : (unsigned char)1;
-    }
-    float m = -INFINITY;
-#pragma unroll
-    for (int t = 0; t < R; ++t) {
-        const unsigned j = lane + 32u * t;
-        const bool vis = j < sk_len && km[t] && VISIBLE_AT(j, i, vl);
-        v[t] = vis ? v[t] * scale : -INFINITY;
-        m = fmaxf(m, v[t]);
-    }
-    m = warp_max(m);
-    float sum = 0.f;
-#pragma unroll
-    for (int t = 0; t < R; ++t) {
-        v[t] = (m != -INFINITY && v[t] != -INFINITY) ? expf(v[t] - m) : 0.f;
-        sum += v[t];
-    }
-    sum = warp_sum(sum);
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
-#pragma unroll
-    for (int t = 0; t < R; ++t) {
-        const unsigned j = lane + 32u * t;
-        if (j < sk_len) pr[j] = from_f32<T>(v[t] * inv);
-    }
-}
-
+// One warp per row (blockDim.x / 32 rows a block); rows up to 32 * SOFTMAX_REGS keys are held in
+// registers, longer ones are read three times.
+#define SOFTMAX_REGS 32
 template <typename T>
-__device__ void masked_softmax(const float* scores, T* probs, unsigned rows, unsigned sq_len, unsigned sk_len, unsigned ld, unsigned heads_inner, const int* valid_len, const unsigned char* key_mask,
+__device__ void masked_softmax(const float* scores, T* probs, unsigned rows, unsigned sq_len, unsigned sk_len, unsigned heads_inner, const int* valid_len, const unsigned char* key_mask,
                                unsigned always_from, int causal, unsigned causal_offset, float scale) {
     const unsigned lane = threadIdx.x & 31;
     const unsigned long long row = (unsigned long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (row >= rows || sk_len == 0) return;
+    if (row >= rows) return;
     // Rows are (head, query) ordered, or (query, head) when heads_inner != 0.
     const unsigned i = heads_inner ? (unsigned)(row / heads_inner) : (unsigned)(row % sq_len);
     const int vl = valid_len ? *valid_len : (int)sk_len;
-    const float* sr = scores + row * ld;
-    T* pr = probs + row * ld;
-    if (sk_len <= 32 * 8) return softmax_row_regs<T, 8>(sr, pr, sk_len, i, vl, key_mask, always_from, causal, causal_offset, scale, lane);
-    if (sk_len <= 32 * 16) return softmax_row_regs<T, 16>(sr, pr, sk_len, i, vl, key_mask, always_from, causal, causal_offset, scale, lane);
-    if (sk_len <= 32 * 32) return softmax_row_regs<T, 32>(sr, pr, sk_len, i, vl, key_mask, always_from, causal, causal_offset, scale, lane);
-    if (sk_len <= 32 * SOFTMAX_MAX_REGS)
-        return softmax_row_regs<T, SOFTMAX_MAX_REGS>(sr, pr, sk_len, i, vl, key_mask, always_from, causal, causal_offset, scale, lane);
-#define VISIBLE(j) (VISIBLE_AT(j, i, vl) && (!key_mask || key_mask[j]))
+    const float* sr = scores + row * sk_len;
+    T* pr = probs + row * sk_len;
+#define VISIBLE(j) (((int)(j) < vl || (j) >= always_from) && (!causal || (j) <= i + causal_offset) && (!key_mask || key_mask[j]))
     float m = -INFINITY;
-#pragma unroll 4
+    if (sk_len <= 32 * SOFTMAX_REGS) {
+        float v[SOFTMAX_REGS];
+#pragma unroll
+        for (int t = 0; t < SOFTMAX_REGS; ++t) {
+            const unsigned j = lane + 32 * t;
+            v[t] = (j < sk_len && VISIBLE(j)) ? sr[j] * scale : -INFINITY;
+            m = fmaxf(m, v[t]);
+        }
+        m = warp_max(m);
+        float sum = 0.f;
+#pragma unroll
+        for (int t = 0; t < SOFTMAX_REGS; ++t) {
+            v[t] = (m != -INFINITY && v[t] != -INFINITY) ? expf(v[t] - m) : 0.f;
+            sum += v[t];
+        }
+        sum = warp_sum(sum);
+        const float inv = sum > 0.f ? 1.f / sum : 0.f;
+#pragma unroll
+        for (int t = 0; t < SOFTMAX_REGS; ++t) {
+            const unsigned j = lane + 32 * t;
+            if (j < sk_len) pr[j] = from_f32<T>(v[t] * inv);
+        }
+        return;
+    }
     for (unsigned j = lane; j < sk_len; j += 32)
         if (VISIBLE(j)) m = fmaxf(m, sr[j] * scale);
     m = warp_max(m);
     float sum = 0.f;
-#pragma unroll 4
     for (unsigned j = lane; j < sk_len; j += 32)
         if (VISIBLE(j) && m != -INFINITY) sum += expf(sr[j] * scale - m);
     sum = warp_sum(sum);
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
-#pragma unroll 4
     for (unsigned j = lane; j < sk_len; j += 32)
         pr[j] = from_f32<T>(VISIBLE(j) && m != -INFINITY ? expf(sr[j] * scale - m) * inv : 0.f);
 #undef VISIBLE
@@ -154,9 +130,9 @@ __device__ void masked_softmax(const float* scores, T* probs, unsigned rows, uns
 #define MASKED_SOFTMAX(T, S)                                                                          \
     extern "C" __global__ void masked_softmax_##S(const float* scores, T* probs, unsigned rows,          \
                                                   unsigned sq_len,                                     \
-                                                  unsigned sk_len, unsigned ld, unsigned heads_inner, const int* valid_len, const unsigned char* key_mask,               \
+                                                  unsigned sk_len, unsigned heads_inner, const int* valid_len, const unsigned char* key_mask,               \
                                                   unsigned always_from, int causal,                    \
                                                   unsigned causal_offset, float scale) {               \
-        masked_softmax<T>(scores, probs, rows, sq_len, sk_len, ld, heads_inner, valid_len, key_mask, always_from, causal, causal_offset, scale); \
+        masked_softmax<T>(scores, probs, rows, sq_len, sk_len, heads_inner, valid_len, key_mask, always_from, causal, causal_offset, scale); \
     }
 FOR_FLOATS(MASKED_SOFTMAX)

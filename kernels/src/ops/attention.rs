@@ -573,7 +573,7 @@ impl Kernels {
             }
             let scratch = match share.map(|p| &p.path) {
                 Some(Path::Gemm { scores, probs, .. })
-                    if scores.shape() == [dims.hq, dims.sq_len, score_row_stride(dims.sk_len)]
+                    if scores.shape() == [dims.hq, dims.sq_len, dims.sk_len]
                         && probs.dtype() == q.dtype() =>
                 {
                     Some(((**scores).clone(), (**probs).clone()))
@@ -746,9 +746,6 @@ impl Kernels {
             so,
         } = *dims;
         let dt = q.dtype();
-        // Score rows are padded (`ld` ≥ sk_len): every row starts 16-byte aligned, which lets
-        // cuBLASLt use its vectorized kernels for both products whatever the key count.
-        let ld = score_row_stride(sk_len);
         let (scores, probs) = match scratch {
             Some(s) => s,
             None => (
@@ -756,9 +753,9 @@ impl Kernels {
                     self.ctx(),
                     "attention.scores",
                     DType::F32,
-                    &[hq, sq_len, ld],
+                    &[hq, sq_len, sk_len],
                 )?,
-                Tensor::alloc(self.ctx(), "attention.probs", dt, &[hq, sq_len, ld])?,
+                Tensor::alloc(self.ctx(), "attention.probs", dt, &[hq, sq_len, sk_len])?,
             ),
         };
         // Each entry: the operands of one Q·Kᵀ and one P·V product (q, k, v, scores, probs, out).
@@ -778,22 +775,16 @@ impl Kernels {
         };
         if rows_by_token {
             let rows = sq_len * hq;
-            let flat = |t: &Tensor, cols: usize, stride: usize| {
-                Tensor::with_layout(
-                    t.buffer(),
-                    t.dtype(),
-                    &[rows, cols],
-                    &[stride, 1],
-                    t.offset(),
-                )
+            let flat = |t: &Tensor, cols: usize| {
+                Tensor::with_layout(t.buffer(), t.dtype(), &[rows, cols], &[cols, 1], t.offset())
             };
             products.push([
-                flat(q, d, d)?,
+                flat(q, d)?,
                 kv_head(k, sk, 0)?,
                 kv_head(v, sv, 0)?,
-                flat(&scores, sk_len, ld)?,
-                flat(&probs, sk_len, ld)?,
-                flat(out, d, d)?,
+                flat(&scores, sk_len)?,
+                flat(&probs, sk_len)?,
+                flat(out, d)?,
             ]);
         } else {
             // Query heads that share key/value heads form one batch: all heads when every head
@@ -819,8 +810,8 @@ impl Kernels {
                         t.buffer(),
                         t.dtype(),
                         &[n, sq_len, sk_len],
-                        &[sq_len * ld, ld, 1],
-                        h0 * sq_len * ld,
+                        &[sq_len * sk_len, sk_len, 1],
+                        h0 * sq_len * sk_len,
                     )
                 };
                 products.push([
@@ -859,12 +850,6 @@ impl Kernels {
             rows_by_token,
         })
     }
-}
-
-/// Elements from one score row to the next on the GEMM path: the key count rounded up to a
-/// multiple of 8 (16 bytes of bf16/f16 probabilities, 32 bytes of f32 scores).
-fn score_row_stride(sk_len: usize) -> usize {
-    sk_len.next_multiple_of(8)
 }
 
 impl AttentionPlan {
@@ -1005,13 +990,12 @@ impl AttentionPlan {
                 let n_rows = d.hq * d.sq_len;
                 // Row r is query r / heads (token-major rows) or r % sq_len (head-major).
                 let mut heads_inner = if *rows_by_token { d.hq as u32 } else { 0 };
-                let (mut sp, mut pp, mut nr, mut a, mut b, mut ld) = (
+                let (mut sp, mut pp, mut nr, mut a, mut b) = (
                     scores.ptr(),
                     probs.ptr(),
                     n_rows as u32,
                     d.sq_len as u32,
                     d.sk_len as u32,
-                    score_row_stride(d.sk_len) as u32,
                 );
                 let (mut af, mut causal, mut co, mut sc) = (
                     self.always_from as u32,
@@ -1019,8 +1003,7 @@ impl AttentionPlan {
                     self.mask.causal_offset.unwrap_or(0) as u32,
                     self.scale,
                 );
-                // SAFETY: scores and probs hold hq·sq rows of `ld` elements (allocated by the
-                // plan).
+                // SAFETY: scores and probs hold hq·sq·sk elements (allocated by the plan).
                 unsafe {
                     c.launch(
                         s,
@@ -1030,21 +1013,7 @@ impl AttentionPlan {
                         (n_rows.div_ceil(8) as u32, 1, 1),
                         (256, 1, 1),
                         0,
-                        &mut args!(
-                            sp,
-                            pp,
-                            nr,
-                            a,
-                            b,
-                            ld,
-                            heads_inner,
-                            vlp,
-                            kmp,
-                            af,
-                            causal,
-                            co,
-                            sc
-                        ),
+                        &mut args!(sp, pp, nr, a, b, heads_inner, vlp, kmp, af, causal, co, sc),
                     )?;
                 }
                 for st in pv {
