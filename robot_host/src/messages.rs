@@ -1,5 +1,7 @@
 //! What the node exchanges with the outside, independent of the transport.
 
+use std::sync::Arc;
+
 /// Seconds on the node's clock (ROS time on a robot, a virtual clock in simulation).
 pub type Stamp = f64;
 
@@ -53,8 +55,6 @@ pub struct Audio {
     pub samples: Vec<f32>,
     pub channels: u16,
 }
-
-use std::sync::Arc;
 
 /// One published chunk of actions (`frt_msgs/ActionChunk`).
 #[derive(Clone, Debug, PartialEq)]

@@ -251,8 +251,8 @@ impl Inputs {
     }
 
     /// A new subgoal: refused when empty, over [`MAX_SUBGOAL_BYTES`] or holding control
-    /// characters;
-    /// otherwise queued, and the id the policy's chunks will carry for it is returned.
+    /// characters; otherwise queued, and the id the policy's chunks will carry for it is
+    /// returned.
     pub fn subgoal(&self, text: &str, source: Source) -> Result<u64> {
         let t = text.trim();
         if t.is_empty()
@@ -373,6 +373,8 @@ pub struct Node {
     out: Sender<Outbound>,
     /// Completion markers of the last two replays (one replay stays queued ahead).
     done: [frt_exec::Event; 2],
+    /// Counters and state; the subgoal and the counters of refused inputs are filled in by
+    /// [`Node::status`].
     status: Status,
     /// The current subgoal, shared with the chunks that carry it.
     subgoal: Arc<str>,
@@ -448,7 +450,6 @@ impl Node {
         let done = [policy.ctx.event()?, policy.ctx.event()?];
         let mut node = Node {
             status: Status {
-                subgoal: cfg.control.initial_subgoal.trim().to_string(),
                 subgoal_id: INITIAL_SUBGOAL_ID,
                 ..Default::default()
             },
@@ -534,6 +535,7 @@ impl Node {
         let mut s = self.status.clone();
         let c = &self.inputs.counters;
         s.stamp = self.clock.now();
+        s.subgoal = self.subgoal.to_string();
         s.bad_frames = c.bad_frames.load(Ordering::Relaxed);
         s.bad_states = c.bad_states.load(Ordering::Relaxed);
         s.bad_audio = c.bad_audio.load(Ordering::Relaxed);
@@ -561,8 +563,7 @@ impl Node {
     fn apply(&mut self, (c, _, arrived, subgoal_id): Queued) -> Option<TickOutcome> {
         match c {
             Command::Subgoal(text) => {
-                self.subgoal = Arc::from(text.as_str());
-                self.status.subgoal = text;
+                self.subgoal = Arc::from(text);
                 self.status.subgoal_id = subgoal_id;
                 Some(TickOutcome::Abandoned)
             }

@@ -367,7 +367,7 @@ impl Tokenizer {
                 .flat_map(|(i, w)| pre_tokenize(p, w, at_start && i == 0))
                 .collect();
         }
-        for w in words.iter().filter(|w| !w.is_empty()) {
+        for w in &words {
             self.bpe(w, out, syms)?;
         }
         Ok(())

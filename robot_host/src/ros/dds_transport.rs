@@ -159,6 +159,12 @@ pub struct Dds {
     sim_clock: Option<Arc<ManualClock>>,
 }
 
+/// `("sensor_msgs", "Image")` of `sensor_msgs/msg/Image` (and of `…/srv/…`).
+fn package_and_type(type_name: &str) -> (&str, &str) {
+    let mut parts = type_name.split('/');
+    (parts.next().unwrap_or(""), parts.nth(1).unwrap_or(""))
+}
+
 fn qos(sensor_data: bool) -> QosProfile {
     if sensor_data {
         QosProfile::subscription_default()
@@ -217,8 +223,7 @@ impl Dds {
     }
 
     fn topic<K>(&self, e: &wire::Endpoint<K>) -> Result<(rustdds::Topic, QosPolicies)> {
-        let mut parts = e.type_name.split('/');
-        let (pkg, ty) = (parts.next().unwrap_or(""), parts.nth(1).unwrap_or(""));
+        let (pkg, ty) = package_and_type(e.type_name);
         let profile = qos(e.sensor_data);
         // ROS 2's DDS topic name: `rt` + the fully qualified name (resolved and checked by
         // `wire::resolve`).
@@ -266,12 +271,13 @@ impl Transport for Dds {
         for e in &self.endpoints.services {
             let wire::Srv::SetSubgoal = e.kind;
             let name = Name::parse(&e.topic).map_err(|err| dds_err(&e.topic, err))?;
+            let (pkg, ty) = package_and_type(e.type_name);
             let mut server = self
                 .node
                 .create_server::<SetSubgoalRequest, SetSubgoalResponse>(
                     self.service_mapping,
                     &name,
-                    &ServiceTypeName::new("frt_msgs", "SetSubgoal"),
+                    &ServiceTypeName::new(pkg, ty),
                     qos(false),
                     qos(false),
                 )

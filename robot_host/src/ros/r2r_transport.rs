@@ -91,7 +91,6 @@ fn diagnostics_out(d: &msg::DiagnosticArray) -> r2r::diagnostic_msgs::msg::Diagn
     }
 }
 
-/// The r2r transport: owns the rcl node.
 /// `frt_msgs/srv/SetSubgoal` as r2r generates it, converted to and from the node's
 /// definitions. r2r generates bindings only for the interface packages it finds when it is
 /// built, so the implementation for `r2r::frt_msgs::srv::SetSubgoal::Service` exists with the
@@ -137,6 +136,7 @@ fn serve_set_subgoal<S: SetSubgoalService>(
     })))
 }
 
+/// The r2r transport: owns the rcl node.
 pub struct R2r {
     node: r2r::Node,
     cfg: Config,
