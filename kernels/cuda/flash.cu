@@ -4,19 +4,21 @@
 //
 // Layout. Query heads sharing one key/value head form the rows of that key/value head, in
 // (query, head-in-group) order: row r is query r / G, head kh·G + r % G (G = Hq / Hkv). A block
-// (4 warps) takes 64 rows of one key/value head (grid.y) and one range of keys (grid.z, the
-// split); a warp owns 16 rows and keeps their queries in registers as mma A fragments. Keys are
-// walked in tiles of FLASH_BN, K and V staged in shared memory with rows padded by 8 elements
-// (conflict-free fragment reads). With one split the block writes normalized rows; with several
-// it writes unnormalized f32 rows and their (max, sum) and flash_combine merges the splits.
+// (4 warps) takes 64 rows of one key/value head of one batch entry (grid.y = entry · Hkv + kv
+// head) and one range of keys (grid.z, the split); a warp owns 16 rows. The block's queries and one tile of FLASH_BN keys and values are
+// staged in shared memory by cp.async (rows padded by 8 elements: conflict-free ldmatrix); the
+// next tile's keys load while the current values are used, and its values while the next
+// scores are computed. With one split the block writes normalized rows; with several it writes
+// unnormalized f32 rows and their (max, sum) and flash_combine merges the splits.
 //
 // mma.sync m16n8k16 fragments (g = lane / 4, t = lane % 4): A holds rows g and g+8, columns 2t,
 // 2t+1 and 2t+8, 2t+9; B holds k rows 2t, 2t+1 and 2t+8, 2t+9 of column g; C holds rows g and
 // g+8, columns 2t and 2t+1. The C fragments of two neighbouring 8-key tiles are exactly the A
-// fragment of the probabilities for the 16 keys they cover.
+// fragment of the probabilities for the 16 keys they cover. Q and K fragments come from
+// ldmatrix, V's (k = key, n = column) from ldmatrix.trans.
 
 #define FLASH_BM 64
-#define FLASH_BN 32
+#define FLASH_BN 64
 #define FLASH_THREADS 128
 
 // mma.sync and the f32-pair packing for one 16-bit type (`ty`: its PTX name).
@@ -37,13 +39,47 @@ template <typename T> struct Mma;
             return r;                                                                                 \
         }                                                                                             \
     };
+// A shared-memory address as the 32-bit offset PTX's shared state space takes.
+__device__ __forceinline__ unsigned flash_smem_addr(const void* p) {
+    unsigned r;
+    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
+    return r;
+}
+// 16 bytes global → shared without passing through registers; `ok == false` writes zeros
+// (nothing is read from `src`).
+__device__ __forceinline__ void flash_cp16(void* dst, const void* src, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(flash_smem_addr(dst)), "l"(src),
+                 "r"(ok ? 16 : 0));
+}
+__device__ __forceinline__ void flash_commit() { asm volatile("cp.async.commit_group;"); }
+// Waits until at most one committed group is still in flight.
+__device__ __forceinline__ void flash_wait1() { asm volatile("cp.async.wait_group 1;"); }
+// Four 8×8 matrices of 16-bit elements from shared address `p` (see flash_smem_addr); `_t`:
+// transposed.
+__device__ __forceinline__ void flash_ldm(unsigned r[4], unsigned p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(p));
+}
+__device__ __forceinline__ void flash_ldm_t(unsigned r[4], unsigned p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(p));
+}
 #else
-// Before sm_80 there is no such mma: the kernels compile empty and are never chosen.
+// Before sm_80 there is no such mma, cp.async or ldmatrix: the kernels compile empty and are
+// never chosen.
 #define FLASH_MMA(T, ty)                                                                                  \
     template <> struct Mma<T> {                                                                       \
         static __device__ __forceinline__ void run(float*, const unsigned*, unsigned, unsigned) {}    \
         static __device__ __forceinline__ unsigned pack(float, float) { return 0; }                   \
     };
+__device__ __forceinline__ void flash_cp16(void*, const void*, bool) {}
+__device__ __forceinline__ void flash_commit() {}
+__device__ __forceinline__ void flash_wait1() {}
+__device__ __forceinline__ unsigned flash_smem_addr(const void*) { return 0; }
+__device__ __forceinline__ void flash_ldm(unsigned r[4], unsigned) { r[0] = r[1] = r[2] = r[3] = 0; }
+__device__ __forceinline__ void flash_ldm_t(unsigned r[4], unsigned) { r[0] = r[1] = r[2] = r[3] = 0; }
 #endif
 FLASH_MMA(bf16, "bf16")
 FLASH_MMA(f16, "f16")
@@ -58,6 +94,8 @@ struct FlashArgs {
     unsigned causal_offset;
     float scale_log2;                   // scale · log2(e)
     unsigned keys_per_split;            // a multiple of FLASH_BN
+    unsigned batch;                     // independent attentions of one shape (grid.y = batch · hkv)
+    unsigned long long bq, bk, bv, bo;  // where each next one's tensors start, in elements
 };
 
 // Whether key j passes the query-independent part of the mask.
@@ -65,18 +103,65 @@ __device__ __forceinline__ bool flash_key_ok(const FlashArgs& a, int vl, unsigne
     return ((int)j < vl || j >= a.always_from) && (!a.key_mask || a.key_mask[j]);
 }
 
+// The first tile at or after j0 that some row may see (tiles wholly past the valid length and
+// before the always-visible keys are skipped), or a value ≥ klimit.
+__device__ __forceinline__ unsigned flash_next_tile(const FlashArgs& a, int vl, unsigned j0, unsigned klimit) {
+    while (j0 < klimit && (int)j0 >= vl && j0 + FLASH_BN <= a.always_from) j0 += FLASH_BN;
+    return j0;
+}
+
+// Which of the keys j0 .. j0 + FLASH_BN - 1 pass the query-independent part of the mask (bit i:
+// key j0 + i); keys from klimit on do not. Every warp computes it (two loads a lane).
+__device__ __forceinline__ unsigned long long flash_tile_keys(const FlashArgs& a, int vl, unsigned j0, unsigned klimit) {
+    const unsigned lane = threadIdx.x & 31, j = j0 + lane, j2 = j + 32;
+    const unsigned lo = __ballot_sync(0xffffffffu, j < klimit && flash_key_ok(a, vl, j));
+    const unsigned hi = __ballot_sync(0xffffffffu, j2 < klimit && flash_key_ok(a, vl, j2));
+    return ((unsigned long long)hi << 32) | lo;
+}
+
+// Stages FLASH_BN rows of keys (or values) from j0 on: DP / 8 chunks of 16 bytes a row; chunks
+// past the head dim and keys outside `keys` (see flash_tile_keys) are zeros (a cache row past
+// the causal horizon may hold anything, and 0 · NaN would poison the sum).
+template <typename T, int DP>
+__device__ __forceinline__ void flash_stage(unsigned short* dst, const T* src, unsigned long long stride,
+                                            const FlashArgs& a, unsigned kh, unsigned j0,
+                                            unsigned long long keys) {
+    constexpr int CH = DP / 8, DS = DP + 8;
+    const unsigned dch = a.d / 8;
+#pragma unroll
+    for (int it = 0; it < FLASH_BN * CH / FLASH_THREADS; ++it) {
+        const unsigned idx = it * FLASH_THREADS + threadIdx.x;
+        const unsigned rr = idx / CH, c = idx % CH;
+        const bool ok = c < dch && ((keys >> rr) & 1);
+        const T* p = ok ? src + (unsigned long long)(j0 + rr) * stride + (unsigned long long)kh * a.d + c * 8 : src;
+        flash_cp16(dst + rr * DS + c * 8, p, ok);
+    }
+}
+
 template <typename T, int DP>
 __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                 T* __restrict__ out, float* __restrict__ part, float* __restrict__ part_ml,
                                 const FlashArgs a) {
+    // Batches only for head dims up to 128: at 256 the registers are all taken (the host plans
+    // no batch there).
+    constexpr bool batched = DP <= 128;
+    const unsigned entry = batched ? blockIdx.y / a.hkv : 0;
+    if (batched) {
+        q += entry * a.bq;
+        k += entry * a.bk;
+        v += entry * a.bv;
+        out += entry * a.bo;
+    }
     constexpr int DS = DP + 8;  // shared row stride (elements)
+    constexpr int CH = DP / 8;
     extern __shared__ __align__(16) unsigned char flash_smem[];
-    unsigned short* ks = (unsigned short*)flash_smem;
+    unsigned short* qs = (unsigned short*)flash_smem;
+    unsigned short* ks = qs + FLASH_BM * DS;
     unsigned short* vs = ks + FLASH_BN * DS;
 
     const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const unsigned g = lane >> 2, t = lane & 3;
-    const unsigned G = a.hq / a.hkv, kh = blockIdx.y, rows = G * a.sq_len;
+    const unsigned G = a.hq / a.hkv, kh = batched ? blockIdx.y % a.hkv : blockIdx.y, rows = G * a.sq_len;
     const unsigned r0 = blockIdx.x * FLASH_BM;
     const unsigned split = blockIdx.z;
     const unsigned kbeg = split * a.keys_per_split;
@@ -84,83 +169,82 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
     const int vl = a.valid_len ? *a.valid_len : (int)a.sk_len;
 
     // This thread's two rows (g and g + 8 of the warp's 16).
-    unsigned row[2], qi[2], qh[2];
+    unsigned row[2], qi[2];
     bool live[2];
 #pragma unroll
     for (int x = 0; x < 2; ++x) {
         row[x] = r0 + warp * 16 + g + 8 * x;
         live[x] = row[x] < rows;
         qi[x] = live[x] ? row[x] / G : 0;
-        qh[x] = kh * G + (live[x] ? row[x] % G : 0);
     }
     // The last query of the block: keys after qmax + offset are seen by none of its rows.
     const unsigned qmax = (min(rows, r0 + FLASH_BM) - 1) / G;
     const unsigned klimit = a.causal ? min(kend, qmax + a.causal_offset + 1) : kend;
 
-    // Queries as A fragments (columns past d are zero).
-    unsigned qf[DP / 16][4];
+    // The block's queries (rows past the last and columns past d are zeros), with the first
+    // tile's keys as one group and its values as the next.
+    {
+        const unsigned dch = a.d / 8;
 #pragma unroll
-    for (int s = 0; s < DP / 16; ++s) {
-#pragma unroll
-        for (int x = 0; x < 4; ++x) {
-            const unsigned rr = x & 1, col = s * 16 + 2 * t + 8 * (x >> 1);
-            qf[s][x] = (live[rr] && col < a.d)
-                           ? *(const unsigned*)(q + (unsigned long long)qi[rr] * a.sq + (unsigned long long)qh[rr] * a.d + col)
-                           : 0u;
+        for (int it = 0; it < FLASH_BM * CH / FLASH_THREADS; ++it) {
+            const unsigned idx = it * FLASH_THREADS + threadIdx.x;
+            const unsigned rr = idx / CH, c = idx % CH, r = r0 + rr;
+            const bool ok = c < dch && r < rows;
+            const T* p = ok ? q + (unsigned long long)(r / G) * a.sq + (unsigned long long)(kh * G + r % G) * a.d + c * 8 : q;
+            flash_cp16(qs + rr * DS + c * 8, p, ok);
         }
     }
-
-    // Padding columns of the staged K (and V) rows stay zero.
-    for (unsigned idx = threadIdx.x; idx < FLASH_BN * (DP - a.d + 8); idx += FLASH_THREADS) {
-        const unsigned rr = idx / (DP - a.d + 8), col = a.d + idx % (DP - a.d + 8);
-        ks[rr * DS + col] = 0;
-        vs[rr * DS + col] = 0;
-    }
+    unsigned j0 = flash_next_tile(a, vl, kbeg, klimit);
+    unsigned long long keys = j0 < klimit ? flash_tile_keys(a, vl, j0, klimit) : 0ull;
+    if (j0 < klimit) flash_stage<T, DP>(ks, k, a.sk, a, kh, j0, keys);
+    flash_commit();
+    if (j0 < klimit) flash_stage<T, DP>(vs, v, a.sv, a, kh, j0, keys);
+    flash_commit();
 
     float o[DP / 8][4];
 #pragma unroll
     for (int n = 0; n < DP / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
 
-    const unsigned chunks = a.d / 8;  // 16-byte pieces per row
-    for (unsigned j0 = kbeg; j0 < klimit; j0 += FLASH_BN) {
-        // A tile no row can see (past the valid length and before the always-visible keys).
-        if ((int)j0 >= vl && j0 + FLASH_BN <= a.always_from) continue;
-        __syncthreads();
-        for (unsigned idx = threadIdx.x; idx < FLASH_BN * chunks; idx += FLASH_THREADS) {
-            const unsigned rr = idx / chunks, c = (idx % chunks) * 8, j = j0 + rr;
-            uint4 kx = make_uint4(0, 0, 0, 0), vx = kx;
-            // Keys no row sees are staged as zeros (a cache row past the causal horizon may hold
-            // anything, and 0 · NaN would poison the sum).
-            if (j < klimit && flash_key_ok(a, vl, j)) {
-                kx = *(const uint4*)(k + (unsigned long long)j * a.sk + (unsigned long long)kh * a.d + c);
-                vx = *(const uint4*)(v + (unsigned long long)j * a.sv + (unsigned long long)kh * a.d + c);
-            }
-            *(uint4*)(ks + rr * DS + c) = kx;
-            *(uint4*)(vs + rr * DS + c) = vx;
-        }
-        __syncthreads();
+    // Per-lane ldmatrix addresses (shared, bytes): A rows of Q, B rows of K, B rows of V
+    // (transposed).
+    const unsigned qa = flash_smem_addr(qs + (warp * 16 + (lane & 15)) * DS + (lane >> 4) * 8);
+    const unsigned kb = flash_smem_addr(ks + ((lane & 7) + ((lane >> 4) << 3)) * DS + ((lane >> 3) & 1) * 8);
+    const unsigned vb = flash_smem_addr(vs + ((lane & 7) + (((lane >> 3) & 1) << 3)) * DS + (lane >> 4) * 8);
 
+    while (j0 < klimit) {
+        const unsigned jn = flash_next_tile(a, vl, j0 + FLASH_BN, klimit);
+        flash_wait1();  // the queries and this tile's keys
+        __syncthreads();
         float s[FLASH_BN / 8][4];
 #pragma unroll
         for (int n = 0; n < FLASH_BN / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
 #pragma unroll
         for (int c = 0; c < DP / 16; ++c) {
+            unsigned af[4];
+            flash_ldm(af, qa + c * 32);
 #pragma unroll
-            for (int n = 0; n < FLASH_BN / 8; ++n) {
-                const unsigned short* kr = ks + (n * 8 + g) * DS + c * 16 + 2 * t;
-                Mma<T>::run(s[n], qf[c], *(const unsigned*)kr, *(const unsigned*)(kr + 8));
+            for (int nb = 0; nb < FLASH_BN / 16; ++nb) {
+                unsigned bf[4];
+                flash_ldm(bf, kb + (nb * 16 * DS + c * 16) * 2);
+                Mma<T>::run(s[2 * nb], af, bf[0], bf[1]);
+                Mma<T>::run(s[2 * nb + 1], af, bf[2], bf[3]);
             }
         }
+        __syncthreads();  // every warp is done with the keys: the next tile's may come in
+        const unsigned long long next_keys = jn < klimit ? flash_tile_keys(a, vl, jn, klimit) : 0ull;
+        if (jn < klimit) flash_stage<T, DP>(ks, k, a.sk, a, kh, jn, next_keys);
+        flash_commit();
+
         // Mask, scale (base 2) and the running maximum of each row.
         float mt[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int n = 0; n < FLASH_BN / 8; ++n) {
 #pragma unroll
             for (int x = 0; x < 4; ++x) {
-                const unsigned rr = x >> 1, j = j0 + n * 8 + 2 * t + (x & 1);
-                const bool vis = live[rr] && j < klimit && flash_key_ok(a, vl, j) &&
-                                 (!a.causal || j <= qi[rr] + a.causal_offset);
+                const unsigned rr = x >> 1, jj = n * 8 + 2 * t + (x & 1);
+                const bool vis = live[rr] && ((keys >> jj) & 1) &&
+                                 (!a.causal || j0 + jj <= qi[rr] + a.causal_offset);
                 s[n][x] = vis ? s[n][x] * a.scale_log2 : -INFINITY;
                 mt[rr] = fmaxf(mt[rr], s[n][x]);
             }
@@ -191,6 +275,9 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
             o[n][2] *= corr[1];
             o[n][3] *= corr[1];
         }
+
+        flash_wait1();  // this tile's values (the next tile's keys may still be in flight)
+        __syncthreads();
         // out += P · V, 16 keys at a time.
 #pragma unroll
         for (int kk = 0; kk < FLASH_BN / 16; ++kk) {
@@ -200,15 +287,19 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
                 Mma<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                 Mma<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]),
             };
-            const unsigned short* v0 = vs + (kk * 16 + 2 * t) * DS + g;
 #pragma unroll
-            for (int n = 0; n < DP / 8; ++n) {
-                const unsigned short* vp = v0 + n * 8;
-                const unsigned b0 = (unsigned)vp[0] | ((unsigned)vp[DS] << 16);
-                const unsigned b1 = (unsigned)vp[8 * DS] | ((unsigned)vp[9 * DS] << 16);
-                Mma<T>::run(o[n], pa, b0, b1);
+            for (int nd = 0; nd < DP / 16; ++nd) {
+                unsigned bf[4];
+                flash_ldm_t(bf, vb + (kk * 16 * DS + nd * 16) * 2);
+                Mma<T>::run(o[2 * nd], pa, bf[0], bf[1]);
+                Mma<T>::run(o[2 * nd + 1], pa, bf[2], bf[3]);
             }
         }
+        __syncthreads();  // every warp is done with the values
+        if (jn < klimit) flash_stage<T, DP>(vs, v, a.sv, a, kh, jn, next_keys);
+        flash_commit();
+        j0 = jn;
+        keys = next_keys;
     }
 
 #pragma unroll
@@ -221,7 +312,8 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
         for (int rr = 0; rr < 2; ++rr) {
             if (!live[rr]) continue;
             const float inv = l[rr] > 0.f ? 1.f / l[rr] : 0.f;
-            T* orow = out + (unsigned long long)qi[rr] * a.so + (unsigned long long)qh[rr] * a.d;
+            const unsigned qh = kh * G + row[rr] % G;
+            T* orow = out + (unsigned long long)qi[rr] * a.so + (unsigned long long)qh * a.d;
 #pragma unroll
             for (int n = 0; n < DP / 8; ++n) {
                 const unsigned col = n * 8 + 2 * t;
@@ -230,11 +322,13 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
         }
         return;
     }
-    // Partial rows of this split: [split][kv head · rows + row][d], and (max, sum) per row.
+    // Partial rows of this split: [split][entry · Hq · Sq + kv head · rows + row][d], and
+    // (max, sum) per row.
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) {
         if (!live[rr]) continue;
-        const unsigned long long pr = (unsigned long long)split * a.hq * a.sq_len + (unsigned long long)kh * rows + row[rr];
+        const unsigned long long pr = ((unsigned long long)split * a.batch + entry) * a.hq * a.sq_len +
+                                      (unsigned long long)kh * rows + row[rr];
         float* prow = part + pr * a.d;
 #pragma unroll
         for (int n = 0; n < DP / 8; ++n) {
@@ -245,34 +339,46 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
     }
 }
 
-// Merges the splits of each row (one warp a row): weights 2^(m_s - M), normalized by the sum.
+// Merges the splits: one thread per row and 4 columns (d / 4 threads a row). Split s weighs
+// 2^(m_s - M); the sum of the weighted (max, sum) pairs normalizes. The loads of successive
+// splits do not depend on each other, so they are in flight together.
 template <typename T>
 __device__ void flash_combine(const float* __restrict__ part, const float* __restrict__ part_ml, T* __restrict__ out,
                               const FlashArgs a, unsigned splits) {
-    const unsigned lane = threadIdx.x & 31;
-    const unsigned long long total = (unsigned long long)a.hq * a.sq_len;
-    const unsigned long long pr = (unsigned long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    // Rows and threads fit 32 bits (the host checks batch · Hq · Sq · d < 2^32).
+    const unsigned total = a.batch * a.hq * a.sq_len;
+    const unsigned tpr = a.d / 4;
+    const unsigned gid = blockIdx.x * blockDim.x + threadIdx.x;
+    const unsigned pr = gid / tpr;
     if (pr >= total) return;
+    const unsigned c = (gid % tpr) * 4;
     const unsigned G = a.hq / a.hkv, rows = G * a.sq_len;
-    const unsigned kh = (unsigned)(pr / rows), r = (unsigned)(pr % rows);
+    const unsigned entry = pr / (a.hq * a.sq_len), er = pr % (a.hq * a.sq_len);
+    const unsigned kh = er / rows, r = er % rows;
     const unsigned qi = r / G, qh = kh * G + r % G;
+    const float2* ml = (const float2*)part_ml;
     float mx = -INFINITY;
-    for (unsigned s = 0; s < splits; ++s) mx = fmaxf(mx, part_ml[2 * (s * total + pr)]);
-    float sum = 0.f;
+#pragma unroll 8
+    for (unsigned s = 0; s < splits; ++s) mx = fmaxf(mx, ml[(unsigned long long)s * total + pr].x);
+    float sum = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 8
     for (unsigned s = 0; s < splits; ++s) {
-        const float ms = part_ml[2 * (s * total + pr)];
-        if (ms != -INFINITY) sum += part_ml[2 * (s * total + pr) + 1] * exp2f(ms - mx);
+        const unsigned long long sr = (unsigned long long)s * total + pr;
+        const float2 e = ml[sr];
+        const float4 p = *(const float4*)(part + sr * a.d + c);
+        const float w = e.x == -INFINITY ? 0.f : exp2f(e.x - mx);
+        sum += e.y * w;
+        acc[0] += w * p.x;
+        acc[1] += w * p.y;
+        acc[2] += w * p.z;
+        acc[3] += w * p.w;
     }
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
-    T* orow = out + (unsigned long long)qi * a.so + (unsigned long long)qh * a.d;
-    for (unsigned c = lane; c < a.d; c += 32) {
-        float acc = 0.f;
-        for (unsigned s = 0; s < splits; ++s) {
-            const float ms = part_ml[2 * (s * total + pr)];
-            if (ms != -INFINITY) acc += part[(s * total + pr) * a.d + c] * exp2f(ms - mx);
-        }
-        orow[c] = from_f32<T>(acc * inv);
-    }
+    T* orow = out + entry * a.bo + (unsigned long long)qi * a.so + (unsigned long long)qh * a.d + c;
+    orow[0] = from_f32<T>(acc[0] * inv);
+    orow[1] = from_f32<T>(acc[1] * inv);
+    orow[2] = from_f32<T>(acc[2] * inv);
+    orow[3] = from_f32<T>(acc[3] * inv);
 }
 
 #define FLASH_ATTENTION(T, S, DP)                                                                        \

@@ -340,6 +340,22 @@ impl CudaOps {
     ) -> Result<()> {
         let f = self.func(name, dt)?;
         self.ctx.bind_to_thread()?;
+        if shared > 48 * 1024 {
+            // More than the default dynamic shared memory is an opt-in per function (the
+            // device's limit is checked by the launch itself).
+            // SAFETY: `f` is a loaded function of this context.
+            unsafe {
+                dr::function::set_function_attribute(
+                    f,
+                    sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    shared as i32,
+                )
+            }
+            .map_err(|e| frt_exec::Error::Driver {
+                call: "cuFuncSetAttribute",
+                code: frt_exec::DriverCode(e.0),
+            })?;
+        }
         let raw = self.ctx.raw_stream(s)? as sys::CUstream;
         // SAFETY: the caller's contract.
         unsafe { dr::launch_kernel(f, grid, block, shared, raw, params) }.map_err(|e| {

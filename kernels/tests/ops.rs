@@ -875,8 +875,9 @@ fn sm80(k: &Kernels) -> bool {
 
 /// Which path an attention plan takes. The host runs the reference kernel and has no
 /// tensor-core plan; CUDA (sm_80 and later) plans bf16/f16 attention on the tensor-core kernel
-/// when asked, splitting the keys when the rows are few (the action expert) and not when they
-/// fill the device (the prefix); f32 has no tensor-core plan and takes the GEMM path.
+/// when asked, splitting the keys more when the rows are few (the action expert) than when they
+/// fill more of the device (the prefix), and by default for few queries but not for Gemma's
+/// long prefix; f32 has no tensor-core plan and takes the GEMM path.
 fn attention_paths(b: &Backend) {
     let k = &b.k;
     let t = |dt, shape: &[usize]| Tensor::alloc(k.ctx(), "t", dt, shape).unwrap();
@@ -892,12 +893,29 @@ fn attention_paths(b: &Backend) {
     };
     for dt in [DType::BF16, DType::F16] {
         let (expert, prefix) = (plan(dt, 50, 626, true), plan(dt, 800, 800, true));
+        let (expert_default, prefix_default) = (
+            plan(dt, 50, 626, false).unwrap(),
+            plan(dt, 800, 800, false).unwrap(),
+        );
         if b.is_cuda() && sm80(k) {
             let splits = expert.unwrap().flash_splits();
             assert!(splits.is_some_and(|n| n > 1), "expert: split keys");
-            assert_eq!(prefix.unwrap().flash_splits(), Some(1), "prefix: one split");
+            // 100 blocks of rows: split so that about two blocks run on each SM.
+            let prefix_splits = prefix.unwrap().flash_splits().unwrap();
+            assert!(
+                (1..=13).contains(&prefix_splits),
+                "prefix: {prefix_splits} splits"
+            );
+            if std::env::var_os("FRT_FLASH_ATTENTION").is_none() {
+                // The default: the tensor-core kernel for few queries, the GEMM path for
+                // Gemma's long prefix.
+                assert!(expert_default.flash_splits().is_some_and(|n| n > 1));
+                assert!(prefix_default.uses_gemm());
+            }
         } else {
             assert!(expert.is_err() && prefix.is_err(), "no tensor-core plan");
+            assert_eq!(expert_default.flash_splits(), None);
+            assert_eq!(prefix_default.uses_gemm(), b.is_cuda());
         }
         // The odd head dim 36 cannot run there.
         let (q, kk) = (t(dt, &[50, 8, 36]), t(dt, &[626, 1, 36]));
@@ -908,6 +926,88 @@ fn attention_paths(b: &Backend) {
     assert_eq!(f32_plan.flash_splits(), None);
     assert_eq!(f32_plan.uses_gemm(), b.is_cuda());
     assert!(plan(DType::F32, 50, 626, true).is_err());
+}
+
+/// Attentions planned alike over rows one after the other in shared buffers (SigLIP's views:
+/// q, k and v as column ranges of one packed projection) run as one launch on CUDA with the
+/// same results as one plan each; the host has no batched plan.
+fn attention_batch(b: &Backend) {
+    let (k, s) = (&b.k, b.s);
+    let (views, tokens, heads, d) = (3usize, 96usize, 4usize, 72usize);
+    let width = heads * d;
+    let mut rng = Rng::new(17);
+    for dt in [DType::BF16, DType::F16] {
+        let qkv = Tensor::alloc(k.ctx(), "qkv", dt, &[views * tokens, 3 * width]).unwrap();
+        qkv.write_f32(s, &rng.vec(views * tokens * 3 * width, 2.0))
+            .unwrap();
+        let outs =
+            [0, 1].map(|_| Tensor::alloc(k.ctx(), "o", dt, &[views * tokens, width]).unwrap());
+        let rows = |t: &Tensor, v: usize, col: usize| {
+            let w = t.shape()[1];
+            Tensor::with_layout(
+                t.buffer(),
+                dt,
+                &[tokens, heads, d],
+                &[w, d, 1],
+                v * tokens * w + col,
+            )
+            .unwrap()
+        };
+        let plans = |out: &Tensor| -> Vec<frt_kernels::AttentionPlan> {
+            (0..views)
+                .map(|v| {
+                    k.attention_plan(
+                        &rows(&qkv, v, 0),
+                        &rows(&qkv, v, width),
+                        &rows(&qkv, v, 2 * width),
+                        &rows(out, v, 0),
+                        &AttentionMask::full(),
+                        0.12,
+                    )
+                    .unwrap()
+                })
+                .collect()
+        };
+        let (each, merged) = (plans(&outs[0]), plans(&outs[1]));
+        let batch = k.attention_plan_batch(&merged).unwrap();
+        for o in &outs {
+            o.write_f32(s, &vec![f32::NAN; views * tokens * width])
+                .unwrap();
+        }
+        each.iter().for_each(|p| p.run(k, s).unwrap());
+        let cuda_batch = b.is_cuda() && sm80(k) && each[0].flash_splits().is_some();
+        if !cuda_batch {
+            assert!(
+                batch.is_none(),
+                "no batched plan without the tensor-core path"
+            );
+            continue;
+        }
+        let batch = batch.expect("views planned alike batch");
+        assert!(batch.flash_splits().is_some());
+        batch.run(k, s).unwrap();
+        // Only some of the plans: no batch; plans over other buffers: no batch.
+        assert!(k.attention_plan_batch(&merged[..1]).unwrap().is_none());
+        let (mut each, mut merged) = (each, merged);
+        let mixed = [each.swap_remove(0), merged.swap_remove(1)];
+        assert!(k.attention_plan_batch(&mixed).unwrap().is_none());
+        let (a, c) = (outs[0].read_f32(s).unwrap(), outs[1].read_f32(s).unwrap());
+        let tol = if dt == DType::BF16 { 2e-2 } else { 4e-3 };
+        for (i, (x, y)) in a.iter().zip(&c).enumerate() {
+            assert!(
+                x.is_finite() && y.is_finite(),
+                "{dt:?} element {i}: {x} / {y}"
+            );
+            assert!(
+                (x - y).abs() <= tol * (1.0 + x.abs()),
+                "{dt:?} element {i}: {x} vs {y}"
+            );
+        }
+        assert!(
+            a.iter().any(|x| x.abs() > 0.05),
+            "outputs are not all near zero"
+        );
+    }
 }
 
 fn conv(b: &Backend) {
@@ -1405,6 +1505,7 @@ backend_tests!(
     gemm,
     attention,
     attention_paths,
+    attention_batch,
     conv,
     argmax,
     fused_ops,

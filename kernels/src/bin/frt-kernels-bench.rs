@@ -352,6 +352,7 @@ fn main() {
             1u8,
         ),
         ("expert over prefix+suffix", 50, 850, 8, 1, 256, 2),
+        ("expert, 64-token prompt", 50, 626, 8, 1, 256, 2),
         ("siglip (2 views: 1 of them)", 256, 256, 16, 16, 72, 0),
         ("whisper tiny encoder", 1500, 1500, 6, 6, 64, 0),
     ] {
@@ -372,17 +373,27 @@ fn main() {
         let bytes = (2 * sq * hq * d + 2 * sk * hkv * d) as f64 * sz;
         let fused = b.time(what, &|s| b.k.attention(s, &q, &kt, &v, &o, &mask, scale));
         let planned = b.time(what, &|s| plan.run(&b.k, s));
-        for (form, (m, p)) in [
-            ("fused kernel", fused),
+        let mut forms = vec![
+            ("fused kernel".to_string(), fused),
             (
                 if plan.uses_gemm() {
-                    "plan: GEMM+softmax+GEMM"
+                    "plan: GEMM+softmax+GEMM".to_string()
+                } else if let Some(n) = plan.flash_splits() {
+                    format!("plan: tensor cores ×{n}")
                 } else {
-                    "plan: fused kernel"
+                    "plan: fused kernel".to_string()
                 },
                 planned,
             ),
-        ] {
+        ];
+        if let Ok(fp) = b.k.attention_plan_flash(&q, &kt, &v, &o, &mask, scale) {
+            let splits = fp.flash_splits().unwrap_or(1);
+            forms.push((
+                format!("plan: tensor cores ×{splits}"),
+                b.time(what, &|s| fp.run(&b.k, s)),
+            ));
+        }
+        for (form, (m, p)) in forms {
             println!(
                 "| {:<30} | {:>9.1} | {:>9.1} | {:>9.1} | {:>7.1} µs | {:>7.1} µs |",
                 format!("{what}, {form}"),

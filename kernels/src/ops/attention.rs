@@ -72,7 +72,7 @@ const MAX_HEAD_DIM: usize = 512;
 /// Keys (and head dim) the CUDA kernel keeps in shared memory: up to this many floats.
 const MAX_SHARED_FLOATS: usize = 12 * 1024;
 
-#[derive(Copy, Clone)]
+#[derive(Copy, Clone, PartialEq)]
 struct Dims {
     sq_len: usize,
     sk_len: usize,
@@ -461,11 +461,16 @@ enum Path {
     },
 }
 
-/// Attention planned once for fixed tensors: on CUDA with at least [`GEMM_MIN_QUERIES`]
-/// queries or [`GEMM_MIN_KEYS`] keys, two batched cuBLASLt GEMMs around a masked softmax kernel,
-/// with the score scratch allocated when planned; otherwise the fused kernel. Same results as
-/// [`Kernels::attention`] within rounding (probabilities are rounded to the model dtype
-/// before the second product, as fused attention kernels do).
+/// Attention planned once for fixed tensors. On CUDA with at least [`GEMM_MIN_QUERIES`]
+/// queries or [`GEMM_MIN_KEYS`] keys: bf16/f16 on sm_80+ takes the tensor-core kernel of
+/// `flash.cu` (except for long sequences of wide heads, see below), otherwise two batched cuBLASLt GEMMs around
+/// a masked softmax kernel, with the score scratch allocated when planned; with fewer, the
+/// simple fused kernel. Same results as [`Kernels::attention`] within rounding (probabilities
+/// are rounded to the model dtype before the second product, as fused attention kernels do).
+///
+/// The tensor-core kernel is not the default for head dims above 128 with at least 128 queries
+/// (Gemma's prefix: cuBLASLt's products are faster there on an H100) nor when a key/value head
+/// has fewer than 64 query rows; `FRT_FLASH_ATTENTION=1` / `0` forces the choice.
 pub struct AttentionPlan {
     q: Tensor,
     k: Tensor,
@@ -476,13 +481,53 @@ pub struct AttentionPlan {
     dims: Dims,
     always_from: usize,
     path: Path,
+    /// Several attentions of these dimensions in one launch (tensor-core path only).
+    batch: Batch,
+}
+
+/// Attentions run as one: `n` of them, the tensors of entry `i` starting `i ·` these many
+/// elements after the plan's own.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Batch {
+    n: usize,
+    q: usize,
+    k: usize,
+    v: usize,
+    out: usize,
+}
+
+impl Batch {
+    const ONE: Batch = Batch {
+        n: 1,
+        q: 0,
+        k: 0,
+        v: 0,
+        out: 0,
+    };
 }
 
 /// Head dims the tensor-core kernel is compiled for (`flash.cu`).
 const FLASH_HEAD_DIMS: [usize; 6] = [16, 32, 64, 80, 128, 256];
 /// Rows of one block of the tensor-core kernel, and keys of one staged tile.
 const FLASH_BM: usize = 64;
-const FLASH_BN: usize = 32;
+const FLASH_BN: usize = 64;
+
+/// Whether [`Kernels::attention_plan`] takes the tensor-core kernel (when it can run) rather
+/// than the GEMM path. `FRT_FLASH_ATTENTION=1` / `0` forces the choice; otherwise it is taken
+/// except for long sequences of wide heads (head dim above 128 and at least 128 queries, e.g.
+/// Gemma's prefix), where cuBLASLt's products around the softmax are faster on an H100
+/// (`frt-kernels-bench`: 30.6 against 57.6 µs at 800 tokens), and when a key/value head has
+/// fewer than one block of query rows.
+fn flash_preferred(dims: &Dims, dp: usize) -> bool {
+    match std::env::var("FRT_FLASH_ATTENTION").as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        _ => {
+            let rows = dims.hq / dims.hkv * dims.sq_len;
+            rows >= FLASH_BM && !(dp > 128 && dims.sq_len >= 128)
+        }
+    }
+}
 
 /// The tensor-core kernel's parameters (`FlashArgs` in `flash.cu`, same layout).
 #[repr(C)]
@@ -504,6 +549,11 @@ struct FlashArgs {
     causal_offset: u32,
     scale_log2: f32,
     keys_per_split: u32,
+    batch: u32,
+    bq: u64,
+    bk: u64,
+    bv: u64,
+    bo: u64,
 }
 
 /// Queries from which the CUDA plan takes the GEMM path.
@@ -561,12 +611,12 @@ impl Kernels {
     ) -> Result<AttentionPlan> {
         self.plan_with(q, k, v, out, mask, scale, |dims| {
             let gemm = dims.sq_len >= GEMM_MIN_QUERIES || dims.sk_len >= GEMM_MIN_KEYS;
-            let flash = std::env::var("FRT_FLASH_ATTENTION").is_ok_and(|v| v == "1");
-            if let Some(dp) = (flash && gemm)
+            if let Some(dp) = gemm
                 .then(|| self.flash_head_dim(q, k, v, out, dims))
                 .flatten()
+                .filter(|&dp| flash_preferred(dims, dp))
             {
-                return self.attention_flash_path(dims, dp, share.map(|p| &p.path));
+                return self.attention_flash_path(dims, dp, 1, share.map(|p| &p.path));
             }
             if self.cuda.is_none() || !gemm {
                 return Ok(Path::Direct);
@@ -608,18 +658,18 @@ impl Kernels {
             dims,
             always_from,
             path,
+            batch: Batch::ONE,
         })
     }
 
     /// Attention planned on the tensor-core kernel of `flash.cu` (scores, softmax and the
     /// product with V in one kernel; the keys split over blocks when the rows are few), or an
     /// error when it cannot run on these tensors: it needs CUDA on sm_80 or later, bf16 or f16,
-    /// a head dim that is a multiple of 8 up to 256, keys and values in 16-byte rows, and
-    /// queries and outputs in 4-byte pairs.
+    /// a head dim that is a multiple of 8 up to 256, queries, keys and values in 16-byte rows,
+    /// and outputs in 4-byte pairs.
     ///
-    /// [`attention_plan`](Self::attention_plan) takes this path only with
-    /// `FRT_FLASH_ATTENTION=1`: on an H100 it is still slower than the GEMM path for Pi0.5's
-    /// shapes (it stages K and V without overlapping loads and math).
+    /// [`attention_plan`](Self::attention_plan) takes this path by default where it is the
+    /// faster one (see `flash_preferred`).
     #[allow(clippy::too_many_arguments)]
     pub fn attention_plan_flash(
         &self,
@@ -640,8 +690,88 @@ impl Kernels {
                     ),
                 )
             })?;
-            self.attention_flash_path(dims, dp, None)
+            self.attention_flash_path(dims, dp, 1, None)
         })
+    }
+
+    /// One plan running `plans` as a single tensor-core launch, when they can be: every plan
+    /// on the tensor-core path with a head dim up to 128, all of the same dimensions, scale and
+    /// mask (the same mask tensors), their tensors in the same buffers at equal distances from
+    /// one plan to the next (e.g. SigLIP's views: one attention per view, rows one view after
+    /// the other). `Ok(None)` when they cannot; the plans themselves stay usable either way.
+    pub fn attention_plan_batch(&self, plans: &[AttentionPlan]) -> Result<Option<AttentionPlan>> {
+        let Some(first) = plans.first() else {
+            return Ok(None);
+        };
+        let dp = match first.path {
+            Path::Flash { dp, .. } if dp <= 128 => dp,
+            _ => return Ok(None),
+        };
+        if plans.len() < 2 {
+            return Ok(None);
+        }
+        let same_mask = |a: &AttentionMask, b: &AttentionMask| {
+            let ptr = |t: &Option<Tensor>| t.as_ref().map(Tensor::ptr);
+            ptr(&a.valid_len) == ptr(&b.valid_len)
+                && ptr(&a.key_mask) == ptr(&b.key_mask)
+                && a.always_from == b.always_from
+                && a.causal_offset == b.causal_offset
+        };
+        let step = |f: fn(&AttentionPlan) -> &Tensor| -> Option<usize> {
+            let (a, b) = (f(&plans[0]), f(&plans[1]));
+            let d = b.offset().checked_sub(a.offset())?;
+            plans
+                .windows(2)
+                .all(|w| {
+                    let (x, y) = (f(&w[0]), f(&w[1]));
+                    x.buffer().id() == y.buffer().id()
+                        && y.offset().checked_sub(x.offset()) == Some(d)
+                })
+                .then_some(d)
+        };
+        let fits = plans.iter().all(|p| {
+            matches!(p.path, Path::Flash { dp: d, .. } if d == dp)
+                && p.dims == first.dims
+                && p.scale == first.scale
+                && p.always_from == first.always_from
+                && same_mask(&p.mask, &first.mask)
+                && p.q.dtype() == first.q.dtype()
+        });
+        let (Some(bq), Some(bk), Some(bv), Some(bo)) = (
+            step(|p| &p.q),
+            step(|p| &p.k),
+            step(|p| &p.v),
+            step(|p| &p.out),
+        ) else {
+            return Ok(None);
+        };
+        let d = &first.dims;
+        if !fits || plans.len() * d.hq * d.sq_len * d.d >= 1 << 32 {
+            return Ok(None);
+        }
+        // Entry offsets keep the 16-byte alignment the kernel stages with.
+        if [bq, bk, bv].iter().any(|x| x % 8 != 0) || bo % 2 != 0 {
+            return Ok(None);
+        }
+        let path = self.attention_flash_path(d, dp, plans.len(), None)?;
+        Ok(Some(AttentionPlan {
+            q: first.q.clone(),
+            k: first.k.clone(),
+            v: first.v.clone(),
+            out: first.out.clone(),
+            mask: first.mask.clone(),
+            scale: first.scale,
+            dims: first.dims,
+            always_from: first.always_from,
+            path,
+            batch: Batch {
+                n: plans.len(),
+                q: bq,
+                k: bk,
+                v: bv,
+                out: bo,
+            },
+        }))
     }
 
     /// The head dim to run the tensor-core kernel with, when it can run on these tensors (see
@@ -662,35 +792,51 @@ impl Kernels {
         let d = dims.d;
         let ok = matches!(q.dtype(), DType::BF16 | DType::F16)
             && d % 8 == 0
-            && [dims.sk, dims.sv, k.offset(), v.offset()]
-                .iter()
-                .all(|x| x % 8 == 0)
-            && [dims.sq, dims.so, q.offset(), out.offset()]
-                .iter()
-                .all(|x| x % 2 == 0);
+            && (dims.hq * dims.sq_len * d) < 1 << 32
+            && [
+                dims.sq,
+                dims.sk,
+                dims.sv,
+                q.offset(),
+                k.offset(),
+                v.offset(),
+            ]
+            .iter()
+            .all(|x| x % 8 == 0)
+            && [dims.so, out.offset()].iter().all(|x| x % 2 == 0);
         if !ok {
             return None;
         }
         FLASH_HEAD_DIMS.iter().copied().find(|&p| p >= d)
     }
 
-    /// The tensor-core path: keys are split when the blocks of rows alone would fill less than
-    /// half the device (each split at least two tiles of keys).
-    fn attention_flash_path(&self, dims: &Dims, dp: usize, share: Option<&Path>) -> Result<Path> {
+    /// The tensor-core path for `batch` attentions of these dimensions: keys are split when
+    /// the blocks of rows alone would not put two blocks on every SM (a split is at least one
+    /// tile of keys).
+    fn attention_flash_path(
+        &self,
+        dims: &Dims,
+        dp: usize,
+        batch: usize,
+        share: Option<&Path>,
+    ) -> Result<Path> {
         let sms = self.cuda.as_ref().map_or(1, |c| c.sms as usize);
         let rows = dims.hq / dims.hkv * dims.sq_len;
-        let blocks = rows.div_ceil(FLASH_BM) * dims.hkv;
+        let blocks = rows.div_ceil(FLASH_BM) * dims.hkv * batch;
         let mut splits = 1;
-        if blocks * 2 < sms {
-            splits = sms
+        // Two blocks fit on an SM (shared memory and registers): aim for two per SM, a split
+        // being at least one tile of keys.
+        let target = 2 * sms;
+        if blocks < target {
+            splits = target
                 .div_ceil(blocks)
-                .min(dims.sk_len.div_ceil(2 * FLASH_BN))
+                .min(dims.sk_len.div_ceil(FLASH_BN))
                 .max(1);
         }
         let keys_per_split = dims.sk_len.div_ceil(splits).div_ceil(FLASH_BN) * FLASH_BN;
         let splits = dims.sk_len.div_ceil(keys_per_split).max(1);
         let part = if splits > 1 {
-            let all = dims.hq * dims.sq_len;
+            let all = batch * dims.hq * dims.sq_len;
             let reuse = match share {
                 Some(Path::Flash { part: Some(p), .. }) if p.0.shape() == [splits, all, dims.d] => {
                     Some(p.clone())
@@ -895,6 +1041,11 @@ impl AttentionPlan {
             causal_offset: self.mask.causal_offset.unwrap_or(0) as u32,
             scale_log2: self.scale * std::f32::consts::LOG2_E,
             keys_per_split: keys_per_split as u32,
+            batch: self.batch.n as u32,
+            bq: self.batch.q as u64,
+            bk: self.batch.k as u64,
+            bv: self.batch.v as u64,
+            bo: self.batch.out as u64,
         };
         if let Some(vl) = &self.mask.valid_len {
             k.retain(s, &[vl]);
@@ -912,7 +1063,7 @@ impl AttentionPlan {
         let (mut qp, mut kp, mut vp, mut op) =
             (self.q.ptr(), self.k.ptr(), self.v.ptr(), self.out.ptr());
         let rows = d.hq / d.hkv * d.sq_len;
-        let shared = (2 * FLASH_BN * (dp + 8) * 2) as u32;
+        let shared = ((FLASH_BM + 2 * FLASH_BN) * (dp + 8) * 2) as u32;
         let name: &'static str = match dp {
             16 => "flash_attention_d16",
             32 => "flash_attention_d32",
@@ -922,28 +1073,33 @@ impl AttentionPlan {
             _ => "flash_attention_d256",
         };
         let dt = Some(self.q.dtype());
-        // SAFETY: the layouts, alignments and head dim were checked when planned; the partial
-        // tensors hold splits · Hq · Sq rows; shared memory is the two staged tiles (≤ 48 KiB).
+        // SAFETY: the layouts, alignments and head dim were checked when planned (for every
+        // entry of a batch); the partial tensors hold splits · batch · Hq · Sq rows; shared
+        // memory is the queries and two staged tiles.
         unsafe {
             c.launch(
                 s,
                 name,
                 dt,
-                (rows.div_ceil(FLASH_BM) as u32, d.hkv as u32, splits as u32),
+                (
+                    rows.div_ceil(FLASH_BM) as u32,
+                    (d.hkv * self.batch.n) as u32,
+                    splits as u32,
+                ),
                 (128, 1, 1),
                 shared,
                 &mut args!(qp, kp, vp, op, pp, mp, args),
             )?;
             if splits > 1 {
                 let mut n = splits as u32;
-                let all = d.hq * d.sq_len;
+                let all = self.batch.n * d.hq * d.sq_len;
                 c.launch(
                     s,
                     "flash_combine",
                     dt,
-                    // One warp per row, 8 rows a block.
-                    (all.div_ceil(8) as u32, 1, 1),
-                    (256, 1, 1),
+                    // One thread per row and 4 columns.
+                    ((all * d.d / 4).div_ceil(128) as u32, 1, 1),
+                    (128, 1, 1),
                     0,
                     &mut args!(pp, mp, op, args, n),
                 )?;

@@ -262,6 +262,8 @@ impl Pi05 {
             )?;
             vattn_plans.push(plan);
         }
+        // On the tensor-core path the views' attentions run as one launch.
+        let vattn_batch = k.attention_plan_batch(&vattn_plans)?;
         let vision = Graph::new(ctx, "pi05.vision", 1);
         vision.capture(ShapeKey(0), |cs| {
             (|| -> Result<()> {
@@ -272,8 +274,9 @@ impl Pi05 {
                 for l in &vl {
                     k.layer_norm(cs, &vx, &l.ln1.0, &l.ln1.1, &vln, SIGLIP_EPS)?;
                     vg_qkv.run(cs, &vln, &l.qkv.0, &vqkv, Some(&l.qkv.1))?;
-                    for plan in &vattn_plans {
-                        plan.run(&k, cs)?;
+                    match &vattn_batch {
+                        Some(batch) => batch.run(&k, cs)?,
+                        None => vattn_plans.iter().try_for_each(|p| p.run(&k, cs))?,
                     }
                     vg_out.run(cs, &vattn, &l.out.0, &vx, Some(&l.out.1))?;
                     k.layer_norm(cs, &vx, &l.ln2.0, &l.ln2.1, &vln, SIGLIP_EPS)?;
