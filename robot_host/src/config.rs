@@ -145,9 +145,13 @@ pub enum Backend {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PromptMode {
-    /// Prompts padded to `max_token_len`, the true length in a device buffer.
+    /// Prompts padded to `max_token_len`, the true length in a device buffer: a new prompt is
+    /// a buffer write.
     Fixed,
-    /// Graphs per prompt length.
+    /// As many prompt rows as tokens: less prefix work for short prompts, but a prompt of a
+    /// length not seen yet (a new subgoal, or state digits tokenizing differently) captures a
+    /// prefix graph on the control thread before that tick's inference (milliseconds on a
+    /// GPU); the 8 most recent lengths are kept.
     Exact,
 }
 
@@ -439,12 +443,6 @@ impl Config {
         let m = &self.model;
         if m.max_token_len == 0 || m.max_token_len > 1024 {
             return Err(bad("model.max_token_len", "must be 1 to 1024"));
-        }
-        if m.prompt_mode == PromptMode::Exact {
-            return Err(bad(
-                "model.prompt_mode",
-                "`exact` is not available yet; use `fixed`",
-            ));
         }
         if m.checkpoint.is_some() == m.random.is_some() {
             return Err(bad(

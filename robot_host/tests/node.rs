@@ -8,7 +8,11 @@ use std::sync::Arc;
 const JOINTS: [&str; 7] = ["j1", "j2", "j3", "j4", "j5", "j6", "gripper"];
 
 fn config(subgoal: &str, extra_safety: &str) -> Config {
-    let text = format!(
+    Config::parse(&config_text(subgoal, extra_safety)).unwrap()
+}
+
+fn config_text(subgoal: &str, extra_safety: &str) -> String {
+    format!(
         r#"
 model:
   random: {{ size: tiny, seed: 3 }}
@@ -35,8 +39,7 @@ safety:
   action_max: [2.0]
 {extra_safety}
 "#
-    );
-    Config::parse(&text).unwrap()
+    )
 }
 
 struct Rig {
@@ -180,6 +183,49 @@ fn subgoal_change_takes_effect_on_the_next_chunk_without_recapture() {
     let cb = b.chunks();
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&ca[1].actions), bits(&cb[1].actions));
+}
+
+/// `prompt_mode: exact`: prefix graphs per prompt length (captured when a length is new), the
+/// same chunks as fixed mode on the host backend, bit for bit, across a subgoal change.
+#[test]
+fn exact_prompt_mode_gives_the_chunks_of_fixed_mode() {
+    let text = config_text("pick up the red block", "").replace(
+        "  max_token_len: 96",
+        "  prompt_mode: exact\n  max_token_len: 96",
+    );
+    let clock = Arc::new(ManualClock::default());
+    let (node, inputs, out) =
+        Node::new(Config::parse(&text).unwrap(), clock.clone(), None).unwrap();
+    let mut exact = Rig {
+        node,
+        inputs,
+        out,
+        clock,
+    };
+    let mut fixed = rig("pick up the red block", "");
+    let before = exact.node.policy().model.capture_count();
+    for (k, r) in [&mut exact, &mut fixed].into_iter().enumerate() {
+        for tick in 0..3u32 {
+            if tick == 2 {
+                r.inputs
+                    .command(Command::Subgoal("wipe the table".into()), Source::Typed)
+                    .unwrap();
+            }
+            r.observe(1.0 + 0.1 * tick as f64, tick);
+            assert_eq!(r.node.tick(), TickOutcome::Published, "rig {k} tick {tick}");
+        }
+    }
+    let bits = |c: &frt_robot_host::messages::ActionChunk| {
+        c.actions.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+    };
+    let (ce, cf) = (exact.chunks(), fixed.chunks());
+    assert_eq!(ce.len(), 3);
+    for (e, f) in ce.iter().zip(&cf) {
+        assert_eq!(bits(e), bits(f));
+        assert_eq!(e.subgoal, f.subgoal);
+    }
+    // The two subgoals' prompts differ in length: at least two prefix graphs were captured.
+    assert!(exact.node.policy().model.capture_count() >= before + 2);
 }
 
 #[test]
@@ -441,9 +487,9 @@ fn config_errors_name_the_field() {
         ),
         ("view: 1", "view: 0", "cameras[1].view"),
         (
-            "prompt_mode: fixed",
-            "prompt_mode: exact",
-            "model.prompt_mode",
+            "max_token_len: 96",
+            "max_token_len: 0",
+            "model.max_token_len",
         ),
         (
             "max_observation_age_ms: 250",

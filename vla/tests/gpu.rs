@@ -3,7 +3,7 @@
 
 use frt_exec::Ctx;
 use frt_kernels::DType;
-use frt_vla::{Observation, Pi05, Pi05Config, Pi05Weights};
+use frt_vla::{Observation, Pi05, Pi05Config, Pi05Weights, PromptMode};
 
 fn rand(seed: u32, n: usize, scale: f32) -> Vec<f32> {
     let mut x = seed.wrapping_mul(2_654_435_761) | 1;
@@ -24,6 +24,7 @@ fn cosine(a: &[f32], b: &[f32]) -> f64 {
     dot / (na * nb)
 }
 
+/// CUDA in `cuda_dtype` against the host in f32 (fixed prompt mode), once per prompt mode.
 fn compare(c: &Pi05Config, cuda_dtype: DType, min_cos: f64) {
     let t = std::time::Instant::now();
     let w = Pi05Weights::random(c, 42);
@@ -44,34 +45,36 @@ fn compare(c: &Pi05Config, cuda_dtype: DType, min_cos: f64) {
         tokens: &tokens,
         noise: &noise,
     };
-    let run = |ctx: Ctx, dt: DType| -> Vec<f32> {
+    let run = |ctx: Ctx, dt: DType, mode: PromptMode| -> Vec<f32> {
         let t = std::time::Instant::now();
         let s = ctx.stream(0).unwrap();
-        let m = Pi05::new(&ctx, s, &w, dt).unwrap();
+        let m = Pi05::with_mode(&ctx, s, &w, dt, mode).unwrap();
         let built = t.elapsed();
         let a = m.infer(&obs).unwrap();
         println!(
-            "{:?} {}: built in {built:?}, inference in {:?}",
+            "{:?} {} {mode:?}: built in {built:?}, inference in {:?}",
             ctx.backend(),
             dt.name(),
             t.elapsed() - built
         );
         a
     };
-    let host = run(Ctx::host().unwrap(), DType::F32);
-    let cuda = run(Ctx::cuda(0).unwrap(), cuda_dtype);
-    let cos = cosine(&host, &cuda);
-    let max_abs = host
-        .iter()
-        .zip(&cuda)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
-    println!(
-        "CUDA {} vs host f32: cosine {cos:.6}, max |Δ| {max_abs:.4} over {} actions",
-        cuda_dtype.name(),
-        host.len()
-    );
-    assert!(cos >= min_cos, "cosine {cos} < {min_cos}");
+    let host = run(Ctx::host().unwrap(), DType::F32, PromptMode::Fixed);
+    for mode in [PromptMode::Fixed, PromptMode::Exact] {
+        let cuda = run(Ctx::cuda(0).unwrap(), cuda_dtype, mode);
+        let cos = cosine(&host, &cuda);
+        let max_abs = host
+            .iter()
+            .zip(&cuda)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        println!(
+            "CUDA {} ({mode:?} prompt) vs host f32: cosine {cos:.6}, max |Δ| {max_abs:.4} over {} actions",
+            cuda_dtype.name(),
+            host.len()
+        );
+        assert!(cos >= min_cos, "{mode:?}: cosine {cos} < {min_cos}");
+    }
 }
 
 #[test]

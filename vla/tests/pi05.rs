@@ -3,7 +3,7 @@
 
 use frt_exec::{Ctx, Stream};
 use frt_kernels::DType;
-use frt_vla::{Observation, Pi05, Pi05Config, Pi05Weights, Stage};
+use frt_vla::{Observation, Pi05, Pi05Config, Pi05Weights, PromptMode, Stage};
 
 struct Inputs {
     images: Vec<Vec<f32>>,
@@ -224,4 +224,62 @@ fn bad_inputs_are_rejected() {
     nan[0] = f32::NAN;
     assert!(obs(&[Some(img), None, None], &i.tokens, &nan), "NaN noise");
     assert!(m.set_hold(m.stream(), &[0.0; 3]).is_err());
+}
+
+/// Exact mode: as many prompt rows as tokens, a prefix graph per prompt length (captured when
+/// a length is first set, kept afterwards), and the same actions as fixed mode — padding rows
+/// are masked there, so on the host backend the results are bit-identical.
+#[test]
+fn exact_prompt_mode_matches_fixed_mode() {
+    let ctx = Ctx::host().unwrap();
+    let c = Pi05Config::tiny();
+    let w = Pi05Weights::random(&c, 5);
+    let s = ctx.stream(0).unwrap();
+    let fixed = Pi05::new(&ctx, s, &w, DType::F32).unwrap();
+    let exact = Pi05::with_mode(&ctx, s, &w, DType::F32, PromptMode::Exact).unwrap();
+    assert_eq!(exact.prompt_mode(), PromptMode::Exact);
+    assert!(
+        exact.run().is_err(),
+        "no prefix graph before the first prompt"
+    );
+    let captures = exact.capture_count();
+    let mut long = inputs(&c, 3);
+    let mut short = inputs(&c, 3);
+    short.tokens.truncate(5);
+    long.tokens.extend([11, 12, 13]);
+    // The last view missing.
+    let present: Vec<bool> = (0..c.views).map(|v| v + 1 < c.views).collect();
+    for (i, round) in [&long, &short, &long, &short].iter().enumerate() {
+        let want = infer(&fixed, round, &present);
+        let got = infer(&exact, round, &present);
+        assert_eq!(got, want, "round {i}: exact mode differs from fixed mode");
+        // One capture per new length, none when a length comes back.
+        let new_lengths = if i == 0 { 1 } else { 2 };
+        assert_eq!(exact.capture_count(), captures + new_lengths, "round {i}");
+    }
+    // Both lengths differ from each other (the prompt matters).
+    assert_ne!(
+        infer(&exact, &long, &present),
+        infer(&exact, &short, &present)
+    );
+    // Stage by stage runs the current length's prefix.
+    let imgs: Vec<Option<&[f32]>> = short
+        .images
+        .iter()
+        .zip(&present)
+        .map(|(im, p)| p.then_some(im.as_slice()))
+        .collect();
+    exact
+        .set_inputs(&Observation {
+            images: &imgs,
+            tokens: &short.tokens,
+            noise: &short.noise,
+        })
+        .unwrap();
+    for stage in exact.stages() {
+        exact.replay(stage).unwrap();
+    }
+    let mut staged = vec![0f32; c.action_horizon * c.action_dim];
+    exact.read_actions(s, &mut staged).unwrap();
+    assert_eq!(staged, infer(&fixed, &short, &present));
 }

@@ -1,6 +1,6 @@
 //! The canonical Pi0.5 benchmark (shared/DESIGN.md §Measuring) on a CUDA GPU: 2 views, a
-//! 40-token prompt in fixed-length mode (64-token maximum, then 200), 10 steps, horizon 50,
-//! action dim 32, bf16, random weights at full size.
+//! 40-token prompt in fixed-length mode (64-token maximum, then 200; then in exact mode), 10
+//! steps, horizon 50, action dim 32, bf16, random weights at full size.
 //!
 //! `pi05-bench [--iters N]`: per stage (vision, prefix, one step — CUDA events around each
 //! replay) and end to end (the Plan, events around it), p50 and p99 over N iterations after
@@ -10,9 +10,9 @@
 //! once each, without warm-up — a short run to put under a kernel profiler (e.g. `ncu
 //! --graph-profiling node`).
 
-use frt_exec::{Ctx, ShapeKey};
+use frt_exec::Ctx;
 use frt_kernels::DType;
-use frt_vla::{Observation, Pi05, Pi05Config, Pi05Weights, Stage};
+use frt_vla::{Observation, Pi05, Pi05Config, Pi05Weights, PromptMode, Stage};
 
 fn pct(v: &mut [f64], q: f64) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -41,13 +41,20 @@ fn main() {
         "| prompt max | vision p50 / p99 ms | prefix p50 / p99 ms | one step p50 / p99 ms | end to end p50 / p99 ms | GPU memory in use |"
     );
     println!("|---|---|---|---|---|---|");
-    for max_tokens in [64usize, 200] {
+    for (max_tokens, mode) in [
+        (64usize, PromptMode::Fixed),
+        (200, PromptMode::Fixed),
+        (200, PromptMode::Exact),
+    ] {
+        if profile && (max_tokens, mode) != (64, PromptMode::Fixed) {
+            break;
+        }
         let mut c = Pi05Config::base();
         c.views = 2;
         c.max_token_len = max_tokens;
         let w = Pi05Weights::random(&c, 1);
         let s = ctx.stream(0).unwrap();
-        let m = Pi05::new(&ctx, s, &w, DType::BF16).unwrap();
+        let m = Pi05::with_mode(&ctx, s, &w, DType::BF16, mode).unwrap();
         drop(w);
         let px = c.siglip.image_size * c.siglip.image_size * 3;
         let img: Vec<f32> = (0..px)
@@ -88,11 +95,15 @@ fn main() {
             vis.push(time(&|| m.replay(Stage::Vision).unwrap()));
             pre.push(time(&|| m.replay(Stage::Prefix).unwrap()));
             step.push(time(&|| m.replay(Stage::Step(3)).unwrap()));
-            e2e.push(time(&|| m.plan().execute(ShapeKey(0)).unwrap()));
+            e2e.push(time(&|| m.run().unwrap()));
         }
         let (free, total) = cu.mem_get_info().unwrap();
         println!(
-            "| {max_tokens} | {:.3} / {:.3} | {:.3} / {:.3} | {:.3} / {:.3} | {:.3} / {:.3} | {:.1} GiB |",
+            "| {} | {:.3} / {:.3} | {:.3} / {:.3} | {:.3} / {:.3} | {:.3} / {:.3} | {:.1} GiB |",
+            match mode {
+                PromptMode::Fixed => format!("{max_tokens}"),
+                PromptMode::Exact => format!("exact ({} tokens)", tokens.len()),
+            },
             pct(&mut vis, 0.5),
             pct(&mut vis, 0.99),
             pct(&mut pre, 0.5),

@@ -5,9 +5,9 @@
 //!
 //! * **vision** (key 0): every view through SigLIP and the projector, straight into the
 //!   image rows of the prefix embeddings;
-//! * **prefix** (key 0): the prompt embedded (×√width) behind the images, then the language
-//!   model over the prefix, filling each layer's key/value cache (its last MLP, whose output
-//!   nothing reads, is skipped);
+//! * **prefix** (key 0; in exact prompt mode, key = the prompt's token count): the prompt
+//!   embedded (×√width) behind the images, then the language model over the prefix, filling
+//!   each layer's key/value cache (its last MLP, whose output nothing reads, is skipped);
 //! * **step** (key = step index): one Euler step of flow matching — the action expert over
 //!   `[prefix cache ; its own tokens]`, adaptive norms conditioned on the step's time (those
 //!   conditions are computed once, when the model is built);
@@ -17,7 +17,8 @@
 //! Everything that changes between inferences lives in buffers written before a replay:
 //! images (f32; the vision graph casts them to the model's precision), the prompt buffer
 //! (tokens, the key masks for missing views and prompt padding, and the positions derived from
-//! them — one upload), the noise. A new prompt is a buffer write; nothing is recaptured.
+//! them — one upload), the noise. A new prompt is a buffer write; nothing is recaptured (in
+//! [`PromptMode::Exact`], a prompt of a length not seen yet captures that length's prefix).
 
 use crate::config::Pi05Config;
 use crate::error::{Error, Result};
@@ -69,7 +70,12 @@ pub struct Pi05 {
     prefix: Graph,
     step: Graph,
     halt: Graph,
+    /// The prefix node inherits the key `run` executes with (the prefix variant's).
     plan: Plan,
+    mode: PromptMode,
+    prefix_parts: PrefixParts,
+    /// Exact mode: the current prompt's token count (0 before the first prompt).
+    prompt_len: std::sync::atomic::AtomicUsize,
     /// One view of zeros (what a missing view's pixels are).
     zero_view: Vec<f32>,
     /// The prompt buffer's bytes as the host builds them (reused by each `set_prompt`).
@@ -120,6 +126,7 @@ struct SiglipLayer {
     fc2: (Tensor, Tensor),
 }
 
+#[derive(Clone)]
 struct GemmaLayer {
     /// RMSNorm (1+w) weights (language model) — the expert's adaptive norms use modulations.
     ln1: Option<Tensor>,
@@ -134,10 +141,139 @@ struct GemmaLayer {
     v_cache: Tensor,
 }
 
+/// How the prompt sits in the prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum PromptMode {
+    /// `max_token_len` prompt rows whatever the prompt's length (padding masked): one prefix
+    /// graph, and a new prompt is a buffer write.
+    #[default]
+    Fixed,
+    /// As many prompt rows as the prompt has tokens: a prefix graph per prompt length, captured
+    /// when a prompt of a new length is first set (the least recently used of
+    /// [`EXACT_PREFIX_VARIANTS`] is evicted); less prefix work for short prompts.
+    Exact,
+}
+
+/// Prefix graphs (prompt lengths) exact mode keeps.
+pub const EXACT_PREFIX_VARIANTS: usize = 8;
+
+/// What the prefix graph is recorded from: the language model's layers and the prefix
+/// buffers (allocated for `max_token_len` prompt rows).
+struct PrefixParts {
+    layers: Vec<GemmaLayer>,
+    embed: Tensor,
+    tokens: Tensor,
+    x: Tensor,
+    ln: Tensor,
+    q: Tensor,
+    qkv: Tensor,
+    attn: Tensor,
+    gate_up: Tensor,
+    mlp: Tensor,
+    pos: Tensor,
+    mask: Tensor,
+    n_img: usize,
+    width: usize,
+    mlp_width: usize,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+}
+
+impl PrefixParts {
+    /// Captures the prefix for `prompt_rows` prompt rows (the image rows, then those) as
+    /// variant `key` of `graph`: the prompt embedded (×√width) behind the images, then the
+    /// language model over those rows, filling each layer's cache rows.
+    fn capture(&self, k: &Kernels, graph: &Graph, key: ShapeKey, prompt_rows: usize) -> Result<()> {
+        let rows = self.n_img + prompt_rows;
+        let (hd, heads, kvh) = (self.head_dim, self.heads, self.kv_heads);
+        let first = |t: &Tensor| -> Result<Tensor> { Ok(t.narrow(0, 0, rows)?) };
+        let heads_of = |t: &Tensor, n: usize| -> Result<Tensor> { Ok(t.reshape(&[rows, n, hd])?) };
+        let (x, ln, q, qkv, attn, gu, h) = (
+            first(&self.x)?,
+            first(&self.ln)?,
+            first(&self.q)?,
+            first(&self.qkv)?,
+            first(&self.attn)?,
+            first(&self.gate_up)?,
+            first(&self.mlp)?,
+        );
+        let (pos, mask) = (first(&self.pos)?, first(&self.mask)?);
+        let tokens = self.tokens.narrow(0, 0, prompt_rows)?;
+        let prompt = self.x.narrow(0, self.n_img, prompt_rows)?;
+        let l0 = &self.layers[0];
+        let g_qkv = k.linear(&ln, &l0.qkv, &qkv, false, false)?;
+        let g_o = k.linear(&attn, &l0.o, &x, false, true)?;
+        let g_gu = k.linear(&ln, &l0.gate_up, &gu, false, false)?;
+        let g_down = k.linear(&h, &l0.down, &x, false, true)?;
+        let cache = |l: &GemmaLayer| -> Result<(Tensor, Tensor)> {
+            Ok((first(&l.k_cache)?, first(&l.v_cache)?))
+        };
+        let mut plans: Vec<AttentionPlan> = Vec::new();
+        for l in &self.layers {
+            let (kc, vc) = cache(l)?;
+            let plan = k.attention_plan_sharing(
+                &heads_of(&q, heads)?,
+                &heads_of(&kc, kvh)?,
+                &heads_of(&vc, kvh)?,
+                &heads_of(&attn, heads)?,
+                &AttentionMask::keys(&mask),
+                1.0 / (hd as f32).sqrt(),
+                plans.first(),
+            )?;
+            plans.push(plan);
+        }
+        graph.capture(key, |cs| {
+            (|| -> Result<()> {
+                k.embedding(
+                    cs,
+                    &tokens,
+                    &self.embed,
+                    &prompt,
+                    (self.width as f32).sqrt(),
+                )?;
+                for (i, (l, plan)) in self.layers.iter().zip(&plans).enumerate() {
+                    let (kc, vc) = cache(l)?;
+                    let ln1 = l.ln1.as_ref().expect("language model norms");
+                    k.rms_norm(cs, &x, ln1, &ln, GEMMA_EPS)?;
+                    g_qkv.run(cs, &ln, &l.qkv, &qkv, None)?;
+                    k.rope_qkv(cs, &qkv, &pos, &q, &kc, &vc, hd, ROPE_WAVELENGTH)?;
+                    plan.run(k, cs)?;
+                    g_o.run(cs, &attn, &l.o, &x, None)?;
+                    if i + 1 == self.layers.len() {
+                        break; // the last MLP only feeds the prefix output, which nothing reads
+                    }
+                    let ln2 = l.ln2.as_ref().expect("language model norms");
+                    k.rms_norm(cs, &x, ln2, &ln, GEMMA_EPS)?;
+                    g_gu.run(cs, &ln, &l.gate_up, &gu, None)?;
+                    let mw = self.mlp_width;
+                    k.geglu(cs, &gu.narrow(1, 0, mw)?, &gu.narrow(1, mw, mw)?, &h)?;
+                    g_down.run(cs, &h, &l.down, &x, None)?;
+                }
+                Ok(())
+            })()
+            .map_err(err)
+        })?;
+        Ok(())
+    }
+}
+
 impl Pi05 {
     /// Uploads the weights in `options.dtype`, allocates every buffer, computes the per-step
     /// adaptive-norm conditions, and captures the vision, prefix, step and halt graphs on `s`.
     pub fn new(ctx: &Ctx, s: Stream, w: &Pi05Weights, dtype: DType) -> Result<Pi05> {
+        Pi05::with_mode(ctx, s, w, dtype, PromptMode::Fixed)
+    }
+
+    /// [`new`](Self::new) with the prompt laid out as `mode` says. In exact mode no prefix
+    /// graph exists until the first [`set_prompt`](Self::set_prompt).
+    pub fn with_mode(
+        ctx: &Ctx,
+        s: Stream,
+        w: &Pi05Weights,
+        dtype: DType,
+        mode: PromptMode,
+    ) -> Result<Pi05> {
         let c = w.config.clone();
         c.validate().map_err(|reason| Error::Config { reason })?;
         let k = Kernels::new(ctx)?;
@@ -291,6 +427,13 @@ impl Pi05 {
         })?;
 
         // ---- the two Gemma stacks' weights and caches
+        // Cache rows no prompt has filled yet (exact mode) are zeros, never NaN: masked keys
+        // get zero weight, and 0 · NaN would still poison a product with V.
+        let zeroed = |name: &str| -> Result<Tensor> {
+            let t = Tensor::alloc(ctx, name, dt, &[p_len + s_len, kv_width])?;
+            t.write_f32(s, &vec![0.0; t.numel()])?;
+            Ok(t)
+        };
         let gemma = |prefix: &str,
                      g: &crate::config::GemmaConfig,
                      adaptive: bool|
@@ -318,18 +461,8 @@ impl Pi05 {
                             format!("{p}.mlp.up_proj.weight"),
                         ])?,
                         down: up.t(&format!("{p}.mlp.down_proj.weight"))?,
-                        k_cache: Tensor::alloc(
-                            ctx,
-                            &format!("{p}.k_cache"),
-                            dt,
-                            &[p_len + s_len, kv_width],
-                        )?,
-                        v_cache: Tensor::alloc(
-                            ctx,
-                            &format!("{p}.v_cache"),
-                            dt,
-                            &[p_len + s_len, kv_width],
-                        )?,
+                        k_cache: zeroed(&format!("{p}.k_cache"))?,
+                        v_cache: zeroed(&format!("{p}.v_cache"))?,
                     })
                 })
                 .collect()
@@ -353,71 +486,37 @@ impl Pi05 {
         let pattn = Tensor::alloc(ctx, "prefix.attn", dt, &[p_len, heads * hd])?;
         let pgu = Tensor::alloc(ctx, "prefix.gate_up", dt, &[p_len, 2 * lg.mlp])?;
         let ph = Tensor::alloc(ctx, "prefix.mlp", dt, &[p_len, lg.mlp])?;
-        let pk_rows = |l: &GemmaLayer| -> Result<(Tensor, Tensor)> {
-            Ok((
-                l.k_cache.narrow(0, 0, p_len)?,
-                l.v_cache.narrow(0, 0, p_len)?,
-            ))
+        let prefix_parts = PrefixParts {
+            layers: ll.clone(),
+            embed,
+            tokens: tokens.clone(),
+            x: prefix_x.clone(),
+            ln: px_ln,
+            q: pq,
+            qkv: pqkv,
+            attn: pattn,
+            gate_up: pgu,
+            mlp: ph,
+            pos: prefix_pos,
+            mask: prefix_mask,
+            n_img,
+            width: lg.width,
+            mlp_width: lg.mlp,
+            heads,
+            kv_heads: kvh,
+            head_dim: hd,
         };
-        let pg_qkv = k.linear(&px_ln, &ll[0].qkv, &pqkv, false, false)?;
-        let pg_o = k.linear(&pattn, &ll[0].o, &prefix_x, false, true)?;
-        let pg_gu = k.linear(&px_ln, &ll[0].gate_up, &pgu, false, false)?;
-        let pg_down = k.linear(&ph, &ll[0].down, &prefix_x, false, true)?;
-        let mut pattn_plans: Vec<AttentionPlan> = Vec::new();
-        for l in &ll {
-            let (kc, vc) = pk_rows(l)?;
-            let plan = k.attention_plan_sharing(
-                &heads_of(&pq, p_len, heads)?,
-                &heads_of(&kc, p_len, kvh)?,
-                &heads_of(&vc, p_len, kvh)?,
-                &heads_of(&pattn, p_len, heads)?,
-                &AttentionMask::keys(&prefix_mask),
-                1.0 / (hd as f32).sqrt(),
-                pattn_plans.first(),
-            )?;
-            pattn_plans.push(plan);
+        let prefix = Graph::new(
+            ctx,
+            "pi05.prefix",
+            match mode {
+                PromptMode::Fixed => 1,
+                PromptMode::Exact => EXACT_PREFIX_VARIANTS,
+            },
+        );
+        if mode == PromptMode::Fixed {
+            prefix_parts.capture(&k, &prefix, ShapeKey(0), c.max_token_len)?;
         }
-        let prompt_rows = prefix_x.narrow(0, n_img, c.max_token_len)?;
-        let prefix = Graph::new(ctx, "pi05.prefix", 1);
-        prefix.capture(ShapeKey(0), |cs| {
-            (|| -> Result<()> {
-                k.embedding(cs, &tokens, &embed, &prompt_rows, (lg.width as f32).sqrt())?;
-                for (i, (l, plan)) in ll.iter().zip(&pattn_plans).enumerate() {
-                    let (kc, vc) = pk_rows(l)?;
-                    k.rms_norm(
-                        cs,
-                        &prefix_x,
-                        l.ln1.as_ref().expect("language model norms"),
-                        &px_ln,
-                        GEMMA_EPS,
-                    )?;
-                    pg_qkv.run(cs, &px_ln, &l.qkv, &pqkv, None)?;
-                    k.rope_qkv(cs, &pqkv, &prefix_pos, &pq, &kc, &vc, hd, ROPE_WAVELENGTH)?;
-                    plan.run(&k, cs)?;
-                    pg_o.run(cs, &pattn, &l.o, &prefix_x, None)?;
-                    if i + 1 == ll.len() {
-                        break; // the last MLP only feeds the prefix output, which nothing reads
-                    }
-                    k.rms_norm(
-                        cs,
-                        &prefix_x,
-                        l.ln2.as_ref().expect("language model norms"),
-                        &px_ln,
-                        GEMMA_EPS,
-                    )?;
-                    pg_gu.run(cs, &px_ln, &l.gate_up, &pgu, None)?;
-                    k.geglu(
-                        cs,
-                        &pgu.narrow(1, 0, lg.mlp)?,
-                        &pgu.narrow(1, lg.mlp, lg.mlp)?,
-                        &ph,
-                    )?;
-                    pg_down.run(cs, &ph, &l.down, &prefix_x, None)?;
-                }
-                Ok(())
-            })()
-            .map_err(err)
-        })?;
 
         // ---- per-step adaptive-norm conditions (depend only on the step's time)
         let ew = eg.width;
@@ -583,7 +682,7 @@ impl Pi05 {
         })?;
         let mut plan = Plan::new(ctx);
         plan.add(&vision, ShapeKey(0), s)?;
-        plan.add(&prefix, ShapeKey(0), s)?;
+        plan.add(&prefix, ShapeKey::INHERIT, s)?;
         for i in 0..c.steps {
             plan.add(&step, ShapeKey(i as u64), s)?;
         }
@@ -604,6 +703,9 @@ impl Pi05 {
             step,
             halt,
             plan,
+            mode,
+            prefix_parts,
+            prompt_len: Default::default(),
             zero_view,
             prompt_bytes: Default::default(),
         })
@@ -641,7 +743,8 @@ impl Pi05 {
     }
 
     /// Writes the prompt: tokens, the prompt part of the key masks, and every position (which
-    /// depend on which views and tokens are valid). A buffer write, no recapture.
+    /// depend on which views and tokens are valid). A buffer write, no recapture — except in
+    /// exact mode for a prompt length without a prefix graph yet, which is captured here.
     pub fn set_prompt(&self, tokens: &[u32], views_present: &[bool]) -> Result<()> {
         let c = &self.config;
         if tokens.is_empty() || tokens.len() > c.max_token_len {
@@ -693,6 +796,15 @@ impl Pi05 {
         }
         bytes.extend(std::iter::repeat_n(1u8, c.action_horizon));
         self.tokens.buffer().upload(self.s, 0, &bytes)?;
+        if self.mode == PromptMode::Exact {
+            let key = ShapeKey(tokens.len() as u64);
+            if !self.prefix.has_variant(key) {
+                self.prefix_parts
+                    .capture(&self.k, &self.prefix, key, tokens.len())?;
+            }
+            self.prompt_len
+                .store(tokens.len(), std::sync::atomic::Ordering::Release);
+        }
         Ok(())
     }
 
@@ -766,7 +878,7 @@ impl Pi05 {
     pub fn replay(&self, stage: Stage) -> Result<()> {
         match stage {
             Stage::Vision => self.vision.replay(ShapeKey(0), self.s)?,
-            Stage::Prefix => self.prefix.replay(ShapeKey(0), self.s)?,
+            Stage::Prefix => self.prefix.replay(self.prefix_key(), self.s)?,
             Stage::Step(i) => self.step.replay(ShapeKey(i as u64), self.s)?,
         }
         Ok(())
@@ -774,13 +886,24 @@ impl Pi05 {
 
     /// One whole inference through the Plan (vision → prefix → every step).
     pub fn run(&self) -> Result<()> {
-        // Every node has an explicit key: the default key is never used.
-        Ok(self.plan.execute(ShapeKey(0))?)
+        // Vision and steps have explicit keys; the prefix takes this one.
+        Ok(self.plan.execute(self.prefix_key())?)
     }
 
-    /// The Plan of one inference (vision, prefix, steps on this model's stream).
-    pub fn plan(&self) -> &Plan {
-        &self.plan
+    /// The prefix variant of the current prompt: 0 in fixed mode, the prompt's length in
+    /// exact mode.
+    fn prefix_key(&self) -> ShapeKey {
+        match self.mode {
+            PromptMode::Fixed => ShapeKey(0),
+            PromptMode::Exact => {
+                ShapeKey(self.prompt_len.load(std::sync::atomic::Ordering::Acquire) as u64)
+            }
+        }
+    }
+
+    /// How the prompt sits in the prefix.
+    pub fn prompt_mode(&self) -> PromptMode {
+        self.mode
     }
 
     /// Sets the chunk the halt graph writes (`action_horizon × action_dim`, normalized units),
