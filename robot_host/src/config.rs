@@ -142,18 +142,11 @@ pub enum Backend {
     Cuda,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PromptMode {
-    /// Prompts padded to `max_token_len`, the true length in a device buffer: a new prompt is
-    /// a buffer write.
-    Fixed,
-    /// As many prompt rows as tokens: less prefix work for short prompts, but a prompt of a
-    /// length not seen yet (a new subgoal, or state digits tokenizing differently) captures a
-    /// prefix graph on the control thread before that tick's inference (milliseconds on a
-    /// GPU); the 8 most recent lengths are kept.
-    Exact,
-}
+/// How the prompt sits in the prefix. In `exact` mode a prompt of a length not seen yet (a
+/// new subgoal, or state digits tokenizing to another count) captures a prefix graph on the
+/// control thread before that tick's inference (milliseconds on a GPU); the 8 most recent
+/// lengths are kept.
+pub use frt_vla::PromptMode;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -177,7 +170,7 @@ pub struct ModelConfig {
     pub precision: Precision,
     #[serde(default = "default_backend")]
     pub backend: Backend,
-    #[serde(default = "default_prompt_mode")]
+    #[serde(default)]
     pub prompt_mode: PromptMode,
     /// Prompt capacity in tokens (fixed mode).
     pub max_token_len: usize,
@@ -203,9 +196,6 @@ impl ModelConfig {
 
 fn default_backend() -> Backend {
     Backend::Auto
-}
-fn default_prompt_mode() -> PromptMode {
-    PromptMode::Fixed
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -2,7 +2,7 @@
 //! preprocessing (resize-with-pad, pixel scaling, state normalization, prompt tokens), stage
 //! by stage replays, and the halt graph on the highest-priority stream.
 
-use crate::config::{Backend, Config, ModelSource, Precision, PromptMode};
+use crate::config::{Backend, Config, ModelSource, Precision};
 use crate::error::{Error, Result};
 use frt_exec::{Ctx, Stream};
 use frt_kernels::DType;
@@ -107,11 +107,7 @@ impl Policy {
             Precision::Bf16 => DType::BF16,
             Precision::F16 => DType::F16,
         };
-        let mode = match cfg.model.prompt_mode {
-            PromptMode::Fixed => frt_vla::PromptMode::Fixed,
-            PromptMode::Exact => frt_vla::PromptMode::Exact,
-        };
-        let model = Pi05::with_mode(&ctx, s, &weights, dtype, mode)?;
+        let model = Pi05::with_mode(&ctx, s, &weights, dtype, cfg.model.prompt_mode)?;
         drop(weights);
         let tokenizer = match &cfg.model.tokenizer {
             Some(p) => Tokenizer::load(p)?,

@@ -50,9 +50,12 @@ struct Rig {
 }
 
 fn rig(subgoal: &str, extra_safety: &str) -> Rig {
+    rig_with(config(subgoal, extra_safety))
+}
+
+fn rig_with(config: Config) -> Rig {
     let clock = Arc::new(ManualClock::default());
-    let (node, inputs, out) =
-        Node::new(config(subgoal, extra_safety), clock.clone(), None).unwrap();
+    let (node, inputs, out) = Node::new(config, clock.clone(), None).unwrap();
     Rig {
         node,
         inputs,
@@ -193,15 +196,7 @@ fn exact_prompt_mode_gives_the_chunks_of_fixed_mode() {
         "  max_token_len: 96",
         "  prompt_mode: exact\n  max_token_len: 96",
     );
-    let clock = Arc::new(ManualClock::default());
-    let (node, inputs, out) =
-        Node::new(Config::parse(&text).unwrap(), clock.clone(), None).unwrap();
-    let mut exact = Rig {
-        node,
-        inputs,
-        out,
-        clock,
-    };
+    let mut exact = rig_with(Config::parse(&text).unwrap());
     let mut fixed = rig("pick up the red block", "");
     let before = exact.node.policy().model.capture_count();
     for (k, r) in [&mut exact, &mut fixed].into_iter().enumerate() {

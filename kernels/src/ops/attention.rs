@@ -733,7 +733,6 @@ impl Kernels {
             matches!(p.path, Path::Flash { dp: d, .. } if d == dp)
                 && p.dims == first.dims
                 && p.scale == first.scale
-                && p.always_from == first.always_from
                 && same_mask(&p.mask, &first.mask)
                 && p.q.dtype() == first.q.dtype()
         });

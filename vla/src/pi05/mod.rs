@@ -141,8 +141,9 @@ struct GemmaLayer {
     v_cache: Tensor,
 }
 
-/// How the prompt sits in the prefix.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+/// How the prompt sits in the prefix (`fixed` / `exact` in configs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum PromptMode {
     /// `max_token_len` prompt rows whatever the prompt's length (padding masked): one prefix
     /// graph, and a new prompt is a buffer write.
