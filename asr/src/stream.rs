@@ -28,6 +28,8 @@ use crate::audio::{self, SAMPLE_RATE};
 use crate::decode::Transcript;
 use crate::error::Result;
 use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::thread::JoinHandle;
 
@@ -266,10 +268,12 @@ pub struct Transcribed {
 /// Transcribes utterances on its own thread, on the stream its [`Whisper`] was built on
 /// (a low-priority one, for a robot). `submit` never blocks: when the queue is full the
 /// utterance is handed back. Results arrive on a bounded queue too; when the caller does not
-/// take them, the thread waits (it never drops a result).
+/// take them, the thread waits (it never drops a result). Dropping it finishes the utterance in
+/// progress, skips the queued ones and joins the thread.
 pub struct Transcriber {
     jobs: Option<SyncSender<Utterance>>,
     results: Receiver<Transcribed>,
+    stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -278,10 +282,15 @@ impl Transcriber {
     pub fn spawn(whisper: Whisper, queue: usize) -> Transcriber {
         let (jobs, job_rx) = mpsc::sync_channel::<Utterance>(queue.max(1));
         let (res_tx, results) = mpsc::sync_channel::<Transcribed>(queue.max(1));
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = stop.clone();
         let thread = std::thread::Builder::new()
             .name("frt-asr".into())
             .spawn(move || {
                 for utterance in job_rx {
+                    if stopping.load(Ordering::Acquire) {
+                        break;
+                    }
                     let result = whisper.transcribe(&utterance.samples);
                     if res_tx.send(Transcribed { utterance, result }).is_err() {
                         break;
@@ -292,6 +301,7 @@ impl Transcriber {
         Transcriber {
             jobs: Some(jobs),
             results,
+            stop,
             thread: Some(thread),
         }
     }
@@ -317,12 +327,11 @@ impl Transcriber {
 
 impl Drop for Transcriber {
     fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
         drop(self.jobs.take());
-        // Let the thread finish what it holds: drain results so it is never stuck sending.
-        while let Ok(_r) = self
-            .results
-            .recv_timeout(std::time::Duration::from_millis(10))
-        {}
+        // Take results until the thread hangs up, so it is never stuck sending into a full
+        // queue: it finishes the utterance in progress, skips the queued ones and ends.
+        while self.results.recv().is_ok() {}
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }

@@ -339,4 +339,25 @@ fn the_transcription_queue_is_bounded() {
         outcomes.iter().any(|ok| !ok),
         "a full queue refuses instead of blocking: {outcomes:?}"
     );
+    // Once the thread has taken the first utterance, a second one fits the queue: one in
+    // progress, one queued and a full result queue must still let the transcriber go.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while t.submit(u()).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the thread never took the first utterance"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(t);
+        let _ = done_tx.send(());
+    });
+    assert!(
+        done_rx
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .is_ok(),
+        "dropping a transcriber with work in progress and queued did not return"
+    );
 }
