@@ -98,6 +98,18 @@ __device__ void cast(const S* x, D* out, unsigned long long n) {
         out[i] = from_f32<D>(to_f32(x[i]));
 }
 
+// One Euler step of flow matching in f32, x <- x + dt * v, also writing the new x in T (the
+// next step's input).
+template <typename T>
+__device__ void euler_step_cast(float* x, const float* v, T* x_cast, unsigned long long n, float dt) {
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) {
+        const float y = x[i] + dt * v[i];
+        x[i] = y;
+        x_cast[i] = from_f32<T>(y);
+    }
+}
+
 #define ELEMENTWISE(T, S)                                                                              \
     extern "C" __global__ void unary_##S(const T* x, T* out, unsigned long long n, int op, float alpha,  \
                                          int vec8) {                                                   \
@@ -122,5 +134,9 @@ __device__ void cast(const S* x, D* out, unsigned long long n) {
     }                                                                                                  \
     extern "C" __global__ void cast_f16_##S(const f16* x, T* out, unsigned long long n) {              \
         cast<f16, T>(x, out, n);                                                                       \
+    }                                                                                                  \
+    extern "C" __global__ void euler_step_cast_##S(float* x, const float* v, T* x_cast,                \
+                                                   unsigned long long n, float dt) {                   \
+        euler_step_cast<T>(x, v, x_cast, n, dt);                                                       \
     }
 FOR_FLOATS(ELEMENTWISE)

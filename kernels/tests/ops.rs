@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Backend, Case, FLOATS, Input, Rng, Vals, run, size_ok};
+use common::{Backend, Case, FLOATS, Input, OpFn, Rng, Vals, run, size_ok};
 use frt_kernels::{AttentionMask, Conv1d, DType, Epilogue, Kernels, PatchEmbed, Tensor};
 
 fn gelu_tanh(x: f64) -> f64 {
@@ -165,6 +165,44 @@ fn binary_ops(b: &Backend) {
                     f32_tol: 1e-6,
                 },
             );
+            // Euler in f32 that also writes x in the case's dtype: once checking that copy
+            // (x staged in a scratch input), once checking x itself.
+            let f32_in = |v: &Vec<f32>| Input::FD(DType::F32, vec![rows, cols], v.clone());
+            let euler_cast = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
+                k.scale(s, &i[0], 1.0, &i[2])?;
+                k.euler_step_cast(s, &i[2], &i[1], -0.1, o)
+            };
+            let euler_cast_x = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
+                k.scale(s, &i[0], 1.0, o)?;
+                k.euler_step_cast(s, o, &i[1], -0.1, &i[2])
+            };
+            for (what, op, out_dt, scratch) in [
+                (
+                    "cast",
+                    &euler_cast as OpFn,
+                    dt,
+                    Input::FD(DType::F32, vec![rows, cols], vec![0.0; rows * cols]),
+                ),
+                (
+                    "x",
+                    &euler_cast_x as OpFn,
+                    DType::F32,
+                    Input::F(vec![rows, cols], vec![0.0; rows * cols]),
+                ),
+            ] {
+                run(
+                    b,
+                    &Case {
+                        name: format!("euler_step_cast ({what}) {rows}x{cols}"),
+                        dtype: dt,
+                        inputs: vec![f32_in(&a), f32_in(&bb), scratch],
+                        out: (vec![rows, cols], out_dt),
+                        op,
+                        reference: &euler_ref,
+                        f32_tol: 1e-6,
+                    },
+                );
+            }
             // GEGLU on the two halves of one [rows, 2·cols] tensor (strided rows).
             let fused = rng.vec(rows * 2 * cols, 3.0);
             let geglu = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
@@ -688,6 +726,47 @@ fn gemm(b: &Backend) {
                 f32_tol: 1e-5,
             },
         );
+    }
+}
+
+/// bf16/f16 operands into an f32 output with an f32 bias (a model's last projection feeding
+/// f32 arithmetic).
+fn gemm_f32_out(b: &Backend) {
+    let mut rng = Rng::new(16);
+    for (m, kk, n) in [(5, 16, 7), (50, 1024, 32)] {
+        for dt in [DType::BF16, DType::F16] {
+            let op = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
+                let g = k.linear(&i[0], &i[1], o, true, false)?;
+                g.run(s, &i[0], &i[1], o, Some(&i[2]))
+            };
+            let reference = |v: &Vals| {
+                (0..m * n)
+                    .map(|e| {
+                        let (i, j) = (e / n, e % n);
+                        let dot: f64 = (0..kk)
+                            .map(|p| v.f[0][i * kk + p] * v.f[1][j * kk + p])
+                            .sum();
+                        dot + v.f[2][j]
+                    })
+                    .collect()
+            };
+            run(
+                b,
+                &Case {
+                    name: format!("linear {m}x{kk}x{n} {dt:?} -> f32 with bias"),
+                    dtype: dt,
+                    inputs: vec![
+                        Input::F(vec![m, kk], rng.vec(m * kk, 1.0)),
+                        Input::F(vec![n, kk], rng.vec(n * kk, 1.0)),
+                        Input::FD(DType::F32, vec![n], rng.vec(n, 1.0)),
+                    ],
+                    out: (vec![m, n], DType::F32),
+                    op: &op,
+                    reference: &reference,
+                    f32_tol: 1e-5 * (kk as f64).sqrt(),
+                },
+            );
+        }
     }
 }
 
@@ -1503,6 +1582,7 @@ backend_tests!(
     norms,
     positional,
     gemm,
+    gemm_f32_out,
     attention,
     attention_paths,
     attention_batch,
