@@ -31,14 +31,19 @@ pub(crate) struct CudaOps {
     pub arch: String,
     /// Streaming multiprocessors of the device (sizes split work such as attention's key splits).
     pub sms: u32,
-    /// cuBLASLt workspace of each stream that ran a GEMM (made at capture time).
+    /// cuBLASLt workspace of each stream that ran a GEMM outside a capture.
     workspaces: std::sync::Mutex<Vec<(Stream, frt_exec::Buffer)>>,
+    /// cuBLASLt workspace of each graph with a GEMM, by graph id; held by the graph's
+    /// variants (retained at capture), so it goes with them.
+    graph_workspaces: std::sync::Mutex<Vec<(u64, frt_exec::WeakBuffer)>>,
     /// The stream GEMM plans time their candidate algorithms on (made on first use).
     tuning: std::sync::OnceLock<Stream>,
     /// The algorithm chosen for each GEMM specification so far: a shape planned again (for
     /// another layer, or inside a capture) gets the same algorithm without timing again.
-    pub(crate) tuned:
-        std::sync::Mutex<HashMap<String, frt_exec::cudarc::cublaslt::sys::cublasLtMatmulAlgo_t>>,
+    /// (With the workspace bytes it uses.)
+    pub(crate) tuned: std::sync::Mutex<
+        HashMap<String, (frt_exec::cudarc::cublaslt::sys::cublasLtMatmulAlgo_t, usize)>,
+    >,
 }
 
 // SAFETY: CUfunction handles may be used from any thread; the table is immutable.
@@ -286,19 +291,41 @@ impl CudaOps {
             arch,
             sms,
             workspaces: Default::default(),
+            graph_workspaces: Default::default(),
             tuning: Default::default(),
             tuned: Default::default(),
         })
     }
 
-    /// The GEMM workspace of stream `s` (GEMMs on one stream run one after another, so they
-    /// share it; other streams get their own).
+    /// The GEMM workspace for work enqueued on `s`: inside a capture, the workspace of the
+    /// graph being captured (its variants run one at a time, while graphs of other models
+    /// may replay on other streams at the same moment, so no two graphs share one); outside,
+    /// the stream's own (GEMMs on one stream run one after another).
     pub fn workspace(&self, ctx: &Ctx, s: Stream) -> Result<frt_exec::Buffer> {
+        let alloc = || frt_exec::Buffer::alloc(ctx, "gemm.workspace", crate::ops::gemm::WORKSPACE);
+        if let Some(graph) = ctx.capturing_graph(s) {
+            let mut w = self
+                .graph_workspaces
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            // Graphs whose variants are all gone freed theirs.
+            w.retain(|(_, b)| b.is_alive());
+            if let Some(b) = w
+                .iter()
+                .find(|(g, _)| *g == graph)
+                .and_then(|(_, b)| b.upgrade())
+            {
+                return Ok(b);
+            }
+            let b = alloc()?;
+            w.push((graph, b.downgrade()));
+            return Ok(b);
+        }
         let mut w = self.workspaces.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((_, b)) = w.iter().find(|(st, _)| *st == s) {
             return Ok(b.clone());
         }
-        let b = frt_exec::Buffer::alloc(ctx, "gemm.workspace", crate::ops::gemm::WORKSPACE)?;
+        let b = alloc()?;
         w.push((s, b.clone()));
         Ok(b)
     }

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Backend, Case, FLOATS, Input, OpFn, Rng, Vals, run, size_ok};
+use common::{Backend, Case, FLOATS, Input, OpFn, Rng, Vals, rel_err, run, size_ok};
 use frt_kernels::{AttentionMask, Conv1d, DType, Epilogue, Kernels, PatchEmbed, Tensor};
 
 fn gelu_tanh(x: f64) -> f64 {
@@ -766,6 +766,76 @@ fn gemm_f32_out(b: &Backend) {
                     f32_tol: 1e-5 * (kk as f64).sqrt(),
                 },
             );
+        }
+    }
+}
+
+/// Graphs of different models replay on different streams at once (the policy and speech
+/// recognition): GEMMs whose algorithm keeps partial sums in a workspace must not share one.
+/// Two graphs of split-K GEMMs replayed concurrently on two streams give the results of
+/// eager runs.
+fn graphs_on_two_streams(b: &Backend) {
+    let (k, ctx) = (&b.k, b.k.ctx());
+    const RUNS: usize = 16;
+    let mut rng = Rng::new(17);
+    // On CUDA a tall-K shape whose planned algorithm keeps partial sums in the workspace.
+    let (m, kk, n) = if b.is_cuda() {
+        [(8, 32768, 256), (4, 65536, 128), (16, 16384, 512)]
+            .into_iter()
+            .find(|&(m, kk, n)| {
+                let t = |shape: &[usize]| Tensor::alloc(ctx, "t", DType::BF16, shape).unwrap();
+                let g = k.linear(&t(&[m, kk]), &t(&[n, kk]), &t(&[m, n]), false, false);
+                g.unwrap().workspace_bytes() > 0
+            })
+            .expect("a shape planned with a workspace algorithm")
+    } else {
+        (4, 64, 8)
+    };
+    let err = |e: frt_kernels::Error| frt_exec::Error::Invalid {
+        op: "test capture",
+        reason: e.to_string(),
+    };
+    let mut sides = Vec::new();
+    for side in 0..2 {
+        let a = Tensor::alloc(ctx, "a", DType::BF16, &[m, kk]).unwrap();
+        let w = Tensor::alloc(ctx, "w", DType::BF16, &[n, kk]).unwrap();
+        let c = Tensor::alloc(ctx, "c", DType::F32, &[RUNS, m, n]).unwrap();
+        a.write_f32(b.s, &rng.vec(m * kk, 1.0)).unwrap();
+        w.write_f32(b.s, &rng.vec(n * kk, 1.0)).unwrap();
+        let outs: Vec<Tensor> = (0..RUNS).map(|r| c.narrow(0, r, 1).unwrap()).collect();
+        let out0 = Tensor::with_layout(c.buffer(), DType::F32, &[m, n], &[n, 1], 0).unwrap();
+        let g = k.linear(&a, &w, &out0, false, false).unwrap();
+        g.run(b.s, &a, &w, &out0, None).unwrap();
+        let want = out0.read_f32(b.s).unwrap();
+        let graph = frt_exec::Graph::new(ctx, &format!("side {side}"), 1);
+        graph
+            .capture(frt_exec::ShapeKey(0), |cs| {
+                for o in &outs {
+                    let o =
+                        Tensor::with_layout(o.buffer(), DType::F32, &[m, n], &[n, 1], o.offset())
+                            .map_err(err)?;
+                    g.run(cs, &a, &w, &o, None).map_err(err)?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        sides.push((graph, c, want));
+    }
+    let streams = [ctx.stream(0).unwrap(), ctx.stream(0).unwrap()];
+    for round in 0..8 {
+        for ((graph, c, _), s) in sides.iter().zip(streams) {
+            c.write_f32(s, &vec![f32::NAN; c.numel()]).unwrap();
+            graph.replay(frt_exec::ShapeKey(0), s).unwrap();
+        }
+        for ((_, c, want), s) in sides.iter().zip(streams) {
+            let got = c.read_f32(s).unwrap();
+            for (r, run) in got.chunks(m * n).enumerate() {
+                let e = rel_err(run, &want.iter().map(|v| *v as f64).collect::<Vec<_>>());
+                assert!(
+                    e < 1e-5,
+                    "round {round}, run {r}: relative error {e} against the eager run"
+                );
+            }
         }
     }
 }
@@ -1583,6 +1653,7 @@ backend_tests!(
     positional,
     gemm,
     gemm_f32_out,
+    graphs_on_two_streams,
     attention,
     attention_paths,
     attention_batch,

@@ -90,6 +90,8 @@ struct LtPlan {
     desc: lts::cublasLtMatmulDesc_t,
     layouts: [lts::cublasLtMatrixLayout_t; 3],
     algo: lts::cublasLtMatmulAlgo_t,
+    /// Workspace bytes `algo` uses (e.g. for split-K partial sums).
+    workspace_bytes: usize,
 }
 
 // SAFETY: cuBLASLt descriptors may be used from any thread; a plan's are only mutated (the
@@ -244,14 +246,15 @@ impl LtPlan {
         // SAFETY: destroyed once.
         unsafe { lt::destroy_matmul_pref(pref) }
             .map_err(lt_err("cublasLtMatmulPreferenceDestroy"))?;
-        let candidates: Vec<lts::cublasLtMatmulAlgo_t> = found[..count.max(0) as usize]
+        let (candidates, workspace_sizes): (Vec<lts::cublasLtMatmulAlgo_t>, Vec<usize>) = found
+            [..count.max(0) as usize]
             .iter()
             .filter(|r| {
                 r.state == lts::cublasStatus_t::CUBLAS_STATUS_SUCCESS
                     && r.workspaceSize <= WORKSPACE
             })
-            .map(|r| r.algo)
-            .collect();
+            .map(|r| (r.algo, r.workspaceSize))
+            .unzip();
         if status != lts::cublasStatus_t::CUBLAS_STATUS_SUCCESS || candidates.is_empty() {
             return Err(Error::NoAlgorithm {
                 what: format!("{sp:?}"),
@@ -262,6 +265,7 @@ impl LtPlan {
             desc,
             layouts,
             algo: candidates[0],
+            workspace_bytes: workspace_sizes[0],
         };
         if candidates.len() > 1 && tuning_enabled() && worth_tuning(sp) {
             let cuda = k.cuda.as_ref().expect("CUDA plans exist on CUDA");
@@ -272,17 +276,18 @@ impl LtPlan {
                 .unwrap_or_else(|p| p.into_inner())
                 .get(&key)
                 .copied();
-            plan.algo = match known {
-                Some(algo) => algo,
+            (plan.algo, plan.workspace_bytes) = match known {
+                Some(chosen) => chosen,
                 None => {
                     // Timing needs scratch memory and a stream of its own; where that is not
                     // possible (e.g. inside a global-mode capture) the heuristic's choice stands.
-                    let algo = plan.fastest(k, sp, &candidates).unwrap_or(candidates[0]);
+                    let i = plan.fastest(k, sp, &candidates).unwrap_or(0);
+                    let chosen = (candidates[i], workspace_sizes[i]);
                     cuda.tuned
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
-                        .insert(key, algo);
-                    algo
+                        .insert(key, chosen);
+                    chosen
                 }
             };
         }
@@ -345,7 +350,8 @@ impl LtPlan {
     }
 
     /// Times each candidate on scratch operands of the plan's layouts (on the kernels'
-    /// tuning stream) and returns the fastest; the first (the heuristic's choice) on ties.
+    /// tuning stream) and returns the fastest's index; the first (the heuristic's choice) on
+    /// ties.
     ///
     /// A candidate is timed as a model runs it: replays of a graph of [`TUNING_RUNS`]
     /// launches (so no host launch cost sits between them, which would hide the difference
@@ -357,7 +363,7 @@ impl LtPlan {
         k: &Kernels,
         sp: &Spec,
         candidates: &[lts::cublasLtMatmulAlgo_t],
-    ) -> Result<lts::cublasLtMatmulAlgo_t> {
+    ) -> Result<usize> {
         let cuda = k.cuda.as_ref().expect("CUDA plans exist on CUDA");
         let s = cuda.tuning_stream(&k.ctx)?;
         let bytes = |l: &Layout, dt: DType| {
@@ -454,7 +460,7 @@ impl LtPlan {
                     .collect::<Vec<_>>()
             );
         }
-        Ok(candidates[i])
+        Ok(i)
     }
 }
 
@@ -615,6 +621,12 @@ impl Gemm {
     /// `(m, n, k, batch)`.
     pub fn dims(&self) -> (usize, usize, usize, usize) {
         (self.spec.m, self.spec.n, self.spec.k, self.spec.batch)
+    }
+
+    /// Bytes of GEMM workspace the planned algorithm uses (cuBLASLt's split-K partial sums,
+    /// for one); 0 on the host backend.
+    pub fn workspace_bytes(&self) -> usize {
+        self.lt.as_ref().map_or(0, |p| p.workspace_bytes)
     }
 
     /// Enqueues the GEMM on `s`. The tensors must have the planned layouts (their buffers
