@@ -11,33 +11,53 @@
 use crate::error::{Error, Result};
 use std::path::Path;
 
-/// Weights of one output sample over the input, as `jax.image.scale_and_translate` computes
+/// Weights of each output sample over the input, as `jax.image.scale_and_translate` computes
 /// them for the triangle (linear) kernel with antialiasing: the kernel is widened by the
 /// downscale factor, weights are normalized, samples outside the input get none.
-fn weights(input: usize, output: usize) -> Vec<Vec<(usize, f64)>> {
+struct Taps {
+    /// Per output sample: the first input index and how many weights follow in `w`.
+    span: Vec<(usize, usize)>,
+    /// Every sample's weights, one after another (computed in f64, kept in f32 as jax
+    /// computes them).
+    w: Vec<f32>,
+}
+
+fn taps(input: usize, output: usize) -> Taps {
     let inv_scale = input as f64 / output as f64;
     let kernel_scale = inv_scale.max(1.0);
-    (0..output)
-        .map(|j| {
-            let sample = (j as f64 + 0.5) * inv_scale - 0.5;
-            if sample < -0.5 || sample > input as f64 - 0.5 {
-                return Vec::new();
-            }
+    let mut t = Taps {
+        span: Vec::with_capacity(output),
+        w: Vec::new(),
+    };
+    let mut one = Vec::new();
+    for j in 0..output {
+        one.clear();
+        let sample = (j as f64 + 0.5) * inv_scale - 0.5;
+        let mut first = 0;
+        if (-0.5..=input as f64 - 0.5).contains(&sample) {
             let lo = ((sample - kernel_scale).floor().max(0.0)) as usize;
             let hi = ((sample + kernel_scale).ceil() as usize).min(input - 1);
-            let mut w: Vec<(usize, f64)> = (lo..=hi)
-                .map(|i| (i, (1.0 - (sample - i as f64).abs() / kernel_scale).max(0.0)))
-                .filter(|(_, v)| *v > 0.0)
-                .collect();
-            let sum: f64 = w.iter().map(|(_, v)| v).sum();
-            if sum.abs() > 1000.0 * f32::EPSILON as f64 {
-                w.iter_mut().for_each(|(_, v)| *v /= sum);
-            } else {
-                w.clear();
+            // Zero weights at the ends are dropped; inside the span none is zero.
+            one.extend(
+                (lo..=hi)
+                    .map(|i| (i, (1.0 - (sample - i as f64).abs() / kernel_scale).max(0.0)))
+                    .skip_while(|(_, v)| *v == 0.0),
+            );
+            while one.last().is_some_and(|(_, v)| *v == 0.0) {
+                one.pop();
             }
-            w
-        })
-        .collect()
+            first = one.first().map_or(0, |(i, _)| *i);
+            let sum: f64 = one.iter().map(|(_, v)| v).sum();
+            if sum.abs() > 1000.0 * f32::EPSILON as f64 {
+                one.iter_mut().for_each(|(_, v)| *v /= sum);
+            } else {
+                one.clear();
+            }
+        }
+        t.span.push((first, one.len()));
+        t.w.extend(one.iter().map(|(_, v)| *v as f32));
+    }
+    t
 }
 
 /// Resizes an `h × w × 3` uint8 image (HWC) to fit `th × tw` without distortion and pads it
@@ -56,27 +76,37 @@ pub fn resize_with_pad(src: &[u8], h: usize, w: usize, th: usize, tw: usize) -> 
         ((h as f64 / ratio) as usize).min(th),
         ((w as f64 / ratio) as usize).min(tw),
     );
+    let mut out = vec![0u8; th * tw * 3];
     if rh == 0 || rw == 0 {
-        return Ok(vec![0u8; th * tw * 3]);
+        return Ok(out);
     }
-    let (wy, wx) = (weights(h, rh), weights(w, rw));
-    // Rows first, then columns (separable), in f64.
-    let mut tmp = vec![0f64; rh * w * 3];
-    for (y, ws) in wy.iter().enumerate() {
-        for &(i, a) in ws {
-            let row = &src[i * w * 3..(i + 1) * w * 3];
-            for (t, s) in tmp[y * w * 3..(y + 1) * w * 3].iter_mut().zip(row) {
-                *t += a * *s as f64;
+    let (ty, tx) = (taps(h, rh), taps(w, rw));
+    let (ph, pw) = ((th - rh) / 2, (tw - rw) / 2);
+    // Separable, in f32 (as jax): rows first into one row of sums, then columns.
+    let mut row = vec![0f32; w * 3];
+    let mut ky = 0;
+    for (y, &(first, n)) in ty.span.iter().enumerate() {
+        row.fill(0.0);
+        for (t, &a) in ty.w[ky..ky + n].iter().enumerate() {
+            let i = first + t;
+            for (r, s) in row.iter_mut().zip(&src[i * w * 3..(i + 1) * w * 3]) {
+                *r += a * *s as f32;
             }
         }
-    }
-    let (ph, pw) = ((th - rh) / 2, (tw - rw) / 2);
-    let mut out = vec![0u8; th * tw * 3];
-    for y in 0..rh {
-        for (x, ws) in wx.iter().enumerate() {
-            for c in 0..3 {
-                let v: f64 = ws.iter().map(|&(i, a)| a * tmp[(y * w + i) * 3 + c]).sum();
-                out[((y + ph) * tw + x + pw) * 3 + c] = v.round_ties_even().clamp(0.0, 255.0) as u8;
+        ky += n;
+        let line = &mut out[((y + ph) * tw + pw) * 3..((y + ph) * tw + pw + rw) * 3];
+        let mut kx = 0;
+        for (px, &(first, n)) in line.chunks_exact_mut(3).zip(&tx.span) {
+            let mut v = [0f32; 3];
+            for (t, &a) in tx.w[kx..kx + n].iter().enumerate() {
+                let p = &row[(first + t) * 3..(first + t) * 3 + 3];
+                v[0] += a * p[0];
+                v[1] += a * p[1];
+                v[2] += a * p[2];
+            }
+            kx += n;
+            for (o, v) in px.iter_mut().zip(v) {
+                *o = v.round_ties_even().clamp(0.0, 255.0) as u8;
             }
         }
     }

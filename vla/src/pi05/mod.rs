@@ -65,7 +65,6 @@ pub struct Pi05 {
     pub config: Pi05Config,
     pub dtype: DType,
     images: Tensor,
-    tokens: Tensor,
     x: Tensor,
     out: Tensor,
     hold: Tensor,
@@ -496,7 +495,7 @@ impl Pi05 {
         let prefix_parts = PrefixParts {
             layers: ll.clone(),
             embed,
-            tokens: tokens.clone(),
+            tokens,
             x: prefix_x.clone(),
             ln: px_ln,
             q: pq,
@@ -704,7 +703,6 @@ impl Pi05 {
             config: c,
             dtype: dt,
             images,
-            tokens,
             x,
             out,
             hold,
@@ -805,7 +803,7 @@ impl Pi05 {
             bytes.extend((0..c.prefix_len()).map(|i| u8::from(valid(i))));
         }
         bytes.extend(std::iter::repeat_n(1u8, c.action_horizon));
-        self.tokens.buffer().upload(self.s, 0, &bytes)?;
+        self.prefix_parts.tokens.buffer().upload(self.s, 0, &bytes)?;
         if self.mode == PromptMode::Exact {
             let key = ShapeKey(tokens.len() as u64);
             if !self.prefix.has_variant(key) {
@@ -937,7 +935,7 @@ impl Pi05 {
 
     /// The prompt-token buffer (`max_token_len` i32; entries past the prompt are masked).
     pub fn prompt_tokens(&self) -> &Tensor {
-        &self.tokens
+        &self.prefix_parts.tokens
     }
 
     /// Reads the output chunk (`action_horizon × action_dim`) after the work on `s`.
