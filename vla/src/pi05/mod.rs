@@ -803,7 +803,10 @@ impl Pi05 {
             bytes.extend((0..c.prefix_len()).map(|i| u8::from(valid(i))));
         }
         bytes.extend(std::iter::repeat_n(1u8, c.action_horizon));
-        self.prefix_parts.tokens.buffer().upload(self.s, 0, &bytes)?;
+        self.prefix_parts
+            .tokens
+            .buffer()
+            .upload(self.s, 0, &bytes)?;
         if self.mode == PromptMode::Exact {
             let key = ShapeKey(tokens.len() as u64);
             if !self.prefix.has_variant(key) {
