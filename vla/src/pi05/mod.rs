@@ -12,8 +12,8 @@
 //!   `[prefix cache ; its own tokens]`, adaptive norms conditioned on the step's time (those
 //!   conditions are computed once, when the model is built); the actions stay in f32, the
 //!   output projection writes f32 velocities, and the Euler update also writes the next
-//!   step's input in the model's precision (step 0 casts the noise itself), so the steps
-//!   of one inference run in order;
+//!   step's input in the model's precision (step 0 casts the noise itself) or, after the
+//!   last step, the output chunk; so the steps of one inference run in order;
 //! * **halt** (key 0): writes the configured hold chunk into the output, for the
 //!   highest-priority stream.
 //!
@@ -674,12 +674,10 @@ impl Pi05 {
                         )?;
                     }
                     sg_out.run(cs, &aln, &wout, &v32, Some(&bout))?;
-                    if i + 1 < c.steps {
-                        k.euler_step_cast(cs, &x, &v32, dt_step, &xa)?;
-                    } else {
-                        k.euler_step(cs, &x, &v32, dt_step)?;
-                        Buffer::copy(out.buffer(), 0, x.buffer(), 0, x.buffer().bytes(), cs)?;
-                    }
+                    // The update also writes the next step's input, or after the last step
+                    // the output chunk.
+                    let next = if i + 1 < c.steps { &xa } else { &out };
+                    k.euler_step_cast(cs, &x, &v32, dt_step, next)?;
                     Ok(())
                 })()
                 .map_err(err)
