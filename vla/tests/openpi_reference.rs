@@ -88,7 +88,10 @@ fn tiny_matches_openpi_pytorch() {
                 max = max.max((x - y).abs());
             }
             let cos = dot / (na.sqrt() * nb.sqrt());
-            eprintln!("{mode:?}, {}: cosine {cos:.9}, max |Δ| {max:.3e}", case.name);
+            eprintln!(
+                "{mode:?}, {}: cosine {cos:.9}, max |Δ| {max:.3e}",
+                case.name
+            );
             assert!(
                 cos >= 0.999_999 && max <= 1e-4,
                 "{mode:?}, {}: cosine {cos}, max |Δ| {max} against openpi",
