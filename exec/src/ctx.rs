@@ -49,6 +49,8 @@ struct StreamSlot {
 /// Work recorded by the capture in progress keeps these alive (they go into the graph).
 pub(crate) struct CaptureSession {
     pub stream: Stream,
+    /// The [`Graph::id`](crate::Graph::id) of the graph being captured.
+    pub graph: u64,
     pub buffers: Vec<Buffer>,
     pub objects: Vec<Arc<dyn Any + Send + Sync>>,
 }
@@ -382,6 +384,18 @@ impl Ctx {
                 .is_some_and(|c| c.stream == s)
     }
 
+    /// The [`Graph::id`](crate::Graph::id) of the graph whose variant is being captured on
+    /// `s`, if a capture is in progress on `s`.
+    pub fn capturing_graph(&self, s: Stream) -> Option<u64> {
+        if !self.inner.capturing.load(Ordering::Acquire) {
+            return None;
+        }
+        lock(&self.inner.capture)
+            .as_ref()
+            .filter(|c| c.stream == s)
+            .map(|c| c.graph)
+    }
+
     /// Tells the capture in progress on `s` (if any) that its work uses `buffer`, so the
     /// resulting graph keeps `buffer` alive. Kernels call this for every buffer they enqueue
     /// work on; outside a capture it does nothing.
@@ -426,9 +440,10 @@ impl Ctx {
         Ok(*self.inner.capture_stream.get_or_init(|| s))
     }
 
-    pub(crate) fn begin_session(&self, s: Stream) {
+    pub(crate) fn begin_session(&self, s: Stream, graph: u64) {
         *lock(&self.inner.capture) = Some(CaptureSession {
             stream: s,
+            graph,
             buffers: Vec::new(),
             objects: Vec::new(),
         });

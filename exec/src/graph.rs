@@ -56,6 +56,8 @@ struct State {
 
 struct GraphInner {
     ctx: Ctx,
+    /// Unique in the process (see [`Graph::id`]).
+    id: u64,
     name: String,
     max_variants: usize,
     state: Mutex<State>,
@@ -119,10 +121,12 @@ fn find_host_exec(p: usize) -> Option<Arc<HostGraph>> {
 impl Graph {
     /// A graph with no variants. `max_variants == 0` means unbounded.
     pub fn new(ctx: &Ctx, name: &str, max_variants: usize) -> Graph {
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let cap = if max_variants > 0 { max_variants } else { 16 };
         Graph {
             inner: Arc::new(GraphInner {
                 ctx: ctx.clone(),
+                id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
                 name: name.to_string(),
                 max_variants,
                 state: Mutex::new(State {
@@ -132,6 +136,13 @@ impl Graph {
                 }),
             }),
         }
+    }
+
+    /// This graph's id: unique among the graphs of the process, never reused. During a
+    /// capture, [`Ctx::capturing_graph`] tells it to the ops being recorded (e.g. so that
+    /// scratch memory is per graph, not shared with graphs replayed on other streams).
+    pub fn id(&self) -> u64 {
+        self.inner.id
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -249,7 +260,7 @@ impl Graph {
             Device::Cuda(c) => c.begin_capture(raw as _),
         }
         .map_err(|e| capture_err("cannot begin the capture".into(), Some(e)))?;
-        ctx.begin_session(s);
+        ctx.begin_session(s, self.inner.id);
         CAPTURING_CTX.with(|c| c.set(ctx.inner.id));
         let outcome = catch_unwind(AssertUnwindSafe(|| record(s)));
         CAPTURING_CTX.with(|c| c.set(0));

@@ -229,6 +229,28 @@ fn capture_errors(b: &Backend) {
     assert_eq!(vals(b, &x, s), vec![2.0; 16]);
 }
 
+/// During a capture the context tells which graph is being captured, on the capture's stream
+/// only; graph ids are unique and stay with their graph.
+fn capture_knows_its_graph(b: &Backend) {
+    let ctx = &b.ctx;
+    let other = ctx.stream(0).unwrap();
+    let (g1, g2) = (Graph::new(ctx, "one", 2), Graph::new(ctx, "two", 2));
+    assert_ne!(g1.id(), g2.id());
+    assert_eq!(g1.id(), g1.clone().id());
+    assert_eq!(ctx.capturing_graph(other), None);
+    let x = Buffer::alloc(ctx, "x", 64).unwrap();
+    for (g, key) in [(&g1, 0), (&g2, 0), (&g1, 1)] {
+        let mut seen = (None, None);
+        g.capture(ShapeKey(key), |cs| {
+            seen = (ctx.capturing_graph(cs), ctx.capturing_graph(other));
+            b.k.fill(ctx, cs, &x, 1.0)
+        })
+        .unwrap();
+        assert_eq!(seen, (Some(g.id()), None), "{} key {key}", b.name);
+        assert_eq!(ctx.capturing_graph(other), None);
+    }
+}
+
 fn lru_order_and_capacity(b: &Backend) {
     let ctx = &b.ctx;
     let s = ctx.stream(0).unwrap();
@@ -667,6 +689,7 @@ fn wrapped_memory(b: &Backend) {
 }
 
 backend_tests!(
+    capture_knows_its_graph,
     streams_and_priorities,
     buffer_upload_download,
     copies_with_offsets,

@@ -98,29 +98,52 @@ __device__ void cast(const S* x, D* out, unsigned long long n) {
         out[i] = from_f32<D>(to_f32(x[i]));
 }
 
+// One Euler step of flow matching in f32, x <- x + dt * v, also writing the new x in T (the
+// next step's input).
+template <typename T>
+__device__ void euler_step_cast(float* x, const float* v, T* x_cast, unsigned long long n, float dt) {
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) {
+        const float y = x[i] + dt * v[i];
+        x[i] = y;
+        x_cast[i] = from_f32<T>(y);
+    }
+}
+
 #define ELEMENTWISE(T, S)                                                                              \
     extern "C" __global__ void unary_##S(const T* x, T* out, unsigned long long n, int op, float alpha,  \
                                          int vec8) {                                                   \
+        pdl_entry();                                                                                   \
         unary<T>(x, out, n, op, alpha, vec8);                                                          \
     }                                                                                                  \
     extern "C" __global__ void binary_##S(const T* a, const T* b, T* out, unsigned rows, unsigned cols,  \
                                           unsigned long long sa, unsigned long long sb,                \
                                           unsigned long long so, int op, float alpha, int vec8) {      \
+        pdl_entry();                                                                                   \
         binary<T>(a, b, out, rows, cols, sa, sb, so, op, alpha, vec8);                                 \
     }                                                                                                  \
     extern "C" __global__ void gated_residual_##S(const T* x, const T* y, const T* g, T* out,           \
                                                   unsigned rows, unsigned cols, unsigned long long sx, \
                                                   unsigned long long sy, unsigned long long sg,        \
                                                   unsigned long long so, int vec8) {                   \
+        pdl_entry();                                                                                   \
         gated_residual<T>(x, y, g, out, rows, cols, sx, sy, sg, so, vec8);                             \
     }                                                                                                  \
     extern "C" __global__ void cast_f32_##S(const float* x, T* out, unsigned long long n) {            \
+        pdl_entry();                                                                                   \
         cast<float, T>(x, out, n);                                                                     \
     }                                                                                                  \
     extern "C" __global__ void cast_bf16_##S(const bf16* x, T* out, unsigned long long n) {            \
+        pdl_entry();                                                                                   \
         cast<bf16, T>(x, out, n);                                                                      \
     }                                                                                                  \
     extern "C" __global__ void cast_f16_##S(const f16* x, T* out, unsigned long long n) {              \
+        pdl_entry();                                                                                   \
         cast<f16, T>(x, out, n);                                                                       \
+    }                                                                                                  \
+    extern "C" __global__ void euler_step_cast_##S(float* x, const float* v, T* x_cast,                \
+                                                   unsigned long long n, float dt) {                   \
+        pdl_entry();                                                                                   \
+        euler_step_cast<T>(x, v, x_cast, n, dt);                                                       \
     }
 FOR_FLOATS(ELEMENTWISE)

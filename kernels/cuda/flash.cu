@@ -384,6 +384,7 @@ __device__ void flash_combine(const float* __restrict__ part, const float* __res
 #define FLASH_ATTENTION(T, S, DP)                                                                        \
     extern "C" __global__ void __launch_bounds__(FLASH_THREADS) flash_attention_d##DP##_##S(             \
         const T* q, const T* k, const T* v, T* out, float* part, float* part_ml, const FlashArgs a) {    \
+        pdl_entry();                                                                                    \
         flash_attention<T, DP>(q, k, v, out, part, part_ml, a);                                         \
     }
 #define FLASH_ALL(T, S)                                                                                  \
@@ -391,6 +392,7 @@ __device__ void flash_combine(const float* __restrict__ part, const float* __res
     FLASH_ATTENTION(T, S, 80) FLASH_ATTENTION(T, S, 128) FLASH_ATTENTION(T, S, 256)                     \
     extern "C" __global__ void flash_combine_##S(const float* part, const float* part_ml, T* out,        \
                                                  const FlashArgs a, unsigned splits) {                   \
+        pdl_entry();                                                                                     \
         flash_combine<T>(part, part_ml, out, a, splits);                                                 \
     }
 FLASH_ALL(bf16, bf16)

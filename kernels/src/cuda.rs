@@ -31,14 +31,23 @@ pub(crate) struct CudaOps {
     pub arch: String,
     /// Streaming multiprocessors of the device (sizes split work such as attention's key splits).
     pub sms: u32,
-    /// cuBLASLt workspace of each stream that ran a GEMM (made at capture time).
+    /// Kernels are launched with programmatic stream serialization (`FRT_PDL=1`, sm_90 and
+    /// later; see `pdl_entry` in `cuda/common.cuh`): each may start launching while the
+    /// kernel before it still runs, and waits for it before touching memory.
+    pdl: bool,
+    /// cuBLASLt workspace of each stream that ran a GEMM outside a capture.
     workspaces: std::sync::Mutex<Vec<(Stream, frt_exec::Buffer)>>,
+    /// cuBLASLt workspace of each graph with a GEMM, by graph id; held by the graph's
+    /// variants (retained at capture), so it goes with them.
+    graph_workspaces: std::sync::Mutex<Vec<(u64, frt_exec::WeakBuffer)>>,
     /// The stream GEMM plans time their candidate algorithms on (made on first use).
     tuning: std::sync::OnceLock<Stream>,
     /// The algorithm chosen for each GEMM specification so far: a shape planned again (for
     /// another layer, or inside a capture) gets the same algorithm without timing again.
-    pub(crate) tuned:
-        std::sync::Mutex<HashMap<String, frt_exec::cudarc::cublaslt::sys::cublasLtMatmulAlgo_t>>,
+    /// (With the workspace bytes it uses.)
+    pub(crate) tuned: std::sync::Mutex<
+        HashMap<String, (frt_exec::cudarc::cublaslt::sys::cublasLtMatmulAlgo_t, usize)>,
+    >,
 }
 
 // SAFETY: CUfunction handles may be used from any thread; the table is immutable.
@@ -283,22 +292,45 @@ impl CudaOps {
         Ok(CudaOps {
             ctx: ctx.clone(),
             funcs,
+            pdl: maj >= 9 && std::env::var("FRT_PDL").is_ok_and(|v| v == "1"),
             arch,
             sms,
             workspaces: Default::default(),
+            graph_workspaces: Default::default(),
             tuning: Default::default(),
             tuned: Default::default(),
         })
     }
 
-    /// The GEMM workspace of stream `s` (GEMMs on one stream run one after another, so they
-    /// share it; other streams get their own).
+    /// The GEMM workspace for work enqueued on `s`: inside a capture, the workspace of the
+    /// graph being captured (its variants run one at a time, while graphs of other models
+    /// may replay on other streams at the same moment, so no two graphs share one); outside,
+    /// the stream's own (GEMMs on one stream run one after another).
     pub fn workspace(&self, ctx: &Ctx, s: Stream) -> Result<frt_exec::Buffer> {
+        let alloc = || frt_exec::Buffer::alloc(ctx, "gemm.workspace", crate::ops::gemm::WORKSPACE);
+        if let Some(graph) = ctx.capturing_graph(s) {
+            let mut w = self
+                .graph_workspaces
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            // Graphs whose variants are all gone freed theirs.
+            w.retain(|(_, b)| b.is_alive());
+            if let Some(b) = w
+                .iter()
+                .find(|(g, _)| *g == graph)
+                .and_then(|(_, b)| b.upgrade())
+            {
+                return Ok(b);
+            }
+            let b = alloc()?;
+            w.push((graph, b.downgrade()));
+            return Ok(b);
+        }
         let mut w = self.workspaces.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((_, b)) = w.iter().find(|(st, _)| *st == s) {
             return Ok(b.clone());
         }
-        let b = frt_exec::Buffer::alloc(ctx, "gemm.workspace", crate::ops::gemm::WORKSPACE)?;
+        let b = alloc()?;
         w.push((s, b.clone()));
         Ok(b)
     }
@@ -357,14 +389,50 @@ impl CudaOps {
             })?;
         }
         let raw = self.ctx.raw_stream(s)? as sys::CUstream;
-        // SAFETY: the caller's contract.
-        unsafe { dr::launch_kernel(f, grid, block, shared, raw, params) }.map_err(|e| {
-            frt_exec::Error::Driver {
-                call: "cuLaunchKernel",
-                code: frt_exec::DriverCode(e.0),
+        if !self.pdl {
+            // SAFETY: the caller's contract.
+            return unsafe { dr::launch_kernel(f, grid, block, shared, raw, params) }.map_err(
+                |e| {
+                    frt_exec::Error::Driver {
+                        call: "cuLaunchKernel",
+                        code: frt_exec::DriverCode(e.0),
+                    }
+                    .into()
+                },
+            );
+        }
+        // SAFETY: a plain-data C union; zeroes are a valid value.
+        let mut value: sys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
+        value.programmaticStreamSerializationAllowed = 1;
+        let mut attr = sys::CUlaunchAttribute {
+            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            pad: [0; 4],
+            value,
+        };
+        let config = sys::CUlaunchConfig {
+            gridDimX: grid.0,
+            gridDimY: grid.1,
+            gridDimZ: grid.2,
+            blockDimX: block.0,
+            blockDimY: block.1,
+            blockDimZ: block.2,
+            sharedMemBytes: shared,
+            hStream: raw,
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        // SAFETY: the caller's contract; `config` and its attribute outlive the call; every
+        // kernel begins with `pdl_entry` (checked by a test over the sources).
+        let r =
+            unsafe { sys::cuLaunchKernelEx(&config, f, params.as_mut_ptr(), std::ptr::null_mut()) };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return Err(frt_exec::Error::Driver {
+                call: "cuLaunchKernelEx",
+                code: frt_exec::DriverCode(r),
             }
-            .into()
-        })
+            .into());
+        }
+        Ok(())
     }
 }
 
@@ -377,6 +445,41 @@ pub(crate) use args;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Kernels may be launched with programmatic stream serialization, so each must wait for
+    /// the kernel before it before touching memory: its first statement is `pdl_entry()`.
+    #[test]
+    fn every_kernel_begins_with_pdl_entry() {
+        let mut kernels = 0;
+        for (file, source) in SOURCES {
+            let mut rest = *source;
+            while let Some(at) = rest.find("__global__") {
+                rest = &rest[at..];
+                let body = rest.find('{').expect("a kernel body");
+                let name: String = rest[..body]
+                    .split('(')
+                    .next()
+                    .unwrap_or_default()
+                    .split_whitespace()
+                    .last()
+                    .unwrap_or_default()
+                    .to_string();
+                let first = rest[body + 1..]
+                    .trim_start_matches(|c: char| c.is_whitespace() || c == '\\')
+                    .split(';')
+                    .next()
+                    .unwrap_or_default()
+                    .trim();
+                assert_eq!(
+                    first, "pdl_entry()",
+                    "{file}: kernel {name} begins with `{first}`"
+                );
+                kernels += 1;
+                rest = &rest[body..];
+            }
+        }
+        assert!(kernels >= 20, "found {kernels} kernels");
+    }
 
     #[test]
     fn kernel_names_split_into_op_and_dtype() {

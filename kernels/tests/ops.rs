@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Backend, Case, FLOATS, Input, Rng, Vals, run, size_ok};
+use common::{Backend, Case, FLOATS, Input, OpFn, Rng, Vals, rel_err, run, size_ok};
 use frt_kernels::{AttentionMask, Conv1d, DType, Epilogue, Kernels, PatchEmbed, Tensor};
 
 fn gelu_tanh(x: f64) -> f64 {
@@ -165,6 +165,44 @@ fn binary_ops(b: &Backend) {
                     f32_tol: 1e-6,
                 },
             );
+            // Euler in f32 that also writes x in the case's dtype: once checking that copy
+            // (x staged in a scratch input), once checking x itself.
+            let f32_in = |v: &Vec<f32>| Input::FD(DType::F32, vec![rows, cols], v.clone());
+            let euler_cast = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
+                k.scale(s, &i[0], 1.0, &i[2])?;
+                k.euler_step_cast(s, &i[2], &i[1], -0.1, o)
+            };
+            let euler_cast_x = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
+                k.scale(s, &i[0], 1.0, o)?;
+                k.euler_step_cast(s, o, &i[1], -0.1, &i[2])
+            };
+            for (what, op, out_dt, scratch) in [
+                (
+                    "cast",
+                    &euler_cast as OpFn,
+                    dt,
+                    Input::FD(DType::F32, vec![rows, cols], vec![0.0; rows * cols]),
+                ),
+                (
+                    "x",
+                    &euler_cast_x as OpFn,
+                    DType::F32,
+                    Input::F(vec![rows, cols], vec![0.0; rows * cols]),
+                ),
+            ] {
+                run(
+                    b,
+                    &Case {
+                        name: format!("euler_step_cast ({what}) {rows}x{cols}"),
+                        dtype: dt,
+                        inputs: vec![f32_in(&a), f32_in(&bb), scratch],
+                        out: (vec![rows, cols], out_dt),
+                        op,
+                        reference: &euler_ref,
+                        f32_tol: 1e-6,
+                    },
+                );
+            }
             // GEGLU on the two halves of one [rows, 2·cols] tensor (strided rows).
             let fused = rng.vec(rows * 2 * cols, 3.0);
             let geglu = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
@@ -688,6 +726,117 @@ fn gemm(b: &Backend) {
                 f32_tol: 1e-5,
             },
         );
+    }
+}
+
+/// bf16/f16 operands into an f32 output with an f32 bias (a model's last projection feeding
+/// f32 arithmetic).
+fn gemm_f32_out(b: &Backend) {
+    let mut rng = Rng::new(16);
+    for (m, kk, n) in [(5, 16, 7), (50, 1024, 32)] {
+        for dt in [DType::BF16, DType::F16] {
+            let op = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
+                let g = k.linear(&i[0], &i[1], o, true, false)?;
+                g.run(s, &i[0], &i[1], o, Some(&i[2]))
+            };
+            let reference = |v: &Vals| {
+                (0..m * n)
+                    .map(|e| {
+                        let (i, j) = (e / n, e % n);
+                        let dot: f64 = (0..kk)
+                            .map(|p| v.f[0][i * kk + p] * v.f[1][j * kk + p])
+                            .sum();
+                        dot + v.f[2][j]
+                    })
+                    .collect()
+            };
+            run(
+                b,
+                &Case {
+                    name: format!("linear {m}x{kk}x{n} {dt:?} -> f32 with bias"),
+                    dtype: dt,
+                    inputs: vec![
+                        Input::F(vec![m, kk], rng.vec(m * kk, 1.0)),
+                        Input::F(vec![n, kk], rng.vec(n * kk, 1.0)),
+                        Input::FD(DType::F32, vec![n], rng.vec(n, 1.0)),
+                    ],
+                    out: (vec![m, n], DType::F32),
+                    op: &op,
+                    reference: &reference,
+                    f32_tol: 1e-5 * (kk as f64).sqrt(),
+                },
+            );
+        }
+    }
+}
+
+/// Graphs of different models replay on different streams at once (the policy and speech
+/// recognition): GEMMs whose algorithm keeps partial sums in a workspace must not share one.
+/// Two graphs of split-K GEMMs replayed concurrently on two streams give the results of
+/// eager runs.
+fn graphs_on_two_streams(b: &Backend) {
+    let (k, ctx) = (&b.k, b.k.ctx());
+    const RUNS: usize = 16;
+    let mut rng = Rng::new(17);
+    // On CUDA a tall-K shape whose planned algorithm keeps partial sums in the workspace.
+    let (m, kk, n) = if b.is_cuda() {
+        [(8, 32768, 256), (4, 65536, 128), (16, 16384, 512)]
+            .into_iter()
+            .find(|&(m, kk, n)| {
+                let t = |shape: &[usize]| Tensor::alloc(ctx, "t", DType::BF16, shape).unwrap();
+                let g = k.linear(&t(&[m, kk]), &t(&[n, kk]), &t(&[m, n]), false, false);
+                g.unwrap().workspace_bytes() > 0
+            })
+            .expect("a shape planned with a workspace algorithm")
+    } else {
+        (4, 64, 8)
+    };
+    let err = |e: frt_kernels::Error| frt_exec::Error::Invalid {
+        op: "test capture",
+        reason: e.to_string(),
+    };
+    let mut sides = Vec::new();
+    for side in 0..2 {
+        let a = Tensor::alloc(ctx, "a", DType::BF16, &[m, kk]).unwrap();
+        let w = Tensor::alloc(ctx, "w", DType::BF16, &[n, kk]).unwrap();
+        let c = Tensor::alloc(ctx, "c", DType::F32, &[RUNS, m, n]).unwrap();
+        a.write_f32(b.s, &rng.vec(m * kk, 1.0)).unwrap();
+        w.write_f32(b.s, &rng.vec(n * kk, 1.0)).unwrap();
+        let outs: Vec<Tensor> = (0..RUNS).map(|r| c.narrow(0, r, 1).unwrap()).collect();
+        let out0 = Tensor::with_layout(c.buffer(), DType::F32, &[m, n], &[n, 1], 0).unwrap();
+        let g = k.linear(&a, &w, &out0, false, false).unwrap();
+        g.run(b.s, &a, &w, &out0, None).unwrap();
+        let want = out0.read_f32(b.s).unwrap();
+        let graph = frt_exec::Graph::new(ctx, &format!("side {side}"), 1);
+        graph
+            .capture(frt_exec::ShapeKey(0), |cs| {
+                for o in &outs {
+                    let o =
+                        Tensor::with_layout(o.buffer(), DType::F32, &[m, n], &[n, 1], o.offset())
+                            .map_err(err)?;
+                    g.run(cs, &a, &w, &o, None).map_err(err)?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        sides.push((graph, c, want));
+    }
+    let streams = [ctx.stream(0).unwrap(), ctx.stream(0).unwrap()];
+    for round in 0..8 {
+        for ((graph, c, _), s) in sides.iter().zip(streams) {
+            c.write_f32(s, &vec![f32::NAN; c.numel()]).unwrap();
+            graph.replay(frt_exec::ShapeKey(0), s).unwrap();
+        }
+        for ((_, c, want), s) in sides.iter().zip(streams) {
+            let got = c.read_f32(s).unwrap();
+            for (r, run) in got.chunks(m * n).enumerate() {
+                let e = rel_err(run, &want.iter().map(|v| *v as f64).collect::<Vec<_>>());
+                assert!(
+                    e < 1e-5,
+                    "round {round}, run {r}: relative error {e} against the eager run"
+                );
+            }
+        }
     }
 }
 
@@ -1503,6 +1652,8 @@ backend_tests!(
     norms,
     positional,
     gemm,
+    gemm_f32_out,
+    graphs_on_two_streams,
     attention,
     attention_paths,
     attention_batch,

@@ -217,6 +217,70 @@ impl Kernels {
         self.binary(s, "euler_step", Binary::AddScaled, dt, x, v, x)
     }
 
+    /// One Euler step in f32 that also writes the new `x` in another dtype (the next step's
+    /// input): `x ← x + dt·v`, `x_cast ← x`. `x` and `v` are contiguous f32, `x_cast` any float
+    /// dtype with as many elements.
+    pub fn euler_step_cast(
+        &self,
+        s: Stream,
+        x: &Tensor,
+        v: &Tensor,
+        dt: f32,
+        x_cast: &Tensor,
+    ) -> Result<()> {
+        let op = "euler_step_cast";
+        self.check_ctx(op, &[x, v, x_cast])?;
+        x.expect_dtype(op, "x", DType::F32)?;
+        v.expect_dtype(op, "v", DType::F32)?;
+        x_cast.expect_float(op, "x_cast")?;
+        for t in [x, v, x_cast] {
+            t.expect_contiguous(op)?;
+        }
+        if v.numel() != x.numel() || x_cast.numel() != x.numel() {
+            return Err(Error::shape(
+                op,
+                format!("{x:?}, {v:?} and {x_cast:?} differ in size"),
+            ));
+        }
+        let (dd, n) = (x_cast.dtype(), x.numel());
+        match &self.cuda {
+            Some(c) => {
+                self.retain(s, &[x, v, x_cast]);
+                let (mut xp, mut vp, mut cp, mut n64, mut dt) =
+                    (x.ptr(), v.ptr(), x_cast.ptr(), n as u64, dt);
+                // SAFETY: the three tensors hold `n` contiguous elements of their dtypes.
+                unsafe {
+                    c.launch(
+                        s,
+                        "euler_step_cast",
+                        Some(dd),
+                        (grid_1d(n), 1, 1),
+                        (256, 1, 1),
+                        0,
+                        &mut args!(xp, vp, cp, n64, dt),
+                    )
+                }
+            }
+            None => {
+                let (xp, vp, cp) = (P::of(x), P::of(v), P::of(x_cast));
+                let keep = (x.clone(), v.clone(), x_cast.clone());
+                self.host(s, move || {
+                    let _ = &keep;
+                    with_float!(dd, D, {
+                        for i in 0..n {
+                            // SAFETY: `i < n` for the three tensors.
+                            unsafe {
+                                let y = xp.ld::<f32>(i) + dt * vp.ld::<f32>(i);
+                                xp.st::<f32>(i, y);
+                                cp.st::<D>(i, y);
+                            }
+                        }
+                    })
+                })
+            }
+        }
+    }
+
     /// `out = x + y·gate`, the residual of an adaptive norm; `gate` has `x`'s rows or is one
     /// row broadcast over them.
     pub fn gated_residual(

@@ -90,6 +90,8 @@ struct LtPlan {
     desc: lts::cublasLtMatmulDesc_t,
     layouts: [lts::cublasLtMatrixLayout_t; 3],
     algo: lts::cublasLtMatmulAlgo_t,
+    /// Workspace bytes `algo` uses (e.g. for split-K partial sums).
+    workspace_bytes: usize,
 }
 
 // SAFETY: cuBLASLt descriptors may be used from any thread; a plan's are only mutated (the
@@ -244,14 +246,15 @@ impl LtPlan {
         // SAFETY: destroyed once.
         unsafe { lt::destroy_matmul_pref(pref) }
             .map_err(lt_err("cublasLtMatmulPreferenceDestroy"))?;
-        let candidates: Vec<lts::cublasLtMatmulAlgo_t> = found[..count.max(0) as usize]
+        let (candidates, workspace_sizes): (Vec<lts::cublasLtMatmulAlgo_t>, Vec<usize>) = found
+            [..count.max(0) as usize]
             .iter()
             .filter(|r| {
                 r.state == lts::cublasStatus_t::CUBLAS_STATUS_SUCCESS
                     && r.workspaceSize <= WORKSPACE
             })
-            .map(|r| r.algo)
-            .collect();
+            .map(|r| (r.algo, r.workspaceSize))
+            .unzip();
         if status != lts::cublasStatus_t::CUBLAS_STATUS_SUCCESS || candidates.is_empty() {
             return Err(Error::NoAlgorithm {
                 what: format!("{sp:?}"),
@@ -262,6 +265,7 @@ impl LtPlan {
             desc,
             layouts,
             algo: candidates[0],
+            workspace_bytes: workspace_sizes[0],
         };
         if candidates.len() > 1 && tuning_enabled() && worth_tuning(sp) {
             let cuda = k.cuda.as_ref().expect("CUDA plans exist on CUDA");
@@ -272,17 +276,18 @@ impl LtPlan {
                 .unwrap_or_else(|p| p.into_inner())
                 .get(&key)
                 .copied();
-            plan.algo = match known {
-                Some(algo) => algo,
+            (plan.algo, plan.workspace_bytes) = match known {
+                Some(chosen) => chosen,
                 None => {
                     // Timing needs scratch memory and a stream of its own; where that is not
                     // possible (e.g. inside a global-mode capture) the heuristic's choice stands.
-                    let algo = plan.fastest(k, sp, &candidates).unwrap_or(candidates[0]);
+                    let i = plan.fastest(k, sp, &candidates).unwrap_or(0);
+                    let chosen = (candidates[i], workspace_sizes[i]);
                     cuda.tuned
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
-                        .insert(key, algo);
-                    algo
+                        .insert(key, chosen);
+                    chosen
                 }
             };
         }
@@ -345,13 +350,20 @@ impl LtPlan {
     }
 
     /// Times each candidate on scratch operands of the plan's layouts (on the kernels'
-    /// tuning stream) and returns the fastest; the first (the heuristic's choice) on ties.
+    /// tuning stream) and returns the fastest's index; the first (the heuristic's choice) on
+    /// ties.
+    ///
+    /// A candidate is timed as a model runs it: replays of a graph of [`TUNING_RUNS`]
+    /// launches (so no host launch cost sits between them, which would hide the difference
+    /// between candidates for GEMMs of a few microseconds), the launches reading up to
+    /// [`TUNING_RUNS`] copies of `b` in turn, [`COLD_BYTES`] in all, so that a weight comes
+    /// from memory rather than from the L2 cache, as in a model whose weights exceed it.
     fn fastest(
         &self,
         k: &Kernels,
         sp: &Spec,
         candidates: &[lts::cublasLtMatmulAlgo_t],
-    ) -> Result<lts::cublasLtMatmulAlgo_t> {
+    ) -> Result<usize> {
         let cuda = k.cuda.as_ref().expect("CUDA plans exist on CUDA");
         let s = cuda.tuning_stream(&k.ctx)?;
         let bytes = |l: &Layout, dt: DType| {
@@ -359,46 +371,69 @@ impl LtPlan {
         };
         let scratch = |name: &str, n: usize| frt_exec::Buffer::alloc(&k.ctx, name, n.max(16));
         let a = scratch("gemm.tuning.a", bytes(&sp.a, sp.a_dt))?;
-        let b = scratch("gemm.tuning.b", bytes(&sp.b, sp.a_dt))?;
+        let b_bytes = bytes(&sp.b, sp.a_dt);
+        let copies = (COLD_BYTES / b_bytes.max(1)).clamp(1, TUNING_RUNS);
+        let bs = (0..copies)
+            .map(|_| scratch("gemm.tuning.b", b_bytes))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
         let c = scratch("gemm.tuning.c", bytes(&sp.c, sp.c_dt))?;
         let bias = scratch("gemm.tuning.bias", sp.n * sp.c_dt.size())?;
+        // The tuning stream's workspace: the graphs below replay on that stream only.
         let workspace = cuda.workspace(&k.ctx, s)?;
         if sp.bias {
             // Set again by every run with its own bias.
             self.set_bias(bias.ptr())?;
         }
         let (t0, t1) = (k.ctx.timing_event()?, k.ctx.timing_event()?);
-        k.ctx.bind_to_thread()?;
-        let raw = k.ctx.raw_stream(s)? as lts::cudaStream_t;
-        let run = |algo: &lts::cublasLtMatmulAlgo_t| -> Result<()> {
-            // SAFETY: scratch buffers sized for the layouts; the workspace is WORKSPACE bytes.
-            unsafe {
-                self.matmul(
-                    algo,
-                    (sp.alpha, sp.beta),
-                    a.ptr(),
-                    b.ptr(),
-                    c.ptr(),
-                    workspace.ptr(),
-                    raw,
-                )
+        let key = frt_exec::ShapeKey(0);
+        let time = |algo: &lts::cublasLtMatmulAlgo_t| -> Result<f32> {
+            let g = frt_exec::Graph::new(&k.ctx, "gemm.tuning", 1);
+            g.capture(key, |cs| {
+                k.ctx.bind_to_thread()?;
+                let raw = k.ctx.raw_stream(cs)? as lts::cudaStream_t;
+                for r in 0..TUNING_RUNS {
+                    // SAFETY: scratch buffers sized for the layouts; the workspace is
+                    // WORKSPACE bytes; all outlive the graph.
+                    unsafe {
+                        self.matmul(
+                            algo,
+                            (sp.alpha, sp.beta),
+                            a.ptr(),
+                            bs[r % copies].ptr(),
+                            c.ptr(),
+                            workspace.ptr(),
+                            raw,
+                        )
+                    }
+                    .map_err(|e| match e {
+                        Error::Exec(e) => e,
+                        e => frt_exec::Error::Invalid {
+                            op: "gemm tuning",
+                            reason: e.to_string(),
+                        },
+                    })?;
+                }
+                Ok(())
+            })?;
+            // Once untimed (first-launch costs), then timed.
+            g.replay(key, s)?;
+            t0.record(s)?;
+            for _ in 0..TIMED_REPLAYS {
+                g.replay(key, s)?;
             }
+            t1.record(s)?;
+            t1.synchronize()?;
+            Ok(t1.elapsed_ms(&t0)? / (TIMED_REPLAYS * TUNING_RUNS) as f32)
         };
         let mut best: Option<(f32, usize)> = None;
         let mut times = Vec::new();
         for (i, algo) in candidates.iter().enumerate() {
-            // An algorithm that fails to launch is skipped, not fatal.
-            if run(algo).is_err() || run(algo).is_err() {
+            // An algorithm that fails to launch or to be captured is skipped, not fatal.
+            let Ok(ms) = time(algo) else {
+                k.ctx.sync_stream(s)?;
                 times.push(f32::NAN);
                 continue;
-            }
-            t0.record(s)?;
-            for _ in 0..TUNING_RUNS {
-                run(algo)?;
-            }
-            t1.record(s)?;
-            t1.synchronize()?;
-            let ms = t1.elapsed_ms(&t0)? / TUNING_RUNS as f32;
+            };
             times.push(ms);
             // A candidate must be clearly faster to replace an earlier one.
             if best.is_none_or(|(b, _)| ms < b * 0.97) {
@@ -425,14 +460,21 @@ impl LtPlan {
                     .collect::<Vec<_>>()
             );
         }
-        Ok(candidates[i])
+        Ok(i)
     }
 }
 
 /// Only GEMMs of at least this many multiply-adds (m·n·k·batch) are timed: below it a run
-/// takes a few microseconds, about what launching it costs, and timings cannot tell the
-/// candidates apart (the heuristic's first choice stands).
-const TUNING_MIN_MACS: usize = 1 << 30;
+/// takes a microsecond or two whatever the algorithm (the heuristic's first choice stands).
+/// A model's small-batch GEMMs (an action expert's 50 rows against its weights) are above
+/// it: they run hundreds of times per inference and their algorithms differ most.
+const TUNING_MIN_MACS: usize = 1 << 24;
+
+/// How many bytes of copies of `b` a timing cycles through: more than twice the L2 cache of
+/// an H100 or H200 (50 MB), so that a weight is read from memory.
+const COLD_BYTES: usize = 128 << 20;
+/// Timed replays of a candidate's graph (after one untimed).
+const TIMED_REPLAYS: usize = 3;
 
 fn worth_tuning(sp: &Spec) -> bool {
     sp.m * sp.n * sp.k * sp.batch >= TUNING_MIN_MACS
@@ -579,6 +621,12 @@ impl Gemm {
     /// `(m, n, k, batch)`.
     pub fn dims(&self) -> (usize, usize, usize, usize) {
         (self.spec.m, self.spec.n, self.spec.k, self.spec.batch)
+    }
+
+    /// Bytes of GEMM workspace the planned algorithm uses (cuBLASLt's split-K partial sums,
+    /// for one); 0 on the host backend.
+    pub fn workspace_bytes(&self) -> usize {
+        self.lt.as_ref().map_or(0, |p| p.workspace_bytes)
     }
 
     /// Enqueues the GEMM on `s`. The tensors must have the planned layouts (their buffers

@@ -6,6 +6,9 @@
 //! replay) and end to end (the Plan, events around it), p50 and p99 over N iterations after
 //! warm-up, and the GPU memory in use.
 //!
+//! `pi05-bench --canonical`: the 64-token row only (for A/B runs of settings such as
+//! `FRT_PDL` or `FRT_GEMM_TUNING`, one process per setting).
+//!
 //! `pi05-bench --profile`: builds the 64-token model and replays vision, prefix and one step
 //! once each, without warm-up — a short run to put under a kernel profiler (e.g. `ncu
 //! --graph-profiling node`).
@@ -28,6 +31,7 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
     let profile = args.iter().any(|a| a == "--profile");
+    let canonical = profile || args.iter().any(|a| a == "--canonical");
     let ctx = Ctx::cuda(0).unwrap_or_else(|e| {
         eprintln!("pi05-bench needs a CUDA GPU: {e}");
         std::process::exit(1)
@@ -46,7 +50,7 @@ fn main() {
         (200, PromptMode::Fixed),
         (200, PromptMode::Exact),
     ] {
-        if profile && (max_tokens, mode) != (64, PromptMode::Fixed) {
+        if canonical && (max_tokens, mode) != (64, PromptMode::Fixed) {
             break;
         }
         let mut c = Pi05Config::base();

@@ -10,7 +10,10 @@
 //!   each layer's key/value cache (its last MLP, whose output nothing reads, is skipped);
 //! * **step** (key = step index): one Euler step of flow matching — the action expert over
 //!   `[prefix cache ; its own tokens]`, adaptive norms conditioned on the step's time (those
-//!   conditions are computed once, when the model is built);
+//!   conditions are computed once, when the model is built); the actions stay in f32, the
+//!   output projection writes f32 velocities, and the Euler update also writes the next
+//!   step's input in the model's precision (step 0 casts the noise itself) or, after the
+//!   last step, the output chunk; so the steps of one inference run in order;
 //! * **halt** (key 0): writes the configured hold chunk into the output, for the
 //!   highest-priority stream.
 //!
@@ -90,8 +93,11 @@ struct Uploader<'a> {
 
 impl Uploader<'_> {
     fn t(&self, name: &str) -> Result<Tensor> {
+        self.t_as(name, self.dt)
+    }
+    fn t_as(&self, name: &str, dt: DType) -> Result<Tensor> {
         let h = self.w.get(name)?;
-        let t = Tensor::alloc(self.k.ctx(), name, self.dt, &h.shape)?;
+        let t = Tensor::alloc(self.k.ctx(), name, dt, &h.shape)?;
         t.write_f32(self.s, &h.data)?;
         Ok(t)
     }
@@ -588,13 +594,13 @@ impl Pi05 {
         let so = Tensor::alloc(ctx, "step.o", dt, &[s_len, ew])?;
         let sgu = Tensor::alloc(ctx, "step.gate_up", dt, &[s_len, 2 * eg.mlp])?;
         let sh = Tensor::alloc(ctx, "step.mlp", dt, &[s_len, eg.mlp])?;
-        let v = Tensor::alloc(ctx, "step.v", dt, &[s_len, c.action_dim])?;
         let v32 = Tensor::alloc(ctx, "step.v32", DType::F32, &[s_len, c.action_dim])?;
         let (win, bin, wout, bout) = (
             up.t("action_in_proj.weight")?,
             up.t("action_in_proj.bias")?,
             up.t("action_out_proj.weight")?,
-            up.t("action_out_proj.bias")?,
+            // f32, as the velocities it is added to.
+            up.t_as("action_out_proj.bias", DType::F32)?,
         );
         let sk_rows = |l: &GemmaLayer| -> Result<(Tensor, Tensor)> {
             Ok((
@@ -607,7 +613,7 @@ impl Pi05 {
         let sg_o = k.linear(&sattn, &el[0].o, &so, false, false)?;
         let sg_gu = k.linear(&aln, &el[0].gate_up, &sgu, false, false)?;
         let sg_down = k.linear(&sh, &el[0].down, &so, false, false)?;
-        let sg_out = k.linear(&aln, &wout, &v, true, false)?;
+        let sg_out = k.linear(&aln, &wout, &v32, true, false)?;
         let mut sattn_plans: Vec<AttentionPlan> = Vec::new();
         for l in &el {
             let plan = k.attention_plan_sharing(
@@ -626,7 +632,9 @@ impl Pi05 {
         for i in 0..c.steps {
             step.capture(ShapeKey(i as u64), |cs| {
                 (|| -> Result<()> {
-                    k.cast(cs, &x, &xa)?;
+                    if i == 0 {
+                        k.cast(cs, &x, &xa)?;
+                    }
                     sg_in.run(cs, &xa, &win, &a, Some(&bin))?;
                     // Each residual is fused with the norm that follows it (the next layer's
                     // input norm, or the final norm).
@@ -665,12 +673,11 @@ impl Pi05 {
                             GEMMA_EPS,
                         )?;
                     }
-                    sg_out.run(cs, &aln, &wout, &v, Some(&bout))?;
-                    k.cast(cs, &v, &v32)?;
-                    k.euler_step(cs, &x, &v32, dt_step)?;
-                    if i + 1 == c.steps {
-                        Buffer::copy(out.buffer(), 0, x.buffer(), 0, x.buffer().bytes(), cs)?;
-                    }
+                    sg_out.run(cs, &aln, &wout, &v32, Some(&bout))?;
+                    // The update also writes the next step's input, or after the last step
+                    // the output chunk.
+                    let next = if i + 1 < c.steps { &xa } else { &out };
+                    k.euler_step_cast(cs, &x, &v32, dt_step, next)?;
                     Ok(())
                 })()
                 .map_err(err)
