@@ -115,3 +115,71 @@ __device__ __forceinline__ void store8(T* p, const float v[8]) {
         w[k] = (unsigned)from_f32<T>(v[2 * k]).x | ((unsigned)from_f32<T>(v[2 * k + 1]).x << 16);
     *(uint4*)p = make_uint4(w[0], w[1], w[2], w[3]);
 }
+
+// Tensor cores (sm_80 and later; used by flash.cu and mlp.cu): mma.sync m16n8k16 with f32
+// accumulation, ldmatrix, and cp.async staging into shared memory.
+//
+// mma.sync and the f32-pair packing for one 16-bit type (`ty`: its PTX name).
+template <typename T> struct Mma;
+#if __CUDA_ARCH__ >= 800
+#define TC_MMA(T, ty)                                                                                  \
+    template <> struct Mma<T> {                                                                       \
+        static __device__ __forceinline__ void run(float c[4], const unsigned a[4], unsigned b0, unsigned b1) { \
+            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." ty "." ty ".f32 {%0,%1,%2,%3}, "    \
+                         "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"                                     \
+                         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                             \
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));             \
+        }                                                                                             \
+        /* Two f32 as one register: `lo` in the low half (the lower column). */                       \
+        static __device__ __forceinline__ unsigned pack(float lo, float hi) {                         \
+            unsigned r;                                                                               \
+            asm("cvt.rn." ty "x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));                      \
+            return r;                                                                                 \
+        }                                                                                             \
+    };
+// A shared-memory address as the 32-bit offset PTX's shared state space takes.
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    unsigned r;
+    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
+    return r;
+}
+// 16 bytes global → shared without passing through registers; `ok == false` writes zeros
+// (nothing is read from `src`).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(ok ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+// Waits until at most N committed groups are still in flight.
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+__device__ __forceinline__ void cp_async_wait1() { cp_async_wait<1>(); }
+// Four 8×8 matrices of 16-bit elements from shared address `p` (see smem_addr); `_t`:
+// transposed.
+__device__ __forceinline__ void ldmatrix_x4(unsigned r[4], unsigned p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(p));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned r[4], unsigned p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(p));
+}
+#else
+// Before sm_80 there is no such mma, cp.async or ldmatrix: the kernels compile empty and are
+// never chosen.
+#define TC_MMA(T, ty)                                                                                  \
+    template <> struct Mma<T> {                                                                       \
+        static __device__ __forceinline__ void run(float*, const unsigned*, unsigned, unsigned) {}    \
+        static __device__ __forceinline__ unsigned pack(float, float) { return 0; }                   \
+    };
+__device__ __forceinline__ void cp_async16(void*, const void*, bool) {}
+__device__ __forceinline__ void cp_async_commit() {}
+template <int N> __device__ __forceinline__ void cp_async_wait() {}
+__device__ __forceinline__ void cp_async_wait1() {}
+__device__ __forceinline__ unsigned smem_addr(const void*) { return 0; }
+__device__ __forceinline__ void ldmatrix_x4(unsigned r[4], unsigned) { r[0] = r[1] = r[2] = r[3] = 0; }
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned r[4], unsigned) { r[0] = r[1] = r[2] = r[3] = 0; }
+#endif
+TC_MMA(bf16, "bf16")
+TC_MMA(f16, "f16")

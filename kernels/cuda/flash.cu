@@ -21,68 +21,6 @@
 #define FLASH_BN 64
 #define FLASH_THREADS 128
 
-// mma.sync and the f32-pair packing for one 16-bit type (`ty`: its PTX name).
-template <typename T> struct Mma;
-#if __CUDA_ARCH__ >= 800
-#define FLASH_MMA(T, ty)                                                                                  \
-    template <> struct Mma<T> {                                                                       \
-        static __device__ __forceinline__ void run(float c[4], const unsigned a[4], unsigned b0, unsigned b1) { \
-            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." ty "." ty ".f32 {%0,%1,%2,%3}, "    \
-                         "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"                                     \
-                         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                             \
-                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));             \
-        }                                                                                             \
-        /* Two f32 as one register: `lo` in the low half (the lower column). */                       \
-        static __device__ __forceinline__ unsigned pack(float lo, float hi) {                         \
-            unsigned r;                                                                               \
-            asm("cvt.rn." ty "x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));                      \
-            return r;                                                                                 \
-        }                                                                                             \
-    };
-// A shared-memory address as the 32-bit offset PTX's shared state space takes.
-__device__ __forceinline__ unsigned flash_smem_addr(const void* p) {
-    unsigned r;
-    asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
-    return r;
-}
-// 16 bytes global → shared without passing through registers; `ok == false` writes zeros
-// (nothing is read from `src`).
-__device__ __forceinline__ void flash_cp16(void* dst, const void* src, bool ok) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(flash_smem_addr(dst)), "l"(src),
-                 "r"(ok ? 16 : 0));
-}
-__device__ __forceinline__ void flash_commit() { asm volatile("cp.async.commit_group;"); }
-// Waits until at most one committed group is still in flight.
-__device__ __forceinline__ void flash_wait1() { asm volatile("cp.async.wait_group 1;"); }
-// Four 8×8 matrices of 16-bit elements from shared address `p` (see flash_smem_addr); `_t`:
-// transposed.
-__device__ __forceinline__ void flash_ldm(unsigned r[4], unsigned p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(p));
-}
-__device__ __forceinline__ void flash_ldm_t(unsigned r[4], unsigned p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(p));
-}
-#else
-// Before sm_80 there is no such mma, cp.async or ldmatrix: the kernels compile empty and are
-// never chosen.
-#define FLASH_MMA(T, ty)                                                                                  \
-    template <> struct Mma<T> {                                                                       \
-        static __device__ __forceinline__ void run(float*, const unsigned*, unsigned, unsigned) {}    \
-        static __device__ __forceinline__ unsigned pack(float, float) { return 0; }                   \
-    };
-__device__ __forceinline__ void flash_cp16(void*, const void*, bool) {}
-__device__ __forceinline__ void flash_commit() {}
-__device__ __forceinline__ void flash_wait1() {}
-__device__ __forceinline__ unsigned flash_smem_addr(const void*) { return 0; }
-__device__ __forceinline__ void flash_ldm(unsigned r[4], unsigned) { r[0] = r[1] = r[2] = r[3] = 0; }
-__device__ __forceinline__ void flash_ldm_t(unsigned r[4], unsigned) { r[0] = r[1] = r[2] = r[3] = 0; }
-#endif
-FLASH_MMA(bf16, "bf16")
-FLASH_MMA(f16, "f16")
 
 struct FlashArgs {
     unsigned sq_len, sk_len, hq, hkv, d;
@@ -134,7 +72,7 @@ __device__ __forceinline__ void flash_stage(unsigned short* dst, const T* src, u
         const unsigned rr = idx / CH, c = idx % CH;
         const bool ok = c < dch && ((keys >> rr) & 1);
         const T* p = ok ? src + (unsigned long long)(j0 + rr) * stride + (unsigned long long)kh * a.d + c * 8 : src;
-        flash_cp16(dst + rr * DS + c * 8, p, ok);
+        cp_async16(dst + rr * DS + c * 8, p, ok);
     }
 }
 
@@ -191,15 +129,15 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
             const unsigned rr = idx / CH, c = idx % CH, r = r0 + rr;
             const bool ok = c < dch && r < rows;
             const T* p = ok ? q + (unsigned long long)(r / G) * a.sq + (unsigned long long)(kh * G + r % G) * a.d + c * 8 : q;
-            flash_cp16(qs + rr * DS + c * 8, p, ok);
+            cp_async16(qs + rr * DS + c * 8, p, ok);
         }
     }
     unsigned j0 = flash_next_tile(a, vl, kbeg, klimit);
     unsigned long long keys = j0 < klimit ? flash_tile_keys(a, vl, j0, klimit) : 0ull;
     if (j0 < klimit) flash_stage<T, DP>(ks, k, a.sk, a, kh, j0, keys);
-    flash_commit();
+    cp_async_commit();
     if (j0 < klimit) flash_stage<T, DP>(vs, v, a.sv, a, kh, j0, keys);
-    flash_commit();
+    cp_async_commit();
 
     float o[DP / 8][4];
 #pragma unroll
@@ -208,13 +146,13 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
 
     // Per-lane ldmatrix addresses (shared, bytes): A rows of Q, B rows of K, B rows of V
     // (transposed).
-    const unsigned qa = flash_smem_addr(qs + (warp * 16 + (lane & 15)) * DS + (lane >> 4) * 8);
-    const unsigned kb = flash_smem_addr(ks + ((lane & 7) + ((lane >> 4) << 3)) * DS + ((lane >> 3) & 1) * 8);
-    const unsigned vb = flash_smem_addr(vs + ((lane & 7) + (((lane >> 3) & 1) << 3)) * DS + (lane >> 4) * 8);
+    const unsigned qa = smem_addr(qs + (warp * 16 + (lane & 15)) * DS + (lane >> 4) * 8);
+    const unsigned kb = smem_addr(ks + ((lane & 7) + ((lane >> 4) << 3)) * DS + ((lane >> 3) & 1) * 8);
+    const unsigned vb = smem_addr(vs + ((lane & 7) + (((lane >> 3) & 1) << 3)) * DS + (lane >> 4) * 8);
 
     while (j0 < klimit) {
         const unsigned jn = flash_next_tile(a, vl, j0 + FLASH_BN, klimit);
-        flash_wait1();  // the queries and this tile's keys
+        cp_async_wait1();  // the queries and this tile's keys
         __syncthreads();
         float s[FLASH_BN / 8][4];
 #pragma unroll
@@ -222,11 +160,11 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
 #pragma unroll
         for (int c = 0; c < DP / 16; ++c) {
             unsigned af[4];
-            flash_ldm(af, qa + c * 32);
+            ldmatrix_x4(af, qa + c * 32);
 #pragma unroll
             for (int nb = 0; nb < FLASH_BN / 16; ++nb) {
                 unsigned bf[4];
-                flash_ldm(bf, kb + (nb * 16 * DS + c * 16) * 2);
+                ldmatrix_x4(bf, kb + (nb * 16 * DS + c * 16) * 2);
                 Mma<T>::run(s[2 * nb], af, bf[0], bf[1]);
                 Mma<T>::run(s[2 * nb + 1], af, bf[2], bf[3]);
             }
@@ -234,7 +172,7 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
         __syncthreads();  // every warp is done with the keys: the next tile's may come in
         const unsigned long long next_keys = jn < klimit ? flash_tile_keys(a, vl, jn, klimit) : 0ull;
         if (jn < klimit) flash_stage<T, DP>(ks, k, a.sk, a, kh, jn, next_keys);
-        flash_commit();
+        cp_async_commit();
 
         // Mask, scale (base 2) and the running maximum of each row.
         float mt[2] = {-INFINITY, -INFINITY};
@@ -276,7 +214,7 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
             o[n][3] *= corr[1];
         }
 
-        flash_wait1();  // this tile's values (the next tile's keys may still be in flight)
+        cp_async_wait1();  // this tile's values (the next tile's keys may still be in flight)
         __syncthreads();
         // out += P · V, 16 keys at a time.
 #pragma unroll
@@ -290,14 +228,14 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
 #pragma unroll
             for (int nd = 0; nd < DP / 16; ++nd) {
                 unsigned bf[4];
-                flash_ldm_t(bf, vb + (kk * 16 * DS + nd * 16) * 2);
+                ldmatrix_x4_trans(bf, vb + (kk * 16 * DS + nd * 16) * 2);
                 Mma<T>::run(o[2 * nd], pa, bf[0], bf[1]);
                 Mma<T>::run(o[2 * nd + 1], pa, bf[2], bf[3]);
             }
         }
         __syncthreads();  // every warp is done with the values
         if (jn < klimit) flash_stage<T, DP>(vs, v, a.sv, a, kh, jn, next_keys);
-        flash_commit();
+        cp_async_commit();
         j0 = jn;
         keys = next_keys;
     }

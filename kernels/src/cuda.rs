@@ -22,6 +22,7 @@ pub(crate) const SOURCES: &[(&str, &str)] = &[
     ("attention.cu", include_str!("../cuda/attention.cu")),
     ("conv.cu", include_str!("../cuda/conv.cu")),
     ("flash.cu", include_str!("../cuda/flash.cu")),
+    ("mlp.cu", include_str!("../cuda/mlp.cu")),
 ];
 
 pub(crate) struct CudaOps {
@@ -31,6 +32,8 @@ pub(crate) struct CudaOps {
     pub arch: String,
     /// Streaming multiprocessors of the device (sizes split work such as attention's key splits).
     pub sms: u32,
+    /// Most dynamic shared memory a block may opt into (bytes).
+    pub max_shared: u32,
     /// Kernels are launched with programmatic stream serialization (`FRT_PDL=1`, sm_90 and
     /// later; see `pdl_entry` in `cuda/common.cuh`): each may start launching while the
     /// kernel before it still runs, and waits for it before touching memory.
@@ -260,6 +263,11 @@ impl CudaOps {
         let sms = cu
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(drv("cuDeviceGetAttribute"))? as u32;
+        let max_shared = cu
+            .attribute(
+                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+            )
+            .map_err(drv("cuDeviceGetAttribute"))? as u32;
         let (mut vmaj, mut vmin) = (0, 0);
         // SAFETY: valid out pointers.
         nvrtc("nvrtcVersion", unsafe {
@@ -295,6 +303,7 @@ impl CudaOps {
             pdl: maj >= 9 && std::env::var("FRT_PDL").is_ok_and(|v| v == "1"),
             arch,
             sms,
+            max_shared,
             workspaces: Default::default(),
             graph_workspaces: Default::default(),
             tuning: Default::default(),

@@ -43,6 +43,7 @@ pub use error::{Error, Result};
 pub use ops::attention::{AttentionMask, AttentionPlan, GEMM_MIN_KEYS, GEMM_MIN_QUERIES};
 pub use ops::conv::{Conv1d, PatchEmbed};
 pub use ops::gemm::{Epilogue, Gemm};
+pub use ops::mlp::{GEGLU_LINEAR_MAX_ROWS, GegluLinear};
 pub use tensor::{MAX_RANK, Tensor};
 
 use frt_exec::{BackendKind, Ctx, HostOpError, Stream};

@@ -770,6 +770,110 @@ fn gemm_f32_out(b: &Backend) {
     }
 }
 
+/// The first half of a gated MLP, `gelu_tanh(x·Wgᵀ) ⊙ (x·Wuᵀ)` with `w = [Wg ; Wu]`, planned
+/// (a GEMM and geglu) and on CUDA (bf16/f16, sm_80+) also on the fused kernel for up to 64
+/// rows: the action expert's shape, a K that is not a multiple of the kernel's 128-wide
+/// chunks, one row, 64 rows; more rows or f32 cannot take it.
+fn geglu_linear(b: &Backend) {
+    let mut rng = Rng::new(21);
+    let gelu = |x: f64| {
+        0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
+    };
+    for (m, kk, f, big) in [
+        (50, 1024, 4096, true),
+        (1, 64, 32, false),
+        (64, 200, 96, false),
+        (65, 40, 32, false),
+        (7, 8, 64, false),
+    ] {
+        if !size_ok(b, big) {
+            continue;
+        }
+        for (dt, fused) in FLOATS.iter().flat_map(|&dt| [(dt, false), (dt, true)]) {
+            let can_fuse = b.is_cuda() && sm80(&b.k) && dt != DType::F32 && m <= 64;
+            if fused && !can_fuse {
+                continue;
+            }
+            // The host backend it is compared with plans the GEMM and geglu.
+            let op = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
+                let plan = if fused && k.target() != "host" {
+                    let p = k.geglu_linear_fused(&i[0], &i[1], o)?;
+                    assert!(p.fused());
+                    p
+                } else {
+                    k.geglu_linear(&i[0], &i[1], o)?
+                };
+                plan.run(k, s, &i[0], &i[1], o)
+            };
+            let reference = |v: &Vals| {
+                let dot = |i: usize, j: usize| -> f64 {
+                    (0..kk)
+                        .map(|p| v.f[0][i * kk + p] * v.f[1][j * kk + p])
+                        .sum()
+                };
+                (0..m * f)
+                    .map(|e| {
+                        let (i, j) = (e / f, e % f);
+                        gelu(dot(i, j)) * dot(i, f + j)
+                    })
+                    .collect()
+            };
+            run(
+                b,
+                &Case {
+                    name: format!("geglu_linear {m}x{kk} -> {f}, fused {fused}"),
+                    dtype: dt,
+                    inputs: vec![
+                        Input::F(vec![m, kk], rng.vec(m * kk, 1.0)),
+                        Input::F(vec![2 * f, kk], rng.vec(2 * f * kk, 1.0)),
+                    ],
+                    out: (vec![m, f], dt),
+                    op: &op,
+                    reference: &reference,
+                    f32_tol: 1e-5 * (kk as f64).sqrt(),
+                },
+            );
+        }
+    }
+    // Mismatched shapes are errors when planned and when run; the fused kernel takes at most
+    // 64 rows and only on CUDA.
+    let k = &b.k;
+    let t = |shape: &[usize]| Tensor::alloc(k.ctx(), "t", DType::BF16, shape).unwrap();
+    assert!(
+        k.geglu_linear_fused(&t(&[65, 64]), &t(&[64, 64]), &t(&[65, 32]))
+            .is_err()
+    );
+    assert_eq!(
+        k.geglu_linear_fused(&t(&[4, 64]), &t(&[64, 64]), &t(&[4, 32]))
+            .is_ok(),
+        b.is_cuda() && sm80(k)
+    );
+    assert!(
+        k.geglu_linear(&t(&[4, 64]), &t(&[63, 64]), &t(&[4, 32]))
+            .is_err()
+    );
+    assert!(
+        k.geglu_linear(&t(&[4, 64]), &t(&[64, 32]), &t(&[4, 32]))
+            .is_err()
+    );
+    assert!(
+        k.geglu_linear(&t(&[5, 64]), &t(&[64, 64]), &t(&[4, 32]))
+            .is_err()
+    );
+    let plan = k
+        .geglu_linear(&t(&[4, 64]), &t(&[64, 64]), &t(&[4, 32]))
+        .unwrap();
+    assert!(
+        plan.run(k, b.s, &t(&[4, 64]), &t(&[128, 64]), &t(&[4, 64]))
+            .is_err()
+    );
+    assert!(
+        plan.run(k, b.s, &t(&[4, 64]), &t(&[64, 64]), &t(&[4, 32]))
+            .is_ok()
+    );
+    b.k.ctx().sync_stream(b.s).unwrap();
+}
+
 /// Graphs of different models replay on different streams at once (the policy and speech
 /// recognition): GEMMs whose algorithm keeps partial sums in a workspace must not share one.
 /// Two graphs of split-K GEMMs replayed concurrently on two streams give the results of
@@ -1653,6 +1757,7 @@ backend_tests!(
     positional,
     gemm,
     gemm_f32_out,
+    geglu_linear,
     graphs_on_two_streams,
     attention,
     attention_paths,

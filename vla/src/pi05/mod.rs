@@ -592,7 +592,6 @@ impl Pi05 {
         let sqkv = Tensor::alloc(ctx, "step.qkv", dt, &[s_len, (heads + 2 * kvh) * hd])?;
         let sattn = Tensor::alloc(ctx, "step.attn", dt, &[s_len, heads * hd])?;
         let so = Tensor::alloc(ctx, "step.o", dt, &[s_len, ew])?;
-        let sgu = Tensor::alloc(ctx, "step.gate_up", dt, &[s_len, 2 * eg.mlp])?;
         let sh = Tensor::alloc(ctx, "step.mlp", dt, &[s_len, eg.mlp])?;
         let v32 = Tensor::alloc(ctx, "step.v32", DType::F32, &[s_len, c.action_dim])?;
         let (win, bin, wout, bout) = (
@@ -611,7 +610,8 @@ impl Pi05 {
         let sg_in = k.linear(&xa, &win, &a, true, false)?;
         let sg_qkv = k.linear(&aln, &el[0].qkv, &sqkv, false, false)?;
         let sg_o = k.linear(&sattn, &el[0].o, &so, false, false)?;
-        let sg_gu = k.linear(&aln, &el[0].gate_up, &sgu, false, false)?;
+        // The MLP's gate and up projections with the gate applied (one kernel on CUDA).
+        let sg_gu = k.geglu_linear(&aln, &el[0].gate_up, &sh)?;
         let sg_down = k.linear(&sh, &el[0].down, &so, false, false)?;
         let sg_out = k.linear(&aln, &wout, &v32, true, false)?;
         let mut sattn_plans: Vec<AttentionPlan> = Vec::new();
@@ -654,13 +654,7 @@ impl Pi05 {
                             &aln,
                             GEMMA_EPS,
                         )?;
-                        sg_gu.run(cs, &aln, &l.gate_up, &sgu, None)?;
-                        k.geglu(
-                            cs,
-                            &sgu.narrow(1, 0, eg.mlp)?,
-                            &sgu.narrow(1, eg.mlp, eg.mlp)?,
-                            &sh,
-                        )?;
+                        sg_gu.run(&k, cs, &aln, &l.gate_up, &sh)?;
                         sg_down.run(cs, &sh, &l.down, &so, None)?;
                         // modulation 2·depth is the final norm's
                         gate = k.residual_ada_rms_norm(

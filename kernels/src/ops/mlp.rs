@@ -1,0 +1,188 @@
+//! The first half of a gated MLP (Gemma's): `h = gelu_tanh(x·Wgᵀ) ⊙ (x·Wuᵀ)` for the stacked
+//! weight `w = [Wg ; Wu]` (`[2F, K]`, gate rows first, PyTorch's `[out, in]`): a GEMM into a
+//! scratch `[M, 2F]`, then [`Kernels::geglu`] of its halves.
+//!
+//! For few rows (at most [`GEGLU_LINEAR_MAX_ROWS`], an action expert's 50 tokens) there is also
+//! one CUDA kernel (`kernels/cuda/mlp.cu`: bf16/f16, sm_80+, where a block may use its 170 KiB
+//! of shared memory, e.g. H100/H200) that streams the weight through tensor cores and applies
+//! the gate in registers. It is not the default: on an H100 it takes 10.6 µs for the action
+//! expert's shape (50×1024 → 2×4096, weights from memory) against 9.8 µs for cuBLASLt's GEMM
+//! and the geglu kernel (`frt-kernels-bench`), as each block also streams all of `x`.
+//! `FRT_FUSED_MLP=1` makes plans take it where it can run; [`Kernels::geglu_linear_fused`]
+//! asks for it.
+
+use super::{Rows, rows};
+use crate::cuda::args;
+use crate::error::{Error, Result};
+use crate::{DType, Gemm, Kernels, Tensor};
+use frt_exec::Stream;
+
+/// Most rows of `x` the fused CUDA kernel takes (one block of rows).
+pub const GEGLU_LINEAR_MAX_ROWS: usize = 64;
+/// Output features per block of the fused kernel (`MLP_BF` in `mlp.cu`).
+const FEATURES_PER_BLOCK: usize = 32;
+const STAGES: usize = 5;
+const K_PER_STAGE: usize = 128;
+/// The kernel's ring of stages: 64 rows of x and 64 of the weight each, rows padded by 8.
+const SHARED_BYTES: u32 = (STAGES * 2 * GEGLU_LINEAR_MAX_ROWS * (K_PER_STAGE + 8) * 2) as u32;
+
+/// [`Kernels::geglu_linear`]: planned once for the layouts of `x`, `w` and `h`; runs with any
+/// tensors of those layouts (one layer's weight after another).
+pub struct GegluLinear {
+    x: Rows,
+    w: Rows,
+    h: Rows,
+    dtype: DType,
+    path: Path,
+}
+
+enum Path {
+    /// `mlp.cu`'s kernel.
+    Fused,
+    /// A GEMM into `both` (`[M, 2F]`), then geglu of its halves.
+    Unfused(Box<(Gemm, Tensor)>),
+}
+
+const OP: &str = "geglu_linear";
+
+impl Kernels {
+    /// Plans `h = gelu_tanh(x·Wgᵀ) ⊙ (x·Wuᵀ)` for `x` `[M, K]`, `w` `[2F, K]` (gate rows then
+    /// up rows) and `h` `[M, F]`, all of one float dtype, rows with unit column stride: a GEMM
+    /// and geglu, or with `FRT_FUSED_MLP=1` the fused CUDA kernel where it can run (see the
+    /// module).
+    pub fn geglu_linear(&self, x: &Tensor, w: &Tensor, h: &Tensor) -> Result<GegluLinear> {
+        let fused = std::env::var("FRT_FUSED_MLP").as_deref() == Ok("1");
+        self.plan_geglu_linear(x, w, h, fused)
+    }
+
+    /// [`geglu_linear`](Self::geglu_linear) on the fused CUDA kernel, or an error naming why it
+    /// cannot run on these tensors.
+    pub fn geglu_linear_fused(&self, x: &Tensor, w: &Tensor, h: &Tensor) -> Result<GegluLinear> {
+        let plan = self.plan_geglu_linear(x, w, h, true)?;
+        if !plan.fused() {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "the fused kernel needs CUDA sm_80+ with {SHARED_BYTES} bytes of shared memory a block, bf16/f16, at most {GEGLU_LINEAR_MAX_ROWS} rows, F a multiple of {FEATURES_PER_BLOCK}, K and row strides multiples of 8; got {} x {x:?}, w {w:?}, h {h:?}",
+                    self.target()
+                ),
+            ));
+        }
+        Ok(plan)
+    }
+
+    fn plan_geglu_linear(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        h: &Tensor,
+        want_fused: bool,
+    ) -> Result<GegluLinear> {
+        let (xr, wr, hr) = layouts(self, x, w, h)?;
+        let f = hr.cols;
+        let dt = x.dtype();
+        let fused = want_fused
+            && self.cuda.as_ref().is_some_and(|c| {
+                let sm: u32 = c.arch.trim_start_matches("sm_").parse().unwrap_or(0);
+                sm >= 80
+                && SHARED_BYTES <= c.max_shared
+                && matches!(dt, DType::BF16 | DType::F16)
+                && xr.rows <= GEGLU_LINEAR_MAX_ROWS
+                && f % FEATURES_PER_BLOCK == 0
+                // cp.async moves 16-byte pieces; h is written in pairs.
+                && [xr.cols, xr.stride, wr.stride, x.offset(), w.offset()]
+                    .iter()
+                    .all(|v| v % 8 == 0)
+                && [hr.stride, h.offset()].iter().all(|v| v % 2 == 0)
+            });
+        let path = if fused {
+            Path::Fused
+        } else {
+            let both = Tensor::alloc(self.ctx(), "geglu_linear.both", dt, &[xr.rows, 2 * f])?;
+            let gemm = self.linear(x, w, &both, false, false)?;
+            Path::Unfused(Box::new((gemm, both)))
+        };
+        Ok(GegluLinear {
+            x: xr,
+            w: wr,
+            h: hr,
+            dtype: dt,
+            path,
+        })
+    }
+}
+
+/// The three tensors as rows, checked against each other.
+fn layouts(k: &Kernels, x: &Tensor, w: &Tensor, h: &Tensor) -> Result<(Rows, Rows, Rows)> {
+    k.check_ctx(OP, &[x, w, h])?;
+    x.expect_float(OP, "x")?;
+    w.expect_dtype(OP, "w", x.dtype())?;
+    h.expect_dtype(OP, "h", x.dtype())?;
+    let (xr, wr, hr) = (rows(OP, x)?, rows(OP, w)?, rows(OP, h)?);
+    if wr.cols != xr.cols || wr.rows != 2 * hr.cols || hr.rows != xr.rows || hr.cols == 0 {
+        return Err(Error::shape(
+            OP,
+            format!(
+                "x {x:?}, w {w:?}, h {h:?}: need x [M, K], w [2F, K] (gate rows, then up rows), h [M, F]"
+            ),
+        ));
+    }
+    Ok((xr, wr, hr))
+}
+
+impl GegluLinear {
+    /// Whether the fused CUDA kernel runs it.
+    pub fn fused(&self) -> bool {
+        matches!(self.path, Path::Fused)
+    }
+
+    /// Enqueues it on `s` for tensors with the planned layouts (e.g. each layer's weight).
+    pub fn run(&self, k: &Kernels, s: Stream, x: &Tensor, w: &Tensor, h: &Tensor) -> Result<()> {
+        let (xr, wr, hr) = layouts(k, x, w, h)?;
+        let same = |a: Rows, b: Rows| (a.rows, a.cols, a.stride) == (b.rows, b.cols, b.stride);
+        if !same(xr, self.x) || !same(wr, self.w) || !same(hr, self.h) || x.dtype() != self.dtype {
+            return Err(Error::shape(
+                OP,
+                format!(
+                    "x {x:?}, w {w:?}, h {h:?} differ from the planned layouts ({:?}, {:?}, {:?})",
+                    self.x, self.w, self.h
+                ),
+            ));
+        }
+        let f = hr.cols;
+        match &self.path {
+            Path::Unfused(p) => {
+                let (gemm, both) = &**p;
+                gemm.run(s, x, w, both, None)?;
+                k.geglu(s, &both.narrow(1, 0, f)?, &both.narrow(1, f, f)?, h)
+            }
+            Path::Fused => {
+                let c = k.cuda.as_ref().expect("fused only on CUDA");
+                if [x.offset(), w.offset()].iter().any(|v| v % 8 != 0) || h.offset() % 2 != 0 {
+                    return Err(Error::shape(
+                        OP,
+                        format!("x {x:?}, w {w:?}, h {h:?}: not aligned as planned"),
+                    ));
+                }
+                k.retain(s, &[x, w, h]);
+                let (mut xp, mut wp, mut hp) = (x.ptr(), w.ptr(), h.ptr());
+                let (mut m, mut kk, mut ff) = (xr.rows as u32, xr.cols as u32, f as u32);
+                let (mut sx, mut sw, mut sh) =
+                    (xr.stride as u64, wr.stride as u64, hr.stride as u64);
+                // SAFETY: layouts, alignment and sizes checked above: x holds m ≤ 64 rows of K,
+                // w 2F rows of K, h m rows of F (F a multiple of the block's 32 features).
+                unsafe {
+                    c.launch(
+                        s,
+                        "geglu_linear",
+                        Some(self.dtype),
+                        ((f / FEATURES_PER_BLOCK) as u32, 1, 1),
+                        (128, 1, 1),
+                        SHARED_BYTES,
+                        &mut args!(xp, wp, hp, m, kk, ff, sx, sw, sh),
+                    )
+                }
+            }
+        }
+    }
+}
