@@ -1175,6 +1175,24 @@ fn attention_paths(b: &Backend) {
         let m = AttentionMask::full();
         assert!(k.attention_plan_flash(&q, &kk, &kk, &q, &m, 0.1).is_err());
     }
+    // A forced split count, rounded to whole tiles of keys (17 tiles here).
+    let (q, o) = (t(DType::BF16, &[50, 8, 256]), t(DType::BF16, &[50, 8, 256]));
+    let kv = t(DType::BF16, &[1088, 1, 256]);
+    let forced = |n| {
+        let m = AttentionMask::full();
+        k.attention_plan_flash_splits(&q, &kv, &kv, &o, &m, 0.0625, n)
+    };
+    assert!(forced(0).is_err());
+    if b.is_cuda() && sm80(k) {
+        assert_eq!(forced(1).unwrap().flash_splits(), Some(1));
+        assert_eq!(forced(4).unwrap().flash_splits(), Some(4));
+        assert_eq!(forced(17).unwrap().flash_splits(), Some(17));
+        assert_eq!(forced(40).unwrap().flash_splits(), Some(17));
+        // 16 splits of 2 tiles each would leave the last empty: 9 splits.
+        assert_eq!(forced(16).unwrap().flash_splits(), Some(9));
+    } else {
+        assert!(forced(4).is_err(), "no tensor-core plan");
+    }
     let f32_plan = plan(DType::F32, 50, 626, false).unwrap();
     assert_eq!(f32_plan.flash_splits(), None);
     assert_eq!(f32_plan.uses_gemm(), b.is_cuda());

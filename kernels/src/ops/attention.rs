@@ -616,7 +616,7 @@ impl Kernels {
                 .flatten()
                 .filter(|&dp| flash_preferred(dims, dp))
             {
-                return self.attention_flash_path(dims, dp, 1, share.map(|p| &p.path));
+                return self.attention_flash_path(dims, dp, 1, share.map(|p| &p.path), None);
             }
             if self.cuda.is_none() || !gemm {
                 return Ok(Path::Direct);
@@ -680,6 +680,41 @@ impl Kernels {
         mask: &AttentionMask,
         scale: f32,
     ) -> Result<AttentionPlan> {
+        self.plan_flash(q, k, v, out, mask, scale, None)
+    }
+
+    /// [`attention_plan_flash`](Self::attention_plan_flash) with the keys split into `splits`
+    /// ranges (each a whole number of 64-key tiles, so the count is rounded to what the tiles
+    /// allow; [`AttentionPlan::flash_splits`] tells) instead of the count the plan would
+    /// choose: for benchmarks that compare split counts.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_plan_flash_splits(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        out: &Tensor,
+        mask: &AttentionMask,
+        scale: f32,
+        splits: usize,
+    ) -> Result<AttentionPlan> {
+        if splits == 0 {
+            return Err(Error::shape("attention", "0 key splits"));
+        }
+        self.plan_flash(q, k, v, out, mask, scale, Some(splits))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn plan_flash(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        out: &Tensor,
+        mask: &AttentionMask,
+        scale: f32,
+        splits: Option<usize>,
+    ) -> Result<AttentionPlan> {
         self.plan_with(q, k, v, out, mask, scale, |dims| {
             let dp = self.flash_head_dim(q, k, v, out, dims).ok_or_else(|| {
                 Error::shape(
@@ -690,7 +725,7 @@ impl Kernels {
                     ),
                 )
             })?;
-            self.attention_flash_path(dims, dp, 1, None)
+            self.attention_flash_path(dims, dp, 1, None, splits)
         })
     }
 
@@ -752,7 +787,7 @@ impl Kernels {
         if [bq, bk, bv].iter().any(|x| x % 8 != 0) || bo % 2 != 0 {
             return Ok(None);
         }
-        let path = self.attention_flash_path(d, dp, plans.len(), None)?;
+        let path = self.attention_flash_path(d, dp, plans.len(), None, None)?;
         Ok(Some(AttentionPlan {
             q: first.q.clone(),
             k: first.k.clone(),
@@ -818,20 +853,22 @@ impl Kernels {
         dp: usize,
         batch: usize,
         share: Option<&Path>,
+        forced_splits: Option<usize>,
     ) -> Result<Path> {
         let sms = self.cuda.as_ref().map_or(1, |c| c.sms as usize);
         let rows = dims.hq / dims.hkv * dims.sq_len;
         let blocks = rows.div_ceil(FLASH_BM) * dims.hkv * batch;
-        let mut splits = 1;
         // Two blocks fit on an SM (shared memory and registers): aim for two per SM, a split
         // being at least one tile of keys.
         let target = 2 * sms;
-        if blocks < target {
-            splits = target
-                .div_ceil(blocks)
-                .min(dims.sk_len.div_ceil(FLASH_BN))
-                .max(1);
-        }
+        let splits = forced_splits
+            .unwrap_or(if blocks < target {
+                target.div_ceil(blocks)
+            } else {
+                1
+            })
+            .min(dims.sk_len.div_ceil(FLASH_BN))
+            .max(1);
         let keys_per_split = dims.sk_len.div_ceil(splits).div_ceil(FLASH_BN) * FLASH_BN;
         let splits = dims.sk_len.div_ceil(keys_per_split).max(1);
         let part = if splits > 1 {
