@@ -113,7 +113,7 @@ pub struct Tokenizer {
     pieces: Vec<Option<String>>,
     vocab: HashMap<String, u32>,
     /// `(left, right)` → `(rank, merged)`.
-    merges: HashMap<(u32, u32), (u32, u32)>,
+    merges: HashMap<(u32, u32), (u32, u32), PairHash>,
     bytes: Option<Box<[u32; 256]>>,
     unk: Option<u32>,
     fuse_unk: bool,
@@ -192,7 +192,7 @@ impl Tokenizer {
         for a in &file.added_tokens {
             pieces[a.id as usize] = Some(a.content.clone());
         }
-        let mut merges = HashMap::with_capacity(m.merges.len());
+        let mut merges = HashMap::with_capacity_and_hasher(m.merges.len(), PairHash);
         for (rank, merge) in m.merges.iter().enumerate() {
             let (a, b) = match merge {
                 Merge::Pair(a, b) => (a.as_str(), b.as_str()),
@@ -334,7 +334,12 @@ impl Tokenizer {
         if text.is_empty() {
             return Ok(());
         }
-        let EncodeScratch { text: s, tmp, syms } = scratch;
+        let EncodeScratch {
+            text: s,
+            tmp,
+            syms,
+            merging,
+        } = scratch;
         s.clear();
         s.push_str(text);
         for n in &self.normalizers {
@@ -357,7 +362,7 @@ impl Tokenizer {
             std::mem::swap(s, tmp);
         }
         if self.pre_tokenizers.is_empty() {
-            return self.bpe(s, out, syms);
+            return self.bpe(s, out, syms, merging);
         }
         let mut words = vec![s.clone()];
         for p in &self.pre_tokenizers {
@@ -368,12 +373,18 @@ impl Tokenizer {
                 .collect();
         }
         for w in &words {
-            self.bpe(w, out, syms)?;
+            self.bpe(w, out, syms, merging)?;
         }
         Ok(())
     }
 
-    fn bpe(&self, word: &str, out: &mut Vec<u32>, syms: &mut Vec<u32>) -> Result<()> {
+    fn bpe(
+        &self,
+        word: &str,
+        out: &mut Vec<u32>,
+        syms: &mut Vec<u32>,
+        merging: &mut Merging,
+    ) -> Result<()> {
         if word.is_empty() {
             return Ok(());
         }
@@ -406,18 +417,54 @@ impl Tokenizer {
                 });
             }
         }
-        // Merge the lowest-ranked adjacent pair (leftmost on ties) until none applies.
-        loop {
-            let best = syms
-                .windows(2)
-                .enumerate()
-                .filter_map(|(i, p)| self.merges.get(&(p[0], p[1])).map(|(r, m)| (*r, i, *m)))
-                .min();
-            let Some((_, i, merged)) = best else { break };
-            syms[i] = merged;
-            syms.remove(i + 1);
+        // Merge the lowest-ranked adjacent pair (leftmost on ties) until none applies, as
+        // `tokenizers` does: candidate pairs in a heap ordered by (rank, position), symbols in
+        // a linked list; a popped pair no longer there is skipped.
+        let Merging { next, prev, heap } = merging;
+        let n = syms.len();
+        next.clear();
+        next.extend((1..=n).map(|i| i as u32));
+        prev.clear();
+        prev.extend((0..n).map(|i| (i as u32).wrapping_sub(1)));
+        heap.clear();
+        let rank_at = |syms: &[u32], next: &[u32], i: usize| -> Option<(u32, u32)> {
+            let j = next[i] as usize;
+            if j >= n || syms[i] == GONE {
+                return None;
+            }
+            self.merges.get(&(syms[i], syms[j])).copied()
+        };
+        for i in 0..n.saturating_sub(1) {
+            if let Some((r, _)) = rank_at(syms, next, i) {
+                heap.push(std::cmp::Reverse((r, i as u32)));
+            }
         }
-        out.extend_from_slice(syms);
+        while let Some(std::cmp::Reverse((r, i))) = heap.pop() {
+            let i = i as usize;
+            let Some((rank, merged)) = rank_at(syms, next, i) else {
+                continue;
+            };
+            if rank != r {
+                continue;
+            }
+            let j = next[i] as usize;
+            syms[i] = merged;
+            syms[j] = GONE;
+            next[i] = next[j];
+            if (next[i] as usize) < n {
+                prev[next[i] as usize] = i as u32;
+            }
+            let before = prev[i] as usize;
+            if before < n
+                && let Some((r, _)) = rank_at(syms, next, before)
+            {
+                heap.push(std::cmp::Reverse((r, before as u32)));
+            }
+            if let Some((r, _)) = rank_at(syms, next, i) {
+                heap.push(std::cmp::Reverse((r, i as u32)));
+            }
+        }
+        out.extend(syms.iter().copied().filter(|s| *s != GONE));
         Ok(())
     }
 
@@ -640,6 +687,59 @@ pub struct EncodeScratch {
     text: String,
     tmp: String,
     syms: Vec<u32>,
+    merging: Merging,
+}
+
+/// The BPE merge loop's linked list and heap of candidate pairs.
+#[derive(Default)]
+struct Merging {
+    next: Vec<u32>,
+    prev: Vec<u32>,
+    heap: std::collections::BinaryHeap<std::cmp::Reverse<(u32, u32)>>,
+}
+
+impl Merging {
+    fn with_capacity(symbols: usize) -> Merging {
+        Merging {
+            next: Vec::with_capacity(symbols),
+            prev: Vec::with_capacity(symbols),
+            // Every symbol's pair, then at most two new pairs per merge.
+            heap: std::collections::BinaryHeap::with_capacity(3 * symbols),
+        }
+    }
+}
+
+/// A merged-away symbol in the BPE loop.
+const GONE: u32 = u32::MAX;
+
+/// Hashes the merge table's `(left, right)` id pairs (FxHash's multiply-rotate): the merge
+/// loop looks pairs up often, and SipHash's resistance to chosen keys is not needed for a
+/// table loaded from a file.
+#[derive(Clone, Copy, Default)]
+struct PairHash;
+
+#[derive(Default)]
+struct PairHasher(u64);
+
+impl std::hash::BuildHasher for PairHash {
+    type Hasher = PairHasher;
+    fn build_hasher(&self) -> PairHasher {
+        PairHasher(0)
+    }
+}
+
+impl std::hash::Hasher for PairHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u32(u32::from(*b));
+        }
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.0 = (self.0.rotate_left(5) ^ u64::from(v)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 /// Buffers [`pi05_tokens_into`] reuses (the prompt text and the encoder's).
@@ -663,6 +763,7 @@ impl PromptScratch {
                 text: String::with_capacity(text),
                 tmp: String::with_capacity(text),
                 syms: Vec::with_capacity(text),
+                merging: Merging::with_capacity(text),
             },
         }
     }

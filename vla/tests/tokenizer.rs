@@ -90,6 +90,85 @@ fn small_tokenizer_matches_hf_tokenizers() {
     check(&tok, &refs(), "small");
 }
 
+/// The merge loop against the plain definition of BPE — repeatedly merge the adjacent pair
+/// of lowest rank, the leftmost of equals — written out here from the small tokenizer's file,
+/// on random texts made of its single-character pieces (not its added tokens), spaces, and
+/// characters it only has bytes for.
+#[test]
+fn merges_follow_the_definition_of_bpe_on_random_texts() {
+    let tok = Tokenizer::load(&data("tokenizer-small.json")).unwrap();
+    let file: Value =
+        serde_json::from_str(&std::fs::read_to_string(data("tokenizer-small.json")).unwrap())
+            .unwrap();
+    let vocab: std::collections::HashMap<String, u32> = file["model"]["vocab"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_u64().unwrap() as u32))
+        .collect();
+    let merges: std::collections::HashMap<(u32, u32), (usize, u32)> = file["model"]["merges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .map(|(rank, m)| {
+            let (a, b) = (m[0].as_str().unwrap(), m[1].as_str().unwrap());
+            ((vocab[a], vocab[b]), (rank, vocab[&format!("{a}{b}")]))
+        })
+        .collect();
+    let naive = |text: &str| -> Vec<u32> {
+        let mut syms: Vec<u32> = Vec::new();
+        for c in text.replace(' ', "▁").chars() {
+            match vocab.get(&c.to_string()) {
+                Some(id) => syms.push(*id),
+                None => {
+                    let mut buf = [0u8; 4];
+                    for b in c.encode_utf8(&mut buf).bytes() {
+                        syms.push(vocab[&format!("<0x{b:02X}>")]);
+                    }
+                }
+            }
+        }
+        loop {
+            let best = (0..syms.len().saturating_sub(1))
+                .filter_map(|i| {
+                    merges
+                        .get(&(syms[i], syms[i + 1]))
+                        .map(|(r, m)| (*r, i, *m))
+                })
+                .min();
+            let Some((_, i, m)) = best else { break };
+            syms[i] = m;
+            syms.remove(i + 1);
+        }
+        syms
+    };
+    let mut alphabet: Vec<char> = vocab
+        .keys()
+        // Not `\n`: it is an added token, matched before BPE.
+        .filter(|k| k.chars().count() == 1 && *k != "▁" && *k != "\n")
+        .map(|k| k.chars().next().unwrap())
+        .collect();
+    alphabet.sort();
+    alphabet.extend([' ', ' ', ' ', 'é', '→']);
+    let mut x = 0x9e37_79b9_u32;
+    let mut next = |n: usize| {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        x as usize % n
+    };
+    for case in 0..2000 {
+        let len = 1 + next(60);
+        let text: String = (0..len).map(|_| alphabet[next(alphabet.len())]).collect();
+        assert_eq!(
+            tok.encode(&text).unwrap(),
+            naive(&text),
+            "case {case}: {text:?}"
+        );
+    }
+}
+
 #[test]
 fn gemma_tokenizer_matches_hf_tokenizers() {
     let tok = Tokenizer::load(&gemma_path()).unwrap();
