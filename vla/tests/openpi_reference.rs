@@ -53,12 +53,19 @@ fn tiny_matches_openpi_pytorch() {
     let text = include_str!("data/pi05_tiny_openpi.json");
     let r: Reference = serde_json::from_str(text).unwrap();
     let c = Pi05Config::tiny();
-    let dir = std::env::temp_dir().join(format!("frt-vla-openpi-{}", std::process::id()));
+    // The checkpoint goes through a folder of its own, removed however the loading ends.
+    struct Scratch(std::path::PathBuf);
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let dir = Scratch(std::env::temp_dir().join(format!("frt-vla-openpi-{}", std::process::id())));
     Pi05Weights::random(&c, r.seed)
-        .write(&dir, false, 1, false)
+        .write(&dir.0, false, 1, false)
         .unwrap();
-    let w = Pi05Weights::load(&dir, &c).unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
+    let w = Pi05Weights::load(&dir.0, &c).unwrap();
+    drop(dir);
     let ctx = Ctx::host().unwrap();
     let images: Vec<Vec<f32>> = (0..c.views)
         .map(|v| image(c.siglip.image_size, v))
