@@ -247,6 +247,11 @@ fn split_dtype(name: &str) -> (&str, Option<DType>) {
 }
 
 impl CudaOps {
+    /// The compute capability as one number (`sm_90` → 90).
+    pub fn sm(&self) -> u32 {
+        self.arch.trim_start_matches("sm_").parse().unwrap_or(0)
+    }
+
     pub fn load(ctx: &Ctx) -> Result<CudaOps> {
         let cu = ctx.cuda_context().expect("a CUDA context");
         ctx.bind_to_thread()?;

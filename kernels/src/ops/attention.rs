@@ -818,9 +818,7 @@ impl Kernels {
         out: &Tensor,
         dims: &Dims,
     ) -> Option<usize> {
-        let c = self.cuda.as_ref()?;
-        let sm: u32 = c.arch.trim_start_matches("sm_").parse().ok()?;
-        if sm < 80 {
+        if self.cuda.as_ref()?.sm() < 80 {
             return None;
         }
         let d = dims.d;

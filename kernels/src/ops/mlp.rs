@@ -83,8 +83,7 @@ impl Kernels {
         let dt = x.dtype();
         let fused = want_fused
             && self.cuda.as_ref().is_some_and(|c| {
-                let sm: u32 = c.arch.trim_start_matches("sm_").parse().unwrap_or(0);
-                sm >= 80
+                c.sm() >= 80
                 && SHARED_BYTES <= c.max_shared
                 && matches!(dt, DType::BF16 | DType::F16)
                 && xr.rows <= GEGLU_LINEAR_MAX_ROWS
