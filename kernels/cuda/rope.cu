@@ -24,33 +24,38 @@ __device__ void rope(const T* x, const int* positions, T* out, unsigned rows, un
 
 // A fused projection's output split into heads: qkv rows are [q heads | k heads | v heads]
 // (each `dim` wide, row stride s_in). q and k heads are rotated as `rope` does and written to
-// q and k; v heads are copied to v (each of those with its own row stride).
+// q and k; v heads are copied to v (each of those with its own row stride). A thread takes one
+// (token, pair) and the heads blockIdx.y, blockIdx.y + gridDim.y, ...: the angle is computed
+// once for all of them (the host spreads the heads over grid.y only where tokens are few).
 template <typename T>
-__device__ void rope_qkv(const T* qkv, const int* positions, T* q, T* k, T* v, unsigned tokens, unsigned hq,
-                         unsigned hk, unsigned dim, unsigned long long s_in, unsigned long long sq,
-                         unsigned long long sk, unsigned long long sv, float max_wavelength) {
+__device__ void rope_qkv(const T* __restrict__ qkv, const int* __restrict__ positions, T* __restrict__ q,
+                         T* __restrict__ k, T* __restrict__ v, unsigned tokens, unsigned hq, unsigned hk,
+                         unsigned dim, unsigned long long s_in, unsigned long long sq, unsigned long long sk,
+                         unsigned long long sv, float max_wavelength) {
     const unsigned half = dim / 2, heads = hq + 2 * hk;
-    const unsigned long long n = (unsigned long long)tokens * heads * half;
-    for (unsigned long long idx = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; idx < n;
-         idx += (unsigned long long)gridDim.x * blockDim.x) {
-        const unsigned long long t = idx / (heads * half);
-        const unsigned rem = idx % (heads * half);
-        const unsigned h = rem / half, i = rem % half;
-        const T* x = qkv + t * s_in + (unsigned long long)h * dim;
-        if (h >= hq + hk) {
-            T* o = v + t * sv + (unsigned long long)(h - hq - hk) * dim;
-            o[i] = x[i];
-            o[half + i] = x[half + i];
-            continue;
-        }
-        T* o = h < hq ? q + t * sq + (unsigned long long)h * dim : k + t * sk + (unsigned long long)(h - hq) * dim;
+    const unsigned n = tokens * half;  // the host checks that it fits 32 bits
+    for (unsigned idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += gridDim.x * blockDim.x) {
+        const unsigned t = idx / half, i = idx % half;
         const float pos = (float)positions[t];
         const float timescale = powf(max_wavelength, (2.f / dim) * i);
         float sn, cs;
         sincosf(pos / timescale, &sn, &cs);
-        const float x1 = to_f32(x[i]), x2 = to_f32(x[half + i]);
-        o[i] = from_f32<T>(x1 * cs - x2 * sn);
-        o[half + i] = from_f32<T>(x2 * cs + x1 * sn);
+        const T* x = qkv + t * s_in + i;
+#pragma unroll 2
+        for (unsigned h = blockIdx.y; h < heads; h += gridDim.y) {
+            const T x1 = x[h * dim], x2 = x[h * dim + half];
+            if (h >= hq + hk) {
+                T* o = v + t * sv + (unsigned long long)(h - hq - hk) * dim + i;
+                o[0] = x1;
+                o[half] = x2;
+                continue;
+            }
+            T* o = h < hq ? q + t * sq + (unsigned long long)h * dim + i
+                          : k + t * sk + (unsigned long long)(h - hq) * dim + i;
+            const float f1 = to_f32(x1), f2 = to_f32(x2);
+            o[0] = from_f32<T>(f1 * cs - f2 * sn);
+            o[half] = from_f32<T>(f2 * cs + f1 * sn);
+        }
     }
 }
 

@@ -143,6 +143,18 @@ impl Kernels {
         let (hq, hk, dt) = (rq.cols / head_dim, rk.cols / head_dim, qkv.dtype());
         match &self.cuda {
             Some(c) => {
+                // The kernel indexes (token, pair) with 32 bits.
+                if tokens * head_dim / 2 > u32::MAX as usize / 2 {
+                    return Err(Error::shape(
+                        op,
+                        format!("{tokens} tokens of head dim {head_dim}: too many for one launch"),
+                    ));
+                }
+                // A thread a (token, pair) computes the angle once for its heads; where that
+                // leaves few threads (the action expert's 50 tokens), the heads are spread over
+                // grid.y so that about 64 Ki threads run.
+                let pairs = tokens * head_dim / 2;
+                let head_groups = (65_536usize.div_ceil(pairs)).clamp(1, hq + 2 * hk);
                 self.retain(s, &[qkv, positions, q, k, v]);
                 let (mut ip, mut pp, mut qp, mut kp, mut vp) =
                     (qkv.ptr(), positions.ptr(), q.ptr(), k.ptr(), v.ptr());
@@ -161,7 +173,7 @@ impl Kernels {
                         s,
                         "rope_qkv",
                         Some(dt),
-                        (grid_1d(tokens * (hq + 2 * hk) * head_dim / 2), 1, 1),
+                        (grid_1d(pairs), head_groups as u32, 1),
                         (256, 1, 1),
                         0,
                         &mut args!(ip, pp, qp, kp, vp, t, a, b, d, si, sq, sk, sv, mw),
