@@ -154,7 +154,9 @@ impl Kernels {
                 // leaves few threads (the action expert's 50 tokens), the heads are spread over
                 // grid.y so that about 64 Ki threads run.
                 let pairs = tokens * head_dim / 2;
-                let head_groups = (65_536usize.div_ceil(pairs)).clamp(1, hq + 2 * hk);
+                let head_groups = 65_536usize
+                    .div_ceil(pairs.max(1))
+                    .clamp(1, (hq + 2 * hk).max(1));
                 self.retain(s, &[qkv, positions, q, k, v]);
                 let (mut ip, mut pp, mut qp, mut kp, mut vp) =
                     (qkv.ptr(), positions.ptr(), q.ptr(), k.ptr(), v.ptr());
