@@ -267,6 +267,13 @@ impl LtPlan {
             algo: candidates[0],
             workspace_bytes: workspace_sizes[0],
         };
+        let (mut candidates, mut workspace_sizes) = (candidates, workspace_sizes);
+        if tuning_enabled() && worth_tuning(sp) && split_k_enabled() {
+            for (algo, ws) in plan.split_k_variants(&candidates) {
+                candidates.push(algo);
+                workspace_sizes.push(ws);
+            }
+        }
         if candidates.len() > 1 && tuning_enabled() && worth_tuning(sp) {
             let cuda = k.cuda.as_ref().expect("CUDA plans exist on CUDA");
             let key = format!("{sp:?}");
@@ -292,6 +299,67 @@ impl LtPlan {
             };
         }
         Ok(plan)
+    }
+
+    /// The first [`SPLIT_K_BASES`] candidates again with their reduction dimension split
+    /// [`SPLIT_K`] ways (partial sums reduced in f32 in the workspace), where cuBLASLt accepts
+    /// the split for this plan: a GEMM of few output tiles and a long reduction (a
+    /// projection of a few hundred rows down from a wide hidden layer) otherwise leaves most
+    /// SMs idle, and the heuristic does not always offer a split form.
+    fn split_k_variants(
+        &self,
+        candidates: &[lts::cublasLtMatmulAlgo_t],
+    ) -> Vec<(lts::cublasLtMatmulAlgo_t, usize)> {
+        let mut out = Vec::new();
+        for base in candidates.iter().take(SPLIT_K_BASES) {
+            for splits in SPLIT_K {
+                let mut algo = *base;
+                let scheme =
+                    lts::cublasLtReductionScheme_t::CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE as u32;
+                let set = |algo: &mut lts::cublasLtMatmulAlgo_t, attr, v: &u32| {
+                    // SAFETY: `algo` is a live algorithm value; `v` has the attribute's type.
+                    unsafe {
+                        lts::cublasLtMatmulAlgoConfigSetAttribute(
+                            algo,
+                            attr,
+                            v as *const u32 as *const c_void,
+                            4,
+                        )
+                    }
+                };
+                use lts::cublasLtMatmulAlgoConfigAttributes_t as A;
+                if set(&mut algo, A::CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits)
+                    != lts::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+                    || set(&mut algo, A::CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme)
+                        != lts::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+                {
+                    continue;
+                }
+                // SAFETY: a plain-data C struct; zeroes are a valid (empty) value.
+                let mut result: lts::cublasLtMatmulHeuristicResult_t =
+                    unsafe { std::mem::zeroed() };
+                // SAFETY: the descriptors are live and describe the plan's operands.
+                let status = unsafe {
+                    lts::cublasLtMatmulAlgoCheck(
+                        self.handle,
+                        self.desc,
+                        self.layouts[0],
+                        self.layouts[1],
+                        self.layouts[2],
+                        self.layouts[2],
+                        &algo,
+                        &mut result,
+                    )
+                };
+                if status == lts::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+                    && result.state == lts::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+                    && result.workspaceSize <= WORKSPACE
+                {
+                    out.push((algo, result.workspaceSize));
+                }
+            }
+        }
+        out
     }
 
     /// Points the descriptor's bias at device address `ptr`.
@@ -482,6 +550,17 @@ fn worth_tuning(sp: &Spec) -> bool {
 
 /// Algorithms a CUDA GEMM plan considers (the heuristic's best first).
 const TUNING_CANDIDATES: usize = 8;
+/// How many of the heuristic's candidates are also tried with a split reduction dimension.
+const SPLIT_K_BASES: usize = 3;
+/// The splits tried for each of those.
+const SPLIT_K: [u32; 4] = [2, 3, 4, 8];
+
+/// Whether tuning also times split-reduction forms of the first candidates (default;
+/// `FRT_GEMM_SPLIT_K=0` leaves them out).
+fn split_k_enabled() -> bool {
+    std::env::var("FRT_GEMM_SPLIT_K").map_or(true, |v| v != "0")
+}
+
 /// Timed runs per candidate (after two untimed ones).
 const TUNING_RUNS: usize = 20;
 
