@@ -16,12 +16,14 @@ fn erf(x: f64) -> f64 {
     libm::erf(x)
 }
 
-/// (rows, cols) shapes: small, odd, and the models' (SigLIP, Gemma prefix, action expert,
-/// Whisper); the last four only on CUDA.
+/// (rows, cols) shapes: small, odd, longer than one 8-element chunk per thread of a row
+/// kernel (4104: the CUDA norms' multi-pass loops), and the models' (SigLIP, Gemma prefix,
+/// action expert, Whisper); the last four only on CUDA.
 const ROW_SHAPES: &[(usize, usize, bool)] = &[
     (3, 8, false),
     (5, 33, false),
     (7, 130, false),
+    (2, 4104, false),
     (256, 1152, true),
     (800, 2048, true),
     (50, 1024, true),
