@@ -1,22 +1,42 @@
 #!/usr/bin/env bash
-# Same-run A/B of the CUDA launch and GEMM settings, on the GPU machine from the staged folder
-# (scripts/stage-gpu.sh):  bash .gpu/gpu-perf-ab.sh
-# First the kernel and model correctness tests with programmatic dependent launch on (the
-# default settings are covered by gpu-suite.sh), then pi05-bench's canonical row under each
-# setting, one process each.
+# Same-session A/B on the GPU machine, from the staged folder (scripts/stage-gpu.sh), in parts
+# that each fit one device call:
+#   bash .gpu/gpu-perf-ab.sh ab      # pi05-bench's canonical row: this build against
+#                                    # .gpu/pi05-bench-main (a build of main staged beside
+#                                    # it, when present), alternating, three rounds; then
+#                                    # every CUDA op test
+#   bash .gpu/gpu-perf-ab.sh model   # the full-size model test (CUDA bf16/f32 vs host)
+#   bash .gpu/gpu-perf-ab.sh ops     # frt-kernels-bench's memory-bound and attention rows
+# Each line is printed as it comes and also written to $OUT/<part>.log when $OUT is set.
 set -uo pipefail
 cd "$(dirname "$0")"
+part=${1:-ab}
+log=${OUT:-/tmp}/$part.log
+exec > >(tee "$log") 2>&1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 fail=0
-for t in "./kernels-ops --ignored --test-threads=1" "./vla-gpu --ignored --test-threads=1 --nocapture"; do
-    echo "=== FRT_PDL=1 $t"
-    out=$(FRT_PDL=1 $t 2>&1)
-    rc=$?
-    echo "$out" | grep -E "cosine|test result|panicked|FAILED"
-    [ "$rc" = 0 ] || fail=1
-done
-for setting in "FRT_GEMM_TUNING=0" "FRT_PDL=0" "FRT_PDL=1" "FRT_PDL=1 FRT_GEMM_TUNING=0"; do
-    echo "=== $setting pi05-bench --canonical"
-    env $setting ./pi05-bench --iters 200 --canonical 2>&1 | grep -E "^\| 64" || fail=1
-done
+case "$part" in
+ab)
+    runs=("./pi05-bench")
+    [ -x ./pi05-bench-main ] && runs+=("./pi05-bench-main")
+    for round in 1 2 3; do
+        for r in "${runs[@]}"; do
+            echo "=== $r --canonical (round $round)"
+            $r --iters 200 --canonical 2>&1 | grep -E "^\| 64|rror" || fail=1
+        done
+    done
+    echo "=== ./kernels-ops --ignored"
+    ./kernels-ops --ignored --test-threads=1 2>&1 | grep -E "test result|panicked|FAILED|mismatch" || fail=1
+    ;;
+model)
+    ./vla-gpu --ignored --test-threads=1 --nocapture 2>&1 | grep -E "cosine|test result|panicked" || fail=1
+    ;;
+ops)
+    ./frt-kernels-bench --iters 200 --only mem,attention 2>&1 || fail=1
+    ;;
+*)
+    echo "unknown part $part (ab, model, ops)"
+    exit 2
+    ;;
+esac
 exit $fail
