@@ -7,6 +7,7 @@
 #                                    # every CUDA op test
 #   bash .gpu/gpu-perf-ab.sh model   # the full-size model test (CUDA bf16/f32 vs host)
 #   bash .gpu/gpu-perf-ab.sh ops     # frt-kernels-bench's memory-bound and attention rows
+#                                    # (and main's, from .gpu/frt-kernels-bench-main)
 # Each line is printed as it comes and also written to $OUT/<part>.log when $OUT is set.
 set -uo pipefail
 cd "$(dirname "$0")"
@@ -33,6 +34,12 @@ model)
     ;;
 ops)
     ./frt-kernels-bench --iters 200 --only mem,attention 2>&1 || fail=1
+    if [ -x ./frt-kernels-bench-main ]; then
+        # main's build has no --only: its memory-bound rows and first attention rows, cut
+        # after two minutes.
+        echo "=== ./frt-kernels-bench-main (memory-bound and attention rows)"
+        timeout 120 ./frt-kernels-bench-main --iters 200 2>&1 | grep -E "^\| (rms_norm|layer_norm|softmax|ada_rms_norm|gated_residual|geglu|rope|expert|siglip|gemma prefix)"
+    fi
     ;;
 *)
     echo "unknown part $part (ab, model, ops)"
