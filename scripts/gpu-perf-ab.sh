@@ -5,6 +5,8 @@
 #                                    # .gpu/pi05-bench-main (a build of main staged beside
 #                                    # it, when present), alternating, three rounds; then
 #                                    # every CUDA op test
+#   bash .gpu/gpu-perf-ab.sh cand    # GEMM tuning over 32 cuBLASLt candidates against 8
+#                                    # (the timings of each shape, then alternating runs)
 #   bash .gpu/gpu-perf-ab.sh model   # the full-size model test (CUDA bf16/f32 vs host)
 #   bash .gpu/gpu-perf-ab.sh ops     # frt-kernels-bench's memory-bound and attention rows
 #                                    # (and main's, from .gpu/frt-kernels-bench-main)
@@ -29,6 +31,16 @@ ab)
     echo "=== ./kernels-ops --ignored"
     ./kernels-ops --ignored --test-threads=1 2>&1 | grep -E "test result|panicked|FAILED|mismatch" || fail=1
     ;;
+cand)
+    echo "=== FRT_GEMM_CANDIDATES=32 FRT_GEMM_TUNING_LOG=1 ./pi05-bench --canonical"
+    FRT_GEMM_CANDIDATES=32 FRT_GEMM_TUNING_LOG=1 ./pi05-bench --iters 200 --canonical 2>&1 | grep -E "^\| 64|^gemm|rror" || fail=1
+    for round in 1 2; do
+        for setting in "FRT_GEMM_CANDIDATES=8" "FRT_GEMM_CANDIDATES=32"; do
+            echo "=== $setting ./pi05-bench --canonical (round $round)"
+            env $setting ./pi05-bench --iters 200 --canonical 2>&1 | grep -E "^\| 64|rror" || fail=1
+        done
+    done
+    ;;
 model)
     ./vla-gpu --ignored --test-threads=1 --nocapture 2>&1 | grep -E "cosine|test result|panicked" || fail=1
     ;;
@@ -42,7 +54,7 @@ ops)
     fi
     ;;
 *)
-    echo "unknown part $part (ab, model, ops)"
+    echo "unknown part $part (ab, cand, model, ops)"
     exit 2
     ;;
 esac
