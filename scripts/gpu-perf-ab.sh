@@ -7,6 +7,8 @@
 #                                    # every CUDA op test
 #   bash .gpu/gpu-perf-ab.sh cand    # GEMM tuning over 32 cuBLASLt candidates against 8
 #                                    # (the timings of each shape, then alternating runs)
+#   bash .gpu/gpu-perf-ab.sh merge   # FRT_FLASH_MERGE=1 (splits merged by the last split's
+#                                    # block): attention tests, A/B runs, the model test
 #   bash .gpu/gpu-perf-ab.sh model   # the full-size model test (CUDA bf16/f32 vs host)
 #   bash .gpu/gpu-perf-ab.sh ops     # frt-kernels-bench's memory-bound and attention rows
 #                                    # (and main's, from .gpu/frt-kernels-bench-main)
@@ -41,6 +43,18 @@ cand)
         done
     done
     ;;
+merge)
+    echo "=== FRT_FLASH_MERGE=1 ./kernels-ops --ignored attention"
+    FRT_FLASH_MERGE=1 ./kernels-ops --ignored --test-threads=1 attention 2>&1 | grep -E "test result|panicked|FAILED|mismatch" || fail=1
+    for round in 1 2; do
+        for setting in "FRT_FLASH_MERGE=0" "FRT_FLASH_MERGE=1"; do
+            echo "=== $setting ./pi05-bench --canonical (round $round)"
+            env $setting ./pi05-bench --iters 200 --canonical 2>&1 | grep -E "^\| 64|rror" || fail=1
+        done
+    done
+    echo "=== FRT_FLASH_MERGE=1 ./vla-gpu --ignored"
+    FRT_FLASH_MERGE=1 ./vla-gpu --ignored --test-threads=1 --nocapture 2>&1 | grep -E "cosine|test result|panicked" || fail=1
+    ;;
 model)
     ./vla-gpu --ignored --test-threads=1 --nocapture 2>&1 | grep -E "cosine|test result|panicked" || fail=1
     ;;
@@ -54,7 +68,7 @@ ops)
     fi
     ;;
 *)
-    echo "unknown part $part (ab, cand, model, ops)"
+    echo "unknown part $part (ab, cand, merge, model, ops)"
     exit 2
     ;;
 esac

@@ -34,6 +34,7 @@ struct FlashArgs {
     unsigned keys_per_split;            // a multiple of FLASH_BN
     unsigned batch;                     // independent attentions of one shape (grid.y = batch · hkv)
     unsigned long long bq, bk, bv, bo;  // where each next one's tensors start, in elements
+    unsigned* merge_counts;             // non-null: the last split of a block of rows merges
 };
 
 // Whether key j passes the query-independent part of the mask.
@@ -73,6 +74,56 @@ __device__ __forceinline__ void flash_stage(unsigned short* dst, const T* src, u
         const bool ok = c < dch && ((keys >> rr) & 1);
         const T* p = ok ? src + (unsigned long long)(j0 + rr) * stride + (unsigned long long)kh * a.d + c * 8 : src;
         cp_async16(dst + rr * DS + c * 8, p, ok);
+    }
+}
+
+// The splits of one block of rows, merged by the block of the split that finishes last (the
+// host then launches no flash_combine): each block counts itself in merge_counts once its
+// partial rows are visible device-wide; the one that brings the count to the number of splits
+// sets it back to zero for the next run and merges, with flash_combine's arithmetic, reading
+// the partial rows from L2.
+template <typename T>
+__device__ void flash_merge_in_last(T* __restrict__ out, const float* __restrict__ part,
+                                    const float* __restrict__ part_ml, const FlashArgs& a, unsigned entry,
+                                    unsigned kh, unsigned r0, unsigned rows, unsigned G) {
+    __shared__ unsigned is_last;
+    __threadfence();
+    __syncthreads();
+    const unsigned slot = blockIdx.y * gridDim.x + blockIdx.x;
+    if (threadIdx.x == 0) {
+        const unsigned before = atomicAdd(a.merge_counts + slot, 1u);
+        is_last = before == gridDim.z - 1;
+        if (is_last) a.merge_counts[slot] = 0u;
+    }
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    const unsigned total = a.batch * a.hq * a.sq_len, tpr = a.d / 4, splits = gridDim.z;
+    const unsigned nrows = min(rows - r0, (unsigned)FLASH_BM);
+    const float2* ml = (const float2*)part_ml;
+    for (unsigned u = threadIdx.x; u < nrows * tpr; u += blockDim.x) {
+        const unsigned row = r0 + u / tpr, c = (u % tpr) * 4;
+        const unsigned pr = entry * a.hq * a.sq_len + kh * rows + row;
+        float mx = -INFINITY;
+        for (unsigned s = 0; s < splits; ++s) mx = fmaxf(mx, __ldcg(ml + (unsigned long long)s * total + pr).x);
+        float sum = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f};
+        for (unsigned s = 0; s < splits; ++s) {
+            const unsigned long long sr = (unsigned long long)s * total + pr;
+            const float2 e = __ldcg(ml + sr);
+            const float4 p = __ldcg((const float4*)(part + sr * a.d + c));
+            const float w = e.x == -INFINITY ? 0.f : exp2f(e.x - mx);
+            sum += e.y * w;
+            acc[0] += w * p.x;
+            acc[1] += w * p.y;
+            acc[2] += w * p.z;
+            acc[3] += w * p.w;
+        }
+        const float inv = sum > 0.f ? 1.f / sum : 0.f;
+        T* orow = out + (unsigned long long)(row / G) * a.so + (unsigned long long)(kh * G + row % G) * a.d + c;
+        orow[0] = from_f32<T>(acc[0] * inv);
+        orow[1] = from_f32<T>(acc[1] * inv);
+        orow[2] = from_f32<T>(acc[2] * inv);
+        orow[3] = from_f32<T>(acc[3] * inv);
     }
 }
 
@@ -275,6 +326,7 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
         }
         if (t == 0) *(float2*)(part_ml + 2 * pr) = make_float2(m[rr], l[rr]);
     }
+    if (a.merge_counts) flash_merge_in_last<T>(out, part, part_ml, a, entry, kh, r0, rows, G);
 }
 
 // flash_combine for up to N splits: the values of every split are loaded into registers

@@ -449,6 +449,10 @@ enum Path {
         /// Partial rows `[splits, Hq·Sq, D]` and their (max, sum) `[splits, Hq·Sq, 2]` (f32),
         /// when `splits > 1`.
         part: Option<Box<(Tensor, Tensor)>>,
+        /// With `FRT_FLASH_MERGE=1` and `splits > 1`: one counter per block of rows (i32,
+        /// zero between runs); the last split of a block of rows to finish merges the
+        /// partial rows itself, and no merge kernel runs.
+        merge: Option<Box<Tensor>>,
     },
     /// CUDA, many queries: scores = Q·Kᵀ (cuBLASLt, f32), masked softmax, out = P·V.
     Gemm {
@@ -512,6 +516,12 @@ const FLASH_HEAD_DIMS: [usize; 6] = [16, 32, 64, 80, 128, 256];
 const FLASH_BM: usize = 64;
 const FLASH_BN: usize = 64;
 
+/// Whether tensor-core plans with split keys merge the splits in the last split's block
+/// (`FRT_FLASH_MERGE=1`, experimental) rather than in a second kernel (default).
+fn merge_in_last_split() -> bool {
+    std::env::var("FRT_FLASH_MERGE").is_ok_and(|v| v == "1")
+}
+
 /// Whether [`Kernels::attention_plan`] takes the tensor-core kernel (when it can run) rather
 /// than the GEMM path. `FRT_FLASH_ATTENTION=1` / `0` forces the choice; otherwise it is taken
 /// except for long sequences of wide heads (head dim above 128 and at least 128 queries, e.g.
@@ -554,6 +564,7 @@ struct FlashArgs {
     bk: u64,
     bv: u64,
     bo: u64,
+    merge_counts: u64,
 }
 
 /// Queries from which the CUDA plan takes the GEMM path.
@@ -897,11 +908,24 @@ impl Kernels {
         } else {
             None
         };
+        let merge = if splits > 1 && merge_in_last_split() {
+            // Zeroed once here (the last split of each run sets its counter back to zero).
+            let counts =
+                Tensor::alloc(self.ctx(), "attention.merge_counts", DType::I32, &[blocks])?;
+            let cuda = self.cuda.as_ref().expect("tensor-core plans exist on CUDA");
+            let st = cuda.tuning_stream(self.ctx())?;
+            counts.write_i32(st, &vec![0; blocks])?;
+            self.ctx().sync_stream(st)?;
+            Some(Box::new(counts))
+        } else {
+            None
+        };
         Ok(Path::Flash {
             dp,
             splits,
             keys_per_split,
             part,
+            merge,
         })
     }
 
@@ -1046,6 +1070,7 @@ impl AttentionPlan {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn run_flash(
         &self,
         k: &Kernels,
@@ -1054,6 +1079,7 @@ impl AttentionPlan {
         splits: usize,
         keys_per_split: usize,
         part: Option<&(Tensor, Tensor)>,
+        merge: Option<&Tensor>,
     ) -> Result<()> {
         let c = k.cuda.as_ref().expect("flash path only on CUDA");
         let d = self.dims;
@@ -1080,7 +1106,12 @@ impl AttentionPlan {
             bk: self.batch.k as u64,
             bv: self.batch.v as u64,
             bo: self.batch.out as u64,
+            merge_counts: 0,
         };
+        if let Some(m) = merge {
+            k.retain(s, &[m]);
+            args.merge_counts = m.ptr();
+        }
         if let Some(vl) = &self.mask.valid_len {
             k.retain(s, &[vl]);
             args.valid_len = vl.ptr();
@@ -1124,7 +1155,7 @@ impl AttentionPlan {
                 shared,
                 &mut args!(qp, kp, vp, op, pp, mp, args),
             )?;
-            if splits > 1 {
+            if splits > 1 && merge.is_none() {
                 let mut n = splits as u32;
                 let all = self.batch.n * d.hq * d.sq_len;
                 // Kernels for at most 4, 8 or 16 splits hold every split's values in
@@ -1161,7 +1192,16 @@ impl AttentionPlan {
                 splits,
                 keys_per_split,
                 part,
-            } => self.run_flash(k, s, *dp, *splits, *keys_per_split, part.as_deref()),
+                merge,
+            } => self.run_flash(
+                k,
+                s,
+                *dp,
+                *splits,
+                *keys_per_split,
+                part.as_deref(),
+                merge.as_deref(),
+            ),
             Path::Gemm {
                 qk,
                 pv,
