@@ -909,14 +909,7 @@ impl Kernels {
             None
         };
         let merge = if splits > 1 && merge_in_last_split() {
-            // Zeroed once here (the last split of each run sets its counter back to zero).
-            let counts =
-                Tensor::alloc(self.ctx(), "attention.merge_counts", DType::I32, &[blocks])?;
-            let cuda = self.cuda.as_ref().expect("tensor-core plans exist on CUDA");
-            let st = cuda.tuning_stream(self.ctx())?;
-            counts.write_i32(st, &vec![0; blocks])?;
-            self.ctx().sync_stream(st)?;
-            Some(Box::new(counts))
+            Some(Box::new(self.merge_counts(blocks)?))
         } else {
             None
         };
@@ -927,6 +920,17 @@ impl Kernels {
             part,
             merge,
         })
+    }
+
+    /// One zeroed counter per block of rows for merging split keys in the last split's block
+    /// (the block that merges sets its counter back to zero).
+    fn merge_counts(&self, blocks: usize) -> Result<Tensor> {
+        let counts = Tensor::alloc(self.ctx(), "attention.merge_counts", DType::I32, &[blocks])?;
+        let cuda = self.cuda.as_ref().expect("tensor-core plans exist on CUDA");
+        let st = cuda.tuning_stream(self.ctx())?;
+        counts.write_i32(st, &vec![0; blocks])?;
+        self.ctx().sync_stream(st)?;
+        Ok(counts)
     }
 
     fn attention_gemm_path(
@@ -1060,6 +1064,30 @@ impl AttentionPlan {
     /// Whether the plan uses the GEMM path.
     pub fn uses_gemm(&self) -> bool {
         matches!(self.path, Path::Gemm { .. })
+    }
+
+    /// This plan with its key splits merged by the block of the split that finishes last
+    /// instead of a second kernel (what `FRT_FLASH_MERGE=1` makes every plan do); a plan
+    /// without split keys, or already merging so, is returned as it is.
+    pub fn with_merge_in_last_split(mut self, k: &Kernels) -> Result<AttentionPlan> {
+        if let Path::Flash {
+            splits,
+            merge: merge @ None,
+            ..
+        } = &mut self.path
+            && *splits > 1
+        {
+            let d = &self.dims;
+            let blocks = (d.hq / d.hkv * d.sq_len).div_ceil(FLASH_BM) * d.hkv * self.batch.n;
+            *merge = Some(Box::new(k.merge_counts(blocks)?));
+        }
+        Ok(self)
+    }
+
+    /// Whether the key splits are merged by the last split's block (see
+    /// [`with_merge_in_last_split`](Self::with_merge_in_last_split)).
+    pub fn merges_in_last_split(&self) -> bool {
+        matches!(self.path, Path::Flash { merge: Some(_), .. })
     }
 
     /// Whether the plan uses the tensor-core kernel, and with how many key splits.
