@@ -77,10 +77,41 @@ __device__ __forceinline__ void flash_stage(unsigned short* dst, const T* src, u
     }
 }
 
+// Merges 4 columns (from c) of partial row pr over `splits` splits into orow: split s weighs
+// 2^(m_s - M); the sum of the weighted (max, sum) pairs normalizes. Loads from L2 (the rows
+// were written by other blocks). Used by flash_combine beyond 16 splits and by
+// flash_merge_in_last.
+template <typename T>
+__device__ __forceinline__ void flash_merge_row(const float* __restrict__ part, const float2* __restrict__ ml,
+                                                T* __restrict__ orow, unsigned total, unsigned pr, unsigned d,
+                                                unsigned c, unsigned splits) {
+    float mx = -INFINITY;
+#pragma unroll 8
+    for (unsigned s = 0; s < splits; ++s) mx = fmaxf(mx, __ldcg(ml + (unsigned long long)s * total + pr).x);
+    float sum = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 8
+    for (unsigned s = 0; s < splits; ++s) {
+        const unsigned long long sr = (unsigned long long)s * total + pr;
+        const float2 e = __ldcg(ml + sr);
+        const float4 p = __ldcg((const float4*)(part + sr * d + c));
+        const float w = e.x == -INFINITY ? 0.f : exp2f(e.x - mx);
+        sum += e.y * w;
+        acc[0] += w * p.x;
+        acc[1] += w * p.y;
+        acc[2] += w * p.z;
+        acc[3] += w * p.w;
+    }
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    orow[0] = from_f32<T>(acc[0] * inv);
+    orow[1] = from_f32<T>(acc[1] * inv);
+    orow[2] = from_f32<T>(acc[2] * inv);
+    orow[3] = from_f32<T>(acc[3] * inv);
+}
+
 // The splits of one block of rows, merged by the block of the split that finishes last (the
 // host then launches no flash_combine): each block counts itself in merge_counts once its
 // partial rows are visible device-wide; the one that brings the count to the number of splits
-// sets it back to zero for the next run and merges, with flash_combine's arithmetic, reading
+// sets it back to zero for the next run and merges (flash_merge_row), reading
 // the partial rows from L2.
 template <typename T>
 __device__ void flash_merge_in_last(T* __restrict__ out, const float* __restrict__ part,
@@ -104,26 +135,8 @@ __device__ void flash_merge_in_last(T* __restrict__ out, const float* __restrict
     for (unsigned u = threadIdx.x; u < nrows * tpr; u += blockDim.x) {
         const unsigned row = r0 + u / tpr, c = (u % tpr) * 4;
         const unsigned pr = entry * a.hq * a.sq_len + kh * rows + row;
-        float mx = -INFINITY;
-        for (unsigned s = 0; s < splits; ++s) mx = fmaxf(mx, __ldcg(ml + (unsigned long long)s * total + pr).x);
-        float sum = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f};
-        for (unsigned s = 0; s < splits; ++s) {
-            const unsigned long long sr = (unsigned long long)s * total + pr;
-            const float2 e = __ldcg(ml + sr);
-            const float4 p = __ldcg((const float4*)(part + sr * a.d + c));
-            const float w = e.x == -INFINITY ? 0.f : exp2f(e.x - mx);
-            sum += e.y * w;
-            acc[0] += w * p.x;
-            acc[1] += w * p.y;
-            acc[2] += w * p.z;
-            acc[3] += w * p.w;
-        }
-        const float inv = sum > 0.f ? 1.f / sum : 0.f;
         T* orow = out + (unsigned long long)(row / G) * a.so + (unsigned long long)(kh * G + row % G) * a.d + c;
-        orow[0] = from_f32<T>(acc[0] * inv);
-        orow[1] = from_f32<T>(acc[1] * inv);
-        orow[2] = from_f32<T>(acc[2] * inv);
-        orow[3] = from_f32<T>(acc[3] * inv);
+        flash_merge_row<T>(part, ml, orow, total, pr, a.d, c, splits);
     }
 }
 
@@ -330,7 +343,7 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
 }
 
 // flash_combine for up to N splits: the values of every split are loaded into registers
-// first, then merged with the same arithmetic as flash_combine's loops.
+// first, then merged with the same arithmetic as flash_merge_row.
 template <typename T, int N>
 __device__ __forceinline__ void flash_combine_regs(const float* __restrict__ part, const float2* __restrict__ ml,
                                                    T* __restrict__ orow, unsigned total, unsigned pr, unsigned d,
@@ -390,27 +403,7 @@ __device__ void flash_combine(const float* __restrict__ part, const float* __res
     const float2* ml = (const float2*)part_ml;
     T* orow = out + entry * a.bo + (unsigned long long)qi * a.so + (unsigned long long)qh * a.d + c;
     if (N > 0) return flash_combine_regs<T, (N > 0 ? N : 1)>(part, ml, orow, total, pr, a.d, c, splits);
-    float mx = -INFINITY;
-#pragma unroll 8
-    for (unsigned s = 0; s < splits; ++s) mx = fmaxf(mx, ml[(unsigned long long)s * total + pr].x);
-    float sum = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 8
-    for (unsigned s = 0; s < splits; ++s) {
-        const unsigned long long sr = (unsigned long long)s * total + pr;
-        const float2 e = ml[sr];
-        const float4 p = *(const float4*)(part + sr * a.d + c);
-        const float w = e.x == -INFINITY ? 0.f : exp2f(e.x - mx);
-        sum += e.y * w;
-        acc[0] += w * p.x;
-        acc[1] += w * p.y;
-        acc[2] += w * p.z;
-        acc[3] += w * p.w;
-    }
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
-    orow[0] = from_f32<T>(acc[0] * inv);
-    orow[1] = from_f32<T>(acc[1] * inv);
-    orow[2] = from_f32<T>(acc[2] * inv);
-    orow[3] = from_f32<T>(acc[3] * inv);
+    flash_merge_row<T>(part, ml, orow, total, pr, a.d, c, splits);
 }
 
 #define FLASH_ATTENTION(T, S, DP)                                                                        \
