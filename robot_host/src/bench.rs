@@ -6,9 +6,9 @@
 //!   on a low-priority stream of the same device;
 //! * stop → halt chunk p50/p99, the stop arriving before each of the tick's replays in turn;
 //! * subgoal overwrite: host time of writing a new prompt's buffers (and of tokenizing it);
-//! * host time per tick on the control thread (prompt, noise and input writes; reading,
-//!   guarding and publishing the chunk), and per pair of frames on the I/O side (decoding,
-//!   resize-with-pad, scaling).
+//! * host time per tick on the control thread (prompt and input writes; reading, guarding
+//!   and publishing the chunk; the next tick's noise is drawn while the device runs), and per
+//!   pair of frames on the I/O side (decoding, resize-with-pad, scaling).
 
 use crate::messages::{Command, Image, JointState, Outbound, Source};
 use crate::node::{Clock, Node, SystemClock, TickOutcome};
@@ -294,7 +294,7 @@ pub fn run(o: &BenchOptions, tokenizer: Option<&Path>) -> Result<String> {
         pct(&tok, 0.99)
     );
     r += &format!(
-        "| host time per tick on the control thread (prompt, noise, input writes; chunk read, guards, publish), ms | {:.3} | {:.3} |\n",
+        "| host time per tick on the control thread (prompt, input writes; chunk read, guards, publish), ms | {:.3} | {:.3} |\n",
         pct(&host, 0.5),
         pct(&host, 0.99)
     );

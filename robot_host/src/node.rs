@@ -856,6 +856,10 @@ impl Node {
             let st = self.policy.stages()[i];
             self.policy.replay(st)?;
             self.done[i % 2].record(s)?;
+            if i == 0 {
+                // The device is busy now: the next tick's noise is drawn meanwhile.
+                self.policy.draw_noise();
+            }
             if i > 0 {
                 if let Some(o) = self.wait_replay(i - 1)? {
                     return Ok(Some(o));

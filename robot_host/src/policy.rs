@@ -53,6 +53,8 @@ pub struct Policy {
     stages: Vec<Stage>,
     noise: Noise,
     noise_buf: Vec<f32>,
+    /// `noise_buf` holds a draw no tick has used yet (see [`Policy::draw_noise`]).
+    noise_ready: bool,
     raw: Vec<f32>,
     /// Per-tick scratch: the normalized state, the prompt tokens and the tokenizer's buffers
     /// (reused, so a tick allocates nothing).
@@ -144,6 +146,7 @@ impl Policy {
             stages,
             noise: Noise::new(cfg.control.noise_seed),
             noise_buf: vec![0.0; mc.action_horizon * mc.action_dim],
+            noise_ready: false,
             raw: vec![0.0; mc.action_horizon * mc.action_dim],
             state_buf: Vec::with_capacity(cfg.state.joints.len()),
             tokens: Vec::with_capacity(PromptScratch::max_ids(
@@ -197,13 +200,26 @@ impl Policy {
             &mut self.tokens,
             &mut self.prompt,
         )?;
-        self.noise.fill(&mut self.noise_buf);
+        self.draw_noise();
+        // The draw is used up whether or not the inputs are accepted, as when it was drawn
+        // here: the sequence of draws does not depend on when they are made.
+        self.noise_ready = false;
         self.model.set_inputs(&Observation {
             images: frames,
             tokens: &self.tokens,
             noise: &self.noise_buf,
         })?;
         Ok(())
+    }
+
+    /// Draws the next tick's noise now unless it is drawn already: the control loop calls it
+    /// while the device runs a tick, so that the next tick's preparation does not wait for it.
+    /// The draws come in the same order either way (a scripted run replays the same noise).
+    pub fn draw_noise(&mut self) {
+        if !self.noise_ready {
+            self.noise.fill(&mut self.noise_buf);
+            self.noise_ready = true;
+        }
     }
 
     /// The prompt tokens for a subgoal and a (raw) robot state, as a tick builds them.
@@ -265,5 +281,71 @@ impl Policy {
         self.model.halt(self.halt_stream)?;
         self.model.read_actions(self.halt_stream, &mut self.raw)?;
         self.unnormalize_into(out, robot_dim)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny_policy() -> Policy {
+        let cfg = Config::parse(
+            "model:
+  random: { size: tiny, seed: 1 }
+  precision: f32
+  backend: host
+  max_token_len: 48
+cameras:
+  - { name: base, topic: /base/image_raw, format: raw, view: 0 }
+state:
+  topic: /joint_states
+  joints: [j1, j2]
+control:
+  rate_hz: 50
+  initial_subgoal: pick up the cup
+  action_dim: 2
+  dt: 0.02
+  noise_seed: 7
+safety:
+  max_observation_age_ms: 1000
+  missing_camera: degrade
+  action_space: velocity
+  action_min: [-10.0]
+  action_max: [10.0]
+",
+        )
+        .unwrap();
+        Policy::build(&cfg).unwrap()
+    }
+
+    /// Noise drawn ahead (while the device runs the tick before) is the draw the tick would
+    /// have made itself: the same sequence, however often `draw_noise` is called between
+    /// ticks, and a tick whose inputs are refused still uses its draw up.
+    #[test]
+    fn noise_drawn_ahead_keeps_the_sequence() {
+        let (mut plain, mut ahead) = (tiny_policy(), tiny_policy());
+        let views = plain.model.config.views;
+        let size = plain.model.config.siglip.image_size;
+        let image = vec![0.25f32; size * size * 3];
+        let mut frames: Vec<Option<&[f32]>> = vec![None; views];
+        frames[0] = Some(&image);
+        let bad = vec![f32::NAN; size * size * 3];
+        let mut bad_frames = frames.clone();
+        bad_frames[0] = Some(&bad);
+        for tick in 0..4 {
+            // Tick 2's inputs are refused (NaN pixels) in both.
+            let f = if tick == 2 { &bad_frames } else { &frames };
+            let r1 = plain.prepare(f, &[0.1, -0.2], "pick up the cup");
+            ahead.draw_noise();
+            ahead.draw_noise();
+            let r2 = ahead.prepare(f, &[0.1, -0.2], "pick up the cup");
+            assert_eq!(r1.is_ok(), tick != 2);
+            assert_eq!(r2.is_ok(), tick != 2);
+            assert_eq!(plain.noise_buf, ahead.noise_buf, "tick {tick}");
+        }
+        // The draws differ from tick to tick.
+        let last = ahead.noise_buf.clone();
+        ahead.draw_noise();
+        assert_ne!(ahead.noise_buf, last);
     }
 }
