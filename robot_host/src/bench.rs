@@ -42,7 +42,7 @@ pub struct BenchOptions {
     pub clip: std::path::PathBuf,
 }
 
-fn config(tiny: bool) -> Result<Config> {
+pub(crate) fn config(tiny: bool) -> Result<Config> {
     let model = if tiny {
         "  random: { size: tiny, seed: 1 }\n  precision: f32\n  backend: host\n  max_token_len: 96"
     } else {

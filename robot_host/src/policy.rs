@@ -288,34 +288,10 @@ impl Policy {
 mod tests {
     use super::*;
 
-    fn tiny_policy() -> Policy {
-        let cfg = Config::parse(
-            "model:
-  random: { size: tiny, seed: 1 }
-  precision: f32
-  backend: host
-  max_token_len: 48
-cameras:
-  - { name: base, topic: /base/image_raw, format: raw, view: 0 }
-state:
-  topic: /joint_states
-  joints: [j1, j2]
-control:
-  rate_hz: 50
-  initial_subgoal: pick up the cup
-  action_dim: 2
-  dt: 0.02
-  noise_seed: 7
-safety:
-  max_observation_age_ms: 1000
-  missing_camera: degrade
-  action_space: velocity
-  action_min: [-10.0]
-  action_max: [10.0]
-",
-        )
-        .unwrap();
-        Policy::build(&cfg).unwrap()
+    /// The bench's tiny model on the host backend, and its noise seed.
+    fn tiny_policy() -> (Policy, u64) {
+        let cfg = crate::bench::config(true).unwrap();
+        (Policy::build(&cfg).unwrap(), cfg.control.noise_seed)
     }
 
     /// Noise drawn ahead (while the device runs the tick before) is the draw the tick would
@@ -323,7 +299,10 @@ safety:
     /// ticks, and a tick whose inputs are refused still uses its draw up.
     #[test]
     fn noise_drawn_ahead_keeps_the_sequence() {
-        let (mut plain, mut ahead) = (tiny_policy(), tiny_policy());
+        let ((mut plain, seed), (mut ahead, _)) = (tiny_policy(), tiny_policy());
+        // The draws in order, one per tick.
+        let mut reference = Noise::new(seed);
+        let mut want = vec![0.0f32; plain.noise_buf.len()];
         let views = plain.model.config.views;
         let size = plain.model.config.siglip.image_size;
         let image = vec![0.25f32; size * size * 3];
@@ -335,13 +314,16 @@ safety:
         for tick in 0..4 {
             // Tick 2's inputs are refused (NaN pixels) in both.
             let f = if tick == 2 { &bad_frames } else { &frames };
-            let r1 = plain.prepare(f, &[0.1, -0.2], "pick up the cup");
+            let state = [0.1, -0.2, 0.3, 0.0, 0.05, -0.1, 0.2, 0.0];
+            let r1 = plain.prepare(f, &state, "pick up the cup");
             ahead.draw_noise();
             ahead.draw_noise();
-            let r2 = ahead.prepare(f, &[0.1, -0.2], "pick up the cup");
+            let r2 = ahead.prepare(f, &state, "pick up the cup");
             assert_eq!(r1.is_ok(), tick != 2);
             assert_eq!(r2.is_ok(), tick != 2);
-            assert_eq!(plain.noise_buf, ahead.noise_buf, "tick {tick}");
+            reference.fill(&mut want);
+            assert_eq!(plain.noise_buf, want, "tick {tick}");
+            assert_eq!(ahead.noise_buf, want, "tick {tick}");
         }
         // The draws differ from tick to tick.
         let last = ahead.noise_buf.clone();
