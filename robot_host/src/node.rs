@@ -859,11 +859,8 @@ impl Node {
             if i == 0 {
                 // The device is busy now: the next tick's noise is drawn meanwhile.
                 self.policy.draw_noise();
-            }
-            if i > 0 {
-                if let Some(o) = self.wait_replay(i - 1)? {
-                    return Ok(Some(o));
-                }
+            } else if let Some(o) = self.wait_replay(i - 1)? {
+                return Ok(Some(o));
             }
         }
         self.wait_replay(n - 1)

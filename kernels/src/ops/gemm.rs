@@ -250,15 +250,15 @@ impl LtPlan {
         // SAFETY: destroyed once.
         unsafe { lt::destroy_matmul_pref(pref) }
             .map_err(lt_err("cublasLtMatmulPreferenceDestroy"))?;
-        let (candidates, workspace_sizes): (Vec<lts::cublasLtMatmulAlgo_t>, Vec<usize>) = found
-            [..count.max(0) as usize]
-            .iter()
-            .filter(|r| {
-                r.state == lts::cublasStatus_t::CUBLAS_STATUS_SUCCESS
-                    && r.workspaceSize <= WORKSPACE
-            })
-            .map(|r| (r.algo, r.workspaceSize))
-            .unzip();
+        let (mut candidates, mut workspace_sizes): (Vec<lts::cublasLtMatmulAlgo_t>, Vec<usize>) =
+            found[..count.max(0) as usize]
+                .iter()
+                .filter(|r| {
+                    r.state == lts::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+                        && r.workspaceSize <= WORKSPACE
+                })
+                .map(|r| (r.algo, r.workspaceSize))
+                .unzip();
         if status != lts::cublasStatus_t::CUBLAS_STATUS_SUCCESS || candidates.is_empty() {
             return Err(Error::NoAlgorithm {
                 what: format!("{sp:?}"),
@@ -271,14 +271,7 @@ impl LtPlan {
             algo: candidates[0],
             workspace_bytes: workspace_sizes[0],
         };
-        let (mut candidates, mut workspace_sizes) = (candidates, workspace_sizes);
-        if tuning_enabled() && worth_tuning(sp) && split_k_enabled() {
-            for (algo, ws) in plan.split_k_variants(&candidates) {
-                candidates.push(algo);
-                workspace_sizes.push(ws);
-            }
-        }
-        if candidates.len() > 1 && tuning_enabled() && worth_tuning(sp) {
+        if tuning_enabled() && worth_tuning(sp) {
             let cuda = k.cuda.as_ref().expect("CUDA plans exist on CUDA");
             let key = format!("{sp:?}");
             let known = cuda
@@ -290,9 +283,19 @@ impl LtPlan {
             (plan.algo, plan.workspace_bytes) = match known {
                 Some(chosen) => chosen,
                 None => {
+                    if split_k_enabled() {
+                        for (algo, ws) in plan.split_k_variants(&candidates) {
+                            candidates.push(algo);
+                            workspace_sizes.push(ws);
+                        }
+                    }
                     // Timing needs scratch memory and a stream of its own; where that is not
                     // possible (e.g. inside a global-mode capture) the heuristic's choice stands.
-                    let i = plan.fastest(k, sp, &candidates).unwrap_or(0);
+                    let i = if candidates.len() > 1 {
+                        plan.fastest(k, sp, &candidates).unwrap_or(0)
+                    } else {
+                        0
+                    };
                     let chosen = (candidates[i], workspace_sizes[i]);
                     cuda.tuned
                         .lock()
@@ -314,23 +317,22 @@ impl LtPlan {
         &self,
         candidates: &[lts::cublasLtMatmulAlgo_t],
     ) -> Vec<(lts::cublasLtMatmulAlgo_t, usize)> {
+        let scheme = lts::cublasLtReductionScheme_t::CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE as u32;
+        let set = |algo: &mut lts::cublasLtMatmulAlgo_t, attr, v: &u32| {
+            // SAFETY: `algo` is a live algorithm value; `v` has the attribute's type.
+            unsafe {
+                lts::cublasLtMatmulAlgoConfigSetAttribute(
+                    algo,
+                    attr,
+                    v as *const u32 as *const c_void,
+                    4,
+                )
+            }
+        };
         let mut out = Vec::new();
         for base in candidates.iter().take(SPLIT_K_BASES) {
             for splits in SPLIT_K {
                 let mut algo = *base;
-                let scheme =
-                    lts::cublasLtReductionScheme_t::CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE as u32;
-                let set = |algo: &mut lts::cublasLtMatmulAlgo_t, attr, v: &u32| {
-                    // SAFETY: `algo` is a live algorithm value; `v` has the attribute's type.
-                    unsafe {
-                        lts::cublasLtMatmulAlgoConfigSetAttribute(
-                            algo,
-                            attr,
-                            v as *const u32 as *const c_void,
-                            4,
-                        )
-                    }
-                };
                 use lts::cublasLtMatmulAlgoConfigAttributes_t as A;
                 if set(&mut algo, A::CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits)
                     != lts::cublasStatus_t::CUBLAS_STATUS_SUCCESS
