@@ -34,7 +34,7 @@ struct FlashArgs {
     unsigned keys_per_split;            // a multiple of FLASH_BN
     unsigned batch;                     // independent attentions of one shape (grid.y = batch · hkv)
     unsigned long long bq, bk, bv, bo;  // where each next one's tensors start, in elements
-    unsigned* merge_counts;             // non-null: the last split of a block of rows merges
+    unsigned* merge_counts;             // flash_attention_merge_*: a counter per block of rows
 };
 
 // Whether key j passes the query-independent part of the mask.
@@ -140,7 +140,9 @@ __device__ void flash_merge_in_last(T* __restrict__ out, const float* __restrict
     }
 }
 
-template <typename T, int DP>
+// MERGE: the block of the split that finishes last merges its block of rows (a kernel of its
+// own, so that the plain one keeps only the registers it needs).
+template <typename T, int DP, bool MERGE>
 __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                 T* __restrict__ out, float* __restrict__ part, float* __restrict__ part_ml,
                                 const FlashArgs a) {
@@ -339,7 +341,7 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
         }
         if (t == 0) *(float2*)(part_ml + 2 * pr) = make_float2(m[rr], l[rr]);
     }
-    if (a.merge_counts) flash_merge_in_last<T>(out, part, part_ml, a, entry, kh, r0, rows, G);
+    if (MERGE) flash_merge_in_last<T>(out, part, part_ml, a, entry, kh, r0, rows, G);
 }
 
 // flash_combine for up to N splits: the values of every split are loaded into registers
@@ -406,12 +408,16 @@ __device__ void flash_combine(const float* __restrict__ part, const float* __res
     flash_merge_row<T>(part, ml, orow, total, pr, a.d, c, splits);
 }
 
-#define FLASH_ATTENTION(T, S, DP)                                                                        \
-    extern "C" __global__ void __launch_bounds__(FLASH_THREADS) flash_attention_d##DP##_##S(             \
+#define FLASH_ATTENTION_KERNEL(T, S, DP, NAME, MERGE)                                                    \
+    extern "C" __global__ void __launch_bounds__(FLASH_THREADS) NAME##_d##DP##_##S(                      \
         const T* q, const T* k, const T* v, T* out, float* part, float* part_ml, const FlashArgs a) {    \
         pdl_entry();                                                                                    \
-        flash_attention<T, DP>(q, k, v, out, part, part_ml, a);                                         \
+        flash_attention<T, DP, MERGE>(q, k, v, out, part, part_ml, a);                                  \
     }
+// flash_attention_dDP_S, and flash_attention_merge_dDP_S (merges in the last split's block).
+#define FLASH_ATTENTION(T, S, DP)                                                                        \
+    FLASH_ATTENTION_KERNEL(T, S, DP, flash_attention, false)                                            \
+    FLASH_ATTENTION_KERNEL(T, S, DP, flash_attention_merge, true)
 // flash_combine_S (any number of splits) and flash_combine{4,8,16}_S (at most that many).
 #define FLASH_COMBINE(T, S, SUFFIX, N)                                                                   \
     extern "C" __global__ void flash_combine##SUFFIX##_##S(const float* part, const float* part_ml,      \

@@ -1104,16 +1104,21 @@ fn attention(b: &Backend) {
                     let mask_of = &mask_of;
                     let op: Box<OpFn<'_>> =
                         Box::new(move |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
-                            k.attention_plan_flash_splits(
-                                &i[0],
-                                &i[1],
-                                &i[2],
-                                o,
-                                &mask_of(i),
-                                scale,
-                                n,
-                            )?
-                            .run(k, s)
+                            // The host backend it is compared with: its reference kernel.
+                            let plan = if k.target() == "host" {
+                                k.attention_plan(&i[0], &i[1], &i[2], o, &mask_of(i), scale)?
+                            } else {
+                                k.attention_plan_flash_splits(
+                                    &i[0],
+                                    &i[1],
+                                    &i[2],
+                                    o,
+                                    &mask_of(i),
+                                    scale,
+                                    n,
+                                )?
+                            };
+                            plan.run(k, s)
                         });
                     (format!("tensor-core, {n} splits asked"), op)
                 })

@@ -1157,13 +1157,19 @@ impl AttentionPlan {
             (self.q.ptr(), self.k.ptr(), self.v.ptr(), self.out.ptr());
         let rows = d.hq / d.hkv * d.sq_len;
         let shared = ((FLASH_BM + 2 * FLASH_BN) * (dp + 8) * 2) as u32;
-        let name: &'static str = match dp {
-            16 => "flash_attention_d16",
-            32 => "flash_attention_d32",
-            64 => "flash_attention_d64",
-            80 => "flash_attention_d80",
-            128 => "flash_attention_d128",
-            _ => "flash_attention_d256",
+        let name: &'static str = match (dp, merge.is_some()) {
+            (16, false) => "flash_attention_d16",
+            (32, false) => "flash_attention_d32",
+            (64, false) => "flash_attention_d64",
+            (80, false) => "flash_attention_d80",
+            (128, false) => "flash_attention_d128",
+            (_, false) => "flash_attention_d256",
+            (16, true) => "flash_attention_merge_d16",
+            (32, true) => "flash_attention_merge_d32",
+            (64, true) => "flash_attention_merge_d64",
+            (80, true) => "flash_attention_merge_d80",
+            (128, true) => "flash_attention_merge_d128",
+            (_, true) => "flash_attention_merge_d256",
         };
         let dt = Some(self.q.dtype());
         // SAFETY: the layouts, alignments and head dim were checked when planned (for every
