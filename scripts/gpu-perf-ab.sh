@@ -1,14 +1,12 @@
 #!/usr/bin/env bash
 # Same-session A/B on the GPU machine, from the staged folder (scripts/stage-gpu.sh), in parts
 # that each fit one device call:
-#   bash .gpu/gpu-perf-ab.sh ab      # pi05-bench's canonical row: this build against
-#                                    # .gpu/pi05-bench-main (a build of main staged beside
-#                                    # it, when present), alternating, three rounds; then
-#                                    # every CUDA op test
+#   bash .gpu/gpu-perf-ab.sh ab      # pi05-bench's canonical row: this build against the
+#                                    # builds staged beside it as .gpu/pi05-bench-<name>
+#                                    # (e.g. -main), alternating, three rounds; then every
+#                                    # CUDA op test
 #   bash .gpu/gpu-perf-ab.sh cand    # GEMM tuning over 32 cuBLASLt candidates against 8
 #                                    # (the timings of each shape, then alternating runs)
-#   bash .gpu/gpu-perf-ab.sh merge   # FRT_FLASH_MERGE=1 (splits merged by the last split's
-#                                    # block): attention tests, A/B runs, the model test
 #   bash .gpu/gpu-perf-ab.sh model   # the full-size model test (CUDA bf16/f32 vs host)
 #   bash .gpu/gpu-perf-ab.sh ops     # frt-kernels-bench's memory-bound and attention rows
 #                                    # (and main's, from .gpu/frt-kernels-bench-main)
@@ -23,11 +21,14 @@ fail=0
 case "$part" in
 ab)
     runs=("./pi05-bench")
-    [ -x ./pi05-bench-main ] && runs+=("./pi05-bench-main")
+    for other in ./pi05-bench-*; do
+        [ -x "$other" ] && runs+=("$other")
+    done
     for round in 1 2 3; do
         for r in "${runs[@]}"; do
             echo "=== $r --canonical (round $round)"
-            $r --iters 200 --canonical 2>&1 | grep -E "^\| 64|rror" || fail=1
+            # With the GEMM tuning's choices (to tell a slow run's cause).
+            FRT_GEMM_TUNING_LOG=1 $r --iters 200 --canonical 2>&1 | grep -E "^\| 64|^gemm|rror" || fail=1
         done
     done
     echo "=== ./kernels-ops --ignored"
@@ -43,18 +44,6 @@ cand)
         done
     done
     ;;
-merge)
-    echo "=== FRT_FLASH_MERGE=1 ./kernels-ops --ignored attention"
-    FRT_FLASH_MERGE=1 ./kernels-ops --ignored --test-threads=1 attention 2>&1 | grep -E "test result|panicked|FAILED|mismatch" || fail=1
-    for round in 1 2; do
-        for setting in "FRT_FLASH_MERGE=0" "FRT_FLASH_MERGE=1"; do
-            echo "=== $setting ./pi05-bench --canonical (round $round)"
-            env $setting ./pi05-bench --iters 200 --canonical 2>&1 | grep -E "^\| 64|rror" || fail=1
-        done
-    done
-    echo "=== FRT_FLASH_MERGE=1 ./vla-gpu --ignored"
-    FRT_FLASH_MERGE=1 ./vla-gpu --ignored --test-threads=1 --nocapture 2>&1 | grep -E "cosine|test result|panicked" || fail=1
-    ;;
 model)
     ./vla-gpu --ignored --test-threads=1 --nocapture 2>&1 | grep -E "cosine|test result|panicked" || fail=1
     ;;
@@ -68,7 +57,7 @@ ops)
     fi
     ;;
 *)
-    echo "unknown part $part (ab, cand, merge, model, ops)"
+    echo "unknown part $part (ab, cand, model, ops)"
     exit 2
     ;;
 esac

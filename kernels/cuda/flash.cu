@@ -34,7 +34,6 @@ struct FlashArgs {
     unsigned keys_per_split;            // a multiple of FLASH_BN
     unsigned batch;                     // independent attentions of one shape (grid.y = batch · hkv)
     unsigned long long bq, bk, bv, bo;  // where each next one's tensors start, in elements
-    unsigned* merge_counts;             // flash_attention_merge_*: a counter per block of rows
 };
 
 // Whether key j passes the query-independent part of the mask.
@@ -77,72 +76,7 @@ __device__ __forceinline__ void flash_stage(unsigned short* dst, const T* src, u
     }
 }
 
-// Merges 4 columns (from c) of partial row pr over `splits` splits into orow: split s weighs
-// 2^(m_s - M); the sum of the weighted (max, sum) pairs normalizes. Loads from L2 (the rows
-// were written by other blocks). Used by flash_combine beyond 16 splits and by
-// flash_merge_in_last.
-template <typename T>
-__device__ __forceinline__ void flash_merge_row(const float* __restrict__ part, const float2* __restrict__ ml,
-                                                T* __restrict__ orow, unsigned total, unsigned pr, unsigned d,
-                                                unsigned c, unsigned splits) {
-    float mx = -INFINITY;
-#pragma unroll 8
-    for (unsigned s = 0; s < splits; ++s) mx = fmaxf(mx, __ldcg(ml + (unsigned long long)s * total + pr).x);
-    float sum = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 8
-    for (unsigned s = 0; s < splits; ++s) {
-        const unsigned long long sr = (unsigned long long)s * total + pr;
-        const float2 e = __ldcg(ml + sr);
-        const float4 p = __ldcg((const float4*)(part + sr * d + c));
-        const float w = e.x == -INFINITY ? 0.f : exp2f(e.x - mx);
-        sum += e.y * w;
-        acc[0] += w * p.x;
-        acc[1] += w * p.y;
-        acc[2] += w * p.z;
-        acc[3] += w * p.w;
-    }
-    const float inv = sum > 0.f ? 1.f / sum : 0.f;
-    orow[0] = from_f32<T>(acc[0] * inv);
-    orow[1] = from_f32<T>(acc[1] * inv);
-    orow[2] = from_f32<T>(acc[2] * inv);
-    orow[3] = from_f32<T>(acc[3] * inv);
-}
-
-// The splits of one block of rows, merged by the block of the split that finishes last (the
-// host then launches no flash_combine): each block counts itself in merge_counts once its
-// partial rows are visible device-wide; the one that brings the count to the number of splits
-// sets it back to zero for the next run and merges (flash_merge_row), reading
-// the partial rows from L2.
-template <typename T>
-__device__ void flash_merge_in_last(T* __restrict__ out, const float* __restrict__ part,
-                                    const float* __restrict__ part_ml, const FlashArgs& a, unsigned entry,
-                                    unsigned kh, unsigned r0, unsigned rows, unsigned G) {
-    __shared__ unsigned is_last;
-    __threadfence();
-    __syncthreads();
-    const unsigned slot = blockIdx.y * gridDim.x + blockIdx.x;
-    if (threadIdx.x == 0) {
-        const unsigned before = atomicAdd(a.merge_counts + slot, 1u);
-        is_last = before == gridDim.z - 1;
-        if (is_last) a.merge_counts[slot] = 0u;
-    }
-    __syncthreads();
-    if (!is_last) return;
-    __threadfence();
-    const unsigned total = a.batch * a.hq * a.sq_len, tpr = a.d / 4, splits = gridDim.z;
-    const unsigned nrows = min(rows - r0, (unsigned)FLASH_BM);
-    const float2* ml = (const float2*)part_ml;
-    for (unsigned u = threadIdx.x; u < nrows * tpr; u += blockDim.x) {
-        const unsigned row = r0 + u / tpr, c = (u % tpr) * 4;
-        const unsigned pr = entry * a.hq * a.sq_len + kh * rows + row;
-        T* orow = out + (unsigned long long)(row / G) * a.so + (unsigned long long)(kh * G + row % G) * a.d + c;
-        flash_merge_row<T>(part, ml, orow, total, pr, a.d, c, splits);
-    }
-}
-
-// MERGE: the block of the split that finishes last merges its block of rows (a kernel of its
-// own, so that the plain one keeps only the registers it needs).
-template <typename T, int DP, bool MERGE>
+template <typename T, int DP>
 __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                 T* __restrict__ out, float* __restrict__ part, float* __restrict__ part_ml,
                                 const FlashArgs a) {
@@ -341,11 +275,10 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
         }
         if (t == 0) *(float2*)(part_ml + 2 * pr) = make_float2(m[rr], l[rr]);
     }
-    if (MERGE) flash_merge_in_last<T>(out, part, part_ml, a, entry, kh, r0, rows, G);
 }
 
 // flash_combine for up to N splits: the values of every split are loaded into registers
-// first, then merged with the same arithmetic as flash_merge_row.
+// first, then merged with the same arithmetic as flash_combine's loop.
 template <typename T, int N>
 __device__ __forceinline__ void flash_combine_regs(const float* __restrict__ part, const float2* __restrict__ ml,
                                                    T* __restrict__ orow, unsigned total, unsigned pr, unsigned d,
@@ -405,19 +338,35 @@ __device__ void flash_combine(const float* __restrict__ part, const float* __res
     const float2* ml = (const float2*)part_ml;
     T* orow = out + entry * a.bo + (unsigned long long)qi * a.so + (unsigned long long)qh * a.d + c;
     if (N > 0) return flash_combine_regs<T, (N > 0 ? N : 1)>(part, ml, orow, total, pr, a.d, c, splits);
-    flash_merge_row<T>(part, ml, orow, total, pr, a.d, c, splits);
+    float mx = -INFINITY;
+#pragma unroll 8
+    for (unsigned s = 0; s < splits; ++s) mx = fmaxf(mx, ml[(unsigned long long)s * total + pr].x);
+    float sum = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 8
+    for (unsigned s = 0; s < splits; ++s) {
+        const unsigned long long sr = (unsigned long long)s * total + pr;
+        const float2 e = ml[sr];
+        const float4 p = *(const float4*)(part + sr * a.d + c);
+        const float w = e.x == -INFINITY ? 0.f : exp2f(e.x - mx);
+        sum += e.y * w;
+        acc[0] += w * p.x;
+        acc[1] += w * p.y;
+        acc[2] += w * p.z;
+        acc[3] += w * p.w;
+    }
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    orow[0] = from_f32<T>(acc[0] * inv);
+    orow[1] = from_f32<T>(acc[1] * inv);
+    orow[2] = from_f32<T>(acc[2] * inv);
+    orow[3] = from_f32<T>(acc[3] * inv);
 }
 
-#define FLASH_ATTENTION_KERNEL(T, S, DP, NAME, MERGE)                                                    \
-    extern "C" __global__ void __launch_bounds__(FLASH_THREADS) NAME##_d##DP##_##S(                      \
+#define FLASH_ATTENTION(T, S, DP)                                                                        \
+    extern "C" __global__ void __launch_bounds__(FLASH_THREADS) flash_attention_d##DP##_##S(             \
         const T* q, const T* k, const T* v, T* out, float* part, float* part_ml, const FlashArgs a) {    \
         pdl_entry();                                                                                    \
-        flash_attention<T, DP, MERGE>(q, k, v, out, part, part_ml, a);                                  \
+        flash_attention<T, DP>(q, k, v, out, part, part_ml, a);                                         \
     }
-// flash_attention_dDP_S, and flash_attention_merge_dDP_S (merges in the last split's block).
-#define FLASH_ATTENTION(T, S, DP)                                                                        \
-    FLASH_ATTENTION_KERNEL(T, S, DP, flash_attention, false)                                            \
-    FLASH_ATTENTION_KERNEL(T, S, DP, flash_attention_merge, true)
 // flash_combine_S (any number of splits) and flash_combine{4,8,16}_S (at most that many).
 #define FLASH_COMBINE(T, S, SUFFIX, N)                                                                   \
     extern "C" __global__ void flash_combine##SUFFIX##_##S(const float* part, const float* part_ml,      \

@@ -32,101 +32,6 @@ __device__ __forceinline__ void load_w(const T* p, float* v, int w) {
     else v[0] = to_f32(p[0]);
 }
 
-// The one-pass forms below serve rows that fit one 8-element chunk per thread (vec8 and
-// cols <= 8 * blockDim.x, every row of the models here): each thread loads its chunk once
-// and keeps it in registers through the block reduction, and loads the weights before it,
-// so a block waits on memory once rather than once per pass. They evaluate the same
-// expressions in the same order as the general loops.
-
-// Rounds v to T and back: the value a store to T and a load from it give.
-template <typename T>
-__device__ __forceinline__ void round_to(float v[8]) {
-    for (int k = 0; k < 8; ++k) v[k] = to_f32(from_f32<T>(v[k]));
-}
-
-// rms_norm's one-pass form; m (the row's modulation) or w, y and g (the row's residual and
-// gate) or nullptr.
-template <typename T>
-__device__ void rms_norm_in_registers(T* xr, const T* w, const T* m, const T* yr, const T* gr, T* o,
-                                      unsigned cols, float eps) {
-    const unsigned c = threadIdx.x * 8;
-    const bool mine = c < cols;
-    float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    float a[8], b[8];
-    if (mine) {
-        load8(xr + c, v);
-        if (w) {
-            load8(w + c, a);
-        } else {
-            load8(m + c, a);
-            load8(m + cols + c, b);
-        }
-        if (yr) {
-            float yv[8], gv[8];
-            load8(yr + c, yv);
-            load8(gr + c, gv);
-            for (int k = 0; k < 8; ++k) v[k] += yv[k] * gv[k];
-            store8(xr + c, v);
-            round_to<T>(v);
-        }
-    }
-    float ss = 0.f;
-    for (int k = 0; k < 8; ++k) ss += v[k] * v[k];
-    const float inv = rsqrtf(block_sum(ss) / cols + eps);
-    if (!mine) return;
-    if (w) {
-        for (int k = 0; k < 8; ++k) v[k] = v[k] * inv * (1.f + a[k]);
-    } else {
-        for (int k = 0; k < 8; ++k) v[k] = v[k] * inv * (1.f + a[k]) + b[k];
-    }
-    store8(o + c, v);
-}
-
-// layer_norm's one-pass form.
-template <typename T>
-__device__ void layer_norm_in_registers(const T* xr, const T* w, const T* b, T* o, unsigned cols, float eps) {
-    const unsigned c = threadIdx.x * 8;
-    const bool mine = c < cols;
-    float v[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    float g[8], bb[8];
-    if (mine) {
-        load8(xr + c, v);
-        load8(w + c, g);
-        load8(b + c, bb);
-    }
-    float s = 0.f;
-    for (int k = 0; k < 8; ++k) s += v[k];
-    const float mean = block_sum(s) / cols;
-    float var = 0.f;
-    if (mine)
-        for (int k = 0; k < 8; ++k) var += (v[k] - mean) * (v[k] - mean);
-    const float inv = rsqrtf(block_sum(var) / cols + eps);
-    if (!mine) return;
-    for (int k = 0; k < 8; ++k) v[k] = (v[k] - mean) * inv * g[k] + bb[k];
-    store8(o + c, v);
-}
-
-// softmax's one-pass form.
-template <typename T>
-__device__ void softmax_in_registers(const T* xr, T* o, unsigned cols) {
-    const unsigned c = threadIdx.x * 8;
-    const bool mine = c < cols;
-    float v[8];
-    float m = -INFINITY;
-    if (mine) {
-        load8(xr + c, v);
-        for (int k = 0; k < 8; ++k) m = fmaxf(m, v[k]);
-    }
-    m = block_max(m);
-    float s = 0.f;
-    if (mine)
-        for (int k = 0; k < 8; ++k) s += expf(v[k] - m);
-    const float inv = 1.f / block_sum(s);
-    if (!mine) return;
-    for (int k = 0; k < 8; ++k) v[k] = expf(v[k] - m) * inv;
-    store8(o + c, v);
-}
-
 // RMSNorm with (1 + w), Gemma's: x / sqrt(mean(x^2) + eps) * (1 + w).
 // Adaptive (w == 0): x / sqrt(mean(x^2) + eps) * (1 + scale) + shift, where the modulation row
 // is [scale | shift | gate] (row stride sm; 0 = one row for all).
@@ -140,11 +45,6 @@ __device__ void rms_norm(T* x, const T* w, const T* mod, const T* y, const T* g,
     const unsigned long long row = blockIdx.x;
     T* xr = x + row * sx;
     T* o = out + row * so;
-    if (vec8 && cols <= blockDim.x * 8) {
-        rms_norm_in_registers<T>(xr, w, mod ? mod + row * sm : nullptr, y ? y + row * sy : nullptr,
-                                 y ? g + row * sg : nullptr, o, cols, eps);
-        return;
-    }
     float ss = 0.f;
     if (y) {
         const T* yr = y + row * sy;
@@ -191,10 +91,6 @@ __device__ void layer_norm(const T* x, const T* w, const T* b, T* out, unsigned 
     const unsigned long long row = blockIdx.x;
     const T* xr = x + row * sx;
     T* o = out + row * so;
-    if (vec8 && cols <= blockDim.x * 8) {
-        layer_norm_in_registers<T>(xr, w, b, o, cols, eps);
-        return;
-    }
     float s = 0.f;
     ROW_LOOP(xr, for (int k = 0; k < W; ++k) s += v[k];)
     const float mean = block_sum(s) / cols;
@@ -216,10 +112,6 @@ __device__ void softmax(const T* x, T* out, unsigned cols, unsigned long long sx
     const unsigned long long row = blockIdx.x;
     const T* xr = x + row * sx;
     T* o = out + row * so;
-    if (vec8 && cols <= blockDim.x * 8) {
-        softmax_in_registers<T>(xr, o, cols);
-        return;
-    }
     float m = -INFINITY;
     ROW_LOOP(xr, for (int k = 0; k < W; ++k) m = fmaxf(m, v[k]);)
     m = block_max(m);

@@ -1233,85 +1233,6 @@ fn attention_paths(b: &Backend) {
     assert!(plan(DType::F32, 50, 626, true).is_err());
 }
 
-/// Key splits merged by the block of the split that finishes last give what the merge kernel
-/// gives (the same arithmetic in the same order: equal up to the compiler's choice of fused
-/// multiply-adds), the same bits run after run (each run leaves its counters at zero for the
-/// next), for 3 to 20 splits, with whole splits of keys hidden by the mask. The host has no
-/// tensor-core plan.
-fn attention_merge_in_last_split(b: &Backend) {
-    let (k, s) = (&b.k, b.s);
-    let mut rng = Rng::new(23);
-    let cuda = b.is_cuda() && sm80(k);
-    // (Sq, Sk, Hq, Hkv, D): the action expert's shape over a long prefix, and many heads.
-    for (sq, sk, hq, hkv, d) in [
-        (50usize, 1300usize, 8usize, 1usize, 256usize),
-        (96, 640, 4, 4, 64),
-    ] {
-        for dt in [DType::BF16, DType::F16] {
-            let mut t = |shape: &[usize], scale: f32| {
-                let t = Tensor::alloc(k.ctx(), "t", dt, shape).unwrap();
-                t.write_f32(s, &rng.vec(shape.iter().product(), scale))
-                    .unwrap();
-                t
-            };
-            let (q, kk, v) = (
-                t(&[sq, hq, d], 2.0),
-                t(&[sk, hkv, d], 2.0),
-                t(&[sk, hkv, d], 2.0),
-            );
-            let outs = [0, 1].map(|_| Tensor::alloc(k.ctx(), "o", dt, &[sq, hq, d]).unwrap());
-            // Every third key hidden, and keys 300 to 599 (whole splits of 64 or 128 keys).
-            let mask_t = Tensor::alloc(k.ctx(), "mask", DType::U8, &[sk]).unwrap();
-            let hidden: Vec<u8> = (0..sk)
-                .map(|j| u8::from(j % 3 != 1 && !(300..600).contains(&j)))
-                .collect();
-            mask_t.buffer().upload(s, 0, &hidden).unwrap();
-            let mask = AttentionMask::keys(&mask_t);
-            for n in [3usize, 10, 20] {
-                let plan =
-                    |o: &Tensor| k.attention_plan_flash_splits(&q, &kk, &v, o, &mask, 0.06, n);
-                if !cuda {
-                    assert!(plan(&outs[0]).is_err(), "no tensor-core plan on {}", b.name);
-                    continue;
-                }
-                let second_kernel = plan(&outs[0]).unwrap();
-                let merged = plan(&outs[1]).unwrap().with_merge_in_last_split(k).unwrap();
-                assert!(second_kernel.flash_splits().unwrap() > 1);
-                assert!(merged.merges_in_last_split() && !second_kernel.merges_in_last_split());
-                second_kernel.run(k, s).unwrap();
-                let want = outs[0].read_f32(s).unwrap();
-                assert!(
-                    want.iter().all(|x| x.is_finite()),
-                    "{dt:?} {n} splits: finite output"
-                );
-                let what = format!("{dt:?} q{sq} k{sk} h{hq}/{hkv} d{d}, {n} splits asked");
-                // One unit in the last place of the output type: a fused multiply-add more or
-                // less may move a rounding.
-                let ulp = if dt == DType::BF16 { 8e-3 } else { 1e-3 };
-                let mut first: Option<Vec<u32>> = None;
-                for run in 0..3 {
-                    outs[1].write_f32(s, &vec![f32::NAN; sq * hq * d]).unwrap();
-                    merged.run(k, s).unwrap();
-                    let got = outs[1].read_f32(s).unwrap();
-                    for (i, (x, y)) in want.iter().zip(&got).enumerate() {
-                        assert!(
-                            (x - y).abs() <= ulp * (1.0 + x.abs()),
-                            "{what}, run {run}, element {i}: {y} merged in the last split, {x} by the merge kernel"
-                        );
-                    }
-                    let got = bits(&outs[1], s);
-                    match &first {
-                        None => first = Some(got),
-                        Some(f) => {
-                            assert!(*f == got, "{what}, run {run}: differs from the first run")
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
 /// Attentions planned alike over rows one after the other in shared buffers (SigLIP's views:
 /// q, k and v as column ranges of one packed projection) run as one launch on CUDA with the
 /// same results as one plan each; the host has no batched plan.
@@ -1893,7 +1814,6 @@ backend_tests!(
     attention,
     attention_paths,
     attention_batch,
-    attention_merge_in_last_split,
     conv,
     argmax,
     fused_ops,

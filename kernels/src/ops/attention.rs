@@ -449,10 +449,6 @@ enum Path {
         /// Partial rows `[splits, Hq·Sq, D]` and their (max, sum) `[splits, Hq·Sq, 2]` (f32),
         /// when `splits > 1`.
         part: Option<Box<(Tensor, Tensor)>>,
-        /// With `FRT_FLASH_MERGE=1` and `splits > 1`: one counter per block of rows (i32,
-        /// zero between runs); the last split of a block of rows to finish merges the
-        /// partial rows itself, and no merge kernel runs.
-        merge: Option<Box<Tensor>>,
     },
     /// CUDA, many queries: scores = Q·Kᵀ (cuBLASLt, f32), masked softmax, out = P·V.
     Gemm {
@@ -516,12 +512,6 @@ const FLASH_HEAD_DIMS: [usize; 6] = [16, 32, 64, 80, 128, 256];
 const FLASH_BM: usize = 64;
 const FLASH_BN: usize = 64;
 
-/// Whether tensor-core plans with split keys merge the splits in the last split's block
-/// (`FRT_FLASH_MERGE=1`, experimental) rather than in a second kernel (default).
-fn merge_in_last_split() -> bool {
-    std::env::var("FRT_FLASH_MERGE").is_ok_and(|v| v == "1")
-}
-
 /// Whether [`Kernels::attention_plan`] takes the tensor-core kernel (when it can run) rather
 /// than the GEMM path. `FRT_FLASH_ATTENTION=1` / `0` forces the choice; otherwise it is taken
 /// except for long sequences of wide heads (head dim above 128 and at least 128 queries, e.g.
@@ -564,7 +554,6 @@ struct FlashArgs {
     bk: u64,
     bv: u64,
     bo: u64,
-    merge_counts: u64,
 }
 
 /// Queries from which the CUDA plan takes the GEMM path.
@@ -908,29 +897,12 @@ impl Kernels {
         } else {
             None
         };
-        let merge = if splits > 1 && merge_in_last_split() {
-            Some(Box::new(self.merge_counts(blocks)?))
-        } else {
-            None
-        };
         Ok(Path::Flash {
             dp,
             splits,
             keys_per_split,
             part,
-            merge,
         })
-    }
-
-    /// One zeroed counter per block of rows for merging split keys in the last split's block
-    /// (the block that merges sets its counter back to zero).
-    fn merge_counts(&self, blocks: usize) -> Result<Tensor> {
-        let counts = Tensor::alloc(self.ctx(), "attention.merge_counts", DType::I32, &[blocks])?;
-        let cuda = self.cuda.as_ref().expect("tensor-core plans exist on CUDA");
-        let st = cuda.tuning_stream(self.ctx())?;
-        counts.write_i32(st, &vec![0; blocks])?;
-        self.ctx().sync_stream(st)?;
-        Ok(counts)
     }
 
     fn attention_gemm_path(
@@ -1066,30 +1038,6 @@ impl AttentionPlan {
         matches!(self.path, Path::Gemm { .. })
     }
 
-    /// This plan with its key splits merged by the block of the split that finishes last
-    /// instead of a second kernel (what `FRT_FLASH_MERGE=1` makes every plan do); a plan
-    /// without split keys, or already merging so, is returned as it is.
-    pub fn with_merge_in_last_split(mut self, k: &Kernels) -> Result<AttentionPlan> {
-        if let Path::Flash {
-            splits,
-            merge: merge @ None,
-            ..
-        } = &mut self.path
-            && *splits > 1
-        {
-            let d = &self.dims;
-            let blocks = (d.hq / d.hkv * d.sq_len).div_ceil(FLASH_BM) * d.hkv * self.batch.n;
-            *merge = Some(Box::new(k.merge_counts(blocks)?));
-        }
-        Ok(self)
-    }
-
-    /// Whether the key splits are merged by the last split's block (see
-    /// [`with_merge_in_last_split`](Self::with_merge_in_last_split)).
-    pub fn merges_in_last_split(&self) -> bool {
-        matches!(self.path, Path::Flash { merge: Some(_), .. })
-    }
-
     /// Whether the plan uses the tensor-core kernel, and with how many key splits.
     pub fn flash_splits(&self) -> Option<usize> {
         match self.path {
@@ -1098,7 +1046,6 @@ impl AttentionPlan {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn run_flash(
         &self,
         k: &Kernels,
@@ -1107,7 +1054,6 @@ impl AttentionPlan {
         splits: usize,
         keys_per_split: usize,
         part: Option<&(Tensor, Tensor)>,
-        merge: Option<&Tensor>,
     ) -> Result<()> {
         let c = k.cuda.as_ref().expect("flash path only on CUDA");
         let d = self.dims;
@@ -1134,12 +1080,7 @@ impl AttentionPlan {
             bk: self.batch.k as u64,
             bv: self.batch.v as u64,
             bo: self.batch.out as u64,
-            merge_counts: 0,
         };
-        if let Some(m) = merge {
-            k.retain(s, &[m]);
-            args.merge_counts = m.ptr();
-        }
         if let Some(vl) = &self.mask.valid_len {
             k.retain(s, &[vl]);
             args.valid_len = vl.ptr();
@@ -1157,19 +1098,13 @@ impl AttentionPlan {
             (self.q.ptr(), self.k.ptr(), self.v.ptr(), self.out.ptr());
         let rows = d.hq / d.hkv * d.sq_len;
         let shared = ((FLASH_BM + 2 * FLASH_BN) * (dp + 8) * 2) as u32;
-        let name: &'static str = match (dp, merge.is_some()) {
-            (16, false) => "flash_attention_d16",
-            (32, false) => "flash_attention_d32",
-            (64, false) => "flash_attention_d64",
-            (80, false) => "flash_attention_d80",
-            (128, false) => "flash_attention_d128",
-            (_, false) => "flash_attention_d256",
-            (16, true) => "flash_attention_merge_d16",
-            (32, true) => "flash_attention_merge_d32",
-            (64, true) => "flash_attention_merge_d64",
-            (80, true) => "flash_attention_merge_d80",
-            (128, true) => "flash_attention_merge_d128",
-            (_, true) => "flash_attention_merge_d256",
+        let name: &'static str = match dp {
+            16 => "flash_attention_d16",
+            32 => "flash_attention_d32",
+            64 => "flash_attention_d64",
+            80 => "flash_attention_d80",
+            128 => "flash_attention_d128",
+            _ => "flash_attention_d256",
         };
         let dt = Some(self.q.dtype());
         // SAFETY: the layouts, alignments and head dim were checked when planned (for every
@@ -1189,7 +1124,7 @@ impl AttentionPlan {
                 shared,
                 &mut args!(qp, kp, vp, op, pp, mp, args),
             )?;
-            if splits > 1 && merge.is_none() {
+            if splits > 1 {
                 let mut n = splits as u32;
                 let all = self.batch.n * d.hq * d.sq_len;
                 // Kernels for at most 4, 8 or 16 splits hold every split's values in
@@ -1226,16 +1161,7 @@ impl AttentionPlan {
                 splits,
                 keys_per_split,
                 part,
-                merge,
-            } => self.run_flash(
-                k,
-                s,
-                *dp,
-                *splits,
-                *keys_per_split,
-                part.as_deref(),
-                merge.as_deref(),
-            ),
+            } => self.run_flash(k, s, *dp, *splits, *keys_per_split, part.as_deref()),
             Path::Gemm {
                 qk,
                 pv,
