@@ -432,7 +432,7 @@ impl LtPlan {
     /// between candidates for GEMMs of a few microseconds), the launches reading up to
     /// [`TUNING_RUNS`] copies of `b` in turn, [`COLD_BYTES`] in all, so that a weight comes
     /// from memory rather than from the L2 cache, as in a model whose weights exceed it.
-    /// The candidates are timed in turn, [`TUNING_ROUNDS`] times, each keeping its fastest.
+    /// The candidates are timed in turn, [`TUNING_ROUNDS`] times, each keeping its median.
     fn fastest(
         &self,
         k: &Kernels,
@@ -517,25 +517,33 @@ impl LtPlan {
             })
             .collect();
         // Every candidate is timed in each of TUNING_ROUNDS rounds, in turn, and keeps its
-        // fastest: a clock change or another process's work during one timing then does not
-        // decide the choice (which otherwise differed from one process to the next).
-        let mut times = vec![f32::INFINITY; candidates.len()];
+        // median: a clock change or another process's work during one timing does not decide
+        // the choice, nor does one fast round of a candidate whose time varies. (On an H100 the
+        // prefix MLP down projection, 576 × 16384 → 2048, had a candidate of 58 µs in its
+        // fastest round and 63 µs in its median, against 61 µs for the one before it in every
+        // round; chosen by its fastest round, it made the prefix 0.09 ms slower.)
+        let mut rounds = vec![Vec::with_capacity(TUNING_ROUNDS); candidates.len()];
         for _ in 0..TUNING_ROUNDS {
-            for (g, t) in graphs.iter().zip(&mut times) {
+            for (g, r) in graphs.iter().zip(&mut rounds) {
                 if let Some(g) = g {
-                    *t = t.min(time(g)?);
+                    r.push(time(g)?);
                 }
             }
         }
-        for (g, t) in graphs.iter().zip(&mut times) {
-            if g.is_none() {
-                *t = f32::NAN;
-            }
-        }
+        let times: Vec<f32> = rounds
+            .iter_mut()
+            .map(|r| {
+                if r.is_empty() {
+                    return f32::NAN;
+                }
+                r.sort_by(f32::total_cmp);
+                r[r.len() / 2]
+            })
+            .collect();
         let mut best: Option<(f32, usize)> = None;
         for (i, &ms) in times.iter().enumerate() {
             // A candidate must be clearly faster to replace an earlier one.
-            if !ms.is_nan() && best.is_none_or(|(b, _)| ms < b * (1.0 - TUNING_MARGIN)) {
+            if !ms.is_nan() && best.is_none_or(|(b, _)| ms < b * 0.97) {
                 best = Some((ms, i));
             }
         }
@@ -574,13 +582,8 @@ const TUNING_MIN_MACS: usize = 1 << 24;
 const COLD_BYTES: usize = 128 << 20;
 /// Timed replays of a candidate's graph in one round (after one untimed).
 const TIMED_REPLAYS: usize = 3;
-/// Rounds over all candidates; each keeps its fastest round.
-const TUNING_ROUNDS: usize = 3;
-/// How much faster than the best earlier candidate (the heuristic's order) a candidate must
-/// time to be chosen. Timed alone, a GEMM is only so close to what it does inside a model:
-/// on an H100, the Gemma prefix's MLP down projection (576 × 16384 → 2048) had a candidate
-/// timed 4 % faster alone than the one before it, and 6 % slower in the model.
-const TUNING_MARGIN: f32 = 0.05;
+/// Rounds over all candidates; each keeps its median round.
+const TUNING_ROUNDS: usize = 5;
 
 fn worth_tuning(sp: &Spec) -> bool {
     sp.m * sp.n * sp.k * sp.batch >= TUNING_MIN_MACS
