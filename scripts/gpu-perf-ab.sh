@@ -5,8 +5,6 @@
 #                                    # builds staged beside it as .gpu/pi05-bench-<name>
 #                                    # (e.g. -main), alternating, three rounds; then every
 #                                    # CUDA op test
-#   bash .gpu/gpu-perf-ab.sh cand    # GEMM tuning over 32 cuBLASLt candidates against 8
-#                                    # (the timings of each shape, then alternating runs)
 #   bash .gpu/gpu-perf-ab.sh model   # the full-size model test (CUDA bf16/f32 vs host)
 #   bash .gpu/gpu-perf-ab.sh ops     # frt-kernels-bench's memory-bound and attention rows
 #                                    # (and main's, from .gpu/frt-kernels-bench-main)
@@ -34,30 +32,20 @@ ab)
     echo "=== ./kernels-ops --ignored"
     ./kernels-ops --ignored --test-threads=1 2>&1 | grep -E "test result|panicked|FAILED|mismatch" || fail=1
     ;;
-cand)
-    echo "=== FRT_GEMM_CANDIDATES=32 FRT_GEMM_TUNING_LOG=1 ./pi05-bench --canonical"
-    FRT_GEMM_CANDIDATES=32 FRT_GEMM_TUNING_LOG=1 ./pi05-bench --iters 200 --canonical 2>&1 | grep -E "^\| 64|^gemm|rror" || fail=1
-    for round in 1 2; do
-        for setting in "FRT_GEMM_CANDIDATES=8" "FRT_GEMM_CANDIDATES=32"; do
-            echo "=== $setting ./pi05-bench --canonical (round $round)"
-            env $setting ./pi05-bench --iters 200 --canonical 2>&1 | grep -E "^\| 64|rror" || fail=1
-        done
-    done
-    ;;
 model)
     ./vla-gpu --ignored --test-threads=1 --nocapture 2>&1 | grep -E "cosine|test result|panicked" || fail=1
     ;;
 ops)
     ./frt-kernels-bench --iters 200 --only mem,attention 2>&1 || fail=1
     if [ -x ./frt-kernels-bench-main ]; then
-        # main's build has no --only: its memory-bound rows and first attention rows, cut
-        # after two minutes.
+        # All its rows (an older build may have no --only), the memory-bound and attention
+        # ones kept, cut after two minutes.
         echo "=== ./frt-kernels-bench-main (memory-bound and attention rows)"
         timeout 120 ./frt-kernels-bench-main --iters 200 2>&1 | grep -E "^\| (rms_norm|layer_norm|softmax|ada_rms_norm|gated_residual|geglu|rope|expert|siglip|gemma prefix)"
     fi
     ;;
 *)
-    echo "unknown part $part (ab, cand, model, ops)"
+    echo "unknown part $part (ab, model, ops)"
     exit 2
     ;;
 esac

@@ -17,8 +17,8 @@ fn erf(x: f64) -> f64 {
 }
 
 /// (rows, cols) shapes: small, odd, longer than one 8-element chunk per thread of a row
-/// kernel (4104: the CUDA norms' multi-pass loops), and the models' (SigLIP, Gemma prefix,
-/// action expert, Whisper); the last four only on CUDA.
+/// kernel (4104), and the models' (SigLIP, Gemma prefix, action expert, Whisper); the last
+/// four only on CUDA.
 const ROW_SHAPES: &[(usize, usize, bool)] = &[
     (3, 8, false),
     (5, 33, false),

@@ -217,19 +217,15 @@ impl LtPlan {
             )
             .map_err(lt_err("cublasLtMatmulPreferenceSetAttribute"))?;
         }
-        // Up to `tuning_candidates()` algorithms in the heuristic's order of preference.
-        let wanted = tuning_candidates();
-        let mut found = vec![
-            lts::cublasLtMatmulHeuristicResult_t {
-                // SAFETY: a plain-data C struct; zeroes are a valid (empty) value.
-                algo: unsafe { std::mem::zeroed() },
-                workspaceSize: 0,
-                state: lts::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED,
-                wavesCount: 0.0,
-                reserved: [0; 4],
-            };
-            wanted
-        ];
+        // Up to TUNING_CANDIDATES algorithms in the heuristic's order of preference.
+        let mut found = [lts::cublasLtMatmulHeuristicResult_t {
+            // SAFETY: a plain-data C struct; zeroes are a valid (empty) value.
+            algo: unsafe { std::mem::zeroed() },
+            workspaceSize: 0,
+            state: lts::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED,
+            wavesCount: 0.0,
+            reserved: [0; 4],
+        }; TUNING_CANDIDATES];
         let mut count = 0i32;
         // SAFETY: every descriptor is live and describes the operands; `found` has room for
         // the requested count.
@@ -242,7 +238,7 @@ impl LtPlan {
                 layouts[2],
                 layouts[2],
                 pref,
-                wanted as i32,
+                TUNING_CANDIDATES as i32,
                 found.as_mut_ptr(),
                 &mut count,
             )
@@ -589,16 +585,8 @@ fn worth_tuning(sp: &Spec) -> bool {
     sp.m * sp.n * sp.k * sp.batch >= TUNING_MIN_MACS
 }
 
-/// Algorithms a CUDA GEMM plan considers (the heuristic's best first), unless
-/// `FRT_GEMM_CANDIDATES` (1 to 64) says otherwise.
+/// Algorithms a CUDA GEMM plan considers (the heuristic's best first).
 const TUNING_CANDIDATES: usize = 8;
-
-fn tuning_candidates() -> usize {
-    std::env::var("FRT_GEMM_CANDIDATES")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-        .map_or(TUNING_CANDIDATES, |n| n.clamp(1, 64))
-}
 /// How many of the heuristic's candidates are also tried with a split reduction dimension.
 const SPLIT_K_BASES: usize = 3;
 /// The splits tried for each of those.
