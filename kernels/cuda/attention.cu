@@ -93,10 +93,17 @@ __device__ void masked_softmax(const float* scores, T* probs, unsigned rows, uns
     float m = -INFINITY;
     if (sk_len <= 32 * SOFTMAX_REGS) {
         float v[SOFTMAX_REGS];
+        // The scores are loaded whatever the mask says (the product wrote every one), so
+        // their loads do not wait for those of the valid length and the key mask.
 #pragma unroll
         for (int t = 0; t < SOFTMAX_REGS; ++t) {
             const unsigned j = lane + 32 * t;
-            v[t] = (j < sk_len && VISIBLE(j)) ? sr[j] * scale : -INFINITY;
+            v[t] = j < sk_len ? sr[j] : -INFINITY;
+        }
+#pragma unroll
+        for (int t = 0; t < SOFTMAX_REGS; ++t) {
+            const unsigned j = lane + 32 * t;
+            v[t] = (j < sk_len && VISIBLE(j)) ? v[t] * scale : -INFINITY;
             m = fmaxf(m, v[t]);
         }
         m = warp_max(m);

@@ -277,10 +277,51 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
     }
 }
 
+// flash_combine for up to N splits: the values of every split are loaded into registers
+// first, then merged with the same arithmetic as flash_combine's loop.
+template <typename T, int N>
+__device__ __forceinline__ void flash_combine_regs(const float* __restrict__ part, const float2* __restrict__ ml,
+                                                   T* __restrict__ orow, unsigned total, unsigned pr, unsigned d,
+                                                   unsigned c, unsigned splits) {
+    float2 e[N];
+    float4 p[N];
+#pragma unroll
+    for (unsigned s = 0; s < N; ++s) {
+        if (s < splits) {
+            const unsigned long long sr = (unsigned long long)s * total + pr;
+            e[s] = ml[sr];
+            p[s] = *(const float4*)(part + sr * d + c);
+        }
+    }
+    float mx = -INFINITY;
+#pragma unroll
+    for (unsigned s = 0; s < N; ++s)
+        if (s < splits) mx = fmaxf(mx, e[s].x);
+    float sum = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (unsigned s = 0; s < N; ++s) {
+        if (s < splits) {
+            const float w = e[s].x == -INFINITY ? 0.f : exp2f(e[s].x - mx);
+            sum += e[s].y * w;
+            acc[0] += w * p[s].x;
+            acc[1] += w * p[s].y;
+            acc[2] += w * p[s].z;
+            acc[3] += w * p[s].w;
+        }
+    }
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    orow[0] = from_f32<T>(acc[0] * inv);
+    orow[1] = from_f32<T>(acc[1] * inv);
+    orow[2] = from_f32<T>(acc[2] * inv);
+    orow[3] = from_f32<T>(acc[3] * inv);
+}
+
 // Merges the splits: one thread per row and 4 columns (d / 4 threads a row). Split s weighs
 // 2^(m_s - M); the sum of the weighted (max, sum) pairs normalizes. The loads of successive
 // splits do not depend on each other, so they are in flight together.
-template <typename T>
+// N > 0: at most N splits, through flash_combine_regs (one kernel per N, so that each has only
+// the registers it needs).
+template <typename T, int N>
 __device__ void flash_combine(const float* __restrict__ part, const float* __restrict__ part_ml, T* __restrict__ out,
                               const FlashArgs a, unsigned splits) {
     // Rows and threads fit 32 bits (the host checks batch · Hq · Sq · d < 2^32).
@@ -295,6 +336,8 @@ __device__ void flash_combine(const float* __restrict__ part, const float* __res
     const unsigned kh = er / rows, r = er % rows;
     const unsigned qi = r / G, qh = kh * G + r % G;
     const float2* ml = (const float2*)part_ml;
+    T* orow = out + entry * a.bo + (unsigned long long)qi * a.so + (unsigned long long)qh * a.d + c;
+    if (N > 0) return flash_combine_regs<T, (N > 0 ? N : 1)>(part, ml, orow, total, pr, a.d, c, splits);
     float mx = -INFINITY;
 #pragma unroll 8
     for (unsigned s = 0; s < splits; ++s) mx = fmaxf(mx, ml[(unsigned long long)s * total + pr].x);
@@ -312,7 +355,6 @@ __device__ void flash_combine(const float* __restrict__ part, const float* __res
         acc[3] += w * p.w;
     }
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
-    T* orow = out + entry * a.bo + (unsigned long long)qi * a.so + (unsigned long long)qh * a.d + c;
     orow[0] = from_f32<T>(acc[0] * inv);
     orow[1] = from_f32<T>(acc[1] * inv);
     orow[2] = from_f32<T>(acc[2] * inv);
@@ -325,13 +367,17 @@ __device__ void flash_combine(const float* __restrict__ part, const float* __res
         pdl_entry();                                                                                    \
         flash_attention<T, DP>(q, k, v, out, part, part_ml, a);                                         \
     }
+// flash_combine_S (any number of splits) and flash_combine{4,8,16}_S (at most that many).
+#define FLASH_COMBINE(T, S, SUFFIX, N)                                                                   \
+    extern "C" __global__ void flash_combine##SUFFIX##_##S(const float* part, const float* part_ml,      \
+                                                           T* out, const FlashArgs a, unsigned splits) { \
+        pdl_entry();                                                                                     \
+        flash_combine<T, N>(part, part_ml, out, a, splits);                                              \
+    }
 #define FLASH_ALL(T, S)                                                                                  \
     FLASH_ATTENTION(T, S, 16) FLASH_ATTENTION(T, S, 32) FLASH_ATTENTION(T, S, 64)                       \
     FLASH_ATTENTION(T, S, 80) FLASH_ATTENTION(T, S, 128) FLASH_ATTENTION(T, S, 256)                     \
-    extern "C" __global__ void flash_combine_##S(const float* part, const float* part_ml, T* out,        \
-                                                 const FlashArgs a, unsigned splits) {                   \
-        pdl_entry();                                                                                     \
-        flash_combine<T>(part, part_ml, out, a, splits);                                                 \
-    }
+    FLASH_COMBINE(T, S, , 0) FLASH_COMBINE(T, S, 4, 4) FLASH_COMBINE(T, S, 8, 8)                      \
+    FLASH_COMBINE(T, S, 16, 16)
 FLASH_ALL(bf16, bf16)
 FLASH_ALL(f16, f16)

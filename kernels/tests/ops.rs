@@ -16,12 +16,14 @@ fn erf(x: f64) -> f64 {
     libm::erf(x)
 }
 
-/// (rows, cols) shapes: small, odd, and the models' (SigLIP, Gemma prefix, action expert,
-/// Whisper); the last four only on CUDA.
+/// (rows, cols) shapes: small, odd, longer than one 8-element chunk per thread of a row
+/// kernel (4104), and the models' (SigLIP, Gemma prefix, action expert, Whisper); the last
+/// four only on CUDA.
 const ROW_SHAPES: &[(usize, usize, bool)] = &[
     (3, 8, false),
     (5, 33, false),
     (7, 130, false),
+    (2, 4104, false),
     (256, 1152, true),
     (800, 2048, true),
     (50, 1024, true),
@@ -1091,15 +1093,47 @@ fn attention(b: &Backend) {
                 };
                 plan.run(k, s)
             };
-            type Op<'a> = &'a dyn Fn(
-                &Kernels,
-                frt_exec::Stream,
-                &[Tensor],
-                &Tensor,
-            ) -> frt_kernels::Result<()>;
-            let mut forms: Vec<(&str, Op)> = vec![("direct", &direct), ("planned", &planned)];
+            type OpFn<'a> = dyn Fn(&Kernels, frt_exec::Stream, &[Tensor], &Tensor) -> frt_kernels::Result<()>
+                + 'a;
+            type Op<'a> = &'a OpFn<'a>;
+            // The tensor-core kernel with the keys split 3, 7, 12 and 24 ways (rounded to
+            // whole tiles): each form of the split merge (up to 4, 8, 16 splits, and more).
+            let split_forms: Vec<(String, Box<OpFn<'_>>)> = [3usize, 7, 12, 24]
+                .into_iter()
+                .map(|n| {
+                    let mask_of = &mask_of;
+                    let op: Box<OpFn<'_>> =
+                        Box::new(move |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
+                            // The host backend it is compared with: its reference kernel.
+                            let plan = if k.target() == "host" {
+                                k.attention_plan(&i[0], &i[1], &i[2], o, &mask_of(i), scale)?
+                            } else {
+                                k.attention_plan_flash_splits(
+                                    &i[0],
+                                    &i[1],
+                                    &i[2],
+                                    o,
+                                    &mask_of(i),
+                                    scale,
+                                    n,
+                                )?
+                            };
+                            plan.run(k, s)
+                        });
+                    (format!("tensor-core, {n} splits asked"), op)
+                })
+                .collect();
+            let mut forms: Vec<(String, Op)> = vec![
+                ("direct".to_string(), &direct),
+                ("planned".to_string(), &planned),
+            ];
             if b.is_cuda() && sm80(&b.k) && dt != DType::F32 && d % 8 == 0 {
-                forms.push(("tensor-core", &flash));
+                forms.push(("tensor-core".to_string(), &flash));
+                if big {
+                    for (name, op) in &split_forms {
+                        forms.push((name.clone(), op.as_ref()));
+                    }
+                }
             }
             for (form, op) in forms {
                 run(

@@ -1,7 +1,9 @@
 //! Every op at Pi0.5 / Whisper shapes on a CUDA GPU, next to the device's ceilings measured
 //! in the same run (a large device-to-device copy, a large bf16 GEMM).
 //!
-//! `frt-kernels-bench [--iters N]`
+//! `frt-kernels-bench [--iters N] [--only SECTIONS]`
+//!
+//! SECTIONS: a comma-separated subset of gemm, geglu, mem, attention, conv (default: all).
 //!
 //! Each op is captured into a graph that repeats it back to back (as a model's graph runs its
 //! ops), enough times for one replay to take ≥ 100 µs; after warm-up, N replays are timed with
@@ -14,6 +16,8 @@ use frt_kernels::{AttentionMask, DType, Epilogue, Kernels, PatchEmbed, Result, T
 
 struct Bench {
     k: Kernels,
+    /// Sections to run (`--only a,b`); empty: all.
+    only: Vec<String>,
     s: Stream,
     iters: usize,
     copy_gbs: f64,
@@ -30,6 +34,11 @@ fn stats(mut v: Vec<f64>) -> (f64, f64) {
 }
 
 impl Bench {
+    /// Whether a section runs (see `--only`).
+    fn wants(&self, section: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|o| o == section)
+    }
+
     fn tensor(&mut self, name: &str, dt: DType, shape: &[usize]) -> Tensor {
         let t = Tensor::alloc(self.k.ctx(), name, dt, shape).unwrap();
         let n = t.numel();
@@ -155,8 +164,22 @@ fn main() {
         "device: {name} ({}), per op inside a graph repeating it (≥ 100 µs a replay), {iters} timed replays per row\n",
         k.target()
     );
+    let only: Vec<String> = std::env::args()
+        .skip_while(|a| a != "--only")
+        .nth(1)
+        .map(|v| v.split(',').map(str::to_string).collect())
+        .unwrap_or_default();
+    let sections = ["gemm", "geglu", "mem", "attention", "conv"];
+    if let Some(o) = only.iter().find(|o| !sections.contains(&o.as_str())) {
+        eprintln!(
+            "--only: unknown section `{o}` (sections: {})",
+            sections.join(", ")
+        );
+        std::process::exit(2);
+    }
     let mut b = Bench {
         k,
+        only,
         s,
         iters,
         copy_gbs: 1.0,
@@ -204,347 +227,373 @@ fn main() {
         "-".repeat(19)
     );
 
-    // GEMMs (weights [out, in], as checkpoints store them).
-    for (what, m, kk, n, bias) in [
-        ("siglip qkv", 512, 1152, 3456, true),
-        ("siglip mlp up", 512, 1152, 4304, true),
-        ("siglip mlp down", 512, 4304, 1152, true),
-        ("gemma q proj", 800, 2048, 2048, false),
-        ("gemma gate+up", 800, 2048, 32768, false),
-        ("gemma mlp down", 800, 16384, 2048, false),
-        ("expert gate+up", 50, 1024, 8192, false),
-        ("expert mlp down", 50, 4096, 1024, false),
-        ("whisper mlp up", 1500, 384, 1536, true),
-        ("whisper mlp down", 1500, 1536, 384, true),
-    ] {
-        b.gemm_row(what, m, kk, n, bias, DType::BF16);
-    }
-
-    // The action expert's MLP gate and up projections with GEGLU: cuBLASLt's GEMM then the
-    // geglu kernel, against the fused kernel; the weight read from memory (the repeated ops
-    // cycle through 8 copies, 134 MB) as in the model, where 18 layers' weights follow each
-    // other.
-    {
-        let (m, kk, f) = (50usize, 1024usize, 4096usize);
-        let dt = DType::BF16;
-        let x = b.tensor("x", dt, &[m, kk]);
-        let ws: Vec<Tensor> = (0..8).map(|_| b.tensor("w", dt, &[2 * f, kk])).collect();
-        let both = b.tensor("gate_up", dt, &[m, 2 * f]);
-        let h = b.tensor("h", dt, &[m, f]);
-        let next = std::cell::Cell::new(0usize);
-        let w = || {
-            next.set((next.get() + 1) % ws.len());
-            &ws[next.get()]
-        };
-        let gemm = b.k.linear(&x, &ws[0], &both, false, false).unwrap();
-        let fused = b.k.geglu_linear_fused(&x, &ws[0], &h).unwrap();
-        let bytes = (2 * f * kk) as f64 * dt.size() as f64;
-        type Op<'a> = &'a dyn Fn(Stream) -> Result<()>;
-        let forms: [(&str, Op); 2] = [
-            ("GEMM + geglu", &|s| {
-                gemm.run(s, &x, w(), &both, None)?;
-                b.k.geglu(s, &both.narrow(1, 0, f)?, &both.narrow(1, f, f)?, &h)
-            }),
-            (
-                if fused.fused() {
-                    "fused kernel"
-                } else {
-                    "plan (not fused)"
-                },
-                &|s| fused.run(&b.k, s, &x, w(), &h),
-            ),
-        ];
-        println!();
-        for (form, op) in forms {
-            let (med, p) = b.time(form, op);
-            println!(
-                "| expert gate+up+geglu, {form:<16} | {m}x{kk}x{} | {:>9.1} | {:>9.1} | weight {:>5.0} GB/s | {:>5.0} % of copy |",
-                2 * f,
-                med * 1e3,
-                p * 1e3,
-                bytes / (med * 1e-3) / 1e9,
-                100.0 * bytes / (med * 1e-3) / 1e9 / b.copy_gbs
-            );
-        }
-    }
-
     let dt = DType::BF16;
     let sz = dt.size() as f64;
-    // Memory-bound ops.
-    for (rows, cols, tag) in [
-        (800usize, 2048usize, "gemma"),
-        (256, 1152, "siglip"),
-        (1500, 384, "whisper"),
-    ] {
-        let x = b.tensor("x", dt, &[rows, cols]);
-        let w = b.tensor("w", dt, &[cols]);
-        let bb = b.tensor("b", dt, &[cols]);
-        let o = b.tensor("o", dt, &[rows, cols]);
-        let io = 2.0 * (rows * cols) as f64 * sz;
-        let shape = format!("{rows}x{cols} ({tag})");
-        b.mem_row("rms_norm", &shape, dt, io, &|s| {
-            b.k.rms_norm(s, &x, &w, &o, 1e-6)
-        });
-        b.mem_row("layer_norm", &shape, dt, io, &|s| {
-            b.k.layer_norm(s, &x, &w, &bb, &o, 1e-6)
-        });
-        b.mem_row("add", &shape, dt, 1.5 * io, &|s| b.k.add(s, &x, &o, &o));
-        b.mem_row("softmax", &shape, dt, io, &|s| b.k.softmax(s, &x, &o));
+    if b.wants("gemm") {
+        // GEMMs (weights [out, in], as checkpoints store them).
+        for (what, m, kk, n, bias) in [
+            ("siglip qkv", 512, 1152, 3456, true),
+            ("siglip mlp up", 512, 1152, 4304, true),
+            ("siglip mlp down", 512, 4304, 1152, true),
+            ("gemma q proj", 800, 2048, 2048, false),
+            ("gemma gate+up", 800, 2048, 32768, false),
+            ("gemma mlp down", 800, 16384, 2048, false),
+            ("expert gate+up", 50, 1024, 8192, false),
+            ("expert mlp down", 50, 4096, 1024, false),
+            ("whisper mlp up", 1500, 384, 1536, true),
+            ("whisper mlp down", 1500, 1536, 384, true),
+        ] {
+            b.gemm_row(what, m, kk, n, bias, DType::BF16);
+        }
     }
-    {
-        let (rows, cols) = (50, 1024);
-        let x = b.tensor("x", dt, &[rows, cols]);
-        let m = b.tensor("mod", dt, &[1, 3 * cols]);
-        let o = b.tensor("o", dt, &[rows, cols]);
-        b.mem_row(
-            "ada_rms_norm",
-            "50x1024 (expert)",
-            dt,
-            (2 * rows * cols + 2 * cols) as f64 * sz,
-            &|s| b.k.ada_rms_norm(s, &x, &m, &o, 1e-6).map(|_| ()),
-        );
-        let g = m.narrow(1, 2 * cols, cols).unwrap();
-        b.mem_row(
-            "gated_residual",
-            "50x1024 (expert)",
-            dt,
-            (3 * rows * cols) as f64 * sz,
-            &|s| b.k.gated_residual(s, &x, &o, &g, &o),
-        );
+    if b.wants("geglu") {
+        // The action expert's MLP gate and up projections with GEGLU: cuBLASLt's GEMM then the
+        // geglu kernel, against the fused kernel; the weight read from memory (the repeated ops
+        // cycle through 8 copies, 134 MB) as in the model, where 18 layers' weights follow each
+        // other.
+        {
+            let (m, kk, f) = (50usize, 1024usize, 4096usize);
+            let dt = DType::BF16;
+            let x = b.tensor("x", dt, &[m, kk]);
+            let ws: Vec<Tensor> = (0..8).map(|_| b.tensor("w", dt, &[2 * f, kk])).collect();
+            let both = b.tensor("gate_up", dt, &[m, 2 * f]);
+            let h = b.tensor("h", dt, &[m, f]);
+            let next = std::cell::Cell::new(0usize);
+            let w = || {
+                next.set((next.get() + 1) % ws.len());
+                &ws[next.get()]
+            };
+            let gemm = b.k.linear(&x, &ws[0], &both, false, false).unwrap();
+            let fused = b.k.geglu_linear_fused(&x, &ws[0], &h).unwrap();
+            let bytes = (2 * f * kk) as f64 * dt.size() as f64;
+            type Op<'a> = &'a dyn Fn(Stream) -> Result<()>;
+            let forms: [(&str, Op); 2] = [
+                ("GEMM + geglu", &|s| {
+                    gemm.run(s, &x, w(), &both, None)?;
+                    b.k.geglu(s, &both.narrow(1, 0, f)?, &both.narrow(1, f, f)?, &h)
+                }),
+                (
+                    if fused.fused() {
+                        "fused kernel"
+                    } else {
+                        "plan (not fused)"
+                    },
+                    &|s| fused.run(&b.k, s, &x, w(), &h),
+                ),
+            ];
+            println!();
+            for (form, op) in forms {
+                let (med, p) = b.time(form, op);
+                println!(
+                    "| expert gate+up+geglu, {form:<16} | {m}x{kk}x{} | {:>9.1} | {:>9.1} | weight {:>5.0} GB/s | {:>5.0} % of copy |",
+                    2 * f,
+                    med * 1e3,
+                    p * 1e3,
+                    bytes / (med * 1e-3) / 1e9,
+                    100.0 * bytes / (med * 1e-3) / 1e9 / b.copy_gbs
+                );
+            }
+        }
     }
-    {
-        let (rows, f) = (800, 16384);
-        let gu = b.tensor("gate_up", dt, &[rows, 2 * f]);
-        let o = b.tensor("o", dt, &[rows, f]);
-        b.mem_row(
-            "geglu",
-            "800x16384 (gemma)",
-            dt,
-            (3 * rows * f) as f64 * sz,
-            &|s| b.k.geglu(s, &gu.narrow(1, 0, f)?, &gu.narrow(1, f, f)?, &o),
-        );
-        let x = b.tensor("x", dt, &[1500, 1536]);
-        let o2 = b.tensor("o", dt, &[1500, 1536]);
-        b.mem_row(
-            "gelu (erf)",
-            "1500x1536 (whisper)",
-            dt,
-            (2 * 1500 * 1536) as f64 * sz,
-            &|s| b.k.gelu(s, &x, &o2),
-        );
-        b.mem_row(
-            "silu",
-            "1500x1536",
-            dt,
-            (2 * 1500 * 1536) as f64 * sz,
-            &|s| b.k.silu(s, &x, &o2),
-        );
-        let xf = b.tensor("xf", DType::F32, &[1500, 1536]);
-        b.mem_row(
-            "cast f32->bf16",
-            "1500x1536",
-            dt,
-            (1500 * 1536 * 6) as f64,
-            &|s| b.k.cast(s, &xf, &o2),
-        );
-    }
-    {
-        let q = b.tensor("q", dt, &[800, 8, 256]);
-        let pos = Tensor::alloc(b.k.ctx(), "pos", DType::I32, &[800]).unwrap();
-        pos.write_i32(b.s, &(0..800).collect::<Vec<i32>>()).unwrap();
-        b.mem_row(
-            "rope",
-            "800x8x256 (gemma q)",
-            dt,
-            (2 * 800 * 8 * 256) as f64 * sz + 3200.0,
-            &|s| b.k.rope(s, &q, &pos, &q, 10_000.0),
-        );
-        // Gemma's fused projection split into rotated q, k and copied v (8 q heads, 1 kv head):
-        // the prefix (576 tokens) and the action expert (50).
-        for tokens in [576usize, 50] {
-            let qkv = b.tensor("qkv", dt, &[tokens, 10 * 256]);
-            let (q, k, v) = (
-                b.tensor("q", dt, &[tokens, 8 * 256]),
-                b.tensor("k", dt, &[tokens, 256]),
-                b.tensor("v", dt, &[tokens, 256]),
-            );
-            let pos = Tensor::alloc(b.k.ctx(), "pos", DType::I32, &[tokens]).unwrap();
-            pos.write_i32(b.s, &(0..tokens as i32).collect::<Vec<i32>>())
-                .unwrap();
+    if b.wants("mem") {
+        // Memory-bound ops.
+        for (rows, cols, tag) in [
+            (800usize, 2048usize, "gemma"),
+            (256, 1152, "siglip"),
+            (1500, 384, "whisper"),
+        ] {
+            let x = b.tensor("x", dt, &[rows, cols]);
+            let w = b.tensor("w", dt, &[cols]);
+            let bb = b.tensor("b", dt, &[cols]);
+            let o = b.tensor("o", dt, &[rows, cols]);
+            let io = 2.0 * (rows * cols) as f64 * sz;
+            let shape = format!("{rows}x{cols} ({tag})");
+            b.mem_row("rms_norm", &shape, dt, io, &|s| {
+                b.k.rms_norm(s, &x, &w, &o, 1e-6)
+            });
+            b.mem_row("layer_norm", &shape, dt, io, &|s| {
+                b.k.layer_norm(s, &x, &w, &bb, &o, 1e-6)
+            });
+            b.mem_row("add", &shape, dt, 1.5 * io, &|s| b.k.add(s, &x, &o, &o));
+            b.mem_row("softmax", &shape, dt, io, &|s| b.k.softmax(s, &x, &o));
+        }
+        {
+            let (rows, cols) = (50, 1024);
+            let x = b.tensor("x", dt, &[rows, cols]);
+            let m = b.tensor("mod", dt, &[1, 3 * cols]);
+            let o = b.tensor("o", dt, &[rows, cols]);
             b.mem_row(
-                "rope_qkv",
-                &format!("{tokens}x(8+1+1)x256"),
+                "ada_rms_norm",
+                "50x1024 (expert)",
                 dt,
-                (2 * tokens * 10 * 256) as f64 * sz + 4.0 * tokens as f64,
-                &|s| b.k.rope_qkv(s, &qkv, &pos, &q, &k, &v, 256, 10_000.0),
+                (2 * rows * cols + 2 * cols) as f64 * sz,
+                &|s| b.k.ada_rms_norm(s, &x, &m, &o, 1e-6).map(|_| ()),
+            );
+            let g = m.narrow(1, 2 * cols, cols).unwrap();
+            let y = b.tensor("y", dt, &[rows, cols]);
+            b.mem_row(
+                "res_ada_rms_norm",
+                "50x1024 (expert)",
+                dt,
+                (4 * rows * cols + 3 * cols) as f64 * sz,
+                &|s| {
+                    b.k.residual_ada_rms_norm(s, &x, &y, &g, &m, &o, 1e-6)
+                        .map(|_| ())
+                },
+            );
+            b.mem_row(
+                "gated_residual",
+                "50x1024 (expert)",
+                dt,
+                (3 * rows * cols) as f64 * sz,
+                &|s| b.k.gated_residual(s, &x, &o, &g, &o),
             );
         }
-        let ids = Tensor::alloc(b.k.ctx(), "ids", DType::I32, &[200]).unwrap();
-        ids.write_i32(b.s, &(0..200).map(|i| i * 997).collect::<Vec<i32>>())
-            .unwrap();
-        let table = b.tensor("table", dt, &[257152, 2048]);
-        let e = b.tensor("e", dt, &[200, 2048]);
-        b.mem_row(
-            "embedding",
-            "200 of 257152x2048",
-            dt,
-            (2 * 200 * 2048) as f64 * sz,
-            &|s| b.k.embedding(s, &ids, &table, &e, 45.25),
-        );
-    }
-    // Attention: FLOPs 4·Sq·Sk·Hq·D (two products), bytes q + k + v + out.
-    println!(
-        "\nattention (reported separately: FLOP floor at the GEMM ceiling, byte floor at the copy ceiling)\n"
-    );
-    println!(
-        "| {:<30} | {:>9} | {:>9} | {:>9} | {:>10} | {:>10} |",
-        "case, form", "median µs", "p99 µs", "TFLOP/s", "FLOP floor", "byte floor"
-    );
-    println!(
-        "|{}|{}|{}|{}|{}|{}|",
-        "-".repeat(32),
-        "-".repeat(11),
-        "-".repeat(11),
-        "-".repeat(11),
-        "-".repeat(12),
-        "-".repeat(12)
-    );
-    for (what, sq, sk, hq, hkv, d, kind) in [
-        (
-            "gemma prefix, valid len",
-            800usize,
-            800usize,
-            8usize,
-            1usize,
-            256usize,
-            1u8,
-        ),
-        ("expert over prefix+suffix", 50, 850, 8, 1, 256, 2),
-        ("expert, 64-token prompt", 50, 626, 8, 1, 256, 2),
-        ("siglip (2 views: 1 of them)", 256, 256, 16, 16, 72, 0),
-        ("whisper tiny encoder", 1500, 1500, 6, 6, 64, 0),
-    ] {
-        let q = b.tensor("q", dt, &[sq, hq, d]);
-        let kt = b.tensor("k", dt, &[sk, hkv, d]);
-        let v = b.tensor("v", dt, &[sk, hkv, d]);
-        let o = b.tensor("o", dt, &[sq, hq, d]);
-        let len = Tensor::alloc(b.k.ctx(), "len", DType::I32, &[1]).unwrap();
-        len.write_i32(b.s, &[(sk.min(800) * 3 / 4) as i32]).unwrap();
-        let mask = match kind {
-            1 => AttentionMask::valid(&len),
-            2 => AttentionMask::prefix_suffix(&len, sk - sq),
-            _ => AttentionMask::full(),
-        };
-        let scale = 1.0 / (d as f32).sqrt();
-        let plan = b.k.attention_plan(&q, &kt, &v, &o, &mask, scale).unwrap();
-        let flops = 4.0 * (sq * sk * hq * d) as f64;
-        let bytes = (2 * sq * hq * d + 2 * sk * hkv * d) as f64 * sz;
-        let fused = b.time(what, &|s| b.k.attention(s, &q, &kt, &v, &o, &mask, scale));
-        let planned = b.time(what, &|s| plan.run(&b.k, s));
-        let mut forms = vec![
-            ("fused kernel".to_string(), fused),
-            (
-                if plan.uses_gemm() {
-                    "plan: GEMM+softmax+GEMM".to_string()
-                } else if let Some(n) = plan.flash_splits() {
-                    format!("plan: tensor cores ×{n}")
-                } else {
-                    "plan: fused kernel".to_string()
-                },
-                planned,
-            ),
-        ];
-        if let Ok(fp) = b.k.attention_plan_flash(&q, &kt, &v, &o, &mask, scale) {
-            let splits = fp.flash_splits().unwrap_or(1);
-            // Unless the plan above already is this one.
-            if plan.flash_splits().is_none() {
-                forms.push((
-                    format!("tensor cores ×{splits}"),
-                    b.time(what, &|s| fp.run(&b.k, s)),
-                ));
+        {
+            // The floor of a dependent kernel in a graph: a cast of 8 values.
+            let (xf, o8) = (b.tensor("xf", DType::F32, &[8]), b.tensor("o8", dt, &[8]));
+            b.mem_row("launch floor", "cast of 8 values", dt, 48.0, &|s| {
+                b.k.cast(s, &xf, &o8)
+            });
+        }
+        {
+            let (rows, f) = (800, 16384);
+            let gu = b.tensor("gate_up", dt, &[rows, 2 * f]);
+            let o = b.tensor("o", dt, &[rows, f]);
+            b.mem_row(
+                "geglu",
+                "800x16384 (gemma)",
+                dt,
+                (3 * rows * f) as f64 * sz,
+                &|s| b.k.geglu(s, &gu.narrow(1, 0, f)?, &gu.narrow(1, f, f)?, &o),
+            );
+            let x = b.tensor("x", dt, &[1500, 1536]);
+            let o2 = b.tensor("o", dt, &[1500, 1536]);
+            b.mem_row(
+                "gelu (erf)",
+                "1500x1536 (whisper)",
+                dt,
+                (2 * 1500 * 1536) as f64 * sz,
+                &|s| b.k.gelu(s, &x, &o2),
+            );
+            b.mem_row(
+                "silu",
+                "1500x1536",
+                dt,
+                (2 * 1500 * 1536) as f64 * sz,
+                &|s| b.k.silu(s, &x, &o2),
+            );
+            let xf = b.tensor("xf", DType::F32, &[1500, 1536]);
+            b.mem_row(
+                "cast f32->bf16",
+                "1500x1536",
+                dt,
+                (1500 * 1536 * 6) as f64,
+                &|s| b.k.cast(s, &xf, &o2),
+            );
+        }
+        {
+            let q = b.tensor("q", dt, &[800, 8, 256]);
+            let pos = Tensor::alloc(b.k.ctx(), "pos", DType::I32, &[800]).unwrap();
+            pos.write_i32(b.s, &(0..800).collect::<Vec<i32>>()).unwrap();
+            b.mem_row(
+                "rope",
+                "800x8x256 (gemma q)",
+                dt,
+                (2 * 800 * 8 * 256) as f64 * sz + 3200.0,
+                &|s| b.k.rope(s, &q, &pos, &q, 10_000.0),
+            );
+            // Gemma's fused projection split into rotated q, k and copied v (8 q heads, 1 kv head):
+            // the prefix (576 tokens) and the action expert (50).
+            for tokens in [576usize, 50] {
+                let qkv = b.tensor("qkv", dt, &[tokens, 10 * 256]);
+                let (q, k, v) = (
+                    b.tensor("q", dt, &[tokens, 8 * 256]),
+                    b.tensor("k", dt, &[tokens, 256]),
+                    b.tensor("v", dt, &[tokens, 256]),
+                );
+                let pos = Tensor::alloc(b.k.ctx(), "pos", DType::I32, &[tokens]).unwrap();
+                pos.write_i32(b.s, &(0..tokens as i32).collect::<Vec<i32>>())
+                    .unwrap();
+                b.mem_row(
+                    "rope_qkv",
+                    &format!("{tokens}x(8+1+1)x256"),
+                    dt,
+                    (2 * tokens * 10 * 256) as f64 * sz + 4.0 * tokens as f64,
+                    &|s| b.k.rope_qkv(s, &qkv, &pos, &q, &k, &v, 256, 10_000.0),
+                );
             }
-            // Every other split count too, up to 16 (H100, the action expert's attention: more
-            // splits are faster up to one 64-key tile a split, 38.8 µs with 1 split, 12.2 with
-            // 10).
-            for n in 1..=sk.div_ceil(64).min(16) {
-                let p =
-                    b.k.attention_plan_flash_splits(&q, &kt, &v, &o, &mask, scale, n)
-                        .unwrap();
-                if p.flash_splits() == Some(n) && n != splits {
+            let ids = Tensor::alloc(b.k.ctx(), "ids", DType::I32, &[200]).unwrap();
+            ids.write_i32(b.s, &(0..200).map(|i| i * 997).collect::<Vec<i32>>())
+                .unwrap();
+            let table = b.tensor("table", dt, &[257152, 2048]);
+            let e = b.tensor("e", dt, &[200, 2048]);
+            b.mem_row(
+                "embedding",
+                "200 of 257152x2048",
+                dt,
+                (2 * 200 * 2048) as f64 * sz,
+                &|s| b.k.embedding(s, &ids, &table, &e, 45.25),
+            );
+        }
+    }
+    if b.wants("attention") {
+        // Attention: FLOPs 4·Sq·Sk·Hq·D (two products), bytes q + k + v + out.
+        println!(
+            "\nattention (reported separately: FLOP floor at the GEMM ceiling, byte floor at the copy ceiling)\n"
+        );
+        println!(
+            "| {:<30} | {:>9} | {:>9} | {:>9} | {:>10} | {:>10} |",
+            "case, form", "median µs", "p99 µs", "TFLOP/s", "FLOP floor", "byte floor"
+        );
+        println!(
+            "|{}|{}|{}|{}|{}|{}|",
+            "-".repeat(32),
+            "-".repeat(11),
+            "-".repeat(11),
+            "-".repeat(11),
+            "-".repeat(12),
+            "-".repeat(12)
+        );
+        for (what, sq, sk, hq, hkv, d, kind) in [
+            (
+                "gemma prefix, valid len",
+                800usize,
+                800usize,
+                8usize,
+                1usize,
+                256usize,
+                1u8,
+            ),
+            ("expert over prefix+suffix", 50, 850, 8, 1, 256, 2),
+            ("expert, 64-token prompt", 50, 626, 8, 1, 256, 2),
+            ("siglip (2 views: 1 of them)", 256, 256, 16, 16, 72, 0),
+            ("whisper tiny encoder", 1500, 1500, 6, 6, 64, 0),
+        ] {
+            let q = b.tensor("q", dt, &[sq, hq, d]);
+            let kt = b.tensor("k", dt, &[sk, hkv, d]);
+            let v = b.tensor("v", dt, &[sk, hkv, d]);
+            let o = b.tensor("o", dt, &[sq, hq, d]);
+            let len = Tensor::alloc(b.k.ctx(), "len", DType::I32, &[1]).unwrap();
+            len.write_i32(b.s, &[(sk.min(800) * 3 / 4) as i32]).unwrap();
+            let mask = match kind {
+                1 => AttentionMask::valid(&len),
+                2 => AttentionMask::prefix_suffix(&len, sk - sq),
+                _ => AttentionMask::full(),
+            };
+            let scale = 1.0 / (d as f32).sqrt();
+            let plan = b.k.attention_plan(&q, &kt, &v, &o, &mask, scale).unwrap();
+            let flops = 4.0 * (sq * sk * hq * d) as f64;
+            let bytes = (2 * sq * hq * d + 2 * sk * hkv * d) as f64 * sz;
+            let fused = b.time(what, &|s| b.k.attention(s, &q, &kt, &v, &o, &mask, scale));
+            let planned = b.time(what, &|s| plan.run(&b.k, s));
+            let mut forms = vec![
+                ("fused kernel".to_string(), fused),
+                (
+                    if plan.uses_gemm() {
+                        "plan: GEMM+softmax+GEMM".to_string()
+                    } else if let Some(n) = plan.flash_splits() {
+                        format!("plan: tensor cores ×{n}")
+                    } else {
+                        "plan: fused kernel".to_string()
+                    },
+                    planned,
+                ),
+            ];
+            if let Ok(fp) = b.k.attention_plan_flash(&q, &kt, &v, &o, &mask, scale) {
+                let splits = fp.flash_splits().unwrap_or(1);
+                // Unless the plan above already is this one.
+                if plan.flash_splits().is_none() {
                     forms.push((
-                        format!("tensor cores, {n} splits"),
-                        b.time(what, &|s| p.run(&b.k, s)),
+                        format!("tensor cores ×{splits}"),
+                        b.time(what, &|s| fp.run(&b.k, s)),
                     ));
                 }
+                // Every other split count too, up to 16 (H100, the action expert's attention: more
+                // splits are faster up to one 64-key tile a split, 38.8 µs with 1 split, 12.2 with
+                // 10).
+                for n in 1..=sk.div_ceil(64).min(16) {
+                    let p =
+                        b.k.attention_plan_flash_splits(&q, &kt, &v, &o, &mask, scale, n)
+                            .unwrap();
+                    if p.flash_splits() == Some(n) && n != splits {
+                        forms.push((
+                            format!("tensor cores, {n} splits"),
+                            b.time(what, &|s| p.run(&b.k, s)),
+                        ));
+                    }
+                }
+            }
+            for (form, (m, p)) in forms {
+                println!(
+                    "| {:<30} | {:>9.1} | {:>9.1} | {:>9.1} | {:>7.1} µs | {:>7.1} µs |",
+                    format!("{what}, {form}"),
+                    m * 1e3,
+                    p * 1e3,
+                    flops / (m * 1e-3) / 1e12,
+                    flops / (b.gemm_tflops * 1e12) * 1e6,
+                    bytes / (b.copy_gbs * 1e9) * 1e6
+                );
             }
         }
-        for (form, (m, p)) in forms {
-            println!(
-                "| {:<30} | {:>9.1} | {:>9.1} | {:>9.1} | {:>7.1} µs | {:>7.1} µs |",
-                format!("{what}, {form}"),
-                m * 1e3,
-                p * 1e3,
-                flops / (m * 1e-3) / 1e12,
-                flops / (b.gemm_tflops * 1e12) * 1e6,
-                bytes / (b.copy_gbs * 1e9) * 1e6
-            );
-        }
     }
-    // Whisper stem and SigLIP patch embedding.
-    println!();
-    {
-        let x = b.tensor("mel", dt, &[3000, 80]);
-        let w1 = b.tensor("w1", dt, &[384, 80, 3]);
-        let b1 = b.tensor("b1", dt, &[384]);
-        let h1 = b.tensor("h1", dt, &[3000, 384]);
-        let w2 = b.tensor("w2", dt, &[384, 384, 3]);
-        let h2 = b.tensor("h2", dt, &[1500, 384]);
-        let c1 = frt_kernels::Conv1d::new(&b.k, &x, &w1, &h1, 1, 1).unwrap();
-        let c2 = frt_kernels::Conv1d::new(&b.k, &h1, &w2, &h2, 2, 1).unwrap();
-        let rows = [
-            (
-                "conv1d 3000x80->384 s1, direct",
-                b.time("conv1", &|s| b.k.conv1d(s, &x, &w1, &b1, &h1, 1, 1)),
-                3000 * 384 * 80 * 3,
-            ),
-            (
-                "conv1d 3000x80->384 s1, im2col+gemm",
-                b.time("conv1p", &|s| c1.run(&b.k, s, &x, &w1, &b1, &h1)),
-                3000 * 384 * 80 * 3,
-            ),
-            (
-                "conv1d 3000x384->384 s2, direct",
-                b.time("conv2", &|s| b.k.conv1d(s, &h1, &w2, &b1, &h2, 2, 1)),
-                1500 * 384 * 384 * 3,
-            ),
-            (
-                "conv1d 3000x384->384 s2, im2col+gemm",
-                b.time("conv2p", &|s| c2.run(&b.k, s, &h1, &w2, &b1, &h2)),
-                1500 * 384 * 384 * 3,
-            ),
-        ];
-        for (what, (m, p), macs) in rows {
+    if b.wants("conv") {
+        // Whisper stem and SigLIP patch embedding.
+        println!();
+        {
+            let x = b.tensor("mel", dt, &[3000, 80]);
+            let w1 = b.tensor("w1", dt, &[384, 80, 3]);
+            let b1 = b.tensor("b1", dt, &[384]);
+            let h1 = b.tensor("h1", dt, &[3000, 384]);
+            let w2 = b.tensor("w2", dt, &[384, 384, 3]);
+            let h2 = b.tensor("h2", dt, &[1500, 384]);
+            let c1 = frt_kernels::Conv1d::new(&b.k, &x, &w1, &h1, 1, 1).unwrap();
+            let c2 = frt_kernels::Conv1d::new(&b.k, &h1, &w2, &h2, 2, 1).unwrap();
+            let rows = [
+                (
+                    "conv1d 3000x80->384 s1, direct",
+                    b.time("conv1", &|s| b.k.conv1d(s, &x, &w1, &b1, &h1, 1, 1)),
+                    3000 * 384 * 80 * 3,
+                ),
+                (
+                    "conv1d 3000x80->384 s1, im2col+gemm",
+                    b.time("conv1p", &|s| c1.run(&b.k, s, &x, &w1, &b1, &h1)),
+                    3000 * 384 * 80 * 3,
+                ),
+                (
+                    "conv1d 3000x384->384 s2, direct",
+                    b.time("conv2", &|s| b.k.conv1d(s, &h1, &w2, &b1, &h2, 2, 1)),
+                    1500 * 384 * 384 * 3,
+                ),
+                (
+                    "conv1d 3000x384->384 s2, im2col+gemm",
+                    b.time("conv2p", &|s| c2.run(&b.k, s, &h1, &w2, &b1, &h2)),
+                    1500 * 384 * 384 * 3,
+                ),
+            ];
+            for (what, (m, p), macs) in rows {
+                println!(
+                    "| {what:<38} | {:>9.1} µs median | {:>9.1} µs p99 | {:>6.1} TFLOP/s |",
+                    m * 1e3,
+                    p * 1e3,
+                    2.0 * macs as f64 / (m * 1e-3) / 1e12
+                );
+            }
+            let imgs = b.tensor("imgs", dt, &[2, 224, 224, 3]);
+            let patches = b.tensor("patches", dt, &[512, 588]);
+            let w = b.tensor("w", dt, &[1152, 588]);
+            let bias = b.tensor("bias", dt, &[1152]);
+            let pos = b.tensor("pos", dt, &[256, 1152]);
+            let out = b.tensor("out", dt, &[512, 1152]);
+            let pe = PatchEmbed::new(&b.k, &imgs, &patches, &w, &out, 14).unwrap();
+            let (m, p) = b.time("patch_embed", &|s| {
+                pe.run(&b.k, s, &imgs, &patches, &w, &bias, &pos, &out)
+            });
             println!(
-                "| {what:<38} | {:>9.1} µs median | {:>9.1} µs p99 | {:>6.1} TFLOP/s |",
+                "| patch_embed 2x224x224x3 p14 -> 1152 | {:>9.1} µs median | {:>9.1} µs p99 |",
                 m * 1e3,
-                p * 1e3,
-                2.0 * macs as f64 / (m * 1e-3) / 1e12
+                p * 1e3
             );
         }
-        let imgs = b.tensor("imgs", dt, &[2, 224, 224, 3]);
-        let patches = b.tensor("patches", dt, &[512, 588]);
-        let w = b.tensor("w", dt, &[1152, 588]);
-        let bias = b.tensor("bias", dt, &[1152]);
-        let pos = b.tensor("pos", dt, &[256, 1152]);
-        let out = b.tensor("out", dt, &[512, 1152]);
-        let pe = PatchEmbed::new(&b.k, &imgs, &patches, &w, &out, 14).unwrap();
-        let (m, p) = b.time("patch_embed", &|s| {
-            pe.run(&b.k, s, &imgs, &patches, &w, &bias, &pos, &out)
-        });
-        println!(
-            "| patch_embed 2x224x224x3 p14 -> 1152 | {:>9.1} µs median | {:>9.1} µs p99 |",
-            m * 1e3,
-            p * 1e3
-        );
     }
 }

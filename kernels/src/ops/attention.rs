@@ -1127,9 +1127,17 @@ impl AttentionPlan {
             if splits > 1 {
                 let mut n = splits as u32;
                 let all = self.batch.n * d.hq * d.sq_len;
+                // Kernels for at most 4, 8 or 16 splits hold every split's values in
+                // registers (one wait on memory); the general one loops.
+                let name = match splits {
+                    ..=4 => "flash_combine4",
+                    5..=8 => "flash_combine8",
+                    9..=16 => "flash_combine16",
+                    _ => "flash_combine",
+                };
                 c.launch(
                     s,
-                    "flash_combine",
+                    name,
                     dt,
                     // One thread per row and 4 columns.
                     ((all * d.d / 4).div_ceil(128) as u32, 1, 1),

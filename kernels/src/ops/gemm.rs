@@ -428,6 +428,7 @@ impl LtPlan {
     /// between candidates for GEMMs of a few microseconds), the launches reading up to
     /// [`TUNING_RUNS`] copies of `b` in turn, [`COLD_BYTES`] in all, so that a weight comes
     /// from memory rather than from the L2 cache, as in a model whose weights exceed it.
+    /// The candidates are timed in turn, [`TUNING_ROUNDS`] times, each keeping its median.
     fn fastest(
         &self,
         k: &Kernels,
@@ -456,7 +457,7 @@ impl LtPlan {
         }
         let (t0, t1) = (k.ctx.timing_event()?, k.ctx.timing_event()?);
         let key = frt_exec::ShapeKey(0);
-        let time = |algo: &lts::cublasLtMatmulAlgo_t| -> Result<f32> {
+        let capture = |algo: &lts::cublasLtMatmulAlgo_t| -> Result<frt_exec::Graph> {
             let g = frt_exec::Graph::new(&k.ctx, "gemm.tuning", 1);
             g.capture(key, |cs| {
                 k.ctx.bind_to_thread()?;
@@ -485,7 +486,12 @@ impl LtPlan {
                 }
                 Ok(())
             })?;
-            // Once untimed (first-launch costs), then timed.
+            // Once untimed: first-launch costs, and a candidate that fails to run.
+            g.replay(key, s)?;
+            k.ctx.sync_stream(s)?;
+            Ok(g)
+        };
+        let time = |g: &frt_exec::Graph| -> Result<f32> {
             g.replay(key, s)?;
             t0.record(s)?;
             for _ in 0..TIMED_REPLAYS {
@@ -495,18 +501,45 @@ impl LtPlan {
             t1.synchronize()?;
             Ok(t1.elapsed_ms(&t0)? / (TIMED_REPLAYS * TUNING_RUNS) as f32)
         };
+        // An algorithm that fails to launch or to be captured is skipped, not fatal.
+        let graphs: Vec<Option<frt_exec::Graph>> = candidates
+            .iter()
+            .map(|algo| {
+                capture(algo).ok().or_else(|| {
+                    // Leaves the stream usable for the next candidate.
+                    let _ = k.ctx.sync_stream(s);
+                    None
+                })
+            })
+            .collect();
+        // Every candidate is timed in each of TUNING_ROUNDS rounds, in turn, and keeps its
+        // median: a clock change or another process's work during one timing does not decide
+        // the choice, nor does one fast round of a candidate whose time varies. (On an H100 the
+        // prefix MLP down projection, 576 × 16384 → 2048, had a candidate of 58 µs in its
+        // fastest round and 63 µs in its median, against 61 µs for the one before it in every
+        // round; chosen by its fastest round, it made the prefix 0.09 ms slower.)
+        let mut rounds = vec![Vec::with_capacity(TUNING_ROUNDS); candidates.len()];
+        for _ in 0..TUNING_ROUNDS {
+            for (g, r) in graphs.iter().zip(&mut rounds) {
+                if let Some(g) = g {
+                    r.push(time(g)?);
+                }
+            }
+        }
+        let times: Vec<f32> = rounds
+            .iter_mut()
+            .map(|r| {
+                if r.is_empty() {
+                    return f32::NAN;
+                }
+                r.sort_by(f32::total_cmp);
+                r[r.len() / 2]
+            })
+            .collect();
         let mut best: Option<(f32, usize)> = None;
-        let mut times = Vec::new();
-        for (i, algo) in candidates.iter().enumerate() {
-            // An algorithm that fails to launch or to be captured is skipped, not fatal.
-            let Ok(ms) = time(algo) else {
-                k.ctx.sync_stream(s)?;
-                times.push(f32::NAN);
-                continue;
-            };
-            times.push(ms);
+        for (i, &ms) in times.iter().enumerate() {
             // A candidate must be clearly faster to replace an earlier one.
-            if best.is_none_or(|(b, _)| ms < b * 0.97) {
+            if !ms.is_nan() && best.is_none_or(|(b, _)| ms < b * 0.97) {
                 best = Some((ms, i));
             }
         }
@@ -543,8 +576,10 @@ const TUNING_MIN_MACS: usize = 1 << 24;
 /// How many bytes of copies of `b` a timing cycles through: more than twice the L2 cache of
 /// an H100 or H200 (50 MB), so that a weight is read from memory.
 const COLD_BYTES: usize = 128 << 20;
-/// Timed replays of a candidate's graph (after one untimed).
+/// Timed replays of a candidate's graph in one round (after one untimed).
 const TIMED_REPLAYS: usize = 3;
+/// Rounds over all candidates; each keeps its median round.
+const TUNING_ROUNDS: usize = 5;
 
 fn worth_tuning(sp: &Spec) -> bool {
     sp.m * sp.n * sp.k * sp.batch >= TUNING_MIN_MACS
