@@ -502,16 +502,16 @@ impl LtPlan {
             Ok(t1.elapsed_ms(&t0)? / (TIMED_REPLAYS * TUNING_RUNS) as f32)
         };
         // An algorithm that fails to launch or to be captured is skipped, not fatal.
-        let graphs: Vec<Option<frt_exec::Graph>> = candidates
-            .iter()
-            .map(|algo| {
-                capture(algo).ok().or_else(|| {
-                    // Leaves the stream usable for the next candidate.
-                    let _ = k.ctx.sync_stream(s);
-                    None
-                })
-            })
-            .collect();
+        let mut graphs = Vec::with_capacity(candidates.len());
+        for algo in candidates {
+            match capture(algo) {
+                Ok(g) => graphs.push(Some(g)),
+                Err(_) => {
+                    k.ctx.sync_stream(s)?;
+                    graphs.push(None);
+                }
+            }
+        }
         // Every candidate is timed in each of TUNING_ROUNDS rounds, in turn, and keeps its
         // median: a clock change or another process's work during one timing does not decide
         // the choice, nor does one fast round of a candidate whose time varies. (On an H100 the
