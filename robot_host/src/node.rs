@@ -14,6 +14,7 @@ use crate::frame::{Rgb8, decode_compressed, decode_raw};
 use crate::messages::*;
 use crate::policy::Policy;
 use crossbeam_channel::{Receiver, Sender, TrySendError};
+use frt_vla::ModelImage;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -132,7 +133,7 @@ pub enum Refusal {
 type Queued = (Command, Source, Stamp, u64);
 
 /// A camera's name and its newest frame.
-type Camera = (String, Slot<(Stamp, Vec<f32>)>);
+type Camera = (String, Slot<(Stamp, ModelImage)>);
 
 /// What the transports write into (cloneable, `Send`): decoding and validation happen here,
 /// on the caller's (I/O) thread; refused inputs are counted and never reach the policy.
@@ -383,7 +384,7 @@ pub struct Node {
     chunk_pool: Vec<Arc<Vec<f32>>>,
     /// The newest preprocessed frame of each camera (taken from its slot when a new one
     /// arrived).
-    frames: Vec<Option<(Stamp, Vec<f32>)>>,
+    frames: Vec<Option<(Stamp, ModelImage)>>,
     state: Vec<f32>,
     seq: u64,
     hook: Option<StageHook>,
@@ -722,8 +723,9 @@ impl Node {
                 None => {}
             }
         }
-        let fresh =
-            |f: &Option<(Stamp, Vec<f32>)>| f.as_ref().is_some_and(|(t, _)| started - t <= max_age);
+        let fresh = |f: &Option<(Stamp, ModelImage)>| {
+            f.as_ref().is_some_and(|(t, _)| started - t <= max_age)
+        };
         if let Some(cam) = missing {
             if self.cfg.safety.missing_camera == MissingCamera::Halt
                 && self.frames.iter().any(fresh)
@@ -760,12 +762,9 @@ impl Node {
                 }
             }
         }
-        let mut frames: [Option<&[f32]>; frt_vla::MAX_VIEWS] = [None; frt_vla::MAX_VIEWS];
+        let mut frames: [Option<&ModelImage>; frt_vla::MAX_VIEWS] = [None; frt_vla::MAX_VIEWS];
         for (f, slot) in frames.iter_mut().zip(&self.frames) {
-            *f = slot
-                .as_ref()
-                .filter(|_| fresh(slot))
-                .map(|(_, p)| p.as_slice());
+            *f = slot.as_ref().filter(|_| fresh(slot)).map(|(_, p)| p);
         }
         let frames = &frames[..self.frames.len().min(frt_vla::MAX_VIEWS)];
         let subgoal = self.subgoal.clone();

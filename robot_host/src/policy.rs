@@ -8,8 +8,8 @@ use frt_exec::{Ctx, Stream};
 use frt_kernels::DType;
 use frt_vla::inputs::Normalization;
 use frt_vla::{
-    Observation, Pi05, Pi05Config, Pi05Weights, PromptScratch, Stage, Tokenizer, pi05_tokens,
-    pi05_tokens_into,
+    ModelImage, Observation, Pi05, Pi05Config, Pi05Weights, PromptScratch, Stage, Tokenizer,
+    pi05_tokens, pi05_tokens_into,
 };
 use std::path::Path;
 
@@ -176,7 +176,7 @@ impl Policy {
     /// into the model's buffers.
     pub fn prepare(
         &mut self,
-        frames: &[Option<&[f32]>],
+        frames: &[Option<&ModelImage>],
         state: &[f32],
         subgoal: &str,
     ) -> Result<()> {
@@ -305,14 +305,14 @@ mod tests {
         let mut want = vec![0.0f32; plain.noise_buf.len()];
         let views = plain.model.config.views;
         let size = plain.model.config.siglip.image_size;
-        let image = vec![0.25f32; size * size * 3];
-        let mut frames: Vec<Option<&[f32]>> = vec![None; views];
+        let image = ModelImage::new(vec![0.25f32; size * size * 3]).unwrap();
+        let mut frames: Vec<Option<&ModelImage>> = vec![None; views];
         frames[0] = Some(&image);
-        let bad = vec![f32::NAN; size * size * 3];
+        let bad = ModelImage::new(vec![0.25f32; size * size * 3 - 3]).unwrap();
         let mut bad_frames = frames.clone();
         bad_frames[0] = Some(&bad);
         for tick in 0..4 {
-            // Tick 2's inputs are refused (NaN pixels) in both.
+            // Tick 2's inputs are refused (a short image) in both.
             let f = if tick == 2 { &bad_frames } else { &frames };
             let state = [0.1, -0.2, 0.3, 0.0, 0.05, -0.1, 0.2, 0.0];
             let r1 = plain.prepare(f, &state, "pick up the cup");

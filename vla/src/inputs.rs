@@ -2,7 +2,8 @@
 //!
 //! * images: [`resize_with_pad`] (openpi `image_tools.resize_with_pad`: keep the aspect ratio,
 //!   bilinear with antialiasing as `jax.image.resize` computes it, round to uint8, pad with
-//!   black, the padding split evenly), then [`to_model_pixels`] (`x / 255 · 2 − 1`);
+//!   black, the padding split evenly), then [`to_model_pixels`] (`x / 255 · 2 − 1`) into a
+//!   [`ModelImage`];
 //! * state: normalized with [`NormStats`] (mean/std or quantiles, `norm_stats.json`), then
 //!   discretized into 256 bins over [−1, 1] ([`discretize_state`], `np.digitize`) and written
 //!   into the prompt ([`pi05_prompt`]: `Task: {task}, State: {bins};\nAction: `);
@@ -113,9 +114,52 @@ pub fn resize_with_pad(src: &[u8], h: usize, w: usize, th: usize, tw: usize) -> 
     Ok(out)
 }
 
+/// One camera view in the model's range: values in [−1, 1] (HWC, three per pixel), made by
+/// [`to_model_pixels`] (in range by construction) or checked by [`ModelImage::new`], so the
+/// model takes it without checking the range again (its length it checks against its own
+/// image size).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelImage(Vec<f32>);
+
+/// The largest magnitude [`ModelImage::new`] accepts.
+const IMAGE_LIMIT: f32 = 1.0 + 1e-6;
+
+impl ModelImage {
+    /// Values already in the model's range; an error names the first value outside
+    /// [−1, 1] (by more than 1e-6, rounding of a caller's own scaling) or NaN.
+    pub fn new(values: Vec<f32>) -> Result<ModelImage> {
+        // Branch-free per block so it vectorizes (NaN fails the comparison); the position
+        // only on failure.
+        let in_range = values
+            .chunks(64)
+            .all(|b| b.iter().fold(true, |ok, x| ok & (x.abs() <= IMAGE_LIMIT)));
+        if !in_range {
+            let i = values
+                .iter()
+                .position(|x| x.is_nan() || x.abs() > IMAGE_LIMIT)
+                .unwrap_or_default();
+            return Err(Error::BadInput {
+                what: "image".into(),
+                reason: format!("value {} at {i} outside [-1, 1]", values[i]),
+            });
+        }
+        Ok(ModelImage(values))
+    }
+
+    /// The values (HWC).
+    pub fn values(&self) -> &[f32] {
+        &self.0
+    }
+
+    /// The values, given back.
+    pub fn into_values(self) -> Vec<f32> {
+        self.0
+    }
+}
+
 /// uint8 pixels to the model's range: `x / 255 · 2 − 1`.
-pub fn to_model_pixels(img: &[u8]) -> Vec<f32> {
-    img.iter().map(|&v| v as f32 / 255.0 * 2.0 - 1.0).collect()
+pub fn to_model_pixels(img: &[u8]) -> ModelImage {
+    ModelImage(img.iter().map(|&v| v as f32 / 255.0 * 2.0 - 1.0).collect())
 }
 
 /// `np.digitize(state, np.linspace(-1, 1, 257)[:-1]) - 1`: 256 bins over [−1, 1]; values

@@ -3,7 +3,7 @@
 
 use frt_exec::Ctx;
 use frt_kernels::DType;
-use frt_vla::{Observation, Pi05, Pi05Config, Pi05Weights, PromptMode};
+use frt_vla::{ModelImage, Observation, Pi05, Pi05Config, Pi05Weights, PromptMode};
 
 fn rand(seed: u32, n: usize, scale: f32) -> Vec<f32> {
     let mut x = seed.wrapping_mul(2_654_435_761) | 1;
@@ -30,11 +30,13 @@ fn compare(c: &Pi05Config, cuda_dtype: DType, min_cos: f64) {
     let w = Pi05Weights::random(c, 42);
     println!("random weights: {:?}", t.elapsed());
     let px = c.siglip.image_size * c.siglip.image_size * 3;
-    let images: Vec<Vec<f32>> = (0..c.views as u32).map(|v| rand(10 + v, px, 1.0)).collect();
-    let imgs: Vec<Option<&[f32]>> = images
+    let images: Vec<ModelImage> = (0..c.views as u32)
+        .map(|v| ModelImage::new(rand(10 + v, px, 1.0)).unwrap())
+        .collect();
+    let imgs: Vec<Option<&ModelImage>> = images
         .iter()
         .enumerate()
-        .map(|(v, im)| (v != 1 || c.views < 3).then_some(im.as_slice()))
+        .map(|(v, im)| (v != 1 || c.views < 3).then_some(im))
         .collect();
     let tokens: Vec<u32> = (0..40u32)
         .map(|i| 2 + (i * 7919) % (c.vocab as u32 - 2))

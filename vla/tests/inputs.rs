@@ -2,7 +2,7 @@
 //! (`scripts/vla-references.py`: jax.image.resize, numpy.digitize).
 
 use frt_vla::inputs::{
-    Normalization, discretize_state, pi05_prompt, resize_with_pad, to_model_pixels,
+    ModelImage, Normalization, discretize_state, pi05_prompt, resize_with_pad, to_model_pixels,
 };
 use serde_json::Value;
 use std::path::Path;
@@ -61,9 +61,14 @@ fn resize_with_pad_matches_jax() {
     assert!(worst <= 1 && n * 200 <= got.len());
     assert!(resize_with_pad(&src[1..], 240, 320, 224, 224).is_err());
     assert_eq!(
-        to_model_pixels(&[0, 255, 51]),
-        vec![-1.0, 1.0, 51.0 / 255.0 * 2.0 - 1.0]
+        to_model_pixels(&[0, 255, 51]).values(),
+        [-1.0, 1.0, 51.0 / 255.0 * 2.0 - 1.0]
     );
+    // Every uint8 value lands in [-1, 1] (what lets the model skip the range check).
+    let all: Vec<u8> = (0..=255).collect();
+    let px = to_model_pixels(&all);
+    assert!(px.values().iter().all(|x| (-1.0..=1.0).contains(x)));
+    assert_eq!(ModelImage::new(px.values().to_vec()).unwrap(), px);
 }
 
 #[test]

@@ -5,7 +5,7 @@
 
 use frt_exec::Ctx;
 use frt_kernels::DType;
-use frt_vla::{Observation, Pi05, Pi05Config, Pi05Weights, PromptMode};
+use frt_vla::{ModelImage, Observation, Pi05, Pi05Config, Pi05Weights, PromptMode};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -67,16 +67,16 @@ fn tiny_matches_openpi_pytorch() {
     let w = Pi05Weights::load(&dir.0, &c).unwrap();
     drop(dir);
     let ctx = Ctx::host().unwrap();
-    let images: Vec<Vec<f32>> = (0..c.views)
-        .map(|v| image(c.siglip.image_size, v))
+    let images: Vec<ModelImage> = (0..c.views)
+        .map(|v| ModelImage::new(image(c.siglip.image_size, v)).unwrap())
         .collect();
     for mode in [PromptMode::Fixed, PromptMode::Exact] {
         let m = Pi05::with_mode(&ctx, ctx.stream(0).unwrap(), &w, DType::F32, mode).unwrap();
         for case in &r.cases {
-            let views: Vec<Option<&[f32]>> = images
+            let views: Vec<Option<&ModelImage>> = images
                 .iter()
                 .zip(&case.present)
-                .map(|(im, p)| p.then_some(im.as_slice()))
+                .map(|(im, p)| p.then_some(im))
                 .collect();
             let a = m
                 .infer(&Observation {

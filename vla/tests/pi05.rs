@@ -3,10 +3,10 @@
 
 use frt_exec::{Ctx, Stream};
 use frt_kernels::DType;
-use frt_vla::{Observation, Pi05, Pi05Config, Pi05Weights, PromptMode, Stage};
+use frt_vla::{ModelImage, Observation, Pi05, Pi05Config, Pi05Weights, PromptMode, Stage};
 
 struct Inputs {
-    images: Vec<Vec<f32>>,
+    images: Vec<ModelImage>,
     tokens: Vec<u32>,
     noise: Vec<f32>,
 }
@@ -23,23 +23,26 @@ fn rand(seed: u32, n: usize, scale: f32) -> Vec<f32> {
         .collect()
 }
 
+/// A random view of `n` values in [-1, 1].
+fn image(seed: u32, n: usize) -> ModelImage {
+    ModelImage::new(rand(seed, n, 1.0)).unwrap()
+}
+
 fn inputs(c: &Pi05Config, seed: u32) -> Inputs {
     let px = c.siglip.image_size * c.siglip.image_size * 3;
     Inputs {
-        images: (0..c.views as u32)
-            .map(|v| rand(seed + v, px, 1.0))
-            .collect(),
+        images: (0..c.views as u32).map(|v| image(seed + v, px)).collect(),
         tokens: vec![2, 17, 99, 301, 5, 42, 7, 108],
         noise: rand(seed + 100, c.action_horizon * c.action_dim, 1.7),
     }
 }
 
 fn infer(m: &Pi05, i: &Inputs, present: &[bool]) -> Vec<f32> {
-    let imgs: Vec<Option<&[f32]>> = i
+    let imgs: Vec<Option<&ModelImage>> = i
         .images
         .iter()
         .zip(present)
-        .map(|(im, p)| p.then_some(im.as_slice()))
+        .map(|(im, p)| p.then_some(im))
         .collect();
     m.infer(&Observation {
         images: &imgs,
@@ -76,7 +79,7 @@ fn end_to_end_is_deterministic_and_masks_work() {
     assert_eq!(infer(&m, &i, &present), a);
     // A masked view's pixels do not matter ...
     let mut j = inputs(&c, 3);
-    j.images[1] = rand(999, j.images[1].len(), 1.0);
+    j.images[1] = image(999, j.images[1].values().len());
     assert_eq!(
         infer(&m, &j, &present),
         a,
@@ -101,7 +104,7 @@ fn end_to_end_is_deterministic_and_masks_work() {
     assert_eq!(b, a, "padded prompt tokens leaked into the actions");
     // But a present view's pixels, the prompt and the noise all do.
     let mut k = inputs(&c, 3);
-    k.images[0] = rand(5, k.images[0].len(), 1.0);
+    k.images[0] = image(5, k.images[0].values().len());
     assert_ne!(infer(&m, &k, &present), a);
     let mut k = inputs(&c, 3);
     k.tokens[3] = 302;
@@ -141,11 +144,7 @@ fn stages_replay_one_by_one_and_halt_overrides() {
     let c = m.config.clone();
     let i = inputs(&c, 21);
     let whole = infer(&m, &i, &[true, true, false]);
-    let imgs = [
-        Some(i.images[0].as_slice()),
-        Some(i.images[1].as_slice()),
-        None,
-    ];
+    let imgs = [Some(&i.images[0]), Some(&i.images[1]), None];
     m.set_inputs(&Observation {
         images: &imgs,
         tokens: &i.tokens,
@@ -180,8 +179,8 @@ fn bad_inputs_are_rejected() {
     let (m, _) = model(&ctx, 4);
     let c = m.config.clone();
     let i = inputs(&c, 1);
-    let img = i.images[0].as_slice();
-    let obs = |images: &[Option<&[f32]>], tokens: &[u32], noise: &[f32]| {
+    let img = &i.images[0];
+    let obs = |images: &[Option<&ModelImage>], tokens: &[u32], noise: &[f32]| {
         m.set_inputs(&Observation {
             images,
             tokens,
@@ -193,16 +192,24 @@ fn bad_inputs_are_rejected() {
         obs(&[None, None, None], &i.tokens, &i.noise),
         "no view at all"
     );
+    let short = ModelImage::new(img.values()[1..].to_vec()).unwrap();
     assert!(
-        obs(&[Some(&img[1..]), None, None], &i.tokens, &i.noise),
+        obs(&[Some(&short), None, None], &i.tokens, &i.noise),
         "short image"
     );
-    let mut bright = img.to_vec();
-    bright[3] = 3.0;
-    assert!(
-        obs(&[Some(&bright), None, None], &i.tokens, &i.noise),
-        "out of range pixel"
-    );
+    // Out-of-range pixels never become a ModelImage (the error names the first one).
+    for bad in [3.0, -1.01, f32::NAN, f32::INFINITY] {
+        let mut v = img.values().to_vec();
+        v[3] = bad;
+        let e = ModelImage::new(v).unwrap_err().to_string();
+        assert!(
+            e.contains("at 3 outside [-1, 1]"),
+            "pixel {bad}: error `{e}`"
+        );
+    }
+    let mut edge = img.values().to_vec();
+    (edge[0], edge[1]) = (1.0, -1.0);
+    assert!(ModelImage::new(edge).is_ok(), "the range's ends are in it");
     assert!(
         obs(&[Some(img), None], &i.tokens, &i.noise),
         "wrong view count"
@@ -263,11 +270,11 @@ fn exact_prompt_mode_matches_fixed_mode() {
         infer(&exact, &short, &present)
     );
     // Stage by stage runs the current length's prefix.
-    let imgs: Vec<Option<&[f32]>> = short
+    let imgs: Vec<Option<&ModelImage>> = short
         .images
         .iter()
         .zip(&present)
-        .map(|(im, p)| p.then_some(im.as_slice()))
+        .map(|(im, p)| p.then_some(im))
         .collect();
     exact
         .set_inputs(&Observation {

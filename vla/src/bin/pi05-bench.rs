@@ -15,7 +15,7 @@
 
 use frt_exec::Ctx;
 use frt_kernels::DType;
-use frt_vla::{Observation, Pi05, Pi05Config, Pi05Weights, PromptMode, Stage};
+use frt_vla::{ModelImage, Observation, Pi05, Pi05Config, Pi05Weights, PromptMode, Stage};
 
 fn pct(v: &mut [f64], q: f64) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -61,9 +61,12 @@ fn main() {
         let m = Pi05::with_mode(&ctx, s, &w, DType::BF16, mode).unwrap();
         drop(w);
         let px = c.siglip.image_size * c.siglip.image_size * 3;
-        let img: Vec<f32> = (0..px)
-            .map(|i| ((i * 37 % 255) as f32 / 127.5) - 1.0)
-            .collect();
+        let img = ModelImage::new(
+            (0..px)
+                .map(|i| ((i * 37 % 255) as f32 / 127.5) - 1.0)
+                .collect(),
+        )
+        .unwrap();
         let tokens: Vec<u32> = (0..40u32).map(|i| 2 + i * 101).collect();
         let noise: Vec<f32> = (0..c.action_horizon * c.action_dim)
             .map(|i| ((i * 7 % 13) as f32 - 6.0) / 4.0)
