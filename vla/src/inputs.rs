@@ -150,11 +150,6 @@ impl ModelImage {
     pub fn values(&self) -> &[f32] {
         &self.0
     }
-
-    /// The values, given back.
-    pub fn into_values(self) -> Vec<f32> {
-        self.0
-    }
 }
 
 /// uint8 pixels to the model's range: `x / 255 · 2 − 1`.

@@ -598,7 +598,7 @@ fn split_k_enabled() -> bool {
     std::env::var("FRT_GEMM_SPLIT_K").map_or(true, |v| v != "0")
 }
 
-/// Timed runs per candidate (after two untimed ones).
+/// Launches in a candidate's timing graph (each reading the next copy of `b`).
 const TUNING_RUNS: usize = 20;
 
 /// Whether plans time the heuristic's candidates (default) or take its first choice
