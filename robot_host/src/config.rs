@@ -260,16 +260,19 @@ pub struct ControlConfig {
 pub enum MissingCamera {
     /// Run with the view masked (as openpi does for absent views).
     Degrade,
-    /// Publish a halt chunk and stay halted until resumed.
+    /// While the robot executes chunks, a required camera (or every camera) going stale
+    /// halts: one halt chunk, then the node stays halted until resumed. Before the first
+    /// chunk and after a resume, ticks only wait for the cameras.
     Halt,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ActionSpace {
-    /// Targets: holding means repeating the last targets.
+    /// Targets: a halt holds the latest measured position (or publishes no targets when no
+    /// fresh, finite state is known).
     Position,
-    /// Velocities: holding means zero.
+    /// Velocities: a halt holds zero.
     Velocity,
 }
 
@@ -284,10 +287,34 @@ pub struct SafetyConfig {
     /// Lower and upper bound per action dimension (one value: every dimension).
     pub action_min: Vec<f32>,
     pub action_max: Vec<f32>,
-    /// Largest change between consecutive actions of a chunk (and from the last published
-    /// action to the first of the next chunk), per dimension (one value: every dimension).
+    /// Largest change between consecutive actions of a chunk (and from the anchor to the
+    /// first action of a chunk: the executing chunk's row due at the new observation time, or
+    /// the measured state when no chunk is executing), per dimension (one value: every
+    /// dimension).
     #[serde(default)]
     pub max_delta_per_step: Option<Vec<f32>>,
+    /// Frames and states stamped further than this ahead of the node clock are refused
+    /// (seconds).
+    #[serde(default = "default_max_future")]
+    pub max_future_s: f64,
+    /// A tick running longer than this many control periods halts the robot and ends the
+    /// process (a stuck device or driver).
+    #[serde(default = "default_watchdog")]
+    pub watchdog_factor: f64,
+    /// Largest camera image accepted, in pixels (width × height), checked from the header
+    /// before a compressed image is decoded.
+    #[serde(default = "default_max_pixels")]
+    pub max_image_pixels: u64,
+}
+
+fn default_max_future() -> f64 {
+    0.05
+}
+fn default_watchdog() -> f64 {
+    10.0
+}
+fn default_max_pixels() -> u64 {
+    3840 * 2160
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -496,8 +523,17 @@ impl Config {
             return Err(bad("state.joints", format!("`{j}` appears twice")));
         }
         let c = &self.control;
-        if !(c.rate_hz.is_finite() && c.rate_hz > 0.0 && c.rate_hz <= 1000.0) {
-            return Err(bad("control.rate_hz", "must be in (0, 1000]"));
+        if !(c.rate_hz.is_finite() && (0.1..=1000.0).contains(&c.rate_hz)) {
+            return Err(bad(
+                "control.rate_hz",
+                format!("{} Hz; must be 0.1 to 1000", c.rate_hz),
+            ));
+        }
+        if c.cpu.is_some_and(|cpu| cpu >= libc::CPU_SETSIZE as usize) {
+            return Err(bad(
+                "control.cpu",
+                format!("beyond the {} CPUs a CPU set holds", libc::CPU_SETSIZE),
+            ));
         }
         if c.initial_subgoal.trim().is_empty() {
             return Err(bad("control.initial_subgoal", "empty"));
@@ -508,12 +544,52 @@ impl Config {
                 "1 to 32 (the model's action dim)",
             ));
         }
-        if !(c.dt.is_finite() && c.dt > 0.0) {
-            return Err(bad("control.dt", "must be a positive number of seconds"));
+        if c.action_dim > self.state.joints.len() {
+            return Err(bad(
+                "control.action_dim",
+                format!(
+                    "{} action dimensions for {} joints in state.joints (a position hold needs a measured joint per dimension)",
+                    c.action_dim,
+                    self.state.joints.len()
+                ),
+            ));
+        }
+        if !(c.dt.is_finite() && c.dt > 0.0 && c.dt <= 10.0) {
+            return Err(bad(
+                "control.dt",
+                "must be a positive number of seconds (≤ 10)",
+            ));
         }
         let s = &self.safety;
-        if !(s.max_observation_age_ms.is_finite() && s.max_observation_age_ms > 0.0) {
-            return Err(bad("safety.max_observation_age_ms", "must be positive"));
+        if !(s.max_observation_age_ms.is_finite()
+            && s.max_observation_age_ms > 0.0
+            && s.max_observation_age_ms <= 3_600_000.0)
+        {
+            return Err(bad(
+                "safety.max_observation_age_ms",
+                "must be positive (at most 3600000, an hour)",
+            ));
+        }
+        if !(s.max_future_s.is_finite() && (0.0..=1.0).contains(&s.max_future_s)) {
+            return Err(bad("safety.max_future_s", "seconds, 0 to 1"));
+        }
+        if !(s.watchdog_factor.is_finite() && (1.5..=1000.0).contains(&s.watchdog_factor)) {
+            return Err(bad(
+                "safety.watchdog_factor",
+                "control periods, 1.5 to 1000",
+            ));
+        }
+        if !(64 * 64..=crate::frame::MAX_SIDE as u64 * crate::frame::MAX_SIDE as u64)
+            .contains(&s.max_image_pixels)
+        {
+            return Err(bad(
+                "safety.max_image_pixels",
+                format!(
+                    "{}; 4096 to {} pixels",
+                    s.max_image_pixels,
+                    crate::frame::MAX_SIDE as u64 * crate::frame::MAX_SIDE as u64
+                ),
+            ));
         }
         let d = c.action_dim;
         let per_dim = |name: &str, v: &[f32]| -> Result<(), ConfigError> {
@@ -615,6 +691,23 @@ impl Config {
         Ok(())
     }
 
+    /// What depends on the machine the node runs on (the pinned CPU exists): checked when a
+    /// node is built and by `check`, not by [`Config::validate`] (a robot's configuration
+    /// stays valid on a development machine).
+    pub fn validate_for_this_machine(&self) -> Result<(), ConfigError> {
+        if let Some(cpu) = self.control.cpu {
+            let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+            let cpus = online_cpus().unwrap_or(n);
+            if cpu >= cpus {
+                return Err(bad(
+                    "control.cpu",
+                    format!("CPU {cpu}; this machine has CPUs 0 to {}", cpus - 1),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Image slots of the model (one per camera).
     pub fn views(&self) -> usize {
         self.cameras.len()
@@ -645,6 +738,19 @@ impl SafetyConfig {
             .as_ref()
             .map(|d| d[k.min(d.len() - 1)])
     }
+}
+
+/// CPUs the system has online (Linux), when it can be read.
+fn online_cpus() -> Option<usize> {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: sysconf only reads a system value.
+        let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
+        if n > 0 {
+            return Some(n as usize);
+        }
+    }
+    None
 }
 
 /// A ROS 2 topic name: non-empty, `[A-Za-z0-9_/~]`, not ending in `/`, no `//`.

@@ -20,6 +20,15 @@ pub enum FrameError {
     Empty,
     #[error("compressed image: {0}")]
     Compressed(String),
+    #[error(
+        "{width}×{height} = {pixels} pixels, more than the {max} allowed (safety.max_image_pixels)"
+    )]
+    Pixels {
+        width: u32,
+        height: u32,
+        pixels: u64,
+        max: u64,
+    },
 }
 
 /// A decoded frame: packed RGB8, row-major (`height × width × 3`).
@@ -93,9 +102,39 @@ pub fn decode_raw(
     Ok(())
 }
 
+/// Refuses an image of more than `max` pixels.
+pub fn check_pixels(width: u32, height: u32, max: u64) -> Result<(), FrameError> {
+    let pixels = width as u64 * height as u64;
+    if pixels > max {
+        return Err(FrameError::Pixels {
+            width,
+            height,
+            pixels,
+            max,
+        });
+    }
+    Ok(())
+}
+
 /// Decodes a JPEG or PNG image (`format` as in `CompressedImage.format`, e.g. `"jpeg"`,
-/// `"rgb8; png compressed bgr8"`; the data's signature decides) into `out`.
+/// `"rgb8; png compressed bgr8"`; the data's signature decides) into `out`, up to
+/// [`MAX_SIDE`] a side.
 pub fn decode_compressed(format: &str, data: &[u8], out: &mut Rgb8) -> Result<(), FrameError> {
+    decode_compressed_limited(format, data, MAX_SIDE as u64 * MAX_SIDE as u64, out)
+}
+
+/// The end of a PNG file: the IEND chunk (length 0, type, CRC).
+const PNG_END: [u8; 8] = [0x49, 0x45, 0x4E, 0x44, 0xAE, 0x42, 0x60, 0x82];
+
+/// [`decode_compressed`] refusing images of more than `max_pixels`, read from the header
+/// before anything is decoded, and truncated files (a JPEG without its end-of-image marker, a
+/// PNG without its end chunk): a decoder would fill the missing rows.
+pub fn decode_compressed_limited(
+    format: &str,
+    data: &[u8],
+    max_pixels: u64,
+    out: &mut Rgb8,
+) -> Result<(), FrameError> {
     if data.is_empty() {
         return Err(FrameError::Empty);
     }
@@ -106,6 +145,23 @@ pub fn decode_compressed(format: &str, data: &[u8], out: &mut Rgb8) -> Result<()
             "`{format}`: {kind:?} data; JPEG or PNG expected"
         )));
     }
+    // Padding after the end is tolerated (some encoders align their buffers).
+    let end = data.len() - data.iter().rev().take_while(|b| **b == 0).count();
+    let complete = match kind {
+        image::ImageFormat::Jpeg => data[..end].ends_with(&[0xFF, 0xD9]),
+        _ => data[..end].ends_with(&PNG_END),
+    };
+    if !complete {
+        return Err(FrameError::Compressed(format!(
+            "`{format}`: truncated ({kind:?} data without its end marker)"
+        )));
+    }
+    let header = image::ImageReader::with_format(std::io::Cursor::new(data), kind);
+    let (w, h) = header
+        .into_dimensions()
+        .map_err(|e| FrameError::Compressed(e.to_string()))?;
+    check_size(w, h)?;
+    check_pixels(w, h, max_pixels)?;
     let mut reader = image::ImageReader::with_format(std::io::Cursor::new(data), kind);
     let mut limits = image::Limits::default();
     limits.max_image_width = Some(MAX_SIDE);

@@ -16,6 +16,7 @@
 //!   (`ros::wire`), `--ros-args` parsing, the r2r transport (`ros2`) and the pure-Rust DDS
 //!   transport (`dds`);
 //! * [`observe`]: latency histograms and Chrome/Perfetto traces;
+//! * [`safety`]: the stop latch, the hold, faults and the watchdog;
 //! * [`realtime`]: CPU pinning, SCHED_FIFO and locked memory for the control thread;
 //! * [`bench`](mod@bench): the `bench` subcommand's measurements.
 
@@ -29,9 +30,12 @@ pub mod observe;
 pub mod policy;
 pub mod realtime;
 pub mod ros;
+pub mod safety;
 pub mod transport;
 pub mod voice;
 
 pub use config::Config;
 pub use error::{Error, Result};
-pub use node::{Clock, Inputs, ManualClock, Node, Outputs, SystemClock, TickOutcome};
+pub use node::{
+    Clock, Drill, FaultHalt, Inputs, ManualClock, Node, Outputs, SystemClock, TickOutcome,
+};

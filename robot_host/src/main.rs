@@ -9,11 +9,12 @@
 
 use frt_robot_host::config::ModelSource;
 use frt_robot_host::messages::{Audio, Outbound};
+use frt_robot_host::safety::panic_message;
 use frt_robot_host::transport::{SimScript, Transport};
-use frt_robot_host::{Config, Node, SystemClock, voice};
+use frt_robot_host::{Config, Inputs, Node, SystemClock, voice};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 const USAGE: &str = "usage:
   frt-robot-host demo [--trace FILE.json]
@@ -38,6 +39,7 @@ fn arg(args: &[String], name: &str) -> Option<PathBuf> {
 }
 
 fn main() {
+    install_panic_hook();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let r = match args.first().map(String::as_str) {
         Some("demo") => demo(arg(&args, "--trace")),
@@ -149,6 +151,110 @@ fn check(path: &Path) -> Result<(), String> {
 /// Set by SIGINT / SIGTERM: the node shuts down cleanly.
 static SHUTDOWN: AtomicBool = AtomicBool::new(false);
 
+/// The running node's inputs, where a panic in any thread is recorded as a fault.
+static FAULT_SINK: Mutex<Option<Inputs>> = Mutex::new(None);
+
+/// A panic anywhere in the process (control, speech, transport threads) is a fault: after the
+/// default report (the cause on stderr), it is recorded in the running node's inputs, which
+/// latches a stop (see [`supervise`]).
+fn install_panic_hook() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default(info);
+        let thread = std::thread::current()
+            .name()
+            .unwrap_or("unnamed")
+            .to_string();
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        let cause = format!(
+            "panic in thread `{thread}`: {}{at}",
+            panic_message(info.payload())
+        );
+        if let Ok(sink) = FAULT_SINK.try_lock() {
+            if let Some(inputs) = sink.as_ref() {
+                inputs.fault(cause);
+            }
+        }
+    }));
+}
+
+/// Watches a running node: SIGINT / SIGTERM end the run cleanly (sets `stop`); a fault (a
+/// panic in any thread, a fatal device error, a watchdog overrun) gives the control thread
+/// time to publish its halt chunk and the transport to send it, ends the run, and exits the
+/// process with status 1 at most 1 s after the fault if it has not ended by then (a stuck
+/// thread never keeps a node without a control loop alive).
+fn supervise(
+    inputs: Inputs,
+    stop: Arc<AtomicBool>,
+    control_done: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    *FAULT_SINK.lock().unwrap_or_else(|p| p.into_inner()) = Some(inputs.clone());
+    std::thread::spawn(move || {
+        let tick = std::time::Duration::from_millis(5);
+        loop {
+            if let Some(cause) = inputs.fault_cause() {
+                let t = std::time::Instant::now();
+                while !control_done.load(Ordering::SeqCst)
+                    && t.elapsed() < std::time::Duration::from_millis(400)
+                {
+                    std::thread::sleep(tick);
+                }
+                // The transport forwards what the control thread published, then ends.
+                std::thread::sleep(std::time::Duration::from_millis(150));
+                stop.store(true, Ordering::SeqCst);
+                while t.elapsed() < std::time::Duration::from_millis(900) {
+                    std::thread::sleep(tick);
+                }
+                eprintln!("fatal: {cause} (exiting)");
+                std::process::exit(1);
+            }
+            if stop.load(Ordering::SeqCst) {
+                return;
+            }
+            if SHUTDOWN.load(Ordering::Relaxed) {
+                stop.store(true, Ordering::SeqCst);
+                return;
+            }
+            std::thread::sleep(tick);
+        }
+    })
+}
+
+/// Runs the control loop on its own thread; `done` is set when it ends.
+fn spawn_control(
+    mut node: Node,
+    stop: Arc<AtomicBool>,
+    done: Arc<AtomicBool>,
+) -> Result<std::thread::JoinHandle<(Node, Result<(), String>)>, String> {
+    std::thread::Builder::new()
+        .name("frt-control".into())
+        .spawn(move || {
+            let r = node.run(&stop);
+            done.store(true, Ordering::SeqCst);
+            (node, r)
+        })
+        .map_err(|e| e.to_string())
+}
+
+/// The end of a supervised run: the fault's cause, if there was one.
+fn outcome(
+    inputs: &Inputs,
+    control: std::thread::Result<(Node, Result<(), String>)>,
+) -> Result<Node, String> {
+    let r = match control {
+        Ok((node, Ok(()))) => Ok(node),
+        Ok((_, Err(cause))) => Err(cause),
+        Err(_) => Err("the control thread panicked".to_string()),
+    };
+    match (inputs.fault_cause(), r) {
+        (Some(cause), _) => Err(format!("fatal: {cause}")),
+        (None, r) => r,
+    }
+}
+
 #[cfg(any(feature = "ros2", feature = "dds"))]
 extern "C" fn on_signal(_: libc::c_int) {
     SHUTDOWN.store(true, Ordering::Relaxed);
@@ -242,7 +348,7 @@ fn serve(
     };
     let (atx, arx) = crossbeam_channel::bounded::<Audio>(512);
     let voice_ok = cfg.asr.is_some();
-    let (mut node, inputs, outputs) =
+    let (node, inputs, outputs) =
         Node::new(cfg, clock.clone(), voice_ok.then_some(atx)).map_err(|e| e.to_string())?;
     // SAFETY: the handler only stores to an atomic.
     unsafe {
@@ -255,30 +361,19 @@ fn serve(
         let h = voice::spawn(&node, arx, clock.clone(), stop.clone()).map_err(|e| e.to_string())?;
         threads.push(h);
     }
-    let control = {
-        let stop = stop.clone();
-        std::thread::Builder::new()
-            .name("frt-control".into())
-            .spawn(move || node.run(&stop))
-            .map_err(|e| e.to_string())?
-    };
-    let watcher = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            while !SHUTDOWN.load(Ordering::Relaxed) && !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            }
-            stop.store(true, Ordering::Relaxed);
-        })
-    };
+    let done = Arc::new(AtomicBool::new(false));
+    let supervisor = supervise(inputs.clone(), stop.clone(), done.clone());
+    let control = spawn_control(node, stop.clone(), done)?;
+    // The transport ends when `stop` is set: by a signal, a fault, or the control loop's end.
     let r = transport.run(&inputs, &outputs.0, &stop);
-    stop.store(true, Ordering::Relaxed);
-    let _ = control.join();
-    let _ = watcher.join();
+    stop.store(true, Ordering::SeqCst);
+    let ended = outcome(&inputs, control.join());
+    let _ = supervisor.join();
     drop(inputs);
     for t in threads {
         let _ = t.join();
     }
+    ended?;
     r.map_err(|e| e.to_string())
 }
 
@@ -367,16 +462,9 @@ fn run_sim(config: &Path, script: &Path, demo: bool, trace: Option<PathBuf>) -> 
         threads.push(h);
         println!("voice: Whisper tiny.en on the low-priority stream");
     }
-    let control = {
-        let stop = stop.clone();
-        std::thread::Builder::new()
-            .name("frt-control".into())
-            .spawn(move || {
-                node.run(&stop);
-                node
-            })
-            .map_err(|e| e.to_string())?
-    };
+    let done = Arc::new(AtomicBool::new(false));
+    let supervisor = supervise(inputs.clone(), stop.clone(), done.clone());
+    let control = spawn_control(node, stop.clone(), done)?;
     let mut sim = frt_robot_host::transport::Sim::new(script.clone(), &cfg, clock.clone());
     let sim_thread = {
         let (inp, stop) = (inputs.clone(), stop.clone());
@@ -459,9 +547,9 @@ fn run_sim(config: &Path, script: &Path, demo: bool, trace: Option<PathBuf>) -> 
             }
         }
     }
-    let node = control
-        .join()
-        .map_err(|_| "the control thread panicked".to_string())?;
+    stop.store(true, Ordering::SeqCst);
+    let _ = supervisor.join();
+    let node = outcome(&inputs, control.join())?;
     sim_thread
         .join()
         .map_err(|_| "the simulation thread panicked".to_string())?

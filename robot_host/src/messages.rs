@@ -113,6 +113,11 @@ pub struct Status {
     pub deadline_misses: u64,
     /// Actions changed by clamping or the delta cap.
     pub clamped: u64,
+    /// Halts published without targets (position control with no fresh, finite measured
+    /// position).
+    pub holds_without_target: u64,
+    /// Times the clock jumped backwards and the observations were dropped.
+    pub clock_resets: u64,
     /// The last problem, for diagnostics.
     pub last_error: String,
     /// Latency per stage (tick, prepare, device, finish, halt): name, p50 ms, p99 ms, count.

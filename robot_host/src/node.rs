@@ -1,21 +1,25 @@
 //! The node: inputs shared with the I/O side (latest-value slots for frames and state, a
-//! bounded channel for commands) and the control loop that owns the policy.
+//! bounded queue for subgoals, the stop latch) and the control loop that owns the policy.
 //!
-//! One tick: take the newest frame of every camera and the newest state → refuse stale or
-//! missing observations → preprocess and write the inputs → replay vision, prefix and every
-//! step, checking for commands between two replays → read the chunk → refuse non-finite
-//! values, clamp, cap per-step deltas → publish. A subgoal arriving mid-tick abandons the tick
-//! at the next graph boundary (the next chunk carries the new subgoal); a stop abandons it and
-//! publishes the halt graph's chunk; the node then stays halted until resumed.
+//! One tick: take the newest frame of every camera and the newest state → refuse stale,
+//! future-stamped or missing observations → preprocess and write the inputs → replay vision,
+//! prefix and every step, looking at the stop latch and the subgoal queue between two replays
+//! → read the chunk → refuse non-finite values, clamp, cap per-step deltas (the first row
+//! against the row of the chunk being executed that is due at the observation time, or
+//! against the measured state when none is) → look at the latch once more → publish. A
+//! subgoal arriving mid-tick abandons the tick at the next graph boundary (the next chunk
+//! carries the new subgoal); a stop abandons it and publishes the halt chunk; the node then
+//! stays halted until resumed. See [`crate::safety`] for the hold and the stop latch.
 
 use crate::config::{ActionSpace, Config, MissingCamera};
 use crate::error::{Error, Result};
-use crate::frame::{Rgb8, decode_compressed, decode_raw};
+use crate::frame::{Rgb8, decode_compressed_limited, decode_raw};
 use crate::messages::*;
 use crate::policy::Policy;
+use crate::safety::{Fault, Hold, StopLatch, Watchdog, fresh, panic_message};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use frt_vla::ModelImage;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The node's clock (seconds). Real time on a robot; a settable clock in simulation.
@@ -68,6 +72,10 @@ impl<T> Slot<T> {
             value: Mutex::new((None, 0)),
         }
     }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Option<T>, u64)> {
+        self.value.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// Whether the control thread has policy work in flight: speech recognition sharing the GPU
@@ -112,9 +120,17 @@ impl Drop for BusyTick {
 /// The longest subgoal accepted, in bytes (UTF-8).
 pub const MAX_SUBGOAL_BYTES: usize = 512;
 
+/// Subgoals queued for the control loop at most (more are refused, never a stop: stops do not
+/// queue).
+pub const SUBGOAL_QUEUE: usize = 64;
+
 /// Chunk buffers the node keeps for reuse (receivers that hold more chunks than this make
 /// ticks allocate).
 const CHUNK_POOL: usize = 8;
+
+/// How often the control thread looks at a running replay, the stop latch and the subgoal
+/// queue (a sleep: the wait allocates nothing, whichever thread runs it).
+const POLL: std::time::Duration = std::time::Duration::from_micros(50);
 
 /// The id of the configured initial subgoal; each accepted subgoal takes the next one.
 pub const INITIAL_SUBGOAL_ID: u64 = 1;
@@ -128,12 +144,35 @@ pub enum Refusal {
     Command,
 }
 
-/// A command, where it came from, when it arrived, and the id a subgoal was given (0 for the
-/// other commands).
-type Queued = (Command, Source, Stamp, u64);
+/// A fault drill (simulation scripts): a fault injected into the control thread, to check
+/// that it ends in a halt and a non-zero exit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Drill {
+    /// The control thread panics at its next tick.
+    Panic,
+    /// The next tick stalls (10 s), past the watchdog's deadline.
+    Stall,
+}
+
+/// A subgoal for the control loop and the id its chunks will carry.
+type Queued = (String, u64);
 
 /// A camera's name and its newest frame.
 type Camera = (String, Slot<(Stamp, ModelImage)>);
+
+/// Checks a subgoal against the model when it arrives (tokenized with the worst-case state):
+/// `Err` says why it cannot run.
+pub type SubgoalCheck = Arc<dyn Fn(&str) -> std::result::Result<(), String> + Send + Sync>;
+
+/// What the inputs need to know of the safety settings.
+#[derive(Clone, Copy, Debug)]
+struct Bounds {
+    max_age: f64,
+    max_future: f64,
+    max_pixels: u64,
+    space: ActionSpace,
+    dims: usize,
+}
 
 /// What the transports write into (cloneable, `Send`): decoding and validation happen here,
 /// on the caller's (I/O) thread; refused inputs are counted and never reach the policy.
@@ -142,14 +181,21 @@ pub struct Inputs {
     cameras: Arc<Vec<Camera>>,
     joints: Arc<Vec<String>>,
     state: Arc<Slot<(Stamp, Vec<f32>)>>,
-    commands: Sender<Queued>,
-    /// The id of the last accepted subgoal; held while a subgoal is queued, so ids follow the
-    /// queue's order.
-    subgoal_ids: Arc<Mutex<u64>>,
+    subgoals: Sender<Queued>,
+    /// The last accepted subgoal (pending or current) and its id; held while a subgoal is
+    /// queued, so ids follow the queue's order.
+    latest: Arc<Mutex<(u64, String)>>,
+    check_subgoal: SubgoalCheck,
+    latch: Arc<StopLatch>,
+    fault: Arc<Fault>,
+    drill: Arc<AtomicU8>,
+    /// Wakes the control thread between ticks (a stop, a resume, a subgoal).
+    wake: Sender<()>,
     audio: Option<Sender<Audio>>,
     clock: Arc<dyn Clock>,
     counters: Arc<Counters>,
     last_error: Arc<Mutex<String>>,
+    bounds: Bounds,
     /// The model's square input size (frames are preprocessed to it on arrival).
     image_side: usize,
 }
@@ -163,6 +209,24 @@ impl Inputs {
         Error::bad("input", e)
     }
 
+    /// Why a stamp cannot be used now (`None`: it can).
+    fn stamp_problem(&self, stamp: Stamp) -> Option<String> {
+        if !stamp.is_finite() {
+            return Some(format!("stamp {stamp}"));
+        }
+        let ahead = stamp - self.clock.now();
+        (ahead > self.bounds.max_future).then(|| {
+            format!(
+                "stamped {ahead:.3} s ahead of the node clock (at most {} s)",
+                self.bounds.max_future
+            )
+        })
+    }
+
+    fn poke(&self) {
+        let _ = self.wake.try_send(());
+    }
+
     /// A camera image: decoded to RGB8 and stored as that camera's newest frame.
     pub fn frame(&self, camera: &str, stamp: Stamp, image: &Image) -> Result<()> {
         let Some((_, slot)) = self.cameras.iter().find(|(n, _)| n == camera) else {
@@ -171,11 +235,8 @@ impl Inputs {
                 format!("frame from unknown camera `{camera}`"),
             ));
         };
-        if !stamp.is_finite() {
-            return Err(self.refuse(
-                &self.counters.bad_frames,
-                format!("camera `{camera}`: stamp {stamp}"),
-            ));
+        if let Some(p) = self.stamp_problem(stamp) {
+            return Err(self.refuse(&self.counters.bad_frames, format!("camera `{camera}`: {p}")));
         }
         let mut rgb = Rgb8::default();
         let r = match image {
@@ -185,8 +246,11 @@ impl Inputs {
                 height,
                 step,
                 data,
-            } => decode_raw(encoding, *width, *height, *step, data, &mut rgb),
-            Image::Compressed { format, data } => decode_compressed(format, data, &mut rgb),
+            } => decode_raw(encoding, *width, *height, *step, data, &mut rgb)
+                .and_then(|()| crate::frame::check_pixels(*width, *height, self.bounds.max_pixels)),
+            Image::Compressed { format, data } => {
+                decode_compressed_limited(format, data, self.bounds.max_pixels, &mut rgb)
+            }
         };
         if let Err(e) = r {
             return Err(self.refuse(&self.counters.bad_frames, format!("camera `{camera}`: {e}")));
@@ -203,14 +267,14 @@ impl Inputs {
         )
         .map(|img| frt_vla::inputs::to_model_pixels(&img))
         .map_err(|e| self.refuse(&self.counters.bad_frames, format!("camera `{camera}`: {e}")))?;
-        let mut v = slot.value.lock().unwrap_or_else(|p| p.into_inner());
+        let mut v = slot.lock();
         v.0 = Some((stamp, pixels));
         v.1 += 1;
         Ok(())
     }
 
     /// Robot state: reordered into the configured joint order; every joint must be present
-    /// and finite.
+    /// and finite (as the f32 the policy takes), the stamp not ahead of the node clock.
     pub fn state(&self, js: &JointState) -> Result<()> {
         let bad = |e: String| Err(self.refuse(&self.counters.bad_states, e));
         if js.names.len() != js.position.len() {
@@ -220,8 +284,8 @@ impl Inputs {
                 js.position.len()
             ));
         }
-        if !js.stamp.is_finite() {
-            return bad(format!("state: stamp {}", js.stamp));
+        if let Some(p) = self.stamp_problem(js.stamp) {
+            return bad(format!("state: {p}"));
         }
         let mut v = Vec::with_capacity(self.joints.len());
         for j in self.joints.iter() {
@@ -232,58 +296,76 @@ impl Inputs {
                 ));
             };
             let x = js.position[i];
-            if !x.is_finite() {
-                return bad(format!("state: joint `{j}` is {x}"));
+            if !(x as f32).is_finite() {
+                return bad(format!("state: joint `{j}` is {x} (not a finite f32)"));
             }
             v.push(x as f32);
         }
-        let mut s = self.state.value.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = self.state.lock();
         s.0 = Some((js.stamp, v));
         s.1 += 1;
         Ok(())
     }
 
-    /// A command for the control loop (a subgoal is checked first, see [`Inputs::subgoal`]).
+    /// A command for the control loop. A stop or a resume is latched (never refused, see
+    /// [`StopLatch`]); a subgoal is checked and queued ([`Inputs::subgoal`]).
     pub fn command(&self, c: Command, source: Source) -> Result<()> {
         match c {
             Command::Subgoal(text) => self.subgoal(&text, source).map(|_| ()),
-            c => self.queue((c, source, self.clock.now(), 0)),
+            Command::Stop => {
+                self.latch.stop(self.clock.now());
+                self.poke();
+                Ok(())
+            }
+            Command::Resume => {
+                self.latch.resume();
+                self.poke();
+                Ok(())
+            }
         }
     }
 
-    /// A new subgoal: refused when empty, over [`MAX_SUBGOAL_BYTES`] or holding control
-    /// characters; otherwise queued, and the id the policy's chunks will carry for it is
-    /// returned.
-    pub fn subgoal(&self, text: &str, source: Source) -> Result<u64> {
+    /// A new subgoal: refused when empty, over [`MAX_SUBGOAL_BYTES`], holding control
+    /// characters, too long for the model's prompt with the worst-case state, or when
+    /// [`SUBGOAL_QUEUE`] subgoals are already waiting; the same text as the last accepted
+    /// subgoal is a no-op (its id is returned). Otherwise queued, and the id the policy's
+    /// chunks will carry for it is returned.
+    pub fn subgoal(&self, text: &str, _source: Source) -> Result<u64> {
         let t = text.trim();
+        let refuse = |why: String| Err(self.refuse(&self.counters.bad_commands, why));
+        let shown = || format!("{:?}", text.chars().take(40).collect::<String>());
         if t.is_empty()
             || t.len() > MAX_SUBGOAL_BYTES
             || t.chars().any(|ch| ch.is_control() && ch != '\n')
         {
-            return Err(self.refuse(
-                &self.counters.bad_commands,
-                format!(
-                    "subgoal refused: {:?}",
-                    text.chars().take(40).collect::<String>()
-                ),
+            return refuse(format!(
+                "subgoal refused: {} (empty, over {MAX_SUBGOAL_BYTES} bytes or control characters)",
+                shown()
             ));
         }
-        let mut last = self.subgoal_ids.lock().unwrap_or_else(|p| p.into_inner());
-        let id = *last + 1;
-        let c = Command::Subgoal(t.to_string());
-        self.queue((c, source, self.clock.now(), id))?;
-        *last = id;
-        Ok(id)
-    }
-
-    fn queue(&self, q: Queued) -> Result<()> {
-        match self.commands.try_send(q) {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => Err(self.refuse(
-                &self.counters.bad_commands,
-                "command queue full or closed".into(),
-            )),
+        let mut latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
+        if latest.1 == t {
+            return Ok(latest.0);
         }
+        if let Err(why) = (self.check_subgoal)(t) {
+            return refuse(format!("subgoal refused: {}: {why}", shown()));
+        }
+        let id = latest.0 + 1;
+        match self.subgoals.try_send((t.to_string(), id)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                return refuse(format!(
+                    "subgoal refused: {SUBGOAL_QUEUE} subgoals are already waiting"
+                ));
+            }
+            Err(TrySendError::Disconnected(_)) => {
+                return refuse("subgoal refused: the control loop has ended".into());
+            }
+        }
+        *latest = (id, t.to_string());
+        drop(latest);
+        self.poke();
+        Ok(id)
     }
 
     /// A command given as text on a topic: `stop`, `resume`, or `subgoal: <text>`.
@@ -344,6 +426,120 @@ impl Inputs {
             None => Ok(()),
         }
     }
+
+    /// A fatal problem anywhere in the process (a panic, a device fault, a watchdog overrun):
+    /// recorded with its cause (the first one is kept) and latched as a stop, so that the
+    /// control loop halts and ends. Returns whether it was the first fault.
+    pub fn fault(&self, cause: impl Into<String>) -> bool {
+        let cause = cause.into();
+        tracing::error!(%cause, "fault");
+        let first = self.fault.record(cause);
+        self.latch.stop(self.clock.now());
+        self.poke();
+        first
+    }
+
+    /// The first fault's cause, if one was recorded.
+    pub fn fault_cause(&self) -> Option<String> {
+        self.fault.cause()
+    }
+
+    /// Injects a fault into the control thread (simulation scripts' fault drills).
+    pub fn drill(&self, d: Drill) {
+        let v = match d {
+            Drill::Panic => 1,
+            Drill::Stall => 2,
+        };
+        self.drill.store(v, Ordering::SeqCst);
+        self.poke();
+    }
+
+    /// What a halt commands now (see [`Hold`]).
+    pub fn hold(&self) -> Hold {
+        let b = &self.bounds;
+        match b.space {
+            ActionSpace::Velocity => Hold::velocity(b.dims),
+            ActionSpace::Position => {
+                let s = self.state.lock();
+                Hold::position(
+                    s.0.as_ref(),
+                    b.dims,
+                    self.clock.now(),
+                    b.max_age,
+                    b.max_future,
+                )
+            }
+        }
+    }
+
+    /// The last accepted subgoal and its id.
+    fn latest_subgoal(&self) -> (u64, String) {
+        self.latest
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// The halt chunk for `hold` (`horizon` rows of the held row, or none), stamped `now`.
+fn halt_chunk(
+    hold: &Hold,
+    horizon: usize,
+    dims: usize,
+    seq: u64,
+    now: Stamp,
+    dt: f64,
+    subgoal: (Arc<str>, u64),
+    started: Stamp,
+) -> ActionChunk {
+    let (rows, actions) = match hold {
+        Hold::Row(r) => (horizon, r.repeat(horizon)),
+        Hold::NoTarget(_) => (0, Vec::new()),
+    };
+    ActionChunk {
+        stamp: now,
+        seq,
+        horizon: rows as u32,
+        action_dim: dims as u32,
+        actions: Arc::new(actions),
+        dt,
+        subgoal: subgoal.0,
+        subgoal_id: subgoal.1,
+        halt: true,
+        latency: (now - started).max(0.0),
+    }
+}
+
+/// Publishes a halt chunk from outside the control thread (the watchdog, a fault while the
+/// control thread is stuck or gone): the hold of the latest measured state, best effort.
+#[derive(Clone)]
+pub struct FaultHalt {
+    inputs: Inputs,
+    out: Sender<Outbound>,
+    seq: Arc<AtomicU64>,
+    horizon: usize,
+    dt: f64,
+}
+
+impl FaultHalt {
+    /// Records the fault (latching a stop, so that no other chunk follows) and publishes the
+    /// halt chunk.
+    pub fn halt(&self, cause: &str) {
+        self.inputs.fault(cause);
+        let now = self.inputs.clock.now();
+        let (id, text) = self.inputs.latest_subgoal();
+        let c = halt_chunk(
+            &self.inputs.hold(),
+            self.horizon,
+            self.inputs.bounds.dims,
+            self.seq.fetch_add(1, Ordering::SeqCst) + 1,
+            now,
+            self.dt,
+            (Arc::from(text), id),
+            now,
+        );
+        let _ = self.out.try_send(Outbound::Chunk(c));
+    }
 }
 
 /// What one tick did.
@@ -356,10 +552,12 @@ pub enum TickOutcome {
     Idle,
     /// A subgoal change arrived mid-tick; the tick was dropped at a graph boundary.
     Abandoned,
-    /// Missing or stale observations: nothing ran.
+    /// Missing, stale or future-stamped observations: nothing ran.
     Stale(String),
     /// The chunk was refused (non-finite values, a preprocessing error).
     Refused(String),
+    /// A fatal device error: the node halted (best effort) and the control loop must end.
+    Fault(String),
 }
 
 /// The control loop's state; runs on one thread.
@@ -370,7 +568,8 @@ pub struct Node {
     busy: Arc<PolicyBusy>,
     clock: Arc<dyn Clock>,
     inputs: Inputs,
-    commands: Receiver<Queued>,
+    subgoals: Receiver<Queued>,
+    wake: Receiver<()>,
     out: Sender<Outbound>,
     /// Completion markers of the last two replays (one replay stays queued ahead).
     done: [frt_exec::Event; 2],
@@ -379,14 +578,23 @@ pub struct Node {
     status: Status,
     /// The current subgoal, shared with the chunks that carry it.
     subgoal: Arc<str>,
-    last_action: Option<Vec<f32>>,
+    /// The last published chunk and its observation time, while the robot executes it
+    /// (cleared by a halt and a resume): the next chunk's first row is capped against its row
+    /// due at the next observation time.
+    executing: Option<Stamp>,
+    last_chunk: Vec<f32>,
+    /// The row the next chunk's first row is capped against (scratch).
+    anchor: Vec<f32>,
     chunk: Vec<f32>,
     chunk_pool: Vec<Arc<Vec<f32>>>,
     /// The newest preprocessed frame of each camera (taken from its slot when a new one
     /// arrived).
     frames: Vec<Option<(Stamp, ModelImage)>>,
     state: Vec<f32>,
-    seq: u64,
+    seq: Arc<AtomicU64>,
+    /// The clock at the last tick (a jump backwards resets the observations).
+    last_now: Stamp,
+    watchdog: Arc<Watchdog>,
     hook: Option<StageHook>,
     timings: TickTimings,
     rec: crate::observe::Recorder,
@@ -411,12 +619,24 @@ pub struct TickTimings {
     pub finish: std::time::Duration,
 }
 
-/// Called before each replay of a tick with the stage's index (scripted runs use it to
-/// deliver an event at an exact graph boundary).
+/// Called before each replay of a tick with the stage's index, and once more after the last
+/// replay finished, before the chunk is read and published, with the number of stages
+/// (scripted runs use it to deliver an event at an exact graph boundary).
 pub type StageHook = Box<dyn FnMut(usize) + Send>;
 
 /// The output side of a node.
 pub struct Outputs(pub Receiver<Outbound>);
+
+/// Whether an error means the device (or the model on it) can no longer be trusted: replays,
+/// events and buffer transfers failing. Bad inputs are not fatal.
+fn is_fatal(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Exec(_)
+            | Error::Policy(frt_vla::Error::Exec(_))
+            | Error::Policy(frt_vla::Error::Kernels(_))
+    )
+}
 
 impl Node {
     /// Builds the policy and the node; returns the node, its inputs and its outputs.
@@ -426,9 +646,12 @@ impl Node {
         audio: Option<Sender<Audio>>,
     ) -> Result<(Node, Inputs, Outputs)> {
         cfg.validate()?;
+        cfg.validate_for_this_machine()?;
         let policy = Policy::build(&cfg)?;
-        let (ctx, crx) = crossbeam_channel::bounded(64);
+        let (stx, srx) = crossbeam_channel::bounded(SUBGOAL_QUEUE);
+        let (wtx, wrx) = crossbeam_channel::bounded(1);
         let (otx, orx) = crossbeam_channel::bounded(1024);
+        let s = &cfg.safety;
         let inputs = Inputs {
             cameras: Arc::new(
                 cfg.cameras
@@ -438,12 +661,27 @@ impl Node {
             ),
             joints: Arc::new(cfg.state.joints.clone()),
             state: Arc::new(Slot::new()),
-            commands: ctx,
-            subgoal_ids: Arc::new(Mutex::new(INITIAL_SUBGOAL_ID)),
+            subgoals: stx,
+            latest: Arc::new(Mutex::new((
+                INITIAL_SUBGOAL_ID,
+                cfg.control.initial_subgoal.trim().to_string(),
+            ))),
+            check_subgoal: policy.subgoal_check(),
+            latch: Arc::default(),
+            fault: Arc::default(),
+            drill: Arc::default(),
+            wake: wtx,
             audio,
             clock: clock.clone(),
             counters: Arc::default(),
             last_error: Arc::default(),
+            bounds: Bounds {
+                max_age: s.max_observation_age_ms / 1000.0,
+                max_future: s.max_future_s,
+                max_pixels: s.max_image_pixels,
+                space: s.action_space,
+                dims: cfg.control.action_dim,
+            },
             image_side: policy.config().siglip.image_size,
         };
         let horizon = policy.config().action_horizon;
@@ -457,17 +695,22 @@ impl Node {
             subgoal: Arc::from(cfg.control.initial_subgoal.trim()),
             frames: vec![None; cfg.cameras.len()],
             chunk: vec![0.0; horizon * d],
+            last_chunk: vec![0.0; horizon * d],
+            anchor: vec![0.0; d],
+            executing: None,
             chunk_pool: Vec::with_capacity(CHUNK_POOL),
             cfg,
             policy,
             clock,
             inputs: inputs.clone(),
-            commands: crx,
+            subgoals: srx,
+            wake: wrx,
             out: otx,
             done,
-            last_action: None,
             state: Vec::new(),
-            seq: 0,
+            seq: Arc::default(),
+            last_now: f64::NEG_INFINITY,
+            watchdog: Arc::default(),
             hook: None,
             timings: TickTimings::default(),
             rec: crate::observe::Recorder::new(0),
@@ -495,6 +738,17 @@ impl Node {
     /// The node's inputs (another handle on what the transports write into).
     pub fn inputs(&self) -> Inputs {
         self.inputs.clone()
+    }
+
+    /// What publishes a halt chunk when the control thread cannot (see [`FaultHalt`]).
+    pub fn fault_halt(&self) -> FaultHalt {
+        FaultHalt {
+            inputs: self.inputs.clone(),
+            out: self.out.clone(),
+            seq: self.seq.clone(),
+            horizon: self.policy.config().action_horizon,
+            dt: self.cfg.control.dt,
+        }
     }
 
     /// Keeps up to `events` timing events for a Chrome / Perfetto trace ([`Node::write_trace`]).
@@ -555,47 +809,51 @@ impl Node {
         let _ = self.out.try_send(Outbound::Status(self.status()));
     }
 
-    fn publish(&self, o: Outbound) {
-        // A consumer that does not keep up loses messages; the loop never blocks on it.
-        let _ = self.out.try_send(o);
-    }
-
-    /// Applies one command; returns how a running tick ends because of it (`None`: it goes on).
-    fn apply(&mut self, (c, _, arrived, subgoal_id): Queued) -> Option<TickOutcome> {
-        match c {
-            Command::Subgoal(text) => {
+    /// Acts on what arrived: a stop halts (after a resume that came after it, the node runs
+    /// again), then each queued subgoal is taken. Returns how a running tick ends because of
+    /// it (`None`: it goes on).
+    fn service(&mut self) -> Option<TickOutcome> {
+        let pending = self.inputs.latch.take();
+        let mut outcome = None;
+        if let Some(arrived) = pending.stop {
+            self.halt(arrived);
+            outcome = Some(TickOutcome::Halted);
+        }
+        if pending.resume && self.inputs.fault.cause().is_none() {
+            self.status.halted = false;
+            self.executing = None;
+        }
+        while let Ok((text, id)) = self.subgoals.try_recv() {
+            if *self.subgoal != *text {
                 self.subgoal = Arc::from(text);
-                self.status.subgoal_id = subgoal_id;
-                Some(TickOutcome::Abandoned)
-            }
-            Command::Stop => {
-                if let Err(e) = self.halt(arrived) {
-                    self.status.last_error = format!("halt: {e}");
-                }
-                Some(TickOutcome::Halted)
-            }
-            Command::Resume => {
-                self.status.halted = false;
-                None
+                self.status.subgoal_id = id;
+                outcome.get_or_insert(TickOutcome::Abandoned);
             }
         }
+        outcome
     }
 
-    /// A tick that ends on an error: recorded as the last problem.
-    fn refused(&mut self, e: impl std::fmt::Display) -> TickOutcome {
-        self.status.last_error = e.to_string();
-        TickOutcome::Refused(e.to_string())
+    /// A tick that ends on an error: recorded as the last problem; a fatal one halts and
+    /// records a fault (the control loop ends).
+    fn refused(&mut self, e: Error) -> TickOutcome {
+        let fatal = is_fatal(&e);
+        let e = e.to_string();
+        self.status.last_error = e.clone();
+        if fatal {
+            self.inputs.fault(format!("device: {e}"));
+            self.service();
+            return TickOutcome::Fault(e);
+        }
+        TickOutcome::Refused(e)
     }
 
-    /// Applies every queued command (between ticks).
+    /// Applies every stop, resume and queued subgoal (between ticks).
     pub fn drain_commands(&mut self) {
-        while let Ok(q) = self.commands.try_recv() {
-            self.apply(q);
-        }
+        self.service();
     }
 
-    /// Waits until the replay marked by `done[slot]` has finished, or a command arrives: the
-    /// command that abandons the tick is returned (after it was applied).
+    /// Waits until the replay marked by `done[slot]` has finished, or a stop or a subgoal
+    /// arrives: the outcome that abandons the tick is returned (after it was acted on).
     fn wait_replay(&mut self, stage: usize) -> Result<Option<TickOutcome>> {
         let slot = stage % 2;
         loop {
@@ -605,97 +863,97 @@ impl Node {
                     .event(name, self.enqueued[slot], std::time::Instant::now());
                 return Ok(None);
             }
-            // Wakes at once on a command; else looks at the replay again shortly.
-            match self
-                .commands
-                .recv_timeout(std::time::Duration::from_micros(50))
-            {
-                Ok(q) => {
-                    if let Some(o) = self.apply(q) {
-                        self.status.abandoned += 1;
-                        return Ok(Some(o));
-                    }
-                }
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
-                    self.done[slot].synchronize()?;
-                    return Ok(None);
-                }
+            if let Some(o) = self.service() {
+                self.status.abandoned += 1;
+                return Ok(Some(o));
             }
+            std::thread::sleep(POLL);
         }
     }
 
-    /// The halt: the halt graph on the highest-priority stream, its chunk published (latency
-    /// counted from `started`, when the stop arrived).
-    fn halt(&mut self, started: Stamp) -> Result<()> {
+    /// The halt: the hold (see [`Hold`]) written for the halt graph, the halt graph replayed
+    /// on the highest-priority stream, and the halt chunk published (latency counted from
+    /// `started`, when the stop arrived). The chunk is published even when the device part
+    /// fails (that failure is recorded).
+    fn halt(&mut self, started: Stamp) {
         let _span = tracing::debug_span!("halt").entered();
         let t_halt = std::time::Instant::now();
         self.status.halted = true;
         self.status.halts += 1;
+        self.executing = None;
         let d = self.cfg.control.action_dim;
         let horizon = self.policy.config().action_horizon;
-        // What the hold must be: the last targets (position) or zero (velocity). Before the
-        // first chunk a position robot holds its measured state (the first action_dim joints).
-        let expect: Vec<f32> = match (&self.last_action, self.cfg.safety.action_space) {
-            (Some(a), ActionSpace::Position) => a.repeat(horizon),
-            (None, ActionSpace::Position) => {
-                let v = self
-                    .inputs
-                    .state
-                    .value
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner());
-                let mut row = vec![0.0; d];
-                if let Some((_, s)) = &v.0 {
-                    for (r, x) in row.iter_mut().zip(s) {
-                        *r = *x;
-                    }
-                }
-                drop(v);
-                row.repeat(horizon)
-            }
-            _ => vec![0.0; horizon * d],
-        };
-        // Position control holds these targets: written on the halt stream just before the
-        // halt graph (velocity control's zeros were written once at start-up).
-        if self.cfg.safety.action_space == ActionSpace::Position {
-            self.policy.set_hold(&expect, d)?;
+        let hold = self.inputs.hold();
+        if let Hold::NoTarget(why) = &hold {
+            self.status.holds_without_target += 1;
+            tracing::warn!(why, "halt without targets");
         }
-        self.policy.halt(&mut self.chunk, d)?;
-        let close = self
-            .chunk
-            .iter()
-            .zip(&expect)
-            .all(|(a, b)| (a - b).abs() <= 1e-3 * (1.0 + b.abs()));
-        if !close {
-            self.status.last_error = "halt graph output differs from the hold chunk".into();
+        if let Err(e) = self.device_halt(&hold, horizon, d) {
+            self.status.last_error = format!("halt graph: {e}");
         }
-        self.seq += 1;
         let now = self.clock.now();
-        self.publish(Outbound::Chunk(ActionChunk {
-            stamp: now,
-            seq: self.seq,
-            horizon: horizon as u32,
-            action_dim: d as u32,
-            actions: Arc::new(expect),
-            dt: self.cfg.control.dt,
-            subgoal: self.subgoal.clone(),
-            subgoal_id: self.status.subgoal_id,
-            halt: true,
-            latency: (now - started).max(0.0),
-        }));
+        let c = halt_chunk(
+            &hold,
+            horizon,
+            d,
+            self.seq.fetch_add(1, Ordering::SeqCst) + 1,
+            now,
+            self.cfg.control.dt,
+            (self.subgoal.clone(), self.status.subgoal_id),
+            started,
+        );
+        self.publish(Outbound::Chunk(c));
         self.rec.span(
             crate::observe::Span::Halt,
             "halt",
             t_halt,
             std::time::Instant::now(),
         );
+    }
+
+    /// The device side of a halt: the halt graph on the highest-priority stream, after the
+    /// hold it writes (position control; velocity control's zeros were written at start-up).
+    fn device_halt(&mut self, hold: &Hold, horizon: usize, d: usize) -> Result<()> {
+        let expect = match hold {
+            Hold::Row(r) => Some(r.repeat(horizon)),
+            Hold::NoTarget(_) => None,
+        };
+        if let (Some(e), ActionSpace::Position) = (&expect, self.cfg.safety.action_space) {
+            self.policy.set_hold(e, d)?;
+        }
+        self.policy.halt(&mut self.chunk, d)?;
+        if let Some(e) = expect {
+            let close = self
+                .chunk
+                .iter()
+                .zip(&e)
+                .all(|(a, b)| (a - b).abs() <= 1e-3 * (1.0 + b.abs()));
+            if !close {
+                self.status.last_error = "halt graph output differs from the hold chunk".into();
+            }
+        }
         Ok(())
+    }
+
+    fn publish(&self, o: Outbound) {
+        // A consumer that does not keep up loses messages; the loop never blocks on it.
+        let _ = self.out.try_send(o);
+    }
+
+    /// Forgets every observation (the clock jumped backwards: their stamps mean nothing now).
+    fn reset_observations(&mut self) {
+        for (f, (_, slot)) in self.frames.iter_mut().zip(self.inputs.cameras.iter()) {
+            *f = None;
+            slot.lock().0 = None;
+        }
+        self.inputs.state.lock().0 = None;
+        self.executing = None;
+        self.status.clock_resets += 1;
     }
 
     /// One control tick (see the module docs).
     pub fn tick(&mut self) -> TickOutcome {
-        self.drain_commands();
+        self.service();
         if self.status.halted {
             return TickOutcome::Idle;
         }
@@ -704,67 +962,64 @@ impl Node {
         let started = self.clock.now();
         let t0 = std::time::Instant::now();
         let max_age = self.cfg.safety.max_observation_age_ms / 1000.0;
+        let max_future = self.cfg.safety.max_future_s;
+        if started < self.last_now - max_future {
+            self.reset_observations();
+        }
+        self.last_now = started;
+        let ok = |t: Stamp| fresh(t, started, max_age, max_future);
         // Newest observations.
         let mut oldest = f64::INFINITY;
         let mut missing = None;
         for (i, (name, slot)) in self.inputs.cameras.iter().enumerate() {
             {
-                let mut v = slot.value.lock().unwrap_or_else(|p| p.into_inner());
+                let mut v = slot.lock();
                 if v.0.is_some() {
                     self.frames[i] = v.0.take();
                 }
             }
-            match self.frames[i]
-                .as_ref()
-                .filter(|(t, _)| started - t <= max_age)
-            {
+            match self.frames[i].as_ref().filter(|(t, _)| ok(*t)) {
                 Some((t, _)) => oldest = oldest.min(*t),
                 None if self.cfg.cameras[i].required => missing = Some(name.clone()),
                 None => {}
             }
         }
-        let fresh = |f: &Option<(Stamp, ModelImage)>| {
-            f.as_ref().is_some_and(|(t, _)| started - t <= max_age)
-        };
-        if let Some(cam) = missing {
-            if self.cfg.safety.missing_camera == MissingCamera::Halt
-                && self.frames.iter().any(fresh)
-            {
-                let _ = self.halt(started);
-                self.status.last_error = format!("camera `{cam}` missing or stale: halted");
+        let fresh_frame = |f: &Option<(Stamp, ModelImage)>| f.as_ref().is_some_and(|(t, _)| ok(*t));
+        if missing.is_some() || !self.frames.iter().any(fresh_frame) {
+            let what = match missing {
+                Some(cam) => format!("camera `{cam}` missing, stale or future-stamped"),
+                None => "no fresh camera frame".to_string(),
+            };
+            // A robot executing chunks halts; before the first chunk (or after a resume)
+            // nothing is moving: the tick only waits for the cameras.
+            if self.cfg.safety.missing_camera == MissingCamera::Halt && self.executing.is_some() {
+                self.halt(started);
+                self.status.last_error = format!("{what}: halted");
                 return TickOutcome::Halted;
             }
             self.status.stale += 1;
-            return TickOutcome::Stale(format!("camera `{cam}` missing or older than the bound"));
-        }
-        if !self.frames.iter().any(fresh) {
-            self.status.stale += 1;
-            return TickOutcome::Stale("no camera frame".into());
+            return TickOutcome::Stale(what);
         }
         {
-            let v = self
-                .inputs
-                .state
-                .value
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            match v.0.as_ref().filter(|(t, _)| started - t <= max_age) {
+            let v = self.inputs.state.lock();
+            match v.0.as_ref().filter(|(t, _)| ok(*t)) {
                 Some((t, s)) => {
                     oldest = oldest.min(*t);
                     self.state.clear();
                     self.state.extend_from_slice(s);
                 }
                 None => {
+                    drop(v);
                     self.status.stale += 1;
                     return TickOutcome::Stale(
-                        "robot state missing or older than the bound".into(),
+                        "robot state missing, older than the bound or future-stamped".into(),
                     );
                 }
             }
         }
         let mut frames: [Option<&ModelImage>; frt_vla::MAX_VIEWS] = [None; frt_vla::MAX_VIEWS];
         for (f, slot) in frames.iter_mut().zip(&self.frames) {
-            *f = slot.as_ref().filter(|_| fresh(slot)).map(|(_, p)| p);
+            *f = slot.as_ref().filter(|_| fresh_frame(slot)).map(|(_, p)| p);
         }
         let frames = &frames[..self.frames.len().min(frt_vla::MAX_VIEWS)];
         let subgoal = self.subgoal.clone();
@@ -788,20 +1043,15 @@ impl Node {
             self.status.last_error = "the policy produced non-finite actions".into();
             return TickOutcome::Refused("non-finite actions".into());
         }
+        self.set_anchor(oldest);
         self.guard();
         let horizon = self.policy.config().action_horizon;
-        let last = &self.chunk[(horizon - 1) * d..];
-        match &mut self.last_action {
-            Some(a) => a.copy_from_slice(last),
-            None => self.last_action = Some(last.to_vec()),
-        }
-        self.seq += 1;
-        self.status.chunks += 1;
+        let seq = self.seq.load(Ordering::SeqCst) + 1;
         let now = self.clock.now();
         let actions = self.pooled_chunk();
-        self.publish(Outbound::Chunk(ActionChunk {
+        let chunk = Outbound::Chunk(ActionChunk {
             stamp: oldest,
-            seq: self.seq,
+            seq,
             horizon: horizon as u32,
             action_dim: d as u32,
             actions,
@@ -810,7 +1060,21 @@ impl Node {
             subgoal_id: self.status.subgoal_id,
             halt: false,
             latency: (now - started).max(0.0),
-        }));
+        });
+        // The last look at the latch: a stop that arrived after the last replay withholds the
+        // chunk (checked and published under the latch's lock).
+        let out = &self.out;
+        let seq_counter = &self.seq;
+        if !self.inputs.latch.publish(|| {
+            seq_counter.store(seq, Ordering::SeqCst);
+            let _ = out.try_send(chunk);
+        }) {
+            self.status.abandoned += 1;
+            return self.service().unwrap_or(TickOutcome::Halted);
+        }
+        self.status.chunks += 1;
+        self.last_chunk.copy_from_slice(&self.chunk);
+        self.executing = Some(oldest);
         let t3 = std::time::Instant::now();
         use crate::observe::Span;
         self.rec.span(Span::Prepare, "prepare", t0, t1);
@@ -842,8 +1106,8 @@ impl Node {
     }
 
     /// Replays every stage of the tick. One replay stays queued behind the running one (the
-    /// device never waits for the host); between two replays, and while waiting, a command is
-    /// acted on at once: the outcome it gives ends the tick.
+    /// device never waits for the host); between two replays, and while waiting, a stop or a
+    /// subgoal is acted on at once: the outcome it gives ends the tick.
     fn replay_all(&mut self) -> Result<Option<TickOutcome>> {
         let n = self.policy.stages().len();
         let s = self.policy.model.stream();
@@ -862,27 +1126,57 @@ impl Node {
                 return Ok(Some(o));
             }
         }
-        self.wait_replay(n - 1)
+        let o = self.wait_replay(n - 1)?;
+        if let Some(h) = &mut self.hook {
+            h(n);
+        }
+        Ok(o)
     }
 
-    /// Clamps to the limits and caps the change between consecutive actions (starting from
-    /// the last published action).
+    /// The row the new chunk's first row is capped against, for a chunk observed at `t_obs`:
+    /// the row of the chunk being executed that is due at `t_obs` (row k is due at its
+    /// observation time + k·dt) while one is; otherwise the measured state (position
+    /// control) or zero (velocity control): after start, a halt, a resume, a gap longer than
+    /// the observation age bound, or past the executing chunk's end.
+    fn set_anchor(&mut self, t_obs: Stamp) {
+        let c = &self.cfg;
+        let d = c.control.action_dim;
+        let horizon = self.policy.config().action_horizon;
+        let max_age = c.safety.max_observation_age_ms / 1000.0;
+        let due = self.executing.and_then(|t0| {
+            let gap = t_obs - t0;
+            if !(0.0..=max_age).contains(&gap) {
+                return None;
+            }
+            let k = (gap / c.control.dt).round() as usize;
+            (k < horizon).then_some(k)
+        });
+        match (due, c.safety.action_space) {
+            (Some(k), _) => self
+                .anchor
+                .copy_from_slice(&self.last_chunk[k * d..(k + 1) * d]),
+            (None, ActionSpace::Position) => self.anchor.copy_from_slice(&self.state[..d]),
+            (None, ActionSpace::Velocity) => self.anchor.fill(0.0),
+        }
+    }
+
+    /// Clamps to the limits and caps the change between consecutive actions, the first row
+    /// against the anchor ([`Node::set_anchor`]).
     fn guard(&mut self) {
         let s = &self.cfg.safety;
         let d = self.cfg.control.action_dim;
         let mut changed = 0u64;
         for r in 0..self.chunk.len() / d {
             for k in 0..d {
-                // The previous action: the row before (already guarded), or the last one
-                // published for the first row.
+                // The previous action: the row before (already guarded), or the anchor.
                 let prev = match r {
-                    0 => self.last_action.as_ref().map(|a| a[k]),
-                    _ => Some(self.chunk[(r - 1) * d + k]),
+                    0 => self.anchor[k],
+                    _ => self.chunk[(r - 1) * d + k],
                 };
                 let i = r * d + k;
                 let mut x = self.chunk[i].clamp(s.min(k), s.max(k));
-                if let (Some(cap), Some(p)) = (s.delta(k), prev) {
-                    x = x.clamp(p - cap, p + cap);
+                if let Some(cap) = s.delta(k) {
+                    x = x.clamp(prev - cap, prev + cap);
                 }
                 if x != self.chunk[i] {
                     changed += 1;
@@ -893,20 +1187,86 @@ impl Node {
         self.status.clamped += changed;
     }
 
-    /// Runs ticks at the configured rate until `stop` is set (the control thread's body).
-    pub fn run(&mut self, stop: &std::sync::atomic::AtomicBool) {
+    /// Runs ticks at the configured rate until `stop` is set (the control thread's body), with
+    /// a watchdog thread that halts and records a fault when a tick runs longer than
+    /// `safety.watchdog_factor` periods. A panic in a tick, a fatal device error or a watchdog
+    /// overrun ends the loop after a best-effort halt: `Err` carries the fault's cause.
+    pub fn run(&mut self, stop: &AtomicBool) -> std::result::Result<(), String> {
         for r in crate::realtime::apply(self.cfg.control.cpu, self.cfg.control.realtime) {
             if let Err(why) = r {
+                tracing::warn!(%why, "real-time settings");
                 self.status.last_error = why;
             }
         }
         let period = std::time::Duration::from_secs_f64(1.0 / self.cfg.control.rate_hz);
+        let ended = Arc::new(AtomicBool::new(false));
+        let watchdog = self.spawn_watchdog(period, ended.clone());
+        let r = self.run_ticks(stop, period);
+        ended.store(true, Ordering::SeqCst);
+        if let Some(w) = watchdog {
+            let _ = w.join();
+        }
+        r
+    }
+
+    fn spawn_watchdog(
+        &self,
+        period: std::time::Duration,
+        ended: Arc<AtomicBool>,
+    ) -> Option<std::thread::JoinHandle<()>> {
+        let limit = period.mul_f64(self.cfg.safety.watchdog_factor);
+        let w = self.watchdog.clone();
+        let halt = self.fault_halt();
+        let look = (limit / 8).clamp(
+            std::time::Duration::from_millis(1),
+            std::time::Duration::from_millis(20),
+        );
+        std::thread::Builder::new()
+            .name("frt-watchdog".into())
+            .spawn(move || {
+                while !ended.load(Ordering::SeqCst) {
+                    if let Some(t) = w.running_for().filter(|t| *t > limit) {
+                        halt.halt(&format!(
+                            "watchdog: a tick has run for {:.0} ms (deadline {:.0} ms)",
+                            t.as_secs_f64() * 1e3,
+                            limit.as_secs_f64() * 1e3
+                        ));
+                        return;
+                    }
+                    std::thread::sleep(look);
+                }
+            })
+            .ok()
+    }
+
+    fn run_ticks(
+        &mut self,
+        stop: &AtomicBool,
+        period: std::time::Duration,
+    ) -> std::result::Result<(), String> {
         let mut next = std::time::Instant::now();
         let mut n = 0u64;
+        let status_every = (self.cfg.control.rate_hz.ceil() as u64).max(1);
         while !stop.load(Ordering::Relaxed) {
-            self.tick();
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.watchdog.enter();
+                self.run_drill();
+                let o = self.tick();
+                self.watchdog.leave();
+                o
+            }));
+            if let Err(p) = r {
+                self.watchdog.leave();
+                let cause = format!("the control thread panicked: {}", panic_message(&*p));
+                self.end_in_fault(cause.clone());
+                return Err(cause);
+            }
+            if let Some(cause) = self.inputs.fault_cause() {
+                self.end_in_fault(cause.clone());
+                return Err(cause);
+            }
             n += 1;
-            if n % (self.cfg.control.rate_hz.ceil() as u64).max(1) == 0 {
+            if n % status_every == 0 {
                 self.publish_status();
             }
             next += period;
@@ -915,15 +1275,40 @@ impl Node {
                 self.status.deadline_misses += 1;
                 next = now;
             }
-            // Between ticks a command is applied as it arrives (a stop halts at once).
+            // Between ticks a stop, a resume or a subgoal is acted on as it arrives.
             while let Some(left) = next.checked_duration_since(std::time::Instant::now()) {
-                match self.commands.recv_timeout(left) {
-                    Ok(q) => {
-                        self.apply(q);
-                    }
-                    Err(_) => break,
+                if self.wake.recv_timeout(left).is_err() {
+                    break;
+                }
+                self.service();
+                if self.inputs.fault_cause().is_some() {
+                    break;
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Halts after a fault (the latch holds a stop): through the halt graph when the node
+    /// still works, else from the latest measured state without the device.
+    fn end_in_fault(&mut self, cause: String) {
+        if self.inputs.fault_cause().is_none() {
+            self.inputs.fault(cause.clone());
+        }
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.service()));
+        if r.is_err() {
+            self.fault_halt().halt(&cause);
+        }
+        self.status.last_error = cause;
+        self.publish_status();
+    }
+
+    /// A fault drill injected by [`Inputs::drill`].
+    fn run_drill(&self) {
+        match self.inputs.drill.swap(0, Ordering::SeqCst) {
+            1 => panic!("fault drill: a panic on the control thread"),
+            2 => std::thread::sleep(std::time::Duration::from_secs(10)),
+            _ => {}
         }
     }
 }

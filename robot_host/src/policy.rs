@@ -12,6 +12,7 @@ use frt_vla::{
     pi05_tokens, pi05_tokens_into,
 };
 use std::path::Path;
+use std::sync::Arc;
 
 /// The small tokenizer bundled for `random_tiny` models (demos, tests).
 const DEMO_TOKENIZER: &str = include_str!("../assets/demo-tokenizer.json");
@@ -48,7 +49,10 @@ pub struct Policy {
     pub ctx: Ctx,
     pub model: Pi05,
     halt_stream: Stream,
-    tokenizer: Tokenizer,
+    tokenizer: Arc<Tokenizer>,
+    /// A normalized state whose prompt has the most tokens (every value in the bin whose
+    /// number tokenizes longest): subgoals are checked against it when they arrive.
+    worst_state: Arc<[f32]>,
     norm: Option<Normalization>,
     stages: Vec<Stage>,
     noise: Noise,
@@ -72,6 +76,26 @@ pub fn model_config(cfg: &Config) -> Pi05Config {
     c.views = cfg.views();
     c.max_token_len = cfg.model.max_token_len;
     c
+}
+
+/// The normalized state of `n` values whose pi05 prompt has the most tokens: all values in
+/// one bin (−1 to 255, `discretize_state`'s range), the bin whose number tokenizes longest.
+fn worst_state(tokenizer: &Tokenizer, n: usize) -> Result<Arc<[f32]>> {
+    let mut worst = (0, vec![0.0f32; n]);
+    for bin in -1i32..256 {
+        // A value inside the bin (below −1 for bin −1).
+        let x = if bin < 0 {
+            -1.5
+        } else {
+            -1.0 + (2.0 * bin as f32 + 1.0) / 256.0
+        };
+        let state = vec![x; n];
+        let len = pi05_tokens(tokenizer, "a", &state, usize::MAX)?.len();
+        if len > worst.0 {
+            worst = (len, state);
+        }
+    }
+    Ok(worst.1.into())
 }
 
 impl Policy {
@@ -116,11 +140,13 @@ impl Policy {
             None => Tokenizer::parse(DEMO_TOKENIZER, Path::new("<bundled demo tokenizer>"))?,
         };
         // A tokenizer that does not fit the model fails here, not at every tick: the start-up
-        // prompt must tokenize within the prompt capacity and the model's vocabulary.
+        // prompt must tokenize within the prompt capacity (with the longest state) and the
+        // model's vocabulary.
+        let worst_state = worst_state(&tokenizer, cfg.state.joints.len())?;
         let probe = pi05_tokens(
             &tokenizer,
             &cfg.control.initial_subgoal,
-            &vec![0.0; cfg.state.joints.len()],
+            &worst_state,
             mc.max_token_len,
         )?;
         if let Some(t) = probe.iter().find(|t| **t as usize >= mc.vocab) {
@@ -132,6 +158,7 @@ impl Policy {
                 ),
             ));
         }
+        let tokenizer = Arc::new(tokenizer);
         let norm = match &cfg.model.norm_stats {
             Some(p) => Some(Normalization::load(p, cfg.model.quantile_norm)?),
             None => None,
@@ -142,6 +169,7 @@ impl Policy {
             model,
             halt_stream,
             tokenizer,
+            worst_state,
             norm,
             stages,
             noise: Noise::new(cfg.control.noise_seed),
@@ -166,6 +194,29 @@ impl Policy {
 
     pub fn config(&self) -> &Pi05Config {
         &self.model.config
+    }
+
+    /// The check a subgoal passes when it arrives (on the I/O side): its prompt, with the
+    /// state that tokenizes longest, fits the model's prompt capacity, and every token is in
+    /// the model's vocabulary.
+    pub fn subgoal_check(&self) -> crate::node::SubgoalCheck {
+        let tokenizer = self.tokenizer.clone();
+        let state = self.worst_state.clone();
+        let (max_len, vocab) = (self.model.config.max_token_len, self.model.config.vocab);
+        Arc::new(move |text: &str| {
+            let ids = pi05_tokens(&tokenizer, text, &state, max_len).map_err(|e| match e {
+                frt_vla::Error::BadInput { reason, .. } => {
+                    format!("the prompt would have {reason} (with the longest state)")
+                }
+                e => e.to_string(),
+            })?;
+            match ids.iter().find(|t| **t as usize >= vocab) {
+                Some(t) => Err(format!(
+                    "token {t} is outside the model's vocabulary of {vocab}"
+                )),
+                None => Ok(()),
+            }
+        })
     }
 
     pub fn stages(&self) -> &[Stage] {

@@ -12,7 +12,12 @@ pub fn apply(cpu: Option<usize>, realtime: bool) -> Vec<Result<String, String>> 
     let mut report = Vec::new();
     #[cfg(target_os = "linux")]
     {
-        if let Some(c) = cpu {
+        if let Some(c) = cpu.filter(|c| *c >= libc::CPU_SETSIZE as usize) {
+            report.push(Err(format!(
+                "could not pin to CPU {c}: beyond the {} CPUs a CPU set holds",
+                libc::CPU_SETSIZE
+            )));
+        } else if let Some(c) = cpu {
             // SAFETY: a zeroed cpu_set_t is a valid empty set; the call only reads it.
             let r = unsafe {
                 let mut set: libc::cpu_set_t = std::mem::zeroed();

@@ -155,6 +155,10 @@ pub struct SimEvent {
     /// A camera that stops sending from this time on (a cable pulled).
     #[serde(default)]
     pub drop_camera: Option<String>,
+    /// A fault drill: `panic` (the control thread panics) or `stall` (a tick stalls past the
+    /// watchdog's deadline). Either must end in a halt chunk and a non-zero exit.
+    #[serde(default)]
+    pub fault: Option<String>,
 }
 
 impl SimScript {
@@ -203,6 +207,7 @@ impl SimScript {
                 e.command.is_some(),
                 e.wav.is_some(),
                 e.drop_camera.is_some(),
+                e.fault.is_some(),
             ]
             .iter()
             .filter(|x| **x)
@@ -210,7 +215,18 @@ impl SimScript {
             if n != 1 || !e.at.is_finite() || e.at < 0.0 {
                 return Err(Error::bad(
                     "sim script",
-                    format!("events[{i}]: a time ≥ 0 and exactly one of command, wav, drop_camera"),
+                    format!(
+                        "events[{i}]: a time ≥ 0 and exactly one of command, wav, drop_camera, fault"
+                    ),
+                ));
+            }
+            if e.fault
+                .as_deref()
+                .is_some_and(|f| f != "panic" && f != "stall")
+            {
+                return Err(Error::bad(
+                    "sim script",
+                    format!("events[{i}].fault: `panic` or `stall`"),
                 ));
             }
         }
@@ -384,6 +400,11 @@ impl Transport for Sim {
                 }
                 if let Some(c) = &e.drop_camera {
                     dropped.push(c.clone());
+                }
+                match e.fault.as_deref() {
+                    Some("panic") => inputs.drill(crate::node::Drill::Panic),
+                    Some("stall") => inputs.drill(crate::node::Drill::Stall),
+                    _ => {}
                 }
                 ev += 1;
             }

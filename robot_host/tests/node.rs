@@ -228,8 +228,7 @@ fn stop_between_two_replays_publishes_only_the_halt_chunk() {
     let mut r = rig("pick up the red block", "");
     r.observe(1.0, 0);
     assert_eq!(r.node.tick(), TickOutcome::Published);
-    let first = r.chunks().pop().unwrap();
-    let last_row = first.actions[49 * 7..].to_vec();
+    r.chunks();
     // The stop arrives before the 6th replay of the next tick.
     let inputs = r.inputs.clone();
     r.node.set_stage_hook(Some(Box::new(move |i| {
@@ -248,9 +247,15 @@ fn stop_between_two_replays_publishes_only_the_halt_chunk() {
     );
     assert!(c[0].halt);
     assert_eq!(c[0].seq, 2);
-    // Position control: the halt chunk holds the last published targets.
+    // Position control: the halt chunk holds the latest measured position (the state of
+    // `observe(1.1, 1)` in the configured joint order), never the chunk's future targets.
+    let measured: Vec<f32> = (0..7)
+        .map(|j| (0.1 * j as f64 - 0.2 + 0.01) as f32)
+        .collect();
+    assert_eq!(c[0].horizon, 50);
+    assert_eq!(c[0].actions.len(), 50 * 7);
     for row in c[0].actions.chunks(7) {
-        assert_eq!(row, &last_row[..]);
+        assert_eq!(row, &measured[..]);
     }
     let s = r.node.status();
     assert!(s.halted && s.halts == 1 && s.abandoned == 1);
@@ -306,8 +311,12 @@ fn stale_or_missing_observations_give_no_chunk() {
     r.clock.set(2.3);
     r.inputs.frame("base", 2.3, &frame(2)).unwrap();
     assert!(matches!(r.node.tick(), TickOutcome::Stale(m) if m.contains("state")));
+    // A fresh state, the only required camera's frame older than the bound.
+    r.clock.set(2.6);
+    r.inputs.state(&state(2.6, 3)).unwrap();
+    assert!(matches!(r.node.tick(), TickOutcome::Stale(m) if m.contains("camera `base`")));
     assert_eq!(r.chunks().len(), 1);
-    assert_eq!(r.node.status().stale, 3);
+    assert_eq!(r.node.status().stale, 4);
 }
 
 #[test]
@@ -510,14 +519,16 @@ fn the_loopback_transport_carries_a_live_run() {
     let mut cfg = config("pick up the red block", "");
     cfg.control.rate_hz = 20.0;
     cfg.safety.max_observation_age_ms = 2000.0;
+    // The host backend on a loaded CI machine: ticks may take far longer than on a GPU.
+    cfg.safety.watchdog_factor = 200.0;
     let clock = Arc::new(frt_robot_host::SystemClock);
     let (mut node, inputs, outputs) = Node::new(cfg, clock.clone(), None).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let control = {
         let stop = stop.clone();
         std::thread::spawn(move || {
-            node.run(&stop);
-            node.status()
+            let r = node.run(&stop);
+            (node.status(), r)
         })
     };
     let (mut lb, peer) = Loopback::new();
@@ -567,7 +578,8 @@ fn the_loopback_transport_carries_a_live_run() {
     std::thread::sleep(std::time::Duration::from_millis(100));
     stop.store(true, Ordering::Relaxed);
     transport.join().unwrap().unwrap();
-    let s = control.join().unwrap();
+    let (s, r) = control.join().unwrap();
+    assert_eq!(r, Ok(()), "{s:?}");
     assert!(s.halted);
     assert_eq!(s.bad_commands, 1);
 }

@@ -1,0 +1,281 @@
+//! The safety contract's mechanisms, shared by the I/O side, the control thread and the
+//! supervision of the process:
+//!
+//! * [`StopLatch`]: stops and resumes do not queue behind subgoals. A stop is latched (never
+//!   refused, never dropped; repeated stops coalesce), the control thread looks at the latch
+//!   between every two replays and once more under the latch's lock when it publishes a
+//!   chunk, so no chunk computed before a stop is published after it ([`StopLatch::publish`]).
+//!   A resume clears the latch only when it came after the last stop.
+//! * [`Hold`]: what a halt commands. Position control holds the latest *measured* position
+//!   (fresh within the age bounds), velocity control zero; with no fresh, finite state a
+//!   position halt carries no targets (the JointTrajectory output is then an empty trajectory,
+//!   ros2_control's "stop and hold the current position"). A hold is never a future target,
+//!   never zeros in position control, never non-finite.
+//! * [`Fault`] and [`Watchdog`]: a panic, a fatal device error or a tick that overruns its
+//!   deadline is recorded once with its cause; the node halts (best effort) and the process
+//!   exits non-zero so that a supervisor (the launch file's `respawn`) restarts it.
+
+use crate::messages::Stamp;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+#[derive(Debug, Default)]
+struct LatchState {
+    /// Orders stops and resumes: each request takes the next number.
+    seq: u64,
+    /// The number of the last stop and of the last resume (0: none yet).
+    last_stop: u64,
+    last_resume: u64,
+    /// The last stop and resume the control thread has acted on.
+    seen_stop: u64,
+    seen_resume: u64,
+    /// When the oldest stop the control thread has not acted on arrived.
+    stop_arrived: Stamp,
+}
+
+/// What the control thread has to act on (see [`StopLatch::take`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Pending {
+    /// A stop arrived (at this time) since the last look: halt.
+    pub stop: Option<Stamp>,
+    /// A resume arrived after the last stop: leave the halted state (after the stop, if both).
+    pub resume: bool,
+}
+
+/// Stops and resumes, latched (see the module docs).
+#[derive(Debug, Default)]
+pub struct StopLatch(Mutex<LatchState>);
+
+impl StopLatch {
+    fn lock(&self) -> std::sync::MutexGuard<'_, LatchState> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A stop request (never refused). Repeated stops before the control thread acts
+    /// coalesce; the halt's latency counts from the first.
+    pub fn stop(&self, arrived: Stamp) {
+        let mut s = self.lock();
+        if s.last_stop == s.seen_stop {
+            s.stop_arrived = arrived;
+        }
+        s.seq += 1;
+        s.last_stop = s.seq;
+    }
+
+    /// A resume request: takes effect when the control thread next looks, if no stop came
+    /// after it.
+    pub fn resume(&self) {
+        let mut s = self.lock();
+        s.seq += 1;
+        s.last_resume = s.seq;
+    }
+
+    /// Whether a stop arrived that the control thread has not acted on.
+    pub fn stop_pending(&self) -> bool {
+        let s = self.lock();
+        s.last_stop != s.seen_stop
+    }
+
+    /// Marks every request as seen and says what to do: halt if a stop arrived, then leave
+    /// the halted state if a resume arrived after the last stop.
+    pub fn take(&self) -> Pending {
+        let mut s = self.lock();
+        let stop = (s.last_stop != s.seen_stop).then_some(s.stop_arrived);
+        let resume = s.last_resume != s.seen_resume && s.last_resume > s.last_stop;
+        s.seen_stop = s.last_stop;
+        s.seen_resume = s.last_resume;
+        Pending { stop, resume }
+    }
+
+    /// Runs `publish` unless a stop is pending, under the latch's lock: a stop is either
+    /// latched before (the chunk is withheld) or after the chunk went out, never in between.
+    /// Returns whether it ran.
+    pub fn publish(&self, publish: impl FnOnce()) -> bool {
+        let s = self.lock();
+        if s.last_stop != s.seen_stop {
+            return false;
+        }
+        publish();
+        drop(s);
+        true
+    }
+}
+
+/// What a halt commands, per action dimension (see the module docs).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Hold {
+    /// One row of targets (position: the measured position; velocity: zeros).
+    Row(Vec<f32>),
+    /// No targets: the halt chunk has no rows (no fresh, finite measured position).
+    NoTarget(&'static str),
+}
+
+impl Hold {
+    /// The hold of a position-controlled robot from its latest measured state: the first
+    /// `dims` joints, if the state is fresh (stamped within `[now − max_age, now +
+    /// max_future]`) and finite.
+    pub fn position(
+        state: Option<&(Stamp, Vec<f32>)>,
+        dims: usize,
+        now: Stamp,
+        max_age: f64,
+        max_future: f64,
+    ) -> Hold {
+        let Some((t, s)) = state else {
+            return Hold::NoTarget("no joint state received");
+        };
+        if !fresh(*t, now, max_age, max_future) {
+            return Hold::NoTarget("no fresh joint state");
+        }
+        if s.len() < dims {
+            return Hold::NoTarget("joint state shorter than the action");
+        }
+        let row = &s[..dims];
+        if row.iter().any(|x| !x.is_finite()) {
+            return Hold::NoTarget("joint state not finite");
+        }
+        Hold::Row(row.to_vec())
+    }
+
+    /// The hold of a velocity-controlled robot: zero.
+    pub fn velocity(dims: usize) -> Hold {
+        Hold::Row(vec![0.0; dims])
+    }
+}
+
+/// Whether an observation stamped `t` may be used at `now`: not older than `max_age`, not
+/// more than `max_future` ahead (a clock out of step, a bad stamp).
+pub fn fresh(t: Stamp, now: Stamp, max_age: f64, max_future: f64) -> bool {
+    let age = now - t;
+    age <= max_age && age >= -max_future
+}
+
+/// The first fatal problem of the process (its cause), recorded once.
+#[derive(Debug, Default)]
+pub struct Fault(Mutex<Option<String>>);
+
+impl Fault {
+    /// Records `cause` unless a fault is recorded already; returns whether this was the first.
+    pub fn record(&self, cause: impl Into<String>) -> bool {
+        let mut f = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if f.is_some() {
+            return false;
+        }
+        *f = Some(cause.into());
+        true
+    }
+
+    /// The recorded cause, if any.
+    pub fn cause(&self) -> Option<String> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// When the running tick started (for the watchdog thread); 0 while no tick runs.
+#[derive(Debug)]
+pub struct Watchdog {
+    base: Instant,
+    started_ns: AtomicU64,
+}
+
+impl Default for Watchdog {
+    fn default() -> Self {
+        Watchdog {
+            base: Instant::now(),
+            started_ns: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Watchdog {
+    /// A tick starts now.
+    pub fn enter(&self) {
+        let ns = self.base.elapsed().as_nanos() as u64;
+        self.started_ns.store(ns.max(1), Ordering::Release);
+    }
+
+    /// The tick ended.
+    pub fn leave(&self) {
+        self.started_ns.store(0, Ordering::Release);
+    }
+
+    /// How long the running tick has run (None: no tick runs).
+    pub fn running_for(&self) -> Option<std::time::Duration> {
+        let s = self.started_ns.load(Ordering::Acquire);
+        (s != 0).then(|| {
+            let now = self.base.elapsed().as_nanos() as u64;
+            std::time::Duration::from_nanos(now.saturating_sub(s))
+        })
+    }
+}
+
+/// The text of a panic's payload.
+pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stop_is_never_lost_and_a_resume_only_follows_it() {
+        let l = StopLatch::default();
+        assert_eq!(l.take(), Pending::default());
+        // Stop then resume before the control thread looks: it halts, then resumes.
+        l.stop(1.0);
+        l.stop(2.0);
+        l.resume();
+        assert!(l.stop_pending());
+        assert_eq!(
+            l.take(),
+            Pending {
+                stop: Some(1.0),
+                resume: true
+            }
+        );
+        assert!(!l.stop_pending());
+        // Resume then stop: it halts and stays halted.
+        l.resume();
+        l.stop(3.0);
+        assert_eq!(
+            l.take(),
+            Pending {
+                stop: Some(3.0),
+                resume: false
+            }
+        );
+        assert_eq!(l.take(), Pending::default());
+    }
+
+    #[test]
+    fn nothing_is_published_while_a_stop_is_pending() {
+        let l = StopLatch::default();
+        let mut n = 0;
+        assert!(l.publish(|| n += 1));
+        l.stop(0.0);
+        assert!(!l.publish(|| n += 1));
+        l.take();
+        assert!(l.publish(|| n += 1));
+        assert_eq!(n, 2);
+    }
+
+    #[test]
+    fn the_position_hold_is_the_fresh_finite_measured_state() {
+        let s = (10.0, vec![0.5, -0.25, 1.0]);
+        let h = |s: Option<&(Stamp, Vec<f32>)>, now| Hold::position(s, 2, now, 0.2, 0.05);
+        assert_eq!(h(Some(&s), 10.1), Hold::Row(vec![0.5, -0.25]));
+        assert!(matches!(h(None, 10.0), Hold::NoTarget(_)));
+        assert!(matches!(h(Some(&s), 10.3), Hold::NoTarget(_)), "stale");
+        assert!(matches!(h(Some(&s), 9.9), Hold::NoTarget(_)), "future");
+        let inf = (10.0, vec![f32::INFINITY, 0.0]);
+        assert!(matches!(h(Some(&inf), 10.0), Hold::NoTarget(_)));
+    }
+}
