@@ -45,6 +45,9 @@ fn u32le(b: &[u8], at: usize) -> u32 {
 
 /// Reads a WAV file (PCM 8/16/24/32-bit integers, IEEE float 32/64, plain or
 /// WAVE_FORMAT_EXTENSIBLE).
+/// The lowest sample rate speech is transcribed from (telephone speech).
+pub const MIN_SAMPLE_RATE: u32 = 8000;
+
 pub fn read_wav(path: &std::path::Path) -> Result<Wav> {
     let bytes = std::fs::read(path).map_err(|source| Error::Io {
         path: path.to_path_buf(),

@@ -29,6 +29,37 @@ pub struct WhisperConfig {
 }
 
 impl WhisperConfig {
+    /// Refuses sizes no Whisper model has (a corrupt file), before anything is allocated from
+    /// them: the reason names the field.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        let within = |name: &str, v: usize, lo: usize, hi: usize| {
+            if (lo..=hi).contains(&v) {
+                Ok(())
+            } else {
+                Err(format!("{name} = {v}; expected {lo} to {hi}"))
+            }
+        };
+        within("n_mels", self.n_mels, 1, 256)?;
+        within("n_audio_ctx", self.n_audio_ctx, 1, 1500)?;
+        within("n_audio_state", self.n_audio_state, 1, 8192)?;
+        within("n_audio_head", self.n_audio_head, 1, 128)?;
+        within("n_audio_layer", self.n_audio_layer, 1, 128)?;
+        within("n_vocab", self.n_vocab, 1, 1 << 20)?;
+        within("n_text_ctx", self.n_text_ctx, 1, 4096)?;
+        within("n_text_state", self.n_text_state, 1, 8192)?;
+        within("n_text_head", self.n_text_head, 1, 128)?;
+        within("n_text_layer", self.n_text_layer, 1, 128)?;
+        for (name, w, h) in [
+            ("n_audio_state", self.n_audio_state, self.n_audio_head),
+            ("n_text_state", self.n_text_state, self.n_text_head),
+        ] {
+            if w % h != 0 {
+                return Err(format!("{name} = {w} is not a multiple of {h} heads"));
+            }
+        }
+        Ok(())
+    }
+
     fn sized(state: usize, heads: usize, layers: usize, english_only: bool) -> WhisperConfig {
         WhisperConfig {
             n_mels: 80,

@@ -84,7 +84,20 @@ impl Whisper {
     }
 
     /// Reads, down-mixes and resamples a WAV file, then transcribes it.
+    /// Transcribes a WAV file (8 kHz or more: speech below that rate is not usable, and
+    /// resampling from a few hertz would take seconds).
     pub fn transcribe_wav(&self, path: &Path) -> Result<Transcript> {
-        self.transcribe(&audio::read_wav(path)?.to_whisper())
+        let wav = audio::read_wav(path)?;
+        if wav.sample_rate < audio::MIN_SAMPLE_RATE {
+            return Err(Error::audio(
+                path.display().to_string(),
+                format!(
+                    "{} Hz; at least {} Hz",
+                    wav.sample_rate,
+                    audio::MIN_SAMPLE_RATE
+                ),
+            ));
+        }
+        self.transcribe(&wav.to_whisper())
     }
 }

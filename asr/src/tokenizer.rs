@@ -62,7 +62,20 @@ impl Tokenizer {
         Tokenizer::from_json(&text)
     }
 
+    /// The largest token id accepted (Whisper's vocabularies hold about 51 900 tokens): the
+    /// id table is sized by the largest id, so a bad file never asks for gigabytes.
+    pub const MAX_ID: u64 = 1 << 20;
+
     pub fn from_json(text: &str) -> Result<Tokenizer> {
+        let checked_id = |id: u64| {
+            if id > Self::MAX_ID {
+                return Err(Error::Tokenizer(format!(
+                    "token id {id} is implausibly large (at most {})",
+                    Self::MAX_ID
+                )));
+            }
+            Ok(id as u32)
+        };
         let bad = |r: &str| Error::Tokenizer(r.to_string());
         let v: Value =
             serde_json::from_str(text).map_err(|e| Error::Tokenizer(format!("not JSON: {e}")))?;
@@ -78,8 +91,8 @@ impl Tokenizer {
         for (tok, id) in vocab {
             let id = id
                 .as_u64()
-                .ok_or_else(|| bad("a vocabulary id is not a number"))? as u32;
-            token_to_id.insert(tok.clone(), id);
+                .ok_or_else(|| bad("a vocabulary id is not a number"))?;
+            token_to_id.insert(tok.clone(), checked_id(id)?);
         }
         for added in v
             .get("added_tokens")
@@ -93,7 +106,7 @@ impl Tokenizer {
             ) else {
                 return Err(bad("an added token lacks `content` or `id`"));
             };
-            token_to_id.insert(tok.to_string(), id as u32);
+            token_to_id.insert(tok.to_string(), checked_id(id)?);
         }
         let mut ranks = HashMap::new();
         for (rank, m) in model

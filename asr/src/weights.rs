@@ -229,7 +229,12 @@ impl WhisperWeights {
             let dtype = rd.bytes(1)?[0];
             let nbytes = rd.u32()? as usize;
             let raw = rd.bytes(nbytes)?;
-            let n: usize = dims.iter().product();
+            // Checked: a corrupt header's dimensions may overflow.
+            let n = dims
+                .iter()
+                .try_fold(1usize, |a, d| a.checked_mul(*d))
+                .filter(|n| n.checked_mul(4).is_some())
+                .ok_or_else(|| bad(format!("`{name}`: shape {dims:?} overflows")))?;
             let data: Vec<f32> = match dtype {
                 0 if nbytes == n * 4 => raw
                     .chunks_exact(4)
@@ -294,6 +299,12 @@ impl WhisperWeights {
         if emb.len() != 2 || conv1.len() != 3 {
             return Err(st.bad("unexpected embedding or conv1 rank"));
         }
+        let rows = |st: &Store, name: &str| -> Result<usize> {
+            match st.shape(name)?[..] {
+                [n, _] => Ok(n),
+                ref s => Err(st.bad(format!("`{name}` has shape {s:?}, expected 2 dimensions"))),
+            }
+        };
         let count_layers = |st: &Store, prefix: &str| {
             (0..)
                 .take_while(|i| {
@@ -305,18 +316,19 @@ impl WhisperWeights {
         let d = conv1[0];
         let config = WhisperConfig {
             n_mels: conv1[1],
-            n_audio_ctx: st.shape("encoder/position_encodings/encodings")?[0],
+            n_audio_ctx: rows(&st, "encoder/position_encodings/encodings")?,
             n_audio_state: d,
             n_audio_head: heads("encoder/num_heads")
                 .ok_or_else(|| st.bad("no encoder/num_heads"))?,
             n_audio_layer: count_layers(&st, "encoder"),
             n_vocab: emb[0],
-            n_text_ctx: st.shape("decoder/position_encodings/encodings")?[0],
+            n_text_ctx: rows(&st, "decoder/position_encodings/encodings")?,
             n_text_state: emb[1],
             n_text_head: heads("decoder/num_heads")
                 .ok_or_else(|| st.bad("no decoder/num_heads"))?,
             n_text_layer: count_layers(&st, "decoder"),
         };
+        config.check().map_err(|r| st.bad(r))?;
         if config.n_text_state != d {
             return Err(st.bad(format!(
                 "encoder width {d} differs from decoder width {}",
@@ -427,6 +439,10 @@ impl WhisperWeights {
             n_text_head: field("decoder_attention_heads")?,
             n_text_layer: field("decoder_layers")?,
         };
+        config.check().map_err(|reason| Error::BadCheckpoint {
+            file: cfg_path.clone(),
+            reason,
+        })?;
         let bytes = std::fs::read(&file).map_err(|source| Error::Io {
             path: file.clone(),
             source,

@@ -296,6 +296,26 @@ fn broken_model_folders_and_inputs_are_clear_errors() {
     let _ = std::fs::remove_dir_all(&tmp);
     // Bad audio for a good model.
     let w = Whisper::load(&ctx, &model_dir(), s, ModelOptions::default()).unwrap();
+    // A WAV at 1 Hz: refused at once (resampling it to 16 kHz would take seconds).
+    let wav = tmp.with_extension("1hz.wav");
+    let mut b = b"RIFF\0\0\0\0WAVEfmt ".to_vec();
+    b.extend_from_slice(&16u32.to_le_bytes());
+    b.extend_from_slice(&1u16.to_le_bytes()); // PCM
+    b.extend_from_slice(&1u16.to_le_bytes()); // mono
+    b.extend_from_slice(&1u32.to_le_bytes()); // 1 Hz
+    b.extend_from_slice(&2u32.to_le_bytes());
+    b.extend_from_slice(&2u16.to_le_bytes());
+    b.extend_from_slice(&16u16.to_le_bytes());
+    b.extend_from_slice(b"data");
+    b.extend_from_slice(&40u32.to_le_bytes());
+    b.extend_from_slice(&[1u8; 40]);
+    std::fs::write(&wav, &b).unwrap();
+    let e = w.transcribe_wav(&wav).err().unwrap();
+    let _ = std::fs::remove_file(&wav);
+    assert!(
+        matches!(&e, Error::BadAudio { reason, .. } if reason.contains("1 Hz")),
+        "{e}"
+    );
     assert!(matches!(w.transcribe(&[]), Err(Error::BadAudio { .. })));
     assert!(matches!(
         w.transcribe(&[0.0, f32::NAN]),

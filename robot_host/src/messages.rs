@@ -107,6 +107,8 @@ pub struct Status {
     pub bad_states: u64,
     pub bad_audio: u64,
     pub bad_commands: u64,
+    /// `/clock` messages that did not decode (simulation time).
+    pub bad_clock: u64,
     /// Chunks withheld because the policy produced non-finite values.
     pub non_finite: u64,
     /// Ticks that ended after the next tick was due.

@@ -60,6 +60,7 @@ struct Counters {
     bad_states: AtomicU64,
     bad_audio: AtomicU64,
     bad_commands: AtomicU64,
+    bad_clock: AtomicU64,
 }
 
 struct Slot<T> {
@@ -142,6 +143,8 @@ pub enum Refusal {
     State,
     Audio,
     Command,
+    /// A `/clock` message (simulation time).
+    Clock,
 }
 
 /// A fault drill (simulation scripts): a fault injected into the control thread, to check
@@ -395,6 +398,7 @@ impl Inputs {
             Refusal::State => (&c.bad_states, "state"),
             Refusal::Audio => (&c.bad_audio, "audio"),
             Refusal::Command => (&c.bad_commands, "command"),
+            Refusal::Clock => (&c.bad_clock, "/clock"),
         };
         let _ = self.refuse(counter, format!("{what}: {reason}"));
     }
@@ -795,6 +799,7 @@ impl Node {
         s.bad_states = c.bad_states.load(Ordering::Relaxed);
         s.bad_audio = c.bad_audio.load(Ordering::Relaxed);
         s.bad_commands = c.bad_commands.load(Ordering::Relaxed);
+        s.bad_clock = c.bad_clock.load(Ordering::Relaxed);
         s.latency = self.rec.summary();
         if let Ok(l) = self.inputs.last_error.lock() {
             if !l.is_empty() && s.last_error.is_empty() {

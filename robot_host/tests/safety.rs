@@ -537,3 +537,80 @@ fn a_panic_on_the_control_thread_halts_and_ends_the_loop_with_its_cause() {
     assert_eq!(&chunks[0].actions[..7], &row(&X0)[..]);
     stop.store(true, Ordering::SeqCst);
 }
+
+fn jpeg(w: u32, h: u32) -> Vec<u8> {
+    let rgb: Vec<u8> = (0..w * h * 3).map(|i| (i * 13 % 256) as u8).collect();
+    let mut out = Vec::new();
+    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 90)
+        .encode(&rgb, w, h, image::ExtendedColorType::Rgb8)
+        .unwrap();
+    out
+}
+
+#[test]
+fn truncated_and_oversized_compressed_frames_are_refused_before_decoding() {
+    use frt_robot_host::frame::{Rgb8, decode_compressed, decode_compressed_limited};
+    let mut out = Rgb8::default();
+    let good = jpeg(64, 48);
+    decode_compressed("jpeg", &good, &mut out).unwrap();
+    assert_eq!((out.width, out.height), (64, 48));
+    // Cut in half: refused (a decoder would fill the missing rows).
+    let e = decode_compressed("jpeg", &good[..good.len() / 2], &mut out).unwrap_err();
+    assert!(e.to_string().contains("truncated"), "{e}");
+    let mut png = Vec::new();
+    use image::ImageEncoder;
+    image::codecs::png::PngEncoder::new(&mut png)
+        .write_image(
+            &vec![9u8; 32 * 32 * 3],
+            32,
+            32,
+            image::ExtendedColorType::Rgb8,
+        )
+        .unwrap();
+    decode_compressed("png", &png, &mut out).unwrap();
+    let e = decode_compressed("png", &png[..png.len() - 20], &mut out).unwrap_err();
+    assert!(e.to_string().contains("truncated"), "{e}");
+    // A JPEG whose header declares 4000×4000 (its data is a few bytes): refused from the
+    // header against the pixel bound, before any decoding.
+    let mut bomb = good.clone();
+    let sof = bomb
+        .windows(2)
+        .position(|w| w == [0xFF, 0xC0])
+        .expect("a baseline JPEG");
+    bomb[sof + 5..sof + 9].copy_from_slice(&[0x0F, 0xA0, 0x0F, 0xA0]);
+    let e = decode_compressed_limited("jpeg", &bomb, 3840 * 2160, &mut out).unwrap_err();
+    assert!(e.to_string().contains("4000×4000"), "{e}");
+    // Through the node's inputs (safety.max_image_pixels): counted as a bad frame.
+    let r = rig(&format!("{POSITION}\n  max_image_pixels: 10000"));
+    r.clock.set(1.0);
+    let big = Image::Compressed {
+        format: "jpeg".into(),
+        data: jpeg(160, 120),
+    };
+    let e = r.inputs.frame("base", 1.0, &big).unwrap_err().to_string();
+    assert!(e.contains("max_image_pixels"), "{e}");
+    let raw = Image::Raw {
+        encoding: "mono8".into(),
+        width: 200,
+        height: 100,
+        step: 200,
+        data: vec![0; 200 * 100],
+    };
+    assert!(r.inputs.frame("base", 1.0, &raw).is_err());
+    assert_eq!(r.node.status().bad_frames, 2);
+}
+
+#[test]
+fn malformed_clock_messages_are_counted() {
+    use frt_robot_host::ros::wire::{Cdr, In, receive};
+    let r = rig(POSITION);
+    let clock = ManualClock::default();
+    clock.set(5.0);
+    for _ in 0..3 {
+        receive(&In::Clock, Cdr::Body(&[1, 2]), &r.inputs, Some(&clock));
+    }
+    let s = r.node.status();
+    assert_eq!(s.bad_clock, 3);
+    assert!(s.last_error.contains("/clock"), "{}", s.last_error);
+    assert_eq!(frt_robot_host::Clock::now(&clock), 5.0);
+}

@@ -107,6 +107,9 @@ enum Prepend {
     Never,
 }
 
+/// The most the normalizers of an accepted tokenizer may grow a text (see [`Tokenizer::parse`]).
+const MAX_NORMALIZER_GROWTH: f64 = 16.0;
+
 /// A loaded `tokenizer.json` (see the module docs).
 pub struct Tokenizer {
     path: PathBuf,
@@ -181,7 +184,13 @@ impl Tokenizer {
             }
             vocab.entry(a.content.clone()).or_insert(a.id);
         }
-        let size = vocab.values().max().map_or(0, |m| *m as usize + 1);
+        // Ids of the vocabulary and of the added tokens (an added token may repeat a piece of
+        // the vocabulary under another id).
+        let size = vocab
+            .values()
+            .chain(file.added_tokens.iter().map(|a| &a.id))
+            .max()
+            .map_or(0, |m| *m as usize + 1);
         if size > 16 << 20 {
             return Err(bad(format!("token id {} is implausibly large", size - 1)));
         }
@@ -235,6 +244,22 @@ impl Tokenizer {
         let mut normalizers = Vec::new();
         if let Some(n) = &file.normalizer {
             parse_normalizer(n, &mut normalizers).map_err(bad)?;
+        }
+        // How much the normalizers can grow a text at most: bounded, so that no tokenizer
+        // file makes a prompt grow to gigabytes (SentencePiece's `▁` for a space: 3-fold).
+        let mut growth = 1.0f64;
+        for n in &normalizers {
+            if let Normalize::Replace(from, to) = n {
+                if from.is_empty() {
+                    return Err(bad("normalizer Replace with an empty pattern".into()));
+                }
+                growth *= (to.len() as f64 / from.len() as f64).max(1.0);
+            }
+        }
+        if growth > MAX_NORMALIZER_GROWTH {
+            return Err(bad(format!(
+                "the normalizers may grow a text {growth:.0}-fold (at most {MAX_NORMALIZER_GROWTH})"
+            )));
         }
         let mut pre_tokenizers = Vec::new();
         if let Some(p) = &file.pre_tokenizer {

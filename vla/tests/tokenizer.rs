@@ -255,3 +255,35 @@ fn broken_tokenizers_are_named_errors() {
         Err(Error::BadTokenizer { .. })
     ));
 }
+
+/// Tokenizer files that once crashed the loader are clear errors (or load), never a panic or
+/// a runaway allocation.
+#[test]
+fn corrupt_tokenizers_are_refused_without_a_crash() {
+    let p = std::path::Path::new("<test>");
+    // An added token repeating a vocabulary piece under an id beyond the vocabulary.
+    let t = Tokenizer::parse(
+        r#"{"model":{"vocab":{"a":0,"<bos>":1},"merges":[]},"added_tokens":[{"id":5,"content":"a"}]}"#,
+        p,
+    )
+    .unwrap();
+    assert_eq!(t.vocab_size(), 6);
+    assert_eq!(t.encode("a").unwrap(), vec![5]);
+    // 40 normalizers, each doubling the text: 2^40-fold.
+    let doubling = vec![r#"{"type":"Replace","pattern":{"String":"a"},"content":"aa"}"#; 40];
+    let text = format!(
+        r#"{{"model":{{"vocab":{{"a":0,"<bos>":1}},"merges":[]}},"normalizer":{{"type":"Sequence","normalizers":[{}]}}}}"#,
+        doubling.join(",")
+    );
+    let e = Tokenizer::parse(&text, p).err().unwrap().to_string();
+    assert!(e.contains("grow a text"), "{e}");
+    // An empty pattern (a replacement between every two characters).
+    let e = Tokenizer::parse(
+        r#"{"model":{"vocab":{"a":0},"merges":[]},"normalizer":{"type":"Replace","pattern":{"String":""},"content":"b"}}"#,
+        p,
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(e.contains("empty pattern"), "{e}");
+}

@@ -336,7 +336,8 @@ pub fn receive(kind: &In, bytes: Cdr, inputs: &Inputs, clock: Option<&ManualCloc
             match (bytes.decode::<msg::Clock>(), clock) {
                 (Ok(c), Some(clock)) => clock.set(c.clock.as_secs()),
                 (Ok(_), None) => {}
-                (Err(e), _) => eprintln!("/clock: {e}"),
+                // Counted (and kept as the last problem), never logged per message.
+                (Err(e), _) => inputs.refuse_message(Refusal::Clock, &e.to_string()),
             }
             return;
         }
