@@ -526,7 +526,7 @@ impl Config {
         if !(c.rate_hz.is_finite() && (0.1..=1000.0).contains(&c.rate_hz)) {
             return Err(bad(
                 "control.rate_hz",
-                format!("{} Hz; must be 0.1 to 1000", c.rate_hz),
+                format!("{:?} Hz; must be 0.1 to 1000", c.rate_hz),
             ));
         }
         if c.cpu.is_some_and(|cpu| cpu >= libc::CPU_SETSIZE as usize) {

@@ -69,9 +69,42 @@ fn main() {
     }
 }
 
+/// `check`: every load and validation `run` performs, and the summary. Exits non-zero on the
+/// first problem. A CUDA configuration on a machine without a usable GPU is checked without
+/// the device part (weights, tokenizer, norm stats, Whisper), saying what was skipped.
 fn check(path: &Path) -> Result<(), String> {
     let cfg = Config::load(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    cfg.validate_for_this_machine()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
     println!("config {}: valid", path.display());
+    for line in frt_robot_host::realtime::dry_run(cfg.control.cpu, cfg.control.realtime) {
+        println!("real-time: {line}");
+    }
+    if let Some(a) = &cfg.asr {
+        // The Whisper model and tokenizer load on the host backend (the device is not needed
+        // to know the files are sound).
+        let ctx = frt_exec::Ctx::host().map_err(|e| e.to_string())?;
+        let s = ctx.stream(0).map_err(|e| e.to_string())?;
+        let w = frt_asr::Whisper::load(&ctx, &a.model, s, Default::default())
+            .map_err(|e| format!("asr.model {}: {e}", a.model.display()))?;
+        println!(
+            "voice: Whisper at {} loads ({} encoder and {} decoder layers)",
+            a.model.display(),
+            w.model.config.n_audio_layer,
+            w.model.config.n_text_layer
+        );
+    }
+    let cuda = cfg.model.backend == frt_robot_host::config::Backend::Cuda;
+    if cuda {
+        if let Err(e) = frt_exec::Ctx::cuda(0) {
+            frt_robot_host::policy::check_files(&cfg).map_err(|e| e.to_string())?;
+            println!(
+                "model: weights, tokenizer and norm stats load and fit the model; no CUDA device \
+                 here ({e}): graph building and capture were skipped"
+            );
+            return Ok(());
+        }
+    }
     let t = std::time::Instant::now();
     let (node, _, _) =
         Node::new(cfg.clone(), Arc::new(SystemClock), None).map_err(|e| e.to_string())?;
@@ -137,14 +170,6 @@ fn check(path: &Path) -> Result<(), String> {
         cfg.control.dt,
         cfg.safety.action_space
     );
-    if let Some(a) = &cfg.asr {
-        let ok = a.model.join("model.bin").is_file() || a.model.join("model.safetensors").is_file();
-        println!(
-            "voice: Whisper at {} ({})",
-            a.model.display(),
-            if ok { "found" } else { "NOT FOUND" }
-        );
-    }
     Ok(())
 }
 
@@ -488,6 +513,7 @@ fn run_sim(config: &Path, script: &Path, demo: bool, trace: Option<PathBuf>) -> 
                 .drop_camera
                 .as_ref()
                 .map(|c| format!("camera {c} goes silent")))
+            .or(e.fault.as_ref().map(|f| format!("fault drill: {f}")))
             .unwrap_or_default();
         println!("  {:>5.1} s  {what}", e.at);
     }

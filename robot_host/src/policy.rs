@@ -98,43 +98,16 @@ fn worst_state(tokenizer: &Tokenizer, n: usize) -> Result<Arc<[f32]>> {
     Ok(worst.1.into())
 }
 
-impl Policy {
-    /// Loads (or generates) the weights, builds the graphs and warms them up.
-    pub fn build(cfg: &Config) -> Result<Policy> {
-        let ctx = match cfg.model.backend {
-            Backend::Auto => Ctx::auto()?,
-            Backend::Host => Ctx::host()?,
-            Backend::Cuda => Ctx::cuda(0)?,
-        };
-        let mc = model_config(cfg);
-        let weights = match &cfg.model.source() {
-            ModelSource::Checkpoint(dir) => Pi05Weights::load(dir, &mc)?,
-            ModelSource::RandomTiny { seed } | ModelSource::RandomBase { seed } => {
-                Pi05Weights::random(&mc, *seed)
-            }
-        };
-        let (lo, hi) = ctx.priority_range();
-        let check = |field: &str, p: i32| {
-            if p > lo || p < hi {
-                Err(crate::config::ConfigError {
-                    field: field.into(),
-                    problem: format!("priority {p} outside this device's range {lo} to {hi}"),
-                })
-            } else {
-                Ok(p)
-            }
-        };
-        let (policy, halt, asr) = cfg.streams.resolve((lo, hi));
-        check("streams.asr", asr)?;
-        let s = ctx.stream(check("streams.policy", policy)?)?;
-        let halt_stream = ctx.stream(check("streams.halt", halt)?)?;
-        let dtype = match cfg.model.precision {
-            Precision::F32 => DType::F32,
-            Precision::Bf16 => DType::BF16,
-            Precision::F16 => DType::F16,
-        };
-        let model = Pi05::with_mode(&ctx, s, &weights, dtype, cfg.model.prompt_mode)?;
-        drop(weights);
+/// What the policy loads besides the weights: the prompt tokenizer (checked against the
+/// model with the start-up prompt and the longest state), the longest state, the norm stats.
+struct HostSide {
+    tokenizer: Arc<Tokenizer>,
+    worst_state: Arc<[f32]>,
+    norm: Option<Normalization>,
+}
+
+impl HostSide {
+    fn load(cfg: &Config, mc: &Pi05Config) -> Result<HostSide> {
         let tokenizer = match &cfg.model.tokenizer {
             Some(p) => Tokenizer::load(p)?,
             None => Tokenizer::parse(DEMO_TOKENIZER, Path::new("<bundled demo tokenizer>"))?,
@@ -158,11 +131,77 @@ impl Policy {
                 ),
             ));
         }
-        let tokenizer = Arc::new(tokenizer);
         let norm = match &cfg.model.norm_stats {
             Some(p) => Some(Normalization::load(p, cfg.model.quantile_norm)?),
             None => None,
         };
+        Ok(HostSide {
+            tokenizer: Arc::new(tokenizer),
+            worst_state,
+            norm,
+        })
+    }
+}
+
+/// The checkpoint's weights (checked against the configuration), or generated ones.
+fn load_weights(cfg: &Config, mc: &Pi05Config) -> Result<Pi05Weights> {
+    Ok(match &cfg.model.source() {
+        ModelSource::Checkpoint(dir) => Pi05Weights::load(dir, mc)?,
+        ModelSource::RandomTiny { seed } | ModelSource::RandomBase { seed } => {
+            Pi05Weights::random(mc, *seed)
+        }
+    })
+}
+
+/// Every load and check of [`Policy::build`] that needs no device: the tokenizer against the
+/// model, the norm stats, the checkpoint's tensors and shapes (`check` on a machine without
+/// the configured GPU).
+pub fn check_files(cfg: &Config) -> Result<()> {
+    let mc = model_config(cfg);
+    HostSide::load(cfg, &mc)?;
+    if let ModelSource::Checkpoint(dir) = cfg.model.source() {
+        Pi05Weights::load(&dir, &mc)?;
+    }
+    Ok(())
+}
+
+impl Policy {
+    /// Loads (or generates) the weights, builds the graphs and warms them up.
+    pub fn build(cfg: &Config) -> Result<Policy> {
+        let ctx = match cfg.model.backend {
+            Backend::Auto => Ctx::auto()?,
+            Backend::Host => Ctx::host()?,
+            Backend::Cuda => Ctx::cuda(0)?,
+        };
+        let mc = model_config(cfg);
+        let HostSide {
+            tokenizer,
+            worst_state,
+            norm,
+        } = HostSide::load(cfg, &mc)?;
+        let weights = load_weights(cfg, &mc)?;
+        let (lo, hi) = ctx.priority_range();
+        let check = |field: &str, p: i32| {
+            if p > lo || p < hi {
+                Err(crate::config::ConfigError {
+                    field: field.into(),
+                    problem: format!("priority {p} outside this device's range {lo} to {hi}"),
+                })
+            } else {
+                Ok(p)
+            }
+        };
+        let (policy, halt, asr) = cfg.streams.resolve((lo, hi));
+        check("streams.asr", asr)?;
+        let s = ctx.stream(check("streams.policy", policy)?)?;
+        let halt_stream = ctx.stream(check("streams.halt", halt)?)?;
+        let dtype = match cfg.model.precision {
+            Precision::F32 => DType::F32,
+            Precision::Bf16 => DType::BF16,
+            Precision::F16 => DType::F16,
+        };
+        let model = Pi05::with_mode(&ctx, s, &weights, dtype, cfg.model.prompt_mode)?;
+        drop(weights);
         let stages = model.stages();
         let p = Policy {
             ctx,

@@ -67,3 +67,37 @@ pub fn apply(cpu: Option<usize>, realtime: bool) -> Vec<Result<String, String>> 
     }
     report
 }
+
+/// What [`apply`] would do on this machine, without changing the calling thread: whether the
+/// CPU exists and whether SCHED_FIFO and mlockall would be permitted (the `check` command).
+pub fn dry_run(cpu: Option<usize>, realtime: bool) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(c) = cpu {
+        let n = std::thread::available_parallelism().map_or(0, |n| n.get());
+        out.push(format!(
+            "control thread pinned to CPU {c} ({n} CPUs available to this process)"
+        ));
+    }
+    #[cfg(target_os = "linux")]
+    if realtime {
+        // SAFETY: plain reads of the process's limits and user.
+        let (rt, root) = unsafe {
+            let mut l: libc::rlimit = std::mem::zeroed();
+            let ok = libc::getrlimit(libc::RLIMIT_RTPRIO, &mut l) == 0;
+            (ok.then_some(l.rlim_cur), libc::geteuid() == 0)
+        };
+        let fifo = root || rt.is_some_and(|r| r >= FIFO_PRIORITY as libc::rlim_t);
+        out.push(if fifo {
+            format!("SCHED_FIFO priority {FIFO_PRIORITY} permitted")
+        } else {
+            format!(
+                "SCHED_FIFO priority {FIFO_PRIORITY} NOT permitted (RLIMIT_RTPRIO {rt:?}, not root): the loop will run unprioritized"
+            )
+        });
+    }
+    #[cfg(not(target_os = "linux"))]
+    if realtime {
+        out.push("real-time scheduling is only applied on Linux".into());
+    }
+    out
+}

@@ -267,6 +267,19 @@ impl NormStats {
                 }
             }
         }
+        // openpi divides by std + 1e-6, so a constant dimension (std 0) is valid; a negative
+        // spread is not.
+        if let Some((i, x)) = self.std.iter().enumerate().find(|(_, x)| **x < 0.0) {
+            return Err(bad(format!("std[{i}] = {x} is negative")));
+        }
+        if let (Some(lo), Some(hi)) = (&self.q01, &self.q99) {
+            if let Some(i) = (0..lo.len()).find(|&i| hi[i] < lo[i]) {
+                return Err(bad(format!(
+                    "q99[{i}] = {} is below q01[{i}] = {}",
+                    hi[i], lo[i]
+                )));
+            }
+        }
         Ok(())
     }
 
