@@ -231,6 +231,14 @@ fn bad_inputs_are_rejected() {
     nan[0] = f32::NAN;
     assert!(obs(&[Some(img), None, None], &i.tokens, &nan), "NaN noise");
     assert!(m.set_hold(m.stream(), &[0.0; 3]).is_err());
+    // A hold is never non-finite.
+    let n = c.action_horizon * c.action_dim;
+    let mut hold = vec![0.5f32; n];
+    m.set_hold(m.stream(), &hold).unwrap();
+    for bad in [f32::NAN, f32::INFINITY] {
+        hold[n / 2] = bad;
+        assert!(m.set_hold(m.stream(), &hold).is_err(), "{bad} in the hold");
+    }
 }
 
 /// Exact mode: as many prompt rows as tokens, a prefix graph per prompt length (captured when
