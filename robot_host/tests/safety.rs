@@ -47,7 +47,11 @@ struct Rig {
 }
 
 fn rig(safety: &str) -> Rig {
-    let cfg = Config::parse(&config_text(safety)).unwrap();
+    rig_from(&config_text(safety))
+}
+
+fn rig_from(text: &str) -> Rig {
+    let cfg = Config::parse(text).unwrap();
     let clock = Arc::new(ManualClock::default());
     let (node, inputs, out) = Node::new(cfg, clock.clone(), None).unwrap();
     Rig {
@@ -465,15 +469,7 @@ fn rig_with_norm(stats: &std::path::Path) -> Rig {
             "  max_token_len: 96",
             &format!("  max_token_len: 96\n  norm_stats: {}", stats.display()),
         );
-    let cfg = Config::parse(&text).unwrap();
-    let clock = Arc::new(ManualClock::default());
-    let (node, inputs, out) = Node::new(cfg, clock.clone(), None).unwrap();
-    Rig {
-        node,
-        inputs,
-        out,
-        clock,
-    }
+    rig_from(&text)
 }
 
 #[test]
