@@ -120,6 +120,10 @@ pub struct Status {
     pub holds_without_target: u64,
     /// Times the clock jumped backwards and the observations were dropped.
     pub clock_resets: u64,
+    /// The sequence number of the last policy chunk published before the latest stop was
+    /// latched (0: none). Chunks numbered above it and below that stop's halt chunk never
+    /// exist: a stop withholds every chunk that was not out when it arrived.
+    pub last_chunk_before_stop: u64,
     /// The last problem, for diagnostics.
     pub last_error: String,
     /// Latency per stage (tick, prepare, device, finish, halt): name, p50 ms, p99 ms, count.

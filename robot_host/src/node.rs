@@ -800,6 +800,7 @@ impl Node {
         s.bad_audio = c.bad_audio.load(Ordering::Relaxed);
         s.bad_commands = c.bad_commands.load(Ordering::Relaxed);
         s.bad_clock = c.bad_clock.load(Ordering::Relaxed);
+        s.last_chunk_before_stop = self.inputs.latch.last_chunk_before_stop();
         s.latency = self.rec.summary();
         if let Ok(l) = self.inputs.last_error.lock() {
             if !l.is_empty() && s.last_error.is_empty() {
@@ -1073,6 +1074,7 @@ impl Node {
         if !self.inputs.latch.publish(|| {
             seq_counter.store(seq, Ordering::SeqCst);
             let _ = out.try_send(chunk);
+            seq
         }) {
             self.status.abandoned += 1;
             return self.service().unwrap_or(TickOutcome::Halted);

@@ -32,6 +32,10 @@ struct LatchState {
     seen_resume: u64,
     /// When the oldest stop the control thread has not acted on arrived.
     stop_arrived: Stamp,
+    /// The sequence number of the last chunk published under the latch, and its value when
+    /// the last stop was latched (0: none).
+    published: u64,
+    published_before_stop: u64,
 }
 
 /// What the control thread has to act on (see [`StopLatch::take`]).
@@ -61,6 +65,14 @@ impl StopLatch {
         }
         s.seq += 1;
         s.last_stop = s.seq;
+        s.published_before_stop = s.published;
+    }
+
+    /// The sequence number of the last chunk published before the last stop was latched
+    /// (0: none, or no stop yet): every policy chunk numbered above it was computed and
+    /// published after that stop was resumed.
+    pub fn last_chunk_before_stop(&self) -> u64 {
+        self.lock().published_before_stop
     }
 
     /// A resume request: takes effect when the control thread next looks, if no stop came
@@ -88,16 +100,15 @@ impl StopLatch {
         Pending { stop, resume }
     }
 
-    /// Runs `publish` unless a stop is pending, under the latch's lock: a stop is either
-    /// latched before (the chunk is withheld) or after the chunk went out, never in between.
-    /// Returns whether it ran.
-    pub fn publish(&self, publish: impl FnOnce()) -> bool {
-        let s = self.lock();
+    /// Runs `publish` (which returns the chunk's sequence number) unless a stop is pending,
+    /// under the latch's lock: a stop is either latched before (the chunk is withheld) or
+    /// after the chunk went out, never in between. Returns whether it ran.
+    pub fn publish(&self, publish: impl FnOnce() -> u64) -> bool {
+        let mut s = self.lock();
         if s.last_stop != s.seen_stop {
             return false;
         }
-        publish();
-        drop(s);
+        s.published = publish();
         true
     }
 }
@@ -259,12 +270,19 @@ mod tests {
     fn nothing_is_published_while_a_stop_is_pending() {
         let l = StopLatch::default();
         let mut n = 0;
-        assert!(l.publish(|| n += 1));
+        let mut chunk = || {
+            n += 1;
+            n
+        };
+        assert!(l.publish(&mut chunk));
+        assert_eq!(l.last_chunk_before_stop(), 0, "no stop yet");
         l.stop(0.0);
-        assert!(!l.publish(|| n += 1));
+        assert!(!l.publish(&mut chunk));
+        assert_eq!(l.last_chunk_before_stop(), 1);
         l.take();
-        assert!(l.publish(|| n += 1));
+        assert!(l.publish(&mut chunk));
         assert_eq!(n, 2);
+        assert_eq!(l.last_chunk_before_stop(), 1);
     }
 
     #[test]

@@ -201,16 +201,27 @@ fn chunks_subgoals_and_interrupts_cross_the_wire_to_cyclone_dds() {
         .iter()
         .filter(|l| l["event"] == "chunk")
         .collect();
+    // Exactly one halt chunk, nothing after it, and before it only chunks that the node had
+    // published before the interrupt reached it (still on the wire when the peer sent it).
+    let st = node.status();
     let halt = after.iter().position(|c| c["halt"] == true).unwrap();
-    assert!(
-        halt <= 1,
-        "halt within one chunk of the interrupt: {after:#?}"
-    );
     assert_eq!(after.len(), halt + 1, "no chunk after the halt: {after:#?}");
+    assert!(st.last_chunk_before_stop > 0);
+    for c in &after[..halt] {
+        assert!(
+            c["seq"].as_u64().unwrap() <= st.last_chunk_before_stop,
+            "a chunk published after the node had the stop: {c} (last before it: {})",
+            st.last_chunk_before_stop
+        );
+    }
+    assert_eq!(
+        after[halt]["seq"].as_u64().unwrap(),
+        st.last_chunk_before_stop + 1,
+        "the halt chunk follows the last chunk published before the stop"
+    );
 
     // The garbage command and the blank subgoal were refused and counted; the node says it
     // is halted.
-    let st = node.status();
     assert!(st.halted);
     assert_eq!(st.bad_commands, 2, "{}", st.last_error);
     assert_eq!(st.bad_frames, 0, "{}", st.last_error);

@@ -523,6 +523,20 @@ fn the_loopback_transport_carries_a_live_run() {
     cfg.safety.watchdog_factor = 200.0;
     let clock = Arc::new(frt_robot_host::SystemClock);
     let (mut node, inputs, outputs) = Node::new(cfg, clock.clone(), None).unwrap();
+    let (mut lb, peer) = Loopback::new();
+    // The stop is sent through the transport by the control thread itself, once armed, just
+    // after a tick's last replay and before its chunk is published (the narrowest place a
+    // chunk from before the stop could slip out): the wait lets the transport deliver it.
+    let armed = Arc::new(AtomicBool::new(false));
+    {
+        let (armed, tx, last) = (armed.clone(), peer.tx.clone(), node.policy().stages().len());
+        node.set_stage_hook(Some(Box::new(move |i| {
+            if i == last && armed.swap(false, Ordering::SeqCst) {
+                tx.send(Inbound::Stop).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+        })));
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let control = {
         let stop = stop.clone();
@@ -531,7 +545,6 @@ fn the_loopback_transport_carries_a_live_run() {
             (node.status(), r)
         })
     };
-    let (mut lb, peer) = Loopback::new();
     let transport = {
         let stop = stop.clone();
         std::thread::spawn(move || lb.run(&inputs, &outputs.0, &stop))
@@ -571,9 +584,33 @@ fn the_loopback_transport_carries_a_live_run() {
         .unwrap();
     let c = next_chunk(&|c| c.subgoal_id == 2, &mut k);
     assert_eq!(&*c.subgoal, "wipe the table");
-    peer.tx.send(Inbound::Stop).unwrap();
-    let c = next_chunk(&|c| c.halt, &mut k);
+    armed.store(true, Ordering::SeqCst);
+    // Every chunk until the halt was out before the node had the stop; after the halt, with
+    // fresh observations still arriving, nothing.
+    let before = std::cell::RefCell::new(Vec::new());
+    let c = next_chunk(
+        &|c| {
+            if !c.halt {
+                before.borrow_mut().push(c.seq);
+            }
+            c.halt
+        },
+        &mut k,
+    );
     assert!(c.latency < 1.0, "halt {} s after the stop", c.latency);
+    let halt_seq = c.seq;
+    let t_end = std::time::Instant::now() + std::time::Duration::from_millis(600);
+    let mut later = Vec::new();
+    while std::time::Instant::now() < t_end {
+        send_obs(k);
+        k += 1;
+        while let Ok(o) = peer.rx.recv_timeout(std::time::Duration::from_millis(25)) {
+            if let Outbound::Chunk(c) = o {
+                later.push((c.seq, c.halt));
+            }
+        }
+    }
+    assert!(later.is_empty(), "chunks after the halt: {later:?}");
     peer.tx.send(Inbound::Command("garbage".into())).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(100));
     stop.store(true, Ordering::Relaxed);
@@ -582,4 +619,12 @@ fn the_loopback_transport_carries_a_live_run() {
     assert_eq!(r, Ok(()), "{s:?}");
     assert!(s.halted);
     assert_eq!(s.bad_commands, 1);
+    assert_eq!(halt_seq, s.last_chunk_before_stop + 1);
+    for seq in before.into_inner() {
+        assert!(
+            seq <= s.last_chunk_before_stop,
+            "chunk {seq} published after the node had the stop (last before it: {})",
+            s.last_chunk_before_stop
+        );
+    }
 }
