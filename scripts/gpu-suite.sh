@@ -23,6 +23,11 @@ step ./exec-alloc_free --ignored
 step ./abi_test cuda
 step ./abi_test host
 step python3 test_torch_adopt.py ./libflashrt_exec.so
+# FlashRT's own exec tests, unchanged, with the real torch, against this library on CUDA.
+for t in test_exec test_plan_vla; do
+    step env FRT_EXEC_LIB="$(pwd)/libflashrt_exec.so" FRT_EXEC_BACKEND=cuda PYTHONPATH="$(pwd)/flashrt" \
+        python3 "flashrt/tests/$t.py"
+done
 step ./frt-exec-bench --backend cuda --rounds 300
 step ./kernels-ops --ignored --test-threads=1
 step ./kernels-cache --ignored --nocapture

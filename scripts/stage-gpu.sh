@@ -35,6 +35,9 @@ cp target/release/libflashrt_exec.so target/release/frt-exec-bench target/releas
 cc -std=c11 -Wall -Wextra -Werror -pedantic -O2 -I exec/include exec/capi/tests/c/abi_test.c \
     -o "$out/abi_test" -L "$out" -lflashrt_exec -Wl,-rpath,'$ORIGIN'
 cp exec/python/test_torch_adopt.py scripts/gpu-suite.sh scripts/gpu-perf-ab.sh "$out/"
+mkdir -p "$out/flashrt/tests"
+cp exec/python/flashrt/_flashrt_exec.py "$out/flashrt/"
+cp exec/python/flashrt/tests/*.py exec/python/flashrt/tests/LICENSE "$out/flashrt/tests/"
 strip "$out"/exec-* "$out"/kernels-* "$out"/asr-* "$out"/vla-* "$out/pi05-bench" "$out/frt-robot-host" "$out/frt-exec-bench" "$out/frt-kernels-bench" "$out/frt-asr-bench" "$out/transcribe" "$out/abi_test" "$out/libflashrt_exec.so"
 # Whisper tiny.en is larger than one device call may carry: two halves, in folders of their
 # own (.gpu-model1, .gpu-model2), sent on two consecutive calls and joined there by

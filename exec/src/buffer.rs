@@ -138,16 +138,18 @@ impl Buffer {
     }
 
     /// Wraps memory owned elsewhere (a device pointer on CUDA, e.g. a torch tensor's
-    /// `data_ptr`; a host pointer on the host backend). `exec` never frees it.
+    /// `data_ptr`; a host pointer on the host backend). `exec` never frees it. A size of 0 is
+    /// allowed (as FlashRT's): such a buffer names an address and no bytes, so every copy or
+    /// transfer of one or more bytes to or from it is refused.
     ///
     /// # Safety
     /// `ptr` points to `bytes` bytes of memory of this context's device, which stay valid as
     /// long as the buffer (or any graph that used it) lives.
     pub unsafe fn wrap(ctx: &Ctx, name: &str, ptr: *mut c_void, bytes: usize) -> Result<Buffer> {
-        if ptr.is_null() || bytes == 0 {
+        if ptr.is_null() {
             return Err(Error::invalid(
                 "Buffer::wrap",
-                format!("buffer `{name}` needs a non-null pointer and a size"),
+                format!("buffer `{name}` needs a non-null pointer"),
             ));
         }
         Ok(Buffer::from_parts(ctx, name, ptr as u64, bytes, false))

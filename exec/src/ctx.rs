@@ -12,8 +12,11 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// A stream of a [`Ctx`]: an ordered queue of work with a priority.
 ///
-/// `Stream::DEFAULT` (id 0) exists in every context: the legacy default stream on CUDA, a
-/// priority-0 queue on the host backend.
+/// `Stream::DEFAULT` (id 0) exists in every context: a priority-0 stream the context owns —
+/// on CUDA a non-blocking stream (as FlashRT's stream 0; work on it is not ordered with the
+/// legacy default stream), on the host backend a priority-0 queue. A caller that needs
+/// CUDA's legacy default stream wraps it: [`Ctx::wrap_stream`] with a null stream
+/// (`frt_ctx_wrap_stream(ctx, NULL)` in the C ABI).
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
 pub struct Stream(pub u32);
 
@@ -123,14 +126,15 @@ impl Ctx {
                 graveyard: Arc::new(Mutex::new(Vec::new())),
             }),
         };
-        // Stream 0: the default stream.
+        // Stream 0: a priority-0 stream of the context's own.
         match &ctx.inner.device {
             Device::Host(h) => {
                 let idx = h.add_stream(0);
                 ctx.inner.push_stream(0, 0, false, Some(idx))?;
             }
-            Device::Cuda(_) => {
-                ctx.inner.push_stream(0, 0, false, None)?;
+            Device::Cuda(c) => {
+                let raw = c.create_stream(0)?;
+                ctx.inner.push_stream(raw as usize, 0, true, None)?;
             }
         }
         Ok(ctx)

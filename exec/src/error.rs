@@ -75,12 +75,14 @@ pub enum Error {
     #[error("graph `{graph}` has no buffer bound to port `{port}`")]
     Unbound { graph: String, port: String },
 
-    /// A port was bound to a different buffer while variants captured against the old
-    /// binding exist. Captured graphs bake device addresses in, so the new binding could
-    /// not take effect; evict the variants (or use a new graph) and capture again.
+    /// A strict binding ([`Graph::bind_before_capture`](crate::Graph::bind_before_capture))
+    /// of a new port, or of another buffer to a bound port (`old`; empty for a new port),
+    /// while captured variants exist. Captured graphs bake device addresses in, so they would
+    /// not use it; evict the variants (or use a new graph) and capture again.
     #[error(
-        "graph `{graph}`: port `{port}` is bound to buffer `{old}` and {variants} captured \
-         variant(s) use it; binding `{new}` would be ignored by them (evict them first)"
+        "graph `{graph}`: binding buffer `{new}` to port `{port}` (bound to `{old}`) after \
+         {variants} variant(s) were captured: they would not use it (strict binding; evict \
+         them first)"
     )]
     Rebind {
         graph: String,

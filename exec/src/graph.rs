@@ -70,12 +70,16 @@ struct GraphInner {
 ///   Capturing or adopting an existing key replaces that variant. With `max_variants > 0`
 ///   the table holds at most that many and evicts the least recently replayed; replay and
 ///   eviction cost O(1). A key without a variant is [`Error::NoVariant`].
-/// * **Ports.** `bind(port, buffer)` names a buffer the graph's work reads or writes; two
-///   graphs bound to one buffer hand data over without a copy. Bindings are shared by all
-///   variants. A captured graph has the addresses of the buffers it used baked in, so ports
-///   may change only while the graph has no variant: binding a different buffer to a port
-///   while variants exist is [`Error::Rebind`] (binding the same buffer again is a no-op).
-///   The closure given to `capture` finds port buffers with [`port`](Self::port).
+/// * **Ports.** `bind(port, buffer)` records that the graph's work reads or writes `buffer`
+///   under the name `port`, and keeps the buffer alive as long as the binding (two graphs
+///   bound to one buffer hand data over without a copy). Bindings are shared by all
+///   variants, may be made before or after capturing, and a later `bind` of the same port
+///   replaces the record. A binding is bookkeeping and lifetime only: a captured graph has
+///   the addresses of the buffers it used baked in, and binding never re-points them (to use
+///   another buffer, capture again). This is FlashRT's `frt_graph_bind`.
+///   [`bind_before_capture`](Self::bind_before_capture) is the strict form that refuses a
+///   late change ([`Error::Rebind`]). The closure given to `capture` finds port buffers with
+///   [`port`](Self::port).
 /// * **Lifetime.** A variant keeps alive every buffer the captured work used (bound ports,
 ///   and buffers passed to [`Ctx::retain`] or used by `exec` copies during the capture).
 ///   Evicting a variant frees its executable graph, never the buffers.
@@ -161,8 +165,22 @@ impl Graph {
         self.inner.max_variants
     }
 
-    /// Binds `port` to `buffer` (see the type's docs for when a port may change).
+    /// Binds `port` to `buffer`, at any time, replacing an earlier binding of `port` (see the
+    /// type's docs: a binding is a record that keeps the buffer alive; it never re-points
+    /// work already captured).
     pub fn bind(&self, port: &str, buffer: &Buffer) -> Result<()> {
+        self.bind_inner(port, buffer, false)
+    }
+
+    /// [`bind`](Self::bind), strict: once the graph has a variant, a new port or another
+    /// buffer on a bound port is [`Error::Rebind`] (the captured work could not see it), and
+    /// binding the same buffer again is a no-op. For callers that want a late binding to be
+    /// an error rather than a record.
+    pub fn bind_before_capture(&self, port: &str, buffer: &Buffer) -> Result<()> {
+        self.bind_inner(port, buffer, true)
+    }
+
+    fn bind_inner(&self, port: &str, buffer: &Buffer, strict: bool) -> Result<()> {
         if !buffer.ctx().same(&self.inner.ctx) {
             return Err(Error::invalid(
                 "Graph::bind",
@@ -173,28 +191,22 @@ impl Graph {
             return Err(Error::invalid("Graph::bind", "a port needs a name"));
         }
         let mut st = self.lock();
-        let variants = st.table.len();
+        let variants = if strict { st.table.len() } else { 0 };
+        let rebind = |old: &str| Error::Rebind {
+            graph: self.inner.name.clone(),
+            port: port.to_string(),
+            old: old.to_string(),
+            new: buffer.name().to_string(),
+            variants,
+        };
         match st.ports.iter_mut().find(|(p, _)| p == port) {
             Some((_, b)) if b.id() == buffer.id() => Ok(()),
-            Some((_, b)) if variants > 0 => Err(Error::Rebind {
-                graph: self.inner.name.clone(),
-                port: port.to_string(),
-                old: b.name().to_string(),
-                new: buffer.name().to_string(),
-                variants,
-            }),
+            Some((_, b)) if variants > 0 => Err(rebind(b.name())),
             Some((_, b)) => {
                 *b = buffer.clone();
                 Ok(())
             }
-            None if variants > 0 => Err(Error::invalid(
-                "Graph::bind",
-                format!(
-                    "graph `{}` has {variants} captured variant(s) that cannot use a new port `{port}`; \
-                     bind ports before capturing",
-                    self.inner.name
-                ),
-            )),
+            None if variants > 0 => Err(rebind("")),
             None => {
                 st.ports.push((port.to_string(), buffer.clone()));
                 Ok(())

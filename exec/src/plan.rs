@@ -28,7 +28,9 @@ struct Node {
 /// * Events are created when dependencies are declared, never by `execute`, which
 ///   allocates nothing.
 /// * `execute(key)` first checks that every node has a variant (nodes added with
-///   [`ShapeKey::INHERIT`] use `key`), so a missing variant enqueues nothing; then it
+///   [`ShapeKey::INHERIT`] use `key`; no variant is ever stored under `INHERIT`, so
+///   `execute(INHERIT)` with such a node is [`Error::NoVariant`]), so a missing variant
+///   enqueues nothing; then it
 ///   enqueues every node and returns without waiting. `sync` waits for every stream the
 ///   plan uses.
 pub struct Plan {
@@ -121,13 +123,9 @@ impl Plan {
     /// Enqueues the whole DAG once (see the type's docs). Returns without waiting.
     pub fn execute(&self, key: ShapeKey) -> Result<()> {
         for node in &self.nodes {
+            // A node that inherits INHERIT finds no variant (none is ever stored under it):
+            // NoVariant, as FlashRT's.
             let k = Self::resolve(node, key);
-            if k.is_inherit() {
-                return Err(Error::invalid(
-                    "Plan::execute",
-                    "a node inherits the key, but execute was given INHERIT",
-                ));
-            }
             if !node.graph.has_variant(k) {
                 return Err(Error::NoVariant {
                     graph: node.graph.name().to_string(),

@@ -355,18 +355,29 @@ fn ports_and_binding(b: &Backend) {
         b.k.fill(ctx, cs, &p, 8.0)
     })
     .unwrap();
-    g.bind("in", &a2).unwrap(); // the same buffer again: a no-op
-    let e = g.bind("in", &a).unwrap_err();
+    // Strict binding: after a capture, another buffer or a new port is refused.
+    g.bind_before_capture("in", &a2).unwrap(); // the same buffer again: a no-op
+    let e = g.bind_before_capture("in", &a).unwrap_err();
     assert!(matches!(e, Error::Rebind { variants: 1, .. }), "{e}");
-    assert!(matches!(g.bind("new_port", &a), Err(Error::Invalid { .. })));
-    // The binding in effect is the one captured.
+    assert_eq!(e.status(), frt_exec::Status::Invalid);
+    let e = g.bind_before_capture("new_port", &a).unwrap_err();
+    assert!(matches!(e, Error::Rebind { variants: 1, .. }), "{e}");
+    assert_eq!(g.port("in").unwrap().id(), a2.id());
+    // Plain binding after a capture (FlashRT's): a record, never a re-pointing. The port now
+    // names `a`, a new port is added, and the captured work still writes where it did.
+    g.bind("in", &a).unwrap();
+    g.bind("new_port", &a2).unwrap();
+    assert_eq!(g.port("in").unwrap().id(), a.id());
+    assert_eq!(g.port("new_port").unwrap().id(), a2.id());
     g.replay(ShapeKey(1), s).unwrap();
     assert_eq!(vals(b, &a2, s), vec![8.0; 4]);
     assert_eq!(
         vals(b, &a, s),
         vec![-1.0; 4],
-        "the buffer no longer bound is untouched"
+        "binding after the capture does not re-point the captured work"
     );
+    g.bind("in", &a2).unwrap();
+    g.bind("new_port", &a).unwrap();
     // Without variants, ports can change again.
     g.evict(ShapeKey(1)).unwrap();
     g.bind("in", &a).unwrap();
@@ -374,7 +385,7 @@ fn ports_and_binding(b: &Backend) {
         .unwrap();
     g.replay(ShapeKey(1), s).unwrap();
     assert_eq!(vals(b, &a, s), vec![9.0; 4]);
-    assert_eq!(g.ports().len(), 1);
+    assert_eq!(g.ports().len(), 2);
 }
 
 fn zero_copy_handoff(b: &Backend) {
@@ -489,9 +500,10 @@ fn plan_errors(b: &Backend) {
     );
     plan.sync().unwrap();
     assert_eq!(vals(b, &x, s1), vec![0.0; 4], "nothing ran");
+    // A node inheriting INHERIT has no variant (FlashRT's FRT_ERR_NO_VARIANT).
     assert!(matches!(
         plan.execute(ShapeKey::INHERIT),
-        Err(Error::Invalid { .. })
+        Err(Error::NoVariant { .. })
     ));
     plan.execute(ShapeKey(1)).unwrap();
     plan.sync().unwrap();

@@ -14,7 +14,7 @@ impl Rng {
     pub fn new(seed: u64) -> Rng {
         Rng(seed ^ 0x5851_F42D_4C95_7F2D)
     }
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -23,10 +23,10 @@ impl Rng {
     }
     /// Uniform in `0..n` (`n > 0`).
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+        (self.next_u64() % n as u64) as usize
     }
     pub fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
+        self.next_u64() % 100 < percent
     }
 }
 
@@ -135,7 +135,7 @@ fn mutate_once(v: &mut Vec<u8>, rng: &mut Rng, text: bool, hot: usize, other: &[
         }
         1 if !v.is_empty() => {
             let i = pos(rng, v.len());
-            v[i] = rng.next() as u8;
+            v[i] = rng.next_u64() as u8;
         }
         2 if !v.is_empty() => {
             let i = pos(rng, v.len());
@@ -156,7 +156,7 @@ fn mutate_once(v: &mut Vec<u8>, rng: &mut Rng, text: bool, hot: usize, other: &[
         4 => {
             let i = pos(rng, v.len() + 1).min(v.len());
             let n = 1 + rng.below(16);
-            let bytes: Vec<u8> = (0..n).map(|_| rng.next() as u8).collect();
+            let bytes: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8).collect();
             v.splice(i..i, bytes);
         }
         5 if !v.is_empty() => {
@@ -261,7 +261,7 @@ fn mutate_once(v: &mut Vec<u8>, rng: &mut Rng, text: bool, hot: usize, other: &[
                 let i = rng.below(v.len());
                 v[i] = v[i].wrapping_add(1);
             } else {
-                v.push(rng.next() as u8);
+                v.push(rng.next_u64() as u8);
             }
         }
     }

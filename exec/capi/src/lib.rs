@@ -157,9 +157,13 @@ unsafe fn ctx_and_name<'a>(
         invalid("invalid context handle");
         return None;
     };
+    // A null name is the empty name (as FlashRT's).
+    if name.is_null() {
+        return Some((c, ""));
+    }
     // SAFETY: C string by the caller's contract.
     let Some(name) = (unsafe { cstr(name) }) else {
-        invalid(&format!("{what} name must be a non-null UTF-8 string"));
+        invalid(&format!("{what} name must be UTF-8"));
         return None;
     };
     Some((c, name))
@@ -273,7 +277,10 @@ pub extern "C" fn frt_ctx_stream(ctx: FrtCtx, priority: c_int) -> c_int {
         let Some(c) = CTXS.get(ctx) else {
             return invalid("invalid context handle");
         };
-        match c.ctx.stream(priority) {
+        // Clamped into the device's range, as FlashRT's (CUDA's convention: `least` is the
+        // largest number, `greatest` the most negative).
+        let (least, greatest) = c.ctx.priority_range();
+        match c.ctx.stream(priority.clamp(greatest, least)) {
             Ok(s) => s.0 as c_int,
             Err(e) => fail(e),
         }
@@ -495,11 +502,10 @@ pub extern "C" fn frt_buffer_bytes(buf: FrtBuffer) -> usize {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn frt_buffer_name(buf: FrtBuffer) -> *const c_char {
-    // The string lives in the table entry, i.e. until the buffer's context is destroyed.
-    guard_value(std::ptr::null(), || {
-        BUFFERS
-            .get(buf)
-            .map_or(std::ptr::null(), |b| b.name.as_ptr())
+    // The string lives in the table entry, i.e. until the buffer's context is destroyed; a
+    // bad handle gives "" (as FlashRT's).
+    guard_value(c"".as_ptr(), || {
+        BUFFERS.get(buf).map_or(c"".as_ptr(), |b| b.name.as_ptr())
     })
 }
 
@@ -720,9 +726,13 @@ pub extern "C" fn frt_graph_replay(g: FrtGraph, key: FrtShapeKey, stream: c_int)
 
 #[unsafe(no_mangle)]
 pub extern "C" fn frt_graph_has_variant(g: FrtGraph, key: FrtShapeKey) -> c_int {
-    guard(|| match GRAPHS.get(g) {
+    // 1 or 0; a bad handle is 0 (as FlashRT's), with the reason in frt_last_error.
+    guard_value(0, || match GRAPHS.get(g) {
         Some(ge) => c_int::from(ge.graph.has_variant(ShapeKey(key))),
-        None => invalid("invalid graph handle"),
+        None => {
+            invalid("invalid graph handle");
+            0
+        }
     })
 }
 

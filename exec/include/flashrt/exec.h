@@ -16,15 +16,28 @@
  * Conventions.
  *   - Handles are opaque values, not pointers. NULL, destroyed ("stale") or wrong-type
  *     handles are detected: int functions return FRT_ERR_INVALID; functions returning a
- *     value return NULL / 0.
+ *     value return NULL / 0 / "" (frt_graph_has_variant: 0, frt_buffer_name: "").
+ *   - A NULL name (buffers, graphs) is the empty name.
  *   - int functions return FRT_OK (0) or a negative frt_status. A lookup that misses is an
  *     error, never a silent no-op. frt_last_error() describes the last failure of the
  *     calling thread.
- *   - Stream ids are ints >= 0; id 0 is the default stream of every context.
+ *   - Stream ids are ints >= 0; id 0 is the default stream of every context: a stream the
+ *     context owns (CUDA: non-blocking, priority 0, not ordered with the legacy default
+ *     stream; reach that one with frt_ctx_wrap_stream(ctx, NULL)).
  *   - Thread safety: every function may be called from any thread, concurrently, unless
  *     its comment says otherwise. Destroying an object while another thread uses it is
  *     safe: the other call completes with the object or fails with FRT_ERR_INVALID.
  *   - Destroying a context destroys every buffer, event, graph and plan made from it.
+ *
+ * FlashRT compatibility. Every function of FlashRT's exec.h is here with the same
+ * signature, status codes and defined behaviour (FlashRT's own exec tests run unchanged
+ * against this library: exec/python/flashrt/). Where FlashRT's behaviour is undefined, this
+ * library is stricter, and says so: stale and wrong-type handles are detected (FlashRT
+ * dereferences them); every function is thread-safe; frt_plan_after refuses a dependency on
+ * an unknown, equal or later node (no cycles); frt_plan_execute checks every node's variant
+ * before enqueueing anything; FRT_KEY_INHERIT cannot be captured or adopted as a key; a
+ * capture runs on a capture stream of frt's own, not on stream 0. Functions marked
+ * "Additive" are not in FlashRT's header.
  *
  * The declarations below are checked against the library's exports by the test
  * `header_matches_exports` (exec/capi/tests/header.rs).
@@ -75,11 +88,11 @@ int frt_ctx_backend(frt_ctx ctx);
 
 /* Creates a stream with a hardware priority (0 normal, more negative = higher; the CUDA
  * convention, range of an H100/H200: -5..0; the host backend uses the same range). A
- * priority outside the device's range is FRT_ERR_INVALID. Returns the stream id (>= 1). */
+ * priority outside the device's range is clamped into it. Returns the stream id (>= 1). */
 int frt_ctx_stream(frt_ctx ctx, int priority);
 /* Registers an externally owned stream so replays and plans can run on it; never destroyed
  * by frt. CUDA: a CUstream of the same CUDA context (e.g. a torch stream's cuda_stream;
- * NULL is the legacy default stream, id 0). Host: only a handle from frt_ctx_native_stream.
+ * NULL is the legacy default stream). Host: only a handle from frt_ctx_native_stream.
  * Wrapping the same stream again returns the same id. Returns the id or a negative status. */
 int frt_ctx_wrap_stream(frt_ctx ctx, void *external_stream);
 /* Additive: the native handle of a stream id: the CUstream on CUDA; on the host backend an
@@ -113,18 +126,20 @@ int frt_event_sync(frt_event ev);
 
 /* ---------------------------------------------------------------- buffers */
 
-/* Allocates `bytes` (> 0) of device memory (zeroed on the host backend only). Freed when the
- * context is destroyed (and no graph uses it any more). NULL on failure (FRT_ERR_OOM is in
- * frt_last_error). */
+/* Allocates `bytes` (> 0; 0 gives NULL) of device memory (zeroed on the host backend only).
+ * Freed when the context is destroyed (and no graph uses it any more). NULL on failure
+ * (FRT_ERR_OOM is in frt_last_error). */
 frt_buffer frt_buffer_alloc(frt_ctx ctx, const char *name, size_t bytes);
 /* Wraps memory owned elsewhere (CUDA: a device pointer such as a torch tensor's data_ptr;
- * host: a host pointer); frt never frees it. The memory must outlive every use. */
+ * host: a host pointer); frt never frees it. The memory must outlive every use. A NULL
+ * dptr gives NULL; 0 bytes is allowed (every copy of one or more bytes to or from it is
+ * then out of range). */
 frt_buffer frt_buffer_wrap(frt_ctx ctx, const char *name, void *dptr, size_t bytes);
 /* The stable address (CUdeviceptr on CUDA, host address on the host backend); NULL if bad. */
 void *frt_buffer_dptr(frt_buffer buf);
 /* Size in bytes; 0 for a bad handle. */
 size_t frt_buffer_bytes(frt_buffer buf);
-/* The name; valid until the buffer's context is destroyed. NULL for a bad handle. */
+/* The name; valid until the buffer's context is destroyed. "" for a bad handle. */
 const char *frt_buffer_name(frt_buffer buf);
 /* Enqueues an asynchronous device-to-device copy of src[src_off, src_off+bytes) to
  * dst[dst_off, ...) on the stream. Ranges outside either buffer are FRT_ERR_INVALID. */
@@ -158,18 +173,20 @@ int frt_graph_capture(frt_graph g, frt_shape_key key, void (*record)(void *user,
  * (e.g. torch.cuda.CUDAGraph.raw_cuda_graph_exec()); the owner keeps it alive while frt may
  * replay it. Host: only a pointer from frt_graph_native_exec. */
 int frt_graph_adopt(frt_graph g, frt_shape_key key, void *external_graph_exec);
-/* Binds a named port to a buffer; bindings are shared by all variants, and two graphs bound
- * to one buffer hand data over without a copy. Captured work has buffer addresses baked in,
- * so ports can change only while the graph has no variant: binding a different buffer to a
- * port, or a new port, while variants exist is FRT_ERR_INVALID (evict them first). Binding
- * the buffer already bound is FRT_OK. */
+/* Binds a named port to a buffer, at any time, before or after capturing; binding a port
+ * again replaces its record. A binding is bookkeeping and lifetime: it records port ->
+ * buffer (frt_graph_port reads it back; two graphs bound to one buffer name a zero-copy
+ * hand-off) and keeps the buffer alive while bound. It does NOT change captured work:
+ * captured graphs have the addresses they used baked in, and binding never re-points them
+ * (to use another buffer, capture again). Bindings are shared by all variants. */
 int frt_graph_bind(frt_graph g, const char *port, frt_buffer buf);
 /* Additive: the buffer bound to a port (*out), or FRT_ERR_UNBOUND. */
 int frt_graph_port(frt_graph g, const char *port, frt_buffer *out);
 /* Enqueues the variant for `key` on the stream and marks it most recently used.
  * FRT_ERR_NO_VARIANT if none; never a silent no-op. Returns without waiting. */
 int frt_graph_replay(frt_graph g, frt_shape_key key, int stream_id);
-/* 1 if a variant exists for `key`, 0 if not, FRT_ERR_INVALID for a bad handle. */
+/* 1 if a variant exists for `key`, else 0 (also for a bad handle, with the reason in
+ * frt_last_error). */
 int frt_graph_has_variant(frt_graph g, frt_shape_key key);
 /* Additive: the executable graph of a variant (CUgraphExec on CUDA), owned by `g`. */
 void *frt_graph_native_exec(frt_graph g, frt_shape_key key);
@@ -194,9 +211,10 @@ int frt_plan_add(frt_plan p, frt_graph graph, frt_shape_key key, int stream_id);
  * FRT_ERR_INVALID. Across streams this creates an event now (execute creates none); on the
  * same stream the order is already implied. */
 int frt_plan_after(frt_plan p, int node_idx, int dep_node_idx);
-/* Enqueues every node once; nodes added with FRT_KEY_INHERIT use `key`. First checks that
- * every node has its variant: if one is missing nothing is enqueued and the result is
- * FRT_ERR_NO_VARIANT. Returns without waiting. */
+/* Enqueues every node once; nodes added with FRT_KEY_INHERIT use `key` (no variant is ever
+ * stored under FRT_KEY_INHERIT, so such a node with key FRT_KEY_INHERIT has none). First
+ * checks that every node has its variant: if one is missing nothing is enqueued and the
+ * result is FRT_ERR_NO_VARIANT. Returns without waiting. */
 int frt_plan_execute(frt_plan p, frt_shape_key key);
 /* Blocks until every stream the plan uses is idle; reports the first error. */
 int frt_plan_sync(frt_plan p);
