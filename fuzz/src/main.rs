@@ -4,7 +4,10 @@
 //! ```text
 //! frt-fuzz list
 //! frt-fuzz run [--seconds N] [--jobs J] [--seed S] [--out DIR] [--slow-ms M] [TARGET ...]
+//! frt-fuzz replay TARGET FILE...
 //! ```
+//! `replay` runs saved inputs (findings) through a target once each and prints the outcome
+//! and the time.
 //! `--seconds`: per target (default 10); `--jobs`: targets at a time (default 1); `--out`:
 //! where inputs of findings are written (default `target/fuzz-findings`). Exits 1 when anything was
 //! found.
@@ -296,6 +299,31 @@ fn run(a: &Args) -> i32 {
     if found > 0 { 1 } else { 0 }
 }
 
+fn replay(mut args: impl Iterator<Item = String>) -> i32 {
+    let Some(mut t) = args.next().as_deref().and_then(by_name) else {
+        eprintln!("frt-fuzz replay TARGET FILE... (frt-fuzz list)");
+        return 2;
+    };
+    for file in args {
+        let input = match std::fs::read(&file) {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("{file}: {e}");
+                return 2;
+            }
+        };
+        let t0 = Instant::now();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| t.run(&input)));
+        let ms = t0.elapsed().as_secs_f64() * 1e3;
+        match r {
+            Ok(Ok(())) => println!("{file}: accepted, {ms:.1} ms"),
+            Ok(Err(e)) => println!("{file}: refused ({e}), {ms:.1} ms"),
+            Err(_) => println!("{file}: PANIC, {ms:.1} ms"),
+        }
+    }
+    0
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let code = match args.next().as_deref() {
@@ -305,6 +333,7 @@ fn main() {
             }
             0
         }
+        Some("replay") => replay(args),
         Some("run") => match parse(args) {
             Ok(a) => run(&a),
             Err(e) => {
@@ -325,7 +354,7 @@ fn main() {
         },
         _ => {
             eprintln!(
-                "usage: frt-fuzz list | frt-fuzz run [--seconds N] [--jobs J] [--seed S] [--out DIR] [--slow-ms M] [TARGET ...]"
+                "usage: frt-fuzz list | frt-fuzz run [--seconds N] [--jobs J] [--seed S] [--out DIR] [--slow-ms M] [TARGET ...] | frt-fuzz replay TARGET FILE..."
             );
             2
         }
