@@ -554,7 +554,11 @@ fn events(b: &Backend) {
     );
 }
 
-/// A short high-priority graph submitted while a long low-priority graph runs finishes first.
+/// A short high-priority graph submitted while a long low-priority graph runs finishes first,
+/// and soon after its submission (measured from an event the high-priority stream records
+/// just before it): within half the time the long graph still needed then. A measurement in
+/// which the long graph was already nearly done at the submission (the submitting thread
+/// woke late on a loaded machine) proves nothing and is repeated, up to five times.
 fn priority_honoured(b: &Backend) {
     let ctx = &b.ctx;
     let (least, greatest) = ctx.priority_range();
@@ -569,40 +573,48 @@ fn priority_honoured(b: &Backend) {
     short
         .capture(ShapeKey(0), |cs| b.k.spin(ctx, cs, 200))
         .unwrap();
-    let (t0, lo_done, hi_done) = (
+    let (t0, lo_done, hi_sub, hi_done) = (
+        ctx.timing_event().unwrap(),
         ctx.timing_event().unwrap(),
         ctx.timing_event().unwrap(),
         ctx.timing_event().unwrap(),
     );
-    let start = ctx.event().unwrap();
     // Warm-up of both graphs.
     long.replay(ShapeKey(0), lo).unwrap();
     short.replay(ShapeKey(0), hi).unwrap();
     ctx.synchronize().unwrap();
-    t0.record(lo).unwrap();
-    start.record(lo).unwrap();
-    long.replay(ShapeKey(0), lo).unwrap();
-    lo_done.record(lo).unwrap();
-    // Submit the short graph once the long one is under way.
-    std::thread::sleep(std::time::Duration::from_millis(2));
-    short.replay(ShapeKey(0), hi).unwrap();
-    hi_done.record(hi).unwrap();
-    ctx.synchronize().unwrap();
-    let lo_ms = lo_done.elapsed_ms(&t0).unwrap();
-    let hi_ms = hi_done.elapsed_ms(&t0).unwrap();
-    println!(
-        "priority [{}]: long low-priority graph (100 x 200 us) done at {lo_ms:.3} ms; \
-         short high-priority graph (1 x 200 us, submitted at ~2 ms) done at {hi_ms:.3} ms",
-        b.name
-    );
-    assert!(
-        hi_ms < lo_ms,
-        "the high-priority graph finishes first ({hi_ms} ms vs {lo_ms} ms)"
-    );
-    assert!(
-        hi_ms < lo_ms * 0.5,
-        "and well before the long one ({hi_ms} ms vs {lo_ms} ms)"
-    );
+    for attempt in 1..=5 {
+        t0.record(lo).unwrap();
+        long.replay(ShapeKey(0), lo).unwrap();
+        lo_done.record(lo).unwrap();
+        // Submit the short graph once the long one is under way.
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        hi_sub.record(hi).unwrap();
+        short.replay(ShapeKey(0), hi).unwrap();
+        hi_done.record(hi).unwrap();
+        ctx.synchronize().unwrap();
+        let lo_ms = lo_done.elapsed_ms(&t0).unwrap();
+        let sub_ms = hi_sub.elapsed_ms(&t0).unwrap();
+        let hi_ms = hi_done.elapsed_ms(&t0).unwrap();
+        println!(
+            "priority [{}] attempt {attempt}: long low-priority graph (100 x 200 us) done at \
+             {lo_ms:.3} ms; short high-priority graph (1 x 200 us) submitted at {sub_ms:.3} ms, \
+             done at {hi_ms:.3} ms",
+            b.name
+        );
+        if lo_ms - sub_ms < lo_ms * 0.5 && attempt < 5 {
+            continue; // submitted in the long graph's second half: inconclusive
+        }
+        assert!(
+            hi_ms < lo_ms,
+            "the high-priority graph finishes first ({hi_ms} ms vs {lo_ms} ms)"
+        );
+        assert!(
+            hi_ms - sub_ms < (lo_ms - sub_ms) * 0.5,
+            "and soon after its submission ({sub_ms} → {hi_ms} ms; the long one at {lo_ms} ms)"
+        );
+        return;
+    }
 }
 
 fn host_operation_errors(b: &Backend) {
