@@ -500,8 +500,10 @@ fn actions_are_unnormalized_and_non_finite_ones_never_published() {
 #[test]
 fn a_panic_on_the_control_thread_halts_and_ends_the_loop_with_its_cause() {
     // The system clock: the loop runs in real time. The age bound is long: the panic's report
-    // (a backtrace) may take longer than 200 ms, and the state must still be fresh.
-    let text = config_text(POSITION).replace(
+    // (a backtrace) may take longer than 200 ms, and the state must still be fresh. The
+    // watchdog is far (200 periods): on a loaded machine the report can outlast 10 periods,
+    // and the fault to see here is the panic.
+    let text = config_text(&format!("{POSITION}\n  watchdog_factor: 200")).replace(
         "max_observation_age_ms: 200",
         "max_observation_age_ms: 30000",
     );
