@@ -114,6 +114,8 @@ fn child(a: &Args) -> i32 {
 struct Total {
     execs: u64,
     secs: f64,
+    /// CPU seconds (user + system) the target's children used, from `wait4`.
+    cpu: f64,
     corpus: usize,
     outcomes: usize,
     slowest: f64,
@@ -122,6 +124,48 @@ struct Total {
     /// Distinct findings (digits dropped): one found again by a later child is not reported
     /// again.
     crashes: std::collections::HashSet<String>,
+}
+
+/// How a child ended, with the CPU seconds it used (user + system), once it has.
+#[derive(Clone, Copy, Debug)]
+enum Ended {
+    Exited(i32),
+    Signal(i32),
+}
+
+impl std::fmt::Display for Ended {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Ended::Exited(c) => write!(f, "exit status {c}"),
+            Ended::Signal(s) => write!(f, "signal {s}"),
+        }
+    }
+}
+
+fn wait4(c: &Child, flags: i32) -> Option<(Ended, f64)> {
+    let mut status = 0;
+    // SAFETY: plain out-parameters; the pid is our child, not yet reaped.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::wait4(c.id() as i32, &mut status, flags, &mut ru) };
+    if r <= 0 {
+        return None;
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    let ended = if libc::WIFSIGNALED(status) {
+        Ended::Signal(libc::WTERMSIG(status))
+    } else {
+        Ended::Exited(libc::WEXITSTATUS(status))
+    };
+    Some((ended, secs(ru.ru_utime) + secs(ru.ru_stime)))
+}
+
+/// The child's end, if it has ended (reaped here).
+fn reap(c: &Child) -> Option<(Ended, f64)> {
+    wait4(c, libc::WNOHANG)
+}
+
+fn wait_blocking(c: &Child) -> Option<(Ended, f64)> {
+    wait4(c, 0)
 }
 
 /// A child's standard error (a file: a pipe nobody reads could fill and block the child).
@@ -169,15 +213,19 @@ fn run_target(a: &Args, target: &str) -> Total {
         // A child that outlives its time by a minute is hung on one input.
         let deadline = Instant::now() + Duration::from_secs_f64(left + 60.0);
         let status = loop {
-            match c.try_wait() {
-                Ok(Some(s)) => break Some(s),
-                Ok(None) if Instant::now() > deadline => {
+            match reap(&c) {
+                Some((st, cpu)) => {
+                    total.cpu += cpu;
+                    break Some(st);
+                }
+                None if Instant::now() > deadline => {
                     let _ = c.kill();
-                    let _ = c.wait();
+                    if let Some((_, cpu)) = wait_blocking(&c) {
+                        total.cpu += cpu;
+                    }
                     break None;
                 }
-                Ok(None) => std::thread::sleep(Duration::from_millis(50)),
-                Err(_) => break None,
+                None => std::thread::sleep(Duration::from_millis(50)),
             }
         };
         let out = c
@@ -214,7 +262,7 @@ fn run_target(a: &Args, target: &str) -> Total {
             }
         }
         match status {
-            Some(s) if s.success() => break,
+            Some(Ended::Exited(0)) => break,
             Some(s) => {
                 // The first line is the reason (the guard's, or the runtime's).
                 let why = err.lines().next().unwrap_or("no message").to_string();
@@ -267,16 +315,17 @@ fn run(a: &Args) -> i32 {
     let mut results = results.into_inner().unwrap();
     results.sort_by_key(|(t, _)| NAMES.iter().position(|n| n == t));
     println!(
-        "| target | execs | seconds | execs/s | corpus | outcomes | slowest ms | processes | findings |"
+        "| target | execs | seconds | CPU seconds | execs/CPU s | corpus | outcomes | slowest ms | processes | findings |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
-    let (mut execs, mut secs, mut found) = (0u64, 0f64, 0usize);
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let (mut execs, mut secs, mut cpu, mut found) = (0u64, 0f64, 0f64, 0usize);
     for (t, r) in &results {
         println!(
-            "| {t} | {} | {:.0} | {:.0} | {} | {} | {:.1} | {} | {} |",
+            "| {t} | {} | {:.0} | {:.0} | {:.0} | {} | {} | {:.1} | {} | {} |",
             r.execs,
             r.secs,
-            r.execs as f64 / r.secs.max(1e-9),
+            r.cpu,
+            r.execs as f64 / r.cpu.max(1e-9),
             r.corpus,
             r.outcomes,
             r.slowest * 1e3,
@@ -285,11 +334,13 @@ fn run(a: &Args) -> i32 {
         );
         execs += r.execs;
         secs += r.secs;
+        cpu += r.cpu;
         found += r.findings.len();
     }
     println!(
-        "total: {execs} executions in {:.1} CPU-minutes, {found} findings",
-        secs / 60.0
+        "total: {execs} executions, {:.1} minutes of fuzzing time, {:.1} CPU-minutes, {found} findings",
+        secs / 60.0,
+        cpu / 60.0
     );
     for (t, r) in &results {
         for f in &r.findings {
