@@ -59,6 +59,9 @@ pub fn read_wav(path: &std::path::Path) -> Result<Wav> {
     })
 }
 
+/// The largest magnitude of a float WAV sample accepted (clipped audio goes a little past 1).
+pub const MAX_FLOAT_SAMPLE: f32 = 4.0;
+
 /// Parses WAV bytes (see [`read_wav`]).
 pub fn parse_wav(b: &[u8]) -> Result<Wav> {
     let bad = |r: &str| Error::audio("WAV", r);
@@ -157,6 +160,13 @@ pub fn parse_wav(b: &[u8]) -> Result<Wav> {
     };
     if samples.iter().any(|v| !v.is_finite()) {
         return Err(bad("non-finite samples"));
+    }
+    // Float samples are audio in [-1, 1] (a little over is clipping, kept); far beyond it
+    // the file is not audio, and resampling such values overflows to infinity.
+    if let Some(v) = samples.iter().find(|v| v.abs() > MAX_FLOAT_SAMPLE) {
+        return Err(bad(&format!(
+            "a float sample of {v}; audio samples lie in [-1, 1] (at most ±{MAX_FLOAT_SAMPLE} accepted)"
+        )));
     }
     Ok(Wav {
         sample_rate: rate,
@@ -275,6 +285,15 @@ mod tests {
             (wav_bytes(1, 1, 16000, 16, &[]), "no samples"),
             (wav_bytes(2, 1, 16000, 16, &[0, 0]), "ADPCM"),
             (wav_bytes(3, 1, 16000, 32, &f32::NAN.to_le_bytes()), "NaN"),
+            // Found by frt-fuzz: finite, but resampling it gave infinity.
+            (
+                wav_bytes(3, 1, 16000, 32, &3.0e38f32.to_le_bytes()),
+                "huge float",
+            ),
+            (
+                wav_bytes(3, 1, 16000, 64, &1e300f64.to_le_bytes()),
+                "f64 beyond f32",
+            ),
             (
                 wav_bytes(1, 1, 16000, 16, &[0, 0])[..30].to_vec(),
                 "truncated",
