@@ -47,8 +47,10 @@ CASES = {
     "audio_common_msgs/msg/AudioStamped#mgonzs13_float": MgAudioStamped(H, MgAudio(
         MgAudioData([0.5, -0.25, 0.0], [], [], [-1, 2], [9]), MgAudioInfo(1, 2, 48000, 3))),
     "frt_msgs/msg/ActionChunk": ActionChunk(H, 17, 2, 3, [0.5, -0.25, 1.0, 2.0, -3.5, 0.125], 0.02,
-                                            "pick up the red block", 3, False, 0.0175),
-    "frt_msgs/msg/ActionChunk#halt": ActionChunk(H, 18, 1, 1, [0.0], 0.02, "", 3, True, 0.0001),
+                                            "pick up the red block", 3, False, 0.0175, 1, 2),
+    "frt_msgs/msg/ActionChunk#halt": ActionChunk(H, 18, 1, 1, [0.0], 0.02, "", 3, True, 0.0001, 0, 15),
+    "std_msgs/msg/Float64MultiArray": Float64MultiArray(
+        MultiArrayLayout([MultiArrayDimension("joints", 3, 3)], 0), [0.25, -1.5, 1e-3]),
     "frt_msgs/msg/AudioChunk": AudioChunk(H, 16000, 1, [0.0, 0.5, -0.5, 1.0]),
     "frt_msgs/msg/Transcript": Transcript(H, "Stop.", -0.359375, 0.0625, "stop"),
     "frt_msgs/msg/HostStatus": HostStatus(H, True, "open the drawer", 4, 100, 90, 2, 3, 1, 5, 6, 7, 8, 9, 10, 11,

@@ -29,6 +29,14 @@ pub struct Config {
     pub state: StateConfig,
     pub control: ControlConfig,
     pub safety: SafetyConfig,
+    /// One entry per action dimension (joint, kind, limits, delta cap, hold rule). Absent: every
+    /// dimension from `safety.action_space`, `action_min`, `action_max` and
+    /// `max_delta_per_step`, joint k being `state.joints[k]`.
+    #[serde(default)]
+    pub actions: Option<Vec<ActionDimConfig>>,
+    /// How chunks are executed over time (see [`crate::timeline`]).
+    #[serde(default)]
+    pub execution: ExecutionConfig,
     #[serde(default)]
     pub streams: StreamsConfig,
     /// Microphone input; absent: no audio.
@@ -174,6 +182,11 @@ pub struct ModelConfig {
     pub prompt_mode: PromptMode,
     /// Prompt capacity in tokens (fixed mode).
     pub max_token_len: usize,
+    /// Rows of a chunk (openpi `action_horizon`: 50 for pi05_base, 15 for pi05_droid, 10 for
+    /// pi05_libero). Absent: the checkpoint's `config.json` says, else 50. Given with a
+    /// checkpoint whose `config.json` says otherwise: refused.
+    #[serde(default)]
+    pub action_horizon: Option<usize>,
 }
 
 impl ModelConfig {
@@ -276,6 +289,165 @@ pub enum ActionSpace {
     Velocity,
 }
 
+/// What one action dimension commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionKind {
+    /// A joint position target.
+    Position,
+    /// A joint velocity.
+    Velocity,
+    /// A gripper position (openpi's DROID: 0 open, 1 closed).
+    Gripper,
+}
+
+/// What a halt commands for one dimension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HoldRule {
+    /// The latest measured position (fresh within the age bounds); none known: the halt
+    /// carries no targets. Position and gripper dimensions.
+    Measured,
+    /// Zero. Velocity dimensions (the only rule they take).
+    Zero,
+    /// The latest measured position, else the command being executed now (motion already
+    /// commanded, never a row ahead of it); neither: no targets. Position and gripper
+    /// dimensions; a robot with velocity dimensions needs it on its other dimensions, so
+    /// that a halt always has a row (zero velocity must be commanded even without state).
+    Current,
+}
+
+/// One entry of `actions`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActionDimConfig {
+    /// The joint it commands (one of `state.joints`).
+    pub joint: String,
+    pub kind: ActionKind,
+    /// The model predicts the change from the joint's state at the observation (openpi's
+    /// `DeltaActions` / `AbsoluteActions`): the node adds the measured position back.
+    /// Position and gripper dimensions.
+    #[serde(default)]
+    pub delta: bool,
+    pub min: f32,
+    pub max: f32,
+    /// Largest change between two consecutive commands (for a velocity: an acceleration
+    /// bound, per row).
+    #[serde(default)]
+    pub max_delta: Option<f32>,
+    /// Absent: `measured` for position and gripper, `zero` for velocity.
+    #[serde(default)]
+    pub hold: Option<HoldRule>,
+}
+
+/// An action dimension as the node executes it (`Config::action_dims`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActionDim {
+    pub joint: String,
+    /// Where the joint is in the state vector (`state.joints`).
+    pub state_index: usize,
+    pub kind: ActionKind,
+    pub delta: bool,
+    pub min: f32,
+    pub max: f32,
+    pub max_delta: Option<f32>,
+    pub hold: HoldRule,
+}
+
+/// Rows of a chunk already in the past when it is published.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PastRows {
+    /// Kept; the chunk says which row is due (`due_row`).
+    #[default]
+    Mark,
+    /// Removed: the chunk starts at the row due, stamped with its due time.
+    Drop,
+}
+
+/// How a new chunk takes over from the one being executed (see [`crate::timeline`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HandoverKind {
+    /// The new chunk's rows replace the old ones from the row due on.
+    #[default]
+    Replace,
+    /// Over `crossfade_rows` rows the command moves linearly from the old chunk's rows to
+    /// the new chunk's.
+    Crossfade,
+    /// Each row is the weighted mean of every chunk's prediction for its time, a chunk's
+    /// weight `exp(−ensemble_decay · i)` with i the number of predictions before it (ACT's
+    /// temporal ensembling, as LeRobot computes it).
+    TemporalEnsemble,
+}
+
+/// The message of the fixed-rate command stream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CommandMessage {
+    /// `std_msgs/Float64MultiArray`, one value per action dimension (ros2_control's
+    /// forward command controllers).
+    #[default]
+    Float64MultiArray,
+    /// `sensor_msgs/JointState`: names, `position` for position and gripper dimensions,
+    /// `velocity` for velocity dimensions (NaN where a joint is commanded the other way).
+    JointState,
+}
+
+/// `execution.command_stream`: one command per period.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandStreamConfig {
+    pub topic: String,
+    pub rate_hz: f64,
+    #[serde(default)]
+    pub message: CommandMessage,
+}
+
+/// `execution`: the chunk time model's settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecutionConfig {
+    /// Rows a consumer should execute before it takes the next chunk (carried in each
+    /// chunk). Absent: the whole horizon.
+    #[serde(default)]
+    pub execution_horizon: Option<usize>,
+    #[serde(default)]
+    pub past_rows: PastRows,
+    #[serde(default)]
+    pub handover: HandoverKind,
+    /// Rows over which `crossfade` blends (1 to the horizon).
+    #[serde(default = "default_crossfade_rows")]
+    pub crossfade_rows: usize,
+    /// `temporal_ensemble`'s weight decay per prediction (LeRobot's
+    /// `temporal_ensemble_coeff`; 0: a plain mean; negative favours newer predictions).
+    #[serde(default = "default_ensemble_decay")]
+    pub ensemble_decay: f64,
+    /// Publish the command due now at a fixed rate.
+    #[serde(default)]
+    pub command_stream: Option<CommandStreamConfig>,
+}
+
+impl Default for ExecutionConfig {
+    fn default() -> Self {
+        ExecutionConfig {
+            execution_horizon: None,
+            past_rows: PastRows::default(),
+            handover: HandoverKind::default(),
+            crossfade_rows: default_crossfade_rows(),
+            ensemble_decay: default_ensemble_decay(),
+            command_stream: None,
+        }
+    }
+}
+
+fn default_crossfade_rows() -> usize {
+    4
+}
+fn default_ensemble_decay() -> f64 {
+    0.01
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SafetyConfig {
@@ -283,10 +455,15 @@ pub struct SafetyConfig {
     pub max_observation_age_ms: f64,
     /// A camera that is required but silent for longer than the age bound.
     pub missing_camera: MissingCamera,
-    pub action_space: ActionSpace,
-    /// Lower and upper bound per action dimension (one value: every dimension).
-    pub action_min: Vec<f32>,
-    pub action_max: Vec<f32>,
+    /// Every action dimension's kind, when `actions` is not given.
+    #[serde(default)]
+    pub action_space: Option<ActionSpace>,
+    /// Lower and upper bound per action dimension (one value: every dimension), when `actions`
+    /// is not given.
+    #[serde(default)]
+    pub action_min: Option<Vec<f32>>,
+    #[serde(default)]
+    pub action_max: Option<Vec<f32>>,
     /// Largest change between consecutive actions of a chunk (and from the anchor to the
     /// first action of a chunk: the executing chunk's row due at the new observation time, or
     /// the measured state when no chunk is executing), per dimension (one value: every
@@ -591,34 +768,33 @@ impl Config {
                 ),
             ));
         }
-        let d = c.action_dim;
-        let per_dim = |name: &str, v: &[f32]| -> Result<(), ConfigError> {
-            if v.len() != 1 && v.len() != d {
+        self.action_dims()?;
+        let e = &self.execution;
+        if e.execution_horizon == Some(0) {
+            return Err(bad("execution.execution_horizon", "at least 1 row"));
+        }
+        if e.crossfade_rows == 0 {
+            return Err(bad("execution.crossfade_rows", "at least 1 row"));
+        }
+        if !(e.ensemble_decay.is_finite() && e.ensemble_decay.abs() <= 10.0) {
+            return Err(bad("execution.ensemble_decay", "a number from -10 to 10"));
+        }
+        if let Some(cs) = &e.command_stream {
+            if !valid_topic(&cs.topic) {
                 return Err(bad(
-                    format!("safety.{name}"),
-                    format!("{} values; give 1 or control.action_dim = {d}", v.len()),
+                    "execution.command_stream.topic",
+                    "not a ROS topic name",
                 ));
             }
-            if let Some(x) = v.iter().find(|x| !x.is_finite()) {
-                return Err(bad(format!("safety.{name}"), format!("{x} is not finite")));
-            }
-            Ok(())
-        };
-        per_dim("action_min", &s.action_min)?;
-        per_dim("action_max", &s.action_max)?;
-        for k in 0..d {
-            if s.min(k) > s.max(k) {
+            if !(cs.rate_hz.is_finite() && (0.1..=1000.0).contains(&cs.rate_hz)) {
                 return Err(bad(
-                    "safety.action_min",
-                    format!("dimension {k}: min {} above max {}", s.min(k), s.max(k)),
+                    "execution.command_stream.rate_hz",
+                    format!("{:?} Hz; must be 0.1 to 1000", cs.rate_hz),
                 ));
             }
         }
-        if let Some(dc) = &s.max_delta_per_step {
-            per_dim("max_delta_per_step", dc)?;
-            if dc.iter().any(|x| *x <= 0.0) {
-                return Err(bad("safety.max_delta_per_step", "must be positive"));
-            }
+        if m.action_horizon.is_some_and(|h| !(1..=1000).contains(&h)) {
+            return Err(bad("model.action_horizon", "1 to 1000 rows"));
         }
         if let Some(t) = &self.ros.joint_trajectory {
             if !valid_topic(&t.topic) {
@@ -726,17 +902,164 @@ impl StreamsConfig {
     }
 }
 
-impl SafetyConfig {
-    pub fn min(&self, k: usize) -> f32 {
-        self.action_min[k.min(self.action_min.len() - 1)]
+impl Config {
+    /// Every action dimension as the node executes it: from `actions`, or from the uniform
+    /// `safety` fields (joint k = `state.joints[k]`). The first problem names its field.
+    pub fn action_dims(&self) -> Result<Vec<ActionDim>, ConfigError> {
+        let d = self.control.action_dim;
+        let s = &self.safety;
+        let joints = &self.state.joints;
+        let Some(list) = &self.actions else {
+            let (Some(space), Some(lo), Some(hi)) = (s.action_space, &s.action_min, &s.action_max)
+            else {
+                return Err(bad(
+                    "safety.action_space",
+                    "action_space, action_min and action_max are required unless `actions` gives every dimension",
+                ));
+            };
+            let per_dim = |name: &str, v: &[f32]| -> Result<(), ConfigError> {
+                if v.len() != 1 && v.len() != d {
+                    return Err(bad(
+                        format!("safety.{name}"),
+                        format!("{} values; give 1 or control.action_dim = {d}", v.len()),
+                    ));
+                }
+                if let Some(x) = v.iter().find(|x| !x.is_finite()) {
+                    return Err(bad(format!("safety.{name}"), format!("{x} is not finite")));
+                }
+                Ok(())
+            };
+            per_dim("action_min", lo)?;
+            per_dim("action_max", hi)?;
+            if let Some(dc) = &s.max_delta_per_step {
+                per_dim("max_delta_per_step", dc)?;
+                if dc.iter().any(|x| *x <= 0.0) {
+                    return Err(bad("safety.max_delta_per_step", "must be positive"));
+                }
+            }
+            let at = |v: &[f32], k: usize| v[k.min(v.len() - 1)];
+            let (kind, hold) = match space {
+                ActionSpace::Position => (ActionKind::Position, HoldRule::Measured),
+                ActionSpace::Velocity => (ActionKind::Velocity, HoldRule::Zero),
+            };
+            let mut dims = Vec::with_capacity(d);
+            for k in 0..d {
+                let (min, max) = (at(lo, k), at(hi, k));
+                if min > max {
+                    return Err(bad(
+                        "safety.action_min",
+                        format!("dimension {k}: min {min} above max {max}"),
+                    ));
+                }
+                dims.push(ActionDim {
+                    joint: joints[k].clone(),
+                    state_index: k,
+                    kind,
+                    delta: false,
+                    min,
+                    max,
+                    max_delta: s.max_delta_per_step.as_deref().map(|v| at(v, k)),
+                    hold,
+                });
+            }
+            return Ok(dims);
+        };
+        if s.action_space.is_some()
+            || s.action_min.is_some()
+            || s.action_max.is_some()
+            || s.max_delta_per_step.is_some()
+        {
+            return Err(bad(
+                "safety.action_space",
+                "give either `actions` (per dimension) or safety.action_space, action_min, action_max and max_delta_per_step, not both",
+            ));
+        }
+        if list.len() != d {
+            return Err(bad(
+                "actions",
+                format!("{} entries for control.action_dim = {d}", list.len()),
+            ));
+        }
+        let velocity = list.iter().any(|a| a.kind == ActionKind::Velocity);
+        let mut dims = Vec::with_capacity(d);
+        for (i, a) in list.iter().enumerate() {
+            let f = |n: &str| format!("actions[{i}].{n}");
+            let Some(state_index) = joints.iter().position(|j| *j == a.joint) else {
+                return Err(bad(
+                    f("joint"),
+                    format!("`{}` is not one of state.joints", a.joint),
+                ));
+            };
+            if let Some(j) = list[..i].iter().position(|o| o.joint == a.joint) {
+                return Err(bad(
+                    f("joint"),
+                    format!("`{}` repeats actions[{j}]", a.joint),
+                ));
+            }
+            if !(a.min.is_finite() && a.max.is_finite()) || a.min > a.max {
+                return Err(bad(
+                    f("min"),
+                    format!("min {} and max {} must be finite, min ≤ max", a.min, a.max),
+                ));
+            }
+            if a.max_delta.is_some_and(|x| !(x.is_finite() && x > 0.0)) {
+                return Err(bad(f("max_delta"), "must be positive and finite"));
+            }
+            let hold = match (a.kind, a.hold) {
+                (ActionKind::Velocity, None | Some(HoldRule::Zero)) => HoldRule::Zero,
+                (ActionKind::Velocity, Some(_)) => {
+                    return Err(bad(f("hold"), "a velocity holds zero"));
+                }
+                (_, Some(HoldRule::Zero)) => {
+                    return Err(bad(
+                        f("hold"),
+                        "`zero` would command a position of 0; use measured or current",
+                    ));
+                }
+                (_, None | Some(HoldRule::Measured)) if velocity => {
+                    return Err(bad(
+                        f("hold"),
+                        "with velocity dimensions, position and gripper dimensions need `hold: current`, so that a halt always commands zero velocity",
+                    ));
+                }
+                (_, h) => h.unwrap_or(HoldRule::Measured),
+            };
+            if a.delta && a.kind == ActionKind::Velocity {
+                return Err(bad(f("delta"), "only position and gripper dimensions"));
+            }
+            dims.push(ActionDim {
+                joint: a.joint.clone(),
+                state_index,
+                kind: a.kind,
+                delta: a.delta,
+                min: a.min,
+                max: a.max,
+                max_delta: a.max_delta,
+                hold,
+            });
+        }
+        Ok(dims)
     }
-    pub fn max(&self, k: usize) -> f32 {
-        self.action_max[k.min(self.action_max.len() - 1)]
-    }
-    pub fn delta(&self, k: usize) -> Option<f32> {
-        self.max_delta_per_step
-            .as_ref()
-            .map(|d| d[k.min(d.len() - 1)])
+
+    /// The checks that need the model's horizon (rows per chunk).
+    pub fn validate_horizon(&self, horizon: usize) -> Result<(), ConfigError> {
+        let e = &self.execution;
+        if let Some(h) = e.execution_horizon.filter(|h| *h > horizon) {
+            return Err(bad(
+                "execution.execution_horizon",
+                format!("{h} rows; the model's chunks have {horizon}"),
+            ));
+        }
+        if e.handover == HandoverKind::Crossfade && e.crossfade_rows > horizon {
+            return Err(bad(
+                "execution.crossfade_rows",
+                format!(
+                    "{} rows; the model's chunks have {horizon}",
+                    e.crossfade_rows
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -17,6 +17,8 @@
 //!   transport (`dds`);
 //! * [`observe`]: latency histograms and Chrome/Perfetto traces;
 //! * [`safety`]: the stop latch, the hold, faults and the watchdog;
+//! * [`timeline`]: the chunk time model (rows due, hand-over between chunks, limits along the
+//!   timeline, the fixed-rate command clock);
 //! * [`realtime`]: CPU pinning, SCHED_FIFO and locked memory for the control thread;
 //! * [`bench`](mod@bench): the `bench` subcommand's measurements.
 
@@ -31,6 +33,7 @@ pub mod policy;
 pub mod realtime;
 pub mod ros;
 pub mod safety;
+pub mod timeline;
 pub mod transport;
 pub mod voice;
 

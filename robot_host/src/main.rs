@@ -163,13 +163,35 @@ fn check(path: &Path) -> Result<(), String> {
         println!("  audio {} ({})", a.topic, a.kind);
     }
     println!(
-        "output: chunks of {} × {} every {:.0} ms, dt {} s, {:?} control",
+        "output: chunks of {} × {} every {:.0} ms, dt {} s, executed {} rows, hand-over {:?}, past rows {:?}",
         c.action_horizon,
         cfg.control.action_dim,
         1000.0 / cfg.control.rate_hz,
         cfg.control.dt,
-        cfg.safety.action_space
+        cfg.execution.execution_horizon.unwrap_or(c.action_horizon),
+        cfg.execution.handover,
+        cfg.execution.past_rows,
     );
+    for d in cfg.action_dims().map_err(|e| e.to_string())? {
+        println!(
+            "  {:<16} {:?}{} [{}, {}]{} hold {:?}",
+            d.joint,
+            d.kind,
+            if d.delta { " (delta)" } else { "" },
+            d.min,
+            d.max,
+            d.max_delta
+                .map(|x| format!(" step ≤ {x}"))
+                .unwrap_or_default(),
+            d.hold
+        );
+    }
+    if let Some(cs) = &cfg.execution.command_stream {
+        println!(
+            "  commands {} at {} Hz ({:?})",
+            cs.topic, cs.rate_hz, cs.message
+        );
+    }
     Ok(())
 }
 
@@ -571,6 +593,7 @@ fn run_sim(config: &Path, script: &Path, demo: bool, trace: Option<PathBuf>) -> 
                 }
                 last_status = Some(s);
             }
+            Outbound::Plan(_) | Outbound::Command(_) => {}
         }
     }
     stop.store(true, Ordering::SeqCst);

@@ -76,6 +76,33 @@ pub struct ActionChunk {
     pub halt: bool,
     /// Seconds from the start of the tick (or of the stop) to publication.
     pub latency: f64,
+    /// The row due when the chunk was published (row k is due at `stamp + k·dt`; the rows
+    /// before it were already in the past). 0 for a halt chunk.
+    pub due_row: u32,
+    /// Rows a consumer should execute before it takes the next chunk (`execution_horizon`).
+    pub execution_horizon: u32,
+}
+
+/// The commands the robot executes from `stamp` on, row j due at `stamp + j·dt`
+/// (`trajectory_msgs/JointTrajectory`): after each chunk, the timeline's aligned and blended
+/// rows; after a halt, the hold (no rows: no targets, ros2_control's "stop and hold").
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    pub stamp: Stamp,
+    pub dt: f64,
+    pub action_dim: u32,
+    pub rows: Arc<Vec<f32>>,
+    pub halt: bool,
+}
+
+/// One command of the fixed-rate command stream: the value due now for every action
+/// dimension (robot units).
+#[derive(Clone, Debug, PartialEq)]
+pub struct JointCommand {
+    pub stamp: Stamp,
+    pub values: Vec<f32>,
+    /// The hold after a stop.
+    pub halt: bool,
 }
 
 /// A transcript of one utterance and what the node made of it.
@@ -120,6 +147,10 @@ pub struct Status {
     pub holds_without_target: u64,
     /// Times the clock jumped backwards and the observations were dropped.
     pub clock_resets: u64,
+    /// Chunks refused because every row was already in the past when they were ready.
+    pub late_chunks: u64,
+    /// Fixed-rate commands skipped because the command thread came late.
+    pub missed_commands: u64,
     /// The sequence number of the last policy chunk published before the latest stop was
     /// latched (0: none). Chunks numbered above it and below that stop's halt chunk never
     /// exist: a stop withholds every chunk that was not out when it arrived.
@@ -134,6 +165,8 @@ pub struct Status {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Outbound {
     Chunk(ActionChunk),
+    Plan(Plan),
+    Command(JointCommand),
     Transcript(Transcript),
     Status(Status),
 }

@@ -11,12 +11,13 @@
 //! carries the new subgoal); a stop abandons it and publishes the halt chunk; the node then
 //! stays halted until resumed. See [`crate::safety`] for the hold and the stop latch.
 
-use crate::config::{ActionSpace, Config, MissingCamera};
+use crate::config::{ActionDim, ActionKind, Config, MissingCamera, PastRows};
 use crate::error::{Error, Result};
 use crate::frame::{Rgb8, decode_compressed_limited, decode_raw};
 use crate::messages::*;
 use crate::policy::Policy;
 use crate::safety::{Fault, Hold, StopLatch, Watchdog, fresh, panic_message};
+use crate::timeline::{CommandClock, Handover, Timeline, first_due_row, guard_chunk};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use frt_vla::ModelImage;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
@@ -61,6 +62,7 @@ struct Counters {
     bad_audio: AtomicU64,
     bad_commands: AtomicU64,
     bad_clock: AtomicU64,
+    missed_commands: AtomicU64,
 }
 
 struct Slot<T> {
@@ -168,13 +170,12 @@ type Camera = (String, Slot<(Stamp, ModelImage)>);
 pub type SubgoalCheck = Arc<dyn Fn(&str) -> std::result::Result<(), String> + Send + Sync>;
 
 /// What the inputs need to know of the safety settings.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Bounds {
     max_age: f64,
     max_future: f64,
     max_pixels: u64,
-    space: ActionSpace,
-    dims: usize,
+    dims: Arc<Vec<ActionDim>>,
 }
 
 /// What the transports write into (cloneable, `Send`): decoding and validation happen here,
@@ -201,6 +202,9 @@ pub struct Inputs {
     bounds: Bounds,
     /// The model's square input size (frames are preprocessed to it on arrival).
     image_side: usize,
+    /// What the robot executes over time (the control thread merges chunks into it, the
+    /// command stream and the holds read it). Lock order: the stop latch, then this.
+    timeline: Arc<Mutex<Timeline>>,
 }
 
 impl Inputs {
@@ -458,22 +462,48 @@ impl Inputs {
         self.poke();
     }
 
-    /// What a halt commands now (see [`Hold`]).
+    fn timeline(&self) -> std::sync::MutexGuard<'_, Timeline> {
+        self.timeline.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What a halt commands now (see [`Hold`]): per dimension, from the latest measured
+    /// state and (rule `current`) the command being executed.
     pub fn hold(&self) -> Hold {
         let b = &self.bounds;
-        match b.space {
-            ActionSpace::Velocity => Hold::velocity(b.dims),
-            ActionSpace::Position => {
-                let s = self.state.lock();
-                Hold::position(
-                    s.0.as_ref(),
-                    b.dims,
-                    self.clock.now(),
-                    b.max_age,
-                    b.max_future,
-                )
-            }
+        let now = self.clock.now();
+        let mut current = vec![0.0; b.dims.len()];
+        let has = self.timeline().current(now, &b.dims, &mut current);
+        let s = self.state.lock();
+        Hold::of(
+            &b.dims,
+            s.0.as_ref(),
+            has.then_some(&current[..]),
+            now,
+            b.max_age,
+            b.max_future,
+        )
+    }
+
+    /// The fixed-rate command due at `now`: the timeline's command (see
+    /// [`Timeline::command_at`]), the hold once a stop has arrived (even before the control
+    /// thread has acted on it), nothing before the first chunk or when the hold has no
+    /// targets.
+    pub fn command_at(&self, now: Stamp) -> Option<JointCommand> {
+        let dims = &self.bounds.dims;
+        let mut values = vec![0.0; dims.len()];
+        let mut halt = None;
+        let ran = self.latch.unless_stopped(|| {
+            halt = self.timeline().command_at(now, dims, &mut values);
+        });
+        if !ran {
+            values = self.hold().row()?.to_vec();
+            halt = Some(true);
         }
+        Some(JointCommand {
+            stamp: now,
+            values,
+            halt: halt?,
+        })
     }
 
     /// The last accepted subgoal and its id.
@@ -485,32 +515,55 @@ impl Inputs {
     }
 }
 
-/// The halt chunk for `hold` (`horizon` rows of the held row, or none), stamped `now`.
-fn halt_chunk(
-    hold: &Hold,
+/// The shape of the chunks a node publishes.
+#[derive(Clone, Copy, Debug)]
+struct Shape {
     horizon: usize,
     dims: usize,
-    seq: u64,
-    now: Stamp,
     dt: f64,
-    subgoal: (Arc<str>, u64),
-    started: Stamp,
-) -> ActionChunk {
-    let (rows, actions) = match hold {
-        Hold::Row(r) => (horizon, r.repeat(horizon)),
-        Hold::NoTarget(_) => (0, Vec::new()),
-    };
-    ActionChunk {
-        stamp: now,
-        seq,
-        horizon: rows as u32,
-        action_dim: dims as u32,
-        actions: Arc::new(actions),
-        dt,
-        subgoal: subgoal.0,
-        subgoal_id: subgoal.1,
-        halt: true,
-        latency: (now - started).max(0.0),
+    execution_horizon: usize,
+    /// Whether plans are published (a JointTrajectory output is configured).
+    plans: bool,
+}
+
+impl Shape {
+    /// The halt chunk for `hold` (`horizon` rows of the held row, or none), stamped `now`,
+    /// and the plan it commands (the same rows from `now` on).
+    fn halt(
+        &self,
+        hold: &Hold,
+        seq: u64,
+        now: Stamp,
+        subgoal: (Arc<str>, u64),
+        started: Stamp,
+    ) -> (ActionChunk, Plan) {
+        let (rows, actions) = match hold {
+            Hold::Row(r) => (self.horizon, r.repeat(self.horizon)),
+            Hold::NoTarget(_) => (0, Vec::new()),
+        };
+        let actions = Arc::new(actions);
+        let chunk = ActionChunk {
+            stamp: now,
+            seq,
+            horizon: rows as u32,
+            action_dim: self.dims as u32,
+            actions: actions.clone(),
+            dt: self.dt,
+            subgoal: subgoal.0,
+            subgoal_id: subgoal.1,
+            halt: true,
+            latency: (now - started).max(0.0),
+            due_row: 0,
+            execution_horizon: self.execution_horizon as u32,
+        };
+        let plan = Plan {
+            stamp: now,
+            dt: self.dt,
+            action_dim: self.dims as u32,
+            rows: actions,
+            halt: true,
+        };
+        (chunk, plan)
     }
 }
 
@@ -521,8 +574,7 @@ pub struct FaultHalt {
     inputs: Inputs,
     out: Sender<Outbound>,
     seq: Arc<AtomicU64>,
-    horizon: usize,
-    dt: f64,
+    shape: Shape,
 }
 
 impl FaultHalt {
@@ -532,17 +584,65 @@ impl FaultHalt {
         self.inputs.fault(cause);
         let now = self.inputs.clock.now();
         let (id, text) = self.inputs.latest_subgoal();
-        let c = halt_chunk(
-            &self.inputs.hold(),
-            self.horizon,
-            self.inputs.bounds.dims,
+        let hold = self.inputs.hold();
+        self.inputs.timeline().hold(hold.row());
+        let (c, plan) = self.shape.halt(
+            &hold,
             self.seq.fetch_add(1, Ordering::SeqCst) + 1,
             now,
-            self.dt,
             (Arc::from(text), id),
             now,
         );
         let _ = self.out.try_send(Outbound::Chunk(c));
+        if self.shape.plans {
+            let _ = self.out.try_send(Outbound::Plan(plan));
+        }
+    }
+}
+
+/// `values` in a buffer of `pool` that no receiver holds any more (a new one, kept in the
+/// pool while it has room, when every buffer is still held). Buffers keep their capacity: a
+/// tick allocates nothing once the pool is warm.
+fn pooled(pool: &mut Vec<Arc<Vec<f32>>>, values: &[f32]) -> Arc<Vec<f32>> {
+    for a in pool.iter_mut() {
+        if let Some(v) = Arc::get_mut(a) {
+            if v.capacity() >= values.len() {
+                v.clear();
+                v.extend_from_slice(values);
+                return a.clone();
+            }
+        }
+    }
+    let a = Arc::new(values.to_vec());
+    if pool.len() < CHUNK_POOL {
+        pool.push(a.clone());
+    }
+    a
+}
+
+/// The fixed-rate command stream (`execution.command_stream`): one command per period of the
+/// node's clock, the one due then ([`Inputs::command_at`]).
+pub struct CommandStream {
+    inputs: Inputs,
+    clock: CommandClock,
+}
+
+impl CommandStream {
+    /// The command due at `now`, if one is (the first call starts the schedule); periods the
+    /// caller missed are counted (`missed_commands`).
+    pub fn poll(&mut self, now: Stamp) -> Option<JointCommand> {
+        let missed = self.clock.missed;
+        if !self.clock.due(now) {
+            return None;
+        }
+        let c = &self.inputs.counters.missed_commands;
+        c.fetch_add(self.clock.missed - missed, Ordering::Relaxed);
+        self.inputs.command_at(now)
+    }
+
+    /// Seconds between two commands.
+    pub fn period(&self) -> f64 {
+        self.clock.period()
     }
 }
 
@@ -582,15 +682,15 @@ pub struct Node {
     status: Status,
     /// The current subgoal, shared with the chunks that carry it.
     subgoal: Arc<str>,
-    /// The last published chunk and its observation time, while the robot executes it
-    /// (cleared by a halt and a resume): the next chunk's first row is capped against its row
-    /// due at the next observation time.
-    executing: Option<Stamp>,
-    last_chunk: Vec<f32>,
-    /// The row the next chunk's first row is capped against (scratch).
+    /// The action dimensions (kind, limits, hold rule), shared with the inputs.
+    dims: Arc<Vec<ActionDim>>,
+    shape: Shape,
+    /// The command in effect before the new chunk's first due row, which that row is capped
+    /// against (scratch).
     anchor: Vec<f32>,
     chunk: Vec<f32>,
     chunk_pool: Vec<Arc<Vec<f32>>>,
+    plan_pool: Vec<Arc<Vec<f32>>>,
     /// The newest preprocessed frame of each camera (taken from its slot when a new one
     /// arrived).
     frames: Vec<Option<(Stamp, ModelImage)>>,
@@ -651,7 +751,17 @@ impl Node {
     ) -> Result<(Node, Inputs, Outputs)> {
         cfg.validate()?;
         cfg.validate_for_this_machine()?;
+        let dims = Arc::new(cfg.action_dims()?);
         let policy = Policy::build(&cfg)?;
+        let horizon = policy.config().action_horizon;
+        cfg.validate_horizon(horizon)?;
+        let d = cfg.control.action_dim;
+        let timeline = Arc::new(Mutex::new(Timeline::new(
+            horizon,
+            d,
+            cfg.control.dt,
+            Handover::from_config(&cfg.execution),
+        )));
         let (stx, srx) = crossbeam_channel::bounded(SUBGOAL_QUEUE);
         let (wtx, wrx) = crossbeam_channel::bounded(1);
         let (otx, orx) = crossbeam_channel::bounded(1024);
@@ -683,15 +793,20 @@ impl Node {
                 max_age: s.max_observation_age_ms / 1000.0,
                 max_future: s.max_future_s,
                 max_pixels: s.max_image_pixels,
-                space: s.action_space,
-                dims: cfg.control.action_dim,
+                dims: dims.clone(),
             },
             image_side: policy.config().siglip.image_size,
+            timeline,
         };
-        let horizon = policy.config().action_horizon;
-        let d = cfg.control.action_dim;
+        let shape = Shape {
+            horizon,
+            dims: d,
+            dt: cfg.control.dt,
+            execution_horizon: cfg.execution.execution_horizon.unwrap_or(horizon),
+            plans: cfg.ros.joint_trajectory.is_some(),
+        };
         let done = [policy.ctx.event()?, policy.ctx.event()?];
-        let mut node = Node {
+        let node = Node {
             status: Status {
                 subgoal_id: INITIAL_SUBGOAL_ID,
                 ..Default::default()
@@ -699,10 +814,11 @@ impl Node {
             subgoal: Arc::from(cfg.control.initial_subgoal.trim()),
             frames: vec![None; cfg.cameras.len()],
             chunk: vec![0.0; horizon * d],
-            last_chunk: vec![0.0; horizon * d],
             anchor: vec![0.0; d],
-            executing: None,
+            dims,
+            shape,
             chunk_pool: Vec::with_capacity(CHUNK_POOL),
+            plan_pool: Vec::with_capacity(CHUNK_POOL),
             cfg,
             policy,
             clock,
@@ -721,10 +837,6 @@ impl Node {
             enqueued: [std::time::Instant::now(); 2],
             busy: Arc::default(),
         };
-        if node.cfg.safety.action_space == ActionSpace::Velocity {
-            let zeros = vec![0.0; horizon * d];
-            node.policy.set_hold(&zeros, d)?;
-        }
         Ok((node, inputs, Outputs(orx)))
     }
 
@@ -744,14 +856,22 @@ impl Node {
         self.inputs.clone()
     }
 
+    /// The fixed-rate command stream, when `execution.command_stream` is configured.
+    pub fn command_stream(&self) -> Option<CommandStream> {
+        let cs = self.cfg.execution.command_stream.as_ref()?;
+        Some(CommandStream {
+            inputs: self.inputs.clone(),
+            clock: CommandClock::new(cs.rate_hz),
+        })
+    }
+
     /// What publishes a halt chunk when the control thread cannot (see [`FaultHalt`]).
     pub fn fault_halt(&self) -> FaultHalt {
         FaultHalt {
             inputs: self.inputs.clone(),
             out: self.out.clone(),
             seq: self.seq.clone(),
-            horizon: self.policy.config().action_horizon,
-            dt: self.cfg.control.dt,
+            shape: self.shape,
         }
     }
 
@@ -800,6 +920,7 @@ impl Node {
         s.bad_audio = c.bad_audio.load(Ordering::Relaxed);
         s.bad_commands = c.bad_commands.load(Ordering::Relaxed);
         s.bad_clock = c.bad_clock.load(Ordering::Relaxed);
+        s.missed_commands = c.missed_commands.load(Ordering::Relaxed);
         s.last_chunk_before_stop = self.inputs.latch.last_chunk_before_stop();
         s.latency = self.rec.summary();
         if let Ok(l) = self.inputs.last_error.lock() {
@@ -819,7 +940,17 @@ impl Node {
     /// again), then each queued subgoal is taken. Returns how a running tick ends because of
     /// it (`None`: it goes on).
     fn service(&mut self) -> Option<TickOutcome> {
-        let pending = self.inputs.latch.take();
+        // A stop takes the timeline off the rows it was executing under the latch's lock: the
+        // command stream never sees a handled stop with the old rows still in place.
+        let (timeline, dims, now) = (&self.inputs.timeline, &self.dims, self.clock.now());
+        let pending = self.inputs.latch.take_then(|p| {
+            if p.stop.is_some() {
+                timeline
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .stop(now, dims);
+            }
+        });
         let mut outcome = None;
         if let Some(arrived) = pending.stop {
             self.halt(arrived);
@@ -827,7 +958,7 @@ impl Node {
         }
         if pending.resume && self.inputs.fault.cause().is_none() {
             self.status.halted = false;
-            self.executing = None;
+            self.inputs.timeline().clear();
         }
         while let Ok((text, id)) = self.subgoals.try_recv() {
             if *self.subgoal != *text {
@@ -886,10 +1017,10 @@ impl Node {
         let t_halt = std::time::Instant::now();
         self.status.halted = true;
         self.status.halts += 1;
-        self.executing = None;
         let d = self.cfg.control.action_dim;
         let horizon = self.policy.config().action_horizon;
         let hold = self.inputs.hold();
+        self.inputs.timeline().hold(hold.row());
         if let Hold::NoTarget(why) = &hold {
             self.status.holds_without_target += 1;
             tracing::warn!(why, "halt without targets");
@@ -898,17 +1029,17 @@ impl Node {
             self.status.last_error = format!("halt graph: {e}");
         }
         let now = self.clock.now();
-        let c = halt_chunk(
+        let (c, plan) = self.shape.halt(
             &hold,
-            horizon,
-            d,
             self.seq.fetch_add(1, Ordering::SeqCst) + 1,
             now,
-            self.cfg.control.dt,
             (self.subgoal.clone(), self.status.subgoal_id),
             started,
         );
         self.publish(Outbound::Chunk(c));
+        if self.shape.plans {
+            self.publish(Outbound::Plan(plan));
+        }
         self.rec.span(
             crate::observe::Span::Halt,
             "halt",
@@ -918,13 +1049,10 @@ impl Node {
     }
 
     /// The device side of a halt: the halt graph on the highest-priority stream, after the
-    /// hold it writes (position control; velocity control's zeros were written at start-up).
+    /// hold it writes.
     fn device_halt(&mut self, hold: &Hold, horizon: usize, d: usize) -> Result<()> {
-        let expect = match hold {
-            Hold::Row(r) => Some(r.repeat(horizon)),
-            Hold::NoTarget(_) => None,
-        };
-        if let (Some(e), ActionSpace::Position) = (&expect, self.cfg.safety.action_space) {
+        let expect = hold.row().map(|r| r.repeat(horizon));
+        if let Some(e) = &expect {
             self.policy.set_hold(e, d)?;
         }
         self.policy.halt(&mut self.chunk, d)?;
@@ -953,7 +1081,7 @@ impl Node {
             slot.lock().0 = None;
         }
         self.inputs.state.lock().0 = None;
-        self.executing = None;
+        self.inputs.timeline().clear();
         self.status.clock_resets += 1;
     }
 
@@ -998,7 +1126,9 @@ impl Node {
             };
             // A robot executing chunks halts; before the first chunk (or after a resume)
             // nothing is moving: the tick only waits for the cameras.
-            if self.cfg.safety.missing_camera == MissingCamera::Halt && self.executing.is_some() {
+            if self.cfg.safety.missing_camera == MissingCamera::Halt
+                && self.inputs.timeline().is_running()
+            {
                 self.halt(started);
                 self.status.last_error = format!("{what}: halted");
                 return TickOutcome::Halted;
@@ -1049,39 +1179,83 @@ impl Node {
             self.status.last_error = "the policy produced non-finite actions".into();
             return TickOutcome::Refused("non-finite actions".into());
         }
-        self.set_anchor(oldest);
-        self.guard();
+        let dims = self.dims.clone();
+        // openpi's `AbsoluteActions`: delta dimensions are relative to the observed state.
+        for (k, dim) in dims.iter().enumerate().filter(|(_, dim)| dim.delta) {
+            let x = self.state[dim.state_index];
+            self.chunk
+                .iter_mut()
+                .skip(k)
+                .step_by(d)
+                .for_each(|a| *a += x);
+        }
+        // The time model: row k is due at `oldest + k·dt`; the rows before `due` are in the
+        // past already.
         let horizon = self.policy.config().action_horizon;
-        let seq = self.seq.load(Ordering::SeqCst) + 1;
+        let dt = self.cfg.control.dt;
         let now = self.clock.now();
-        let actions = self.pooled_chunk();
+        let due = first_due_row(oldest, now, dt);
+        if due >= horizon {
+            self.status.late_chunks += 1;
+            self.status.last_error = format!(
+                "chunk ready {:.3} s after its observation: all {horizon} rows in the past",
+                now - oldest
+            );
+            return TickOutcome::Refused("every row in the past".into());
+        }
+        let t_due = oldest + due as f64 * dt;
+        self.set_anchor(t_due, oldest, now);
+        self.status.clamped += guard_chunk(&mut self.chunk, due, &self.anchor, &dims);
+        let seq = self.seq.load(Ordering::SeqCst) + 1;
+        let (first, stamp, due_row) = match self.cfg.execution.past_rows {
+            PastRows::Mark => (0, oldest, due),
+            PastRows::Drop => (due, t_due, 0),
+        };
+        let actions = pooled(&mut self.chunk_pool, &self.chunk[first * d..]);
         let chunk = Outbound::Chunk(ActionChunk {
-            stamp: oldest,
+            stamp,
             seq,
-            horizon: horizon as u32,
+            horizon: (horizon - first) as u32,
             action_dim: d as u32,
             actions,
-            dt: self.cfg.control.dt,
+            dt,
             subgoal,
             subgoal_id: self.status.subgoal_id,
             halt: false,
             latency: (now - started).max(0.0),
+            due_row: due_row as u32,
+            execution_horizon: self.shape.execution_horizon as u32,
         });
         // The last look at the latch: a stop that arrived after the last replay withholds the
-        // chunk (checked and published under the latch's lock).
+        // chunk (checked and published under the latch's lock). The chunk's rows from the
+        // one due take over the timeline in the same step.
         let out = &self.out;
         let seq_counter = &self.seq;
+        let (timeline, anchor, rows) =
+            (&self.inputs.timeline, &self.anchor, &self.chunk[due * d..]);
+        let (plan_pool, plans) = (&mut self.plan_pool, self.shape.plans);
+        let mut changed = 0;
         if !self.inputs.latch.publish(|| {
             seq_counter.store(seq, Ordering::SeqCst);
             let _ = out.try_send(chunk);
+            let mut tl = timeline.lock().unwrap_or_else(|p| p.into_inner());
+            changed = tl.merge(rows, t_due, oldest, anchor, &dims);
+            if plans {
+                let _ = out.try_send(Outbound::Plan(Plan {
+                    stamp: tl.start(),
+                    dt,
+                    action_dim: d as u32,
+                    rows: pooled(plan_pool, tl.rows()),
+                    halt: false,
+                }));
+            }
             seq
         }) {
             self.status.abandoned += 1;
             return self.service().unwrap_or(TickOutcome::Halted);
         }
+        self.status.clamped += changed;
         self.status.chunks += 1;
-        self.last_chunk.copy_from_slice(&self.chunk);
-        self.executing = Some(oldest);
         let t3 = std::time::Instant::now();
         use crate::observe::Span;
         self.rec.span(Span::Prepare, "prepare", t0, t1);
@@ -1094,22 +1268,6 @@ impl Node {
             finish: t3 - t2,
         };
         TickOutcome::Published
-    }
-
-    /// The chunk to publish, in a buffer of the pool that no receiver holds any more (a new
-    /// one, kept in the pool while it has room, when every buffer is still held).
-    fn pooled_chunk(&mut self) -> Arc<Vec<f32>> {
-        for a in &mut self.chunk_pool {
-            if let Some(v) = Arc::get_mut(a) {
-                v.copy_from_slice(&self.chunk);
-                return a.clone();
-            }
-        }
-        let a = Arc::new(self.chunk.clone());
-        if self.chunk_pool.len() < CHUNK_POOL {
-            self.chunk_pool.push(a.clone());
-        }
-        a
     }
 
     /// Replays every stage of the tick. One replay stays queued behind the running one (the
@@ -1140,58 +1298,33 @@ impl Node {
         Ok(o)
     }
 
-    /// The row the new chunk's first row is capped against, for a chunk observed at `t_obs`:
-    /// the row of the chunk being executed that is due at `t_obs` (row k is due at its
-    /// observation time + k·dt) while one is; otherwise the measured state (position
-    /// control) or zero (velocity control): after start, a halt, a resume, a gap longer than
-    /// the observation age bound, or past the executing chunk's end.
-    fn set_anchor(&mut self, t_obs: Stamp) {
-        let c = &self.cfg;
-        let d = c.control.action_dim;
-        let horizon = self.policy.config().action_horizon;
-        let max_age = c.safety.max_observation_age_ms / 1000.0;
-        let due = self.executing.and_then(|t0| {
-            let gap = t_obs - t0;
-            if !(0.0..=max_age).contains(&gap) {
-                return None;
-            }
-            let k = (gap / c.control.dt).round() as usize;
-            (k < horizon).then_some(k)
-        });
-        match (due, c.safety.action_space) {
-            (Some(k), _) => self
-                .anchor
-                .copy_from_slice(&self.last_chunk[k * d..(k + 1) * d]),
-            (None, ActionSpace::Position) => self.anchor.copy_from_slice(&self.state[..d]),
-            (None, ActionSpace::Velocity) => self.anchor.fill(0.0),
-        }
-    }
-
-    /// Clamps to the limits and caps the change between consecutive actions, the first row
-    /// against the anchor ([`Node::set_anchor`]).
-    fn guard(&mut self) {
-        let s = &self.cfg.safety;
-        let d = self.cfg.control.action_dim;
-        let mut changed = 0u64;
-        for r in 0..self.chunk.len() / d {
-            for k in 0..d {
-                // The previous action: the row before (already guarded), or the anchor.
-                let prev = match r {
-                    0 => self.anchor[k],
-                    _ => self.chunk[(r - 1) * d + k],
-                };
-                let i = r * d + k;
-                let mut x = self.chunk[i].clamp(s.min(k), s.max(k));
-                if let Some(cap) = s.delta(k) {
-                    x = x.clamp(prev - cap, prev + cap);
-                }
-                if x != self.chunk[i] {
-                    changed += 1;
-                    self.chunk[i] = x;
+    /// The command the new chunk's first due row (due at `t_due`; the chunk observed at
+    /// `t_obs`) is capped against: the timeline's command it takes over from
+    /// ([`Timeline::command_before`]) while the robot executes the chunk before it, observed
+    /// at most the observation age bound earlier; otherwise (after start, a halt, a resume, a
+    /// gap longer than that bound) the measured state (position and gripper dimensions) or
+    /// zero (velocity).
+    fn set_anchor(&mut self, t_due: Stamp, t_obs: Stamp, now: Stamp) {
+        let max_age = self.cfg.safety.max_observation_age_ms / 1000.0;
+        let tl = self
+            .inputs
+            .timeline
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let recent = tl
+            .last_observation()
+            .is_some_and(|t0| (0.0..=max_age).contains(&(t_obs - t0)));
+        match tl.command_before(t_due, now).filter(|_| recent) {
+            Some(r) => self.anchor.copy_from_slice(r),
+            None => {
+                for (a, dim) in self.anchor.iter_mut().zip(self.dims.iter()) {
+                    *a = match dim.kind {
+                        ActionKind::Velocity => 0.0,
+                        _ => self.state[dim.state_index],
+                    };
                 }
             }
         }
-        self.status.clamped += changed;
     }
 
     /// Runs ticks at the configured rate until `stop` is set (the control thread's body), with
@@ -1208,12 +1341,35 @@ impl Node {
         let period = std::time::Duration::from_secs_f64(1.0 / self.cfg.control.rate_hz);
         let ended = Arc::new(AtomicBool::new(false));
         let watchdog = self.spawn_watchdog(period, ended.clone());
+        let commander = self.spawn_commander(ended.clone());
         let r = self.run_ticks(stop, period);
         ended.store(true, Ordering::SeqCst);
-        if let Some(w) = watchdog {
-            let _ = w.join();
+        for t in [watchdog, commander].into_iter().flatten() {
+            let _ = t.join();
         }
         r
+    }
+
+    /// The command stream's thread: polls the node's clock a few times per period and
+    /// publishes each command when it is due.
+    fn spawn_commander(&self, ended: Arc<AtomicBool>) -> Option<std::thread::JoinHandle<()>> {
+        let mut stream = self.command_stream()?;
+        let (clock, out) = (self.clock.clone(), self.out.clone());
+        let look = std::time::Duration::from_secs_f64(stream.period() / 8.0).clamp(
+            std::time::Duration::from_micros(200),
+            std::time::Duration::from_millis(5),
+        );
+        std::thread::Builder::new()
+            .name("frt-commands".into())
+            .spawn(move || {
+                while !ended.load(Ordering::SeqCst) {
+                    if let Some(c) = stream.poll(clock.now()) {
+                        let _ = out.try_send(Outbound::Command(c));
+                    }
+                    std::thread::sleep(look);
+                }
+            })
+            .ok()
     }
 
     fn spawn_watchdog(

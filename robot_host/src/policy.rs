@@ -8,8 +8,8 @@ use frt_exec::{Ctx, Stream};
 use frt_kernels::DType;
 use frt_vla::inputs::Normalization;
 use frt_vla::{
-    ModelImage, Observation, Pi05, Pi05Config, Pi05Weights, PromptScratch, Stage, Tokenizer,
-    pi05_tokens, pi05_tokens_into,
+    ChunkShape, ModelImage, Observation, Pi05, Pi05Config, Pi05Weights, PromptScratch, Stage,
+    Tokenizer, pi05_tokens, pi05_tokens_into,
 };
 use std::path::Path;
 use std::sync::Arc;
@@ -67,15 +67,47 @@ pub struct Policy {
     prompt: PromptScratch,
 }
 
-/// The model configuration a node configuration asks for.
-pub fn model_config(cfg: &Config) -> Pi05Config {
+/// The model configuration a node configuration asks for: the preset of its size, its
+/// views and prompt capacity, and the chunk shape from `model.action_horizon` or the
+/// checkpoint's `config.json` (they must agree when both are given), else the preset's (50
+/// rows of 32). Also checks what depends on the horizon (`Config::validate_horizon`).
+pub fn model_config(cfg: &Config) -> Result<Pi05Config> {
     let mut c = match cfg.model.source() {
         ModelSource::RandomTiny { .. } => Pi05Config::tiny(),
         _ => Pi05Config::base(),
     };
     c.views = cfg.views();
     c.max_token_len = cfg.model.max_token_len;
-    c
+    let file = match cfg.model.source() {
+        ModelSource::Checkpoint(dir) => ChunkShape::of_checkpoint(&dir)?,
+        _ => ChunkShape::default(),
+    };
+    match (cfg.model.action_horizon, file.action_horizon) {
+        (Some(a), Some(b)) if a != b => {
+            return Err(crate::config::ConfigError {
+                field: "model.action_horizon".into(),
+                problem: format!("{a} rows, but the checkpoint's config.json says {b}"),
+            }
+            .into());
+        }
+        (Some(h), _) | (None, Some(h)) => c.action_horizon = h,
+        (None, None) => {}
+    }
+    if let Some(d) = file.action_dim {
+        c.action_dim = d;
+    }
+    if cfg.control.action_dim > c.action_dim {
+        return Err(crate::config::ConfigError {
+            field: "control.action_dim".into(),
+            problem: format!(
+                "{} dimensions; the model predicts {}",
+                cfg.control.action_dim, c.action_dim
+            ),
+        }
+        .into());
+    }
+    cfg.validate_horizon(c.action_horizon)?;
+    Ok(c)
 }
 
 /// The normalized state of `n` values whose pi05 prompt has the most tokens: all values in
@@ -157,7 +189,7 @@ fn load_weights(cfg: &Config, mc: &Pi05Config) -> Result<Pi05Weights> {
 /// model, the norm stats, the checkpoint's tensors and shapes (`check` on a machine without
 /// the configured GPU).
 pub fn check_files(cfg: &Config) -> Result<()> {
-    let mc = model_config(cfg);
+    let mc = model_config(cfg)?;
     HostSide::load(cfg, &mc)?;
     if let ModelSource::Checkpoint(dir) = cfg.model.source() {
         Pi05Weights::load(&dir, &mc)?;
@@ -173,7 +205,7 @@ impl Policy {
             Backend::Host => Ctx::host()?,
             Backend::Cuda => Ctx::cuda(0)?,
         };
-        let mc = model_config(cfg);
+        let mc = model_config(cfg)?;
         let HostSide {
             tokenizer,
             worst_state,

@@ -15,6 +15,7 @@
 //!   deadline is recorded once with its cause; the node halts (best effort) and the process
 //!   exits non-zero so that a supervisor (the launch file's `respawn`) restarts it.
 
+use crate::config::{ActionDim, HoldRule};
 use crate::messages::Stamp;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -92,12 +93,31 @@ impl StopLatch {
     /// Marks every request as seen and says what to do: halt if a stop arrived, then leave
     /// the halted state if a resume arrived after the last stop.
     pub fn take(&self) -> Pending {
+        self.take_then(|_| {})
+    }
+
+    /// [`StopLatch::take`], then `then` with what it took, under the latch's lock: whatever
+    /// `then` sets up for a stop is in place before anyone sees the stop as handled.
+    pub fn take_then(&self, then: impl FnOnce(&Pending)) -> Pending {
         let mut s = self.lock();
         let stop = (s.last_stop != s.seen_stop).then_some(s.stop_arrived);
         let resume = s.last_resume != s.seen_resume && s.last_resume > s.last_stop;
         s.seen_stop = s.last_stop;
         s.seen_resume = s.last_resume;
-        Pending { stop, resume }
+        let p = Pending { stop, resume };
+        then(&p);
+        p
+    }
+
+    /// Runs `f` unless a stop is pending, under the latch's lock (a stop is latched either
+    /// before `f` runs or after it). Returns whether it ran.
+    pub fn unless_stopped(&self, f: impl FnOnce()) -> bool {
+        let s = self.lock();
+        if s.last_stop != s.seen_stop {
+            return false;
+        }
+        f();
+        true
     }
 
     /// Runs `publish` (which returns the chunk's sequence number) unless a stop is pending,
@@ -123,35 +143,50 @@ pub enum Hold {
 }
 
 impl Hold {
-    /// The hold of a position-controlled robot from its latest measured state: the first
-    /// `dims` joints, if the state is fresh (stamped within `[now − max_age, now +
-    /// max_future]`) and finite.
-    pub fn position(
+    /// What a halt commands for a robot with `dims` (see [`HoldRule`]): zero for velocity
+    /// dimensions; for the others the latest measured position if `state` is fresh (stamped
+    /// within `[now − max_age, now + max_future]`) and finite, else (rule `current`) the
+    /// command being executed now. A dimension with neither: no targets at all.
+    pub fn of(
+        dims: &[ActionDim],
         state: Option<&(Stamp, Vec<f32>)>,
-        dims: usize,
+        current: Option<&[f32]>,
         now: Stamp,
         max_age: f64,
         max_future: f64,
     ) -> Hold {
-        let Some((t, s)) = state else {
-            return Hold::NoTarget("no joint state received");
+        let measured = match state {
+            None => Err("no joint state received"),
+            Some((t, _)) if !fresh(*t, now, max_age, max_future) => Err("no fresh joint state"),
+            Some((_, s)) => Ok(s),
         };
-        if !fresh(*t, now, max_age, max_future) {
-            return Hold::NoTarget("no fresh joint state");
+        let mut row = Vec::with_capacity(dims.len());
+        for (k, dim) in dims.iter().enumerate() {
+            let m = measured.and_then(|s| match s.get(dim.state_index) {
+                Some(x) if x.is_finite() => Ok(*x),
+                Some(_) => Err("joint state not finite"),
+                None => Err("joint state shorter than the action"),
+            });
+            let x = match (dim.hold, m) {
+                (HoldRule::Zero, _) => 0.0,
+                (_, Ok(x)) => x,
+                (HoldRule::Current, Err(why)) => match current.map(|c| c[k]) {
+                    Some(x) if x.is_finite() => x,
+                    _ => return Hold::NoTarget(why),
+                },
+                (HoldRule::Measured, Err(why)) => return Hold::NoTarget(why),
+            };
+            row.push(x);
         }
-        if s.len() < dims {
-            return Hold::NoTarget("joint state shorter than the action");
-        }
-        let row = &s[..dims];
-        if row.iter().any(|x| !x.is_finite()) {
-            return Hold::NoTarget("joint state not finite");
-        }
-        Hold::Row(row.to_vec())
+        Hold::Row(row)
     }
 
-    /// The hold of a velocity-controlled robot: zero.
-    pub fn velocity(dims: usize) -> Hold {
-        Hold::Row(vec![0.0; dims])
+    /// The row, if there is one.
+    pub fn row(&self) -> Option<&[f32]> {
+        match self {
+            Hold::Row(r) => Some(r),
+            Hold::NoTarget(_) => None,
+        }
     }
 }
 
@@ -235,6 +270,7 @@ pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::ActionKind;
 
     #[test]
     fn a_stop_is_never_lost_and_a_resume_only_follows_it() {
@@ -285,15 +321,56 @@ mod tests {
         assert_eq!(l.last_chunk_before_stop(), 1);
     }
 
+    fn dims(kinds: &[(ActionKind, HoldRule)]) -> Vec<ActionDim> {
+        kinds
+            .iter()
+            .enumerate()
+            .map(|(k, (kind, hold))| ActionDim {
+                joint: format!("j{k}"),
+                // The state lists the joints in another order: dimension k is joint 2 − k.
+                state_index: 2 - k,
+                kind: *kind,
+                delta: false,
+                min: -5.0,
+                max: 5.0,
+                max_delta: None,
+                hold: *hold,
+            })
+            .collect()
+    }
+
     #[test]
     fn the_position_hold_is_the_fresh_finite_measured_state() {
-        let s = (10.0, vec![0.5, -0.25, 1.0]);
-        let h = |s: Option<&(Stamp, Vec<f32>)>, now| Hold::position(s, 2, now, 0.2, 0.05);
-        assert_eq!(h(Some(&s), 10.1), Hold::Row(vec![0.5, -0.25]));
+        let p = dims(&[(ActionKind::Position, HoldRule::Measured); 2]);
+        let s = (10.0, vec![1.0, -0.25, 0.5]);
+        let h =
+            |s: Option<&(Stamp, Vec<f32>)>, now| Hold::of(&p, s, Some(&[3.0, 3.0]), now, 0.2, 0.05);
+        assert_eq!(
+            h(Some(&s), 10.1),
+            Hold::Row(vec![0.5, -0.25]),
+            "by joint, not by index"
+        );
         assert!(matches!(h(None, 10.0), Hold::NoTarget(_)));
         assert!(matches!(h(Some(&s), 10.3), Hold::NoTarget(_)), "stale");
         assert!(matches!(h(Some(&s), 9.9), Hold::NoTarget(_)), "future");
-        let inf = (10.0, vec![f32::INFINITY, 0.0]);
+        let inf = (10.0, vec![0.0, 0.0, f32::INFINITY]);
         assert!(matches!(h(Some(&inf), 10.0), Hold::NoTarget(_)));
+    }
+
+    #[test]
+    fn a_velocity_and_gripper_hold_is_zero_and_the_gripper_where_it_is() {
+        let v = dims(&[
+            (ActionKind::Velocity, HoldRule::Zero),
+            (ActionKind::Velocity, HoldRule::Zero),
+            (ActionKind::Gripper, HoldRule::Current),
+        ]);
+        let s = (10.0, vec![0.8, 0.3, -0.3]);
+        let current = [0.4, -0.4, 0.2];
+        let h =
+            |s: Option<&(Stamp, Vec<f32>)>, c: Option<&[f32]>| Hold::of(&v, s, c, 10.0, 0.2, 0.05);
+        assert_eq!(h(Some(&s), Some(&current)), Hold::Row(vec![0.0, 0.0, 0.8]));
+        // No fresh state: the gripper keeps the command it is executing; the joints stop.
+        assert_eq!(h(None, Some(&current)), Hold::Row(vec![0.0, 0.0, 0.2]));
+        assert!(matches!(h(None, None), Hold::NoTarget(_)));
     }
 }

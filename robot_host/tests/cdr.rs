@@ -52,7 +52,7 @@ fn every_message_matches_cyclonedds_byte_for_byte() {
         .unwrap(),
     )
     .unwrap();
-    assert_eq!(refs.len(), 21);
+    assert_eq!(refs.len(), 22);
     for (key, e) in &refs {
         match key.as_str() {
             "builtin_interfaces/msg/Time" => check::<msg::Time>(key, e),
@@ -66,6 +66,7 @@ fn every_message_matches_cyclonedds_byte_for_byte() {
                 check::<msg::JointState>(key, e)
             }
             "trajectory_msgs/msg/JointTrajectory" => check::<msg::JointTrajectory>(key, e),
+            "std_msgs/msg/Float64MultiArray" => check::<msg::Float64MultiArray>(key, e),
             "diagnostic_msgs/msg/DiagnosticArray" => check::<msg::DiagnosticArray>(key, e),
             "audio_common_msgs/msg/AudioDataStamped#ros_drivers" => {
                 check::<ros_drivers::AudioDataStamped>(key, e)

@@ -16,11 +16,23 @@ fn chunk() -> m::ActionChunk {
         subgoal_id: 2,
         halt: false,
         latency: 0.018,
+        due_row: 1,
+        execution_horizon: 2,
+    }
+}
+
+fn plan() -> m::Plan {
+    m::Plan {
+        stamp: 12.25,
+        dt: 0.4,
+        action_dim: 2,
+        rows: vec![0.5, 1.0, 1.5, 2.0, 2.5, 3.0].into(),
+        halt: false,
     }
 }
 
 #[test]
-fn chunks_become_action_chunks_and_joint_trajectories() {
+fn chunks_become_action_chunks_and_plans_joint_trajectories() {
     let a = convert::action_chunk(&chunk(), "arm");
     assert_eq!(
         (a.header.stamp.sec, a.header.stamp.nanosec),
@@ -29,23 +41,25 @@ fn chunks_become_action_chunks_and_joint_trajectories() {
     assert_eq!(a.header.frame_id, "arm");
     assert_eq!((a.seq, a.horizon, a.action_dim, a.subgoal_id), (3, 3, 2, 2));
     assert_eq!(a.inference_latency, 0.018);
+    assert_eq!((a.due_row, a.execution_horizon), (1, 2));
     let joints = vec!["shoulder".to_string(), "elbow".to_string()];
-    let t = convert::joint_trajectory(&chunk(), &joints, false, "arm");
+    let t = convert::joint_trajectory(&plan(), &joints, false, "arm");
+    assert_eq!(
+        (t.header.stamp.sec, t.header.stamp.nanosec),
+        (12, 250_000_000)
+    );
     assert_eq!(t.joint_names, joints);
     assert_eq!(t.points.len(), 3);
     assert_eq!(t.points[1].positions, vec![1.5, 2.0]);
     assert!(t.points[1].velocities.is_empty());
-    // time_from_start = (k + 1)·dt
+    // time_from_start = k·dt from the stamp, when row 0 is due
     let tfs: Vec<(i32, u32)> = t
         .points
         .iter()
         .map(|p| (p.time_from_start.sec, p.time_from_start.nanosec))
         .collect();
-    assert_eq!(
-        tfs,
-        vec![(0, 400_000_000), (0, 800_000_000), (1, 200_000_000)]
-    );
-    let v = convert::joint_trajectory(&chunk(), &joints, true, "arm");
+    assert_eq!(tfs, vec![(0, 0), (0, 400_000_000), (0, 800_000_000)]);
+    let v = convert::joint_trajectory(&plan(), &joints, true, "arm");
     assert_eq!(v.points[2].velocities, vec![2.5, 3.0]);
     assert!(v.points[2].positions.is_empty());
 }

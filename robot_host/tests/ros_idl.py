@@ -66,6 +66,25 @@ class CompressedImage(IdlStruct, typename=dds("sensor_msgs/msg/CompressedImage")
 
 
 @dataclass
+class MultiArrayDimension(IdlStruct, typename=dds("std_msgs/msg/MultiArrayDimension")):
+    label: str
+    size: t.uint32
+    stride: t.uint32
+
+
+@dataclass
+class MultiArrayLayout(IdlStruct, typename=dds("std_msgs/msg/MultiArrayLayout")):
+    dim: t.sequence[MultiArrayDimension]
+    data_offset: t.uint32
+
+
+@dataclass
+class Float64MultiArray(IdlStruct, typename=dds("std_msgs/msg/Float64MultiArray")):
+    layout: MultiArrayLayout
+    data: t.sequence[t.float64]
+
+
+@dataclass
 class JointState(IdlStruct, typename=dds("sensor_msgs/msg/JointState")):
     header: Header
     name: t.sequence[str]
@@ -163,6 +182,8 @@ class ActionChunk(IdlStruct, typename=dds("frt_msgs/msg/ActionChunk")):
     subgoal_id: t.uint64
     halt: bool
     inference_latency: t.float64
+    due_row: t.uint32
+    execution_horizon: t.uint32
 
 
 @dataclass

@@ -3,7 +3,7 @@
 //! capped against the robot, subgoals are checked when they arrive, future or stale stamps
 //! never produce a chunk, and faults end in a halt and a non-zero exit.
 
-use frt_robot_host::messages::{ActionChunk, Command, Image, JointState, Outbound, Source};
+use frt_robot_host::messages::{ActionChunk, Command, Image, JointState, Outbound, Plan, Source};
 use frt_robot_host::{Config, Inputs, ManualClock, Node, Outputs, TickOutcome};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -64,6 +64,9 @@ fn rig_from(text: &str) -> Rig {
 
 const POSITION: &str = "  missing_camera: degrade\n  action_space: position";
 
+/// A JointTrajectory output for every joint (plans are published).
+const TRAJECTORY: &str = "ros:\n  joint_trajectory: { topic: /arm/joint_trajectory, joints: [j1, j2, j3, j4, j5, j6, gripper] }";
+
 fn frame(k: u32) -> Image {
     let (w, h) = (64u32, 48u32);
     Image::Raw {
@@ -92,6 +95,19 @@ impl Rig {
         self.inputs.frame("base", t, &frame(k)).unwrap();
         self.inputs.frame("wrist", t, &frame(k + 100)).unwrap();
         self.inputs.state(&state_at(t, x)).unwrap();
+    }
+
+    /// The chunks and plans published since the last look.
+    fn chunks_and_plans(&self) -> (Vec<ActionChunk>, Vec<Plan>) {
+        let (mut c, mut p) = (Vec::new(), Vec::new());
+        for o in self.out.0.try_iter() {
+            match o {
+                Outbound::Chunk(x) => c.push(x),
+                Outbound::Plan(x) => p.push(x),
+                _ => {}
+            }
+        }
+        (c, p)
     }
 
     fn chunks(&self) -> Vec<ActionChunk> {
@@ -213,16 +229,17 @@ fn a_stop_mid_tick_ends_the_tick_at_the_next_graph_boundary() {
 fn a_position_hold_is_the_measured_state_or_no_target() {
     // A stop before any state: a halt chunk without targets (not zeros), and an empty
     // JointTrajectory.
-    let mut r = rig(POSITION);
+    let mut r = rig(&format!("{POSITION}\n{TRAJECTORY}"));
     r.clock.set(1.0);
     r.inputs.command_text("stop").unwrap();
     assert_eq!(r.node.tick(), TickOutcome::Idle);
-    let c = r.chunks();
+    let (c, p) = r.chunks_and_plans();
     assert_eq!(c.len(), 1);
     assert!(c[0].halt);
     assert_eq!((c[0].horizon, c[0].actions.len()), (0, 0));
     let joints: Vec<String> = JOINTS.iter().map(|s| s.to_string()).collect();
-    let jt = frt_robot_host::ros::convert::joint_trajectory(&c[0], &joints, false, "base");
+    assert_eq!(p.len(), 1);
+    let jt = frt_robot_host::ros::convert::joint_trajectory(&p[0], &joints, false, "base");
     assert!(jt.points.is_empty(), "stop and hold: an empty trajectory");
     assert_eq!(r.node.status().holds_without_target, 1);
 
@@ -232,12 +249,12 @@ fn a_position_hold_is_the_measured_state_or_no_target() {
     r.inputs.state(&state_at(2.0, &X0)).unwrap();
     r.inputs.command_text("stop").unwrap();
     r.node.tick();
-    let c = r.chunks();
+    let (c, p) = r.chunks_and_plans();
     assert_eq!(c[0].horizon, 50);
     for a in c[0].actions.chunks(7) {
         assert_eq!(a, &row(&X0)[..]);
     }
-    let jt = frt_robot_host::ros::convert::joint_trajectory(&c[0], &joints, false, "base");
+    let jt = frt_robot_host::ros::convert::joint_trajectory(&p[0], &joints, false, "base");
     assert_eq!(
         jt.points[0].positions,
         X0.to_vec()

@@ -17,4 +17,4 @@ pub use error::{Error, Result};
 pub use inputs::ModelImage;
 pub use pi05::{EXACT_PREFIX_VARIANTS, Observation, Pi05, PromptMode, Stage};
 pub use tokenizer::{EncodeScratch, PromptScratch, Tokenizer, pi05_tokens, pi05_tokens_into};
-pub use weights::Pi05Weights;
+pub use weights::{ChunkShape, Pi05Weights};

@@ -274,6 +274,48 @@ fn random_tensor(name: &str, shape: &[usize], init: Init, seed: u64) -> HostTens
     }
 }
 
+/// What a checkpoint folder's `config.json` says of the action chunks: openpi's PyTorch
+/// conversion (`action_horizon`, `action_dim`), LeRobot's `pi05` (`chunk_size`,
+/// `max_action_dim`), or [`Pi05Weights::write`] (a [`Pi05Config`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChunkShape {
+    pub action_horizon: Option<usize>,
+    pub action_dim: Option<usize>,
+}
+
+impl ChunkShape {
+    /// Reads `dir/config.json`; a folder without one says nothing (`Default`). A field that is
+    /// present but not a positive integer is an error naming it.
+    pub fn of_checkpoint(dir: &Path) -> Result<ChunkShape> {
+        let path = dir.join("config.json");
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(ChunkShape::default()),
+            Err(source) => return Err(Error::Io { path, source }),
+        };
+        let bad = |reason: String| Error::BadCheckpoint {
+            file: path.clone(),
+            reason,
+        };
+        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        let field = |names: &[&str]| -> Result<Option<usize>> {
+            for n in names {
+                if let Some(x) = v.get(*n) {
+                    return match x.as_u64() {
+                        Some(k) if (1..=100_000).contains(&k) => Ok(Some(k as usize)),
+                        _ => Err(bad(format!("`{n}` is {x}; expected a positive integer"))),
+                    };
+                }
+            }
+            Ok(None)
+        };
+        Ok(ChunkShape {
+            action_horizon: field(&["action_horizon", "chunk_size"])?,
+            action_dim: field(&["action_dim", "max_action_dim"])?,
+        })
+    }
+}
+
 impl Pi05Weights {
     /// Deterministic random weights for any configuration (tests, benchmarks): the same seed
     /// gives the same weights; each tensor's values depend only on the seed and its name.

@@ -161,26 +161,28 @@ pub fn action_chunk(c: &m::ActionChunk, frame_id: &str) -> msg::ActionChunk {
         subgoal_id: c.subgoal_id,
         halt: c.halt,
         inference_latency: c.latency,
+        due_row: c.due_row,
+        execution_horizon: c.execution_horizon,
     }
 }
 
-/// An action chunk as a `trajectory_msgs/JointTrajectory` for ros2_control: one point per
-/// action, `time_from_start = (k + 1)·dt`, positions (position control) or velocities
-/// (velocity control) from the chunk.
+/// A plan as a `trajectory_msgs/JointTrajectory` for ros2_control: header stamped when its
+/// first row is due (now or ahead: no point is in the past on arrival), one point per row,
+/// `time_from_start = j·dt`, positions (or velocities when every dimension is a velocity). A
+/// plan without rows is an empty trajectory (joint_trajectory_controller: stop and hold).
 pub fn joint_trajectory(
-    c: &m::ActionChunk,
+    p: &m::Plan,
     joints: &[String],
     velocity: bool,
     frame_id: &str,
 ) -> msg::JointTrajectory {
-    let d = c.action_dim as usize;
-    let points = c
-        .actions
+    let d = p.action_dim as usize;
+    let points = p
+        .rows
         .chunks(d.max(1))
         .enumerate()
         .map(|(k, row)| {
             let values: Vec<f64> = row.iter().take(joints.len()).map(|x| *x as f64).collect();
-            let t = (k + 1) as f64 * c.dt;
             let (positions, velocities) = if velocity {
                 (Vec::new(), values)
             } else {
@@ -189,18 +191,77 @@ pub fn joint_trajectory(
             msg::JointTrajectoryPoint {
                 positions,
                 velocities,
-                time_from_start: msg::Duration {
-                    sec: t.floor() as i32,
-                    nanosec: ((t - t.floor()) * 1e9).round().min(999_999_999.0) as u32,
-                },
+                time_from_start: duration(k as f64 * p.dt),
                 ..Default::default()
             }
         })
         .collect();
     msg::JointTrajectory {
-        header: header(c.stamp, frame_id),
+        header: header(p.stamp, frame_id),
         joint_names: joints.iter().take(d).cloned().collect(),
         points,
+    }
+}
+
+/// Seconds as a `builtin_interfaces/Duration` (non-negative).
+fn duration(t: f64) -> msg::Duration {
+    let t = t.max(0.0);
+    msg::Duration {
+        sec: t.floor().min(i32::MAX as f64) as i32,
+        nanosec: ((t - t.floor()) * 1e9).round().min(999_999_999.0) as u32,
+    }
+}
+
+/// A fixed-rate command as `std_msgs/Float64MultiArray`: one value per action dimension, in
+/// the configured order (a forward command controller's `commands` topic).
+pub fn float64_command(c: &m::JointCommand) -> msg::Float64MultiArray {
+    let n = c.values.len() as u32;
+    msg::Float64MultiArray {
+        layout: msg::MultiArrayLayout {
+            dim: vec![msg::MultiArrayDimension {
+                label: "joints".into(),
+                size: n,
+                stride: n,
+            }],
+            data_offset: 0,
+        },
+        data: c.values.iter().map(|x| *x as f64).collect(),
+    }
+}
+
+/// A fixed-rate command as `sensor_msgs/JointState`: the action joints, `position` for
+/// position and gripper dimensions and `velocity` for velocity dimensions (each array present
+/// only when some dimension is of its kind, NaN for the joints commanded the other way).
+pub fn joint_state_command(
+    c: &m::JointCommand,
+    dims: &[crate::config::ActionDim],
+    frame_id: &str,
+) -> msg::JointState {
+    use crate::config::ActionKind;
+    let of = |velocity: bool| -> Vec<f64> {
+        if !dims
+            .iter()
+            .any(|d| (d.kind == ActionKind::Velocity) == velocity)
+        {
+            return Vec::new();
+        }
+        dims.iter()
+            .zip(&c.values)
+            .map(|(d, x)| {
+                if (d.kind == ActionKind::Velocity) == velocity {
+                    *x as f64
+                } else {
+                    f64::NAN
+                }
+            })
+            .collect()
+    };
+    msg::JointState {
+        header: header(c.stamp, frame_id),
+        name: dims.iter().map(|d| d.joint.clone()).collect(),
+        position: of(false),
+        velocity: of(true),
+        effort: Vec::new(),
     }
 }
 

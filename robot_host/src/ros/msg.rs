@@ -177,6 +177,28 @@ ros_message!(
     }
 );
 ros_message!(
+    /// std_msgs/MultiArrayDimension.
+    MultiArrayDimension = "std_msgs/msg/MultiArrayDimension" {
+        label: String => string,
+        size: u32 => u32,
+        stride: u32 => u32,
+    }
+);
+ros_message!(
+    /// std_msgs/MultiArrayLayout.
+    MultiArrayLayout = "std_msgs/msg/MultiArrayLayout" {
+        dim: Vec<MultiArrayDimension> => msgs(MultiArrayDimension),
+        data_offset: u32 => u32,
+    }
+);
+ros_message!(
+    /// std_msgs/Float64MultiArray (ros2_control's forward command controllers).
+    Float64MultiArray = "std_msgs/msg/Float64MultiArray" {
+        layout: MultiArrayLayout => msg,
+        data: Vec<f64> => f64s,
+    }
+);
+ros_message!(
     /// rosgraph_msgs/Clock (simulation time on `/clock`).
     Clock = "rosgraph_msgs/msg/Clock" { clock: Time => msg }
 );
@@ -291,6 +313,8 @@ ros_message!(
         subgoal_id: u64 => u64,
         halt: bool => bool,
         inference_latency: f64 => f64,
+        due_row: u32 => u32,
+        execution_horizon: u32 => u32,
     }
 );
 ros_message!(

@@ -13,7 +13,7 @@
 use super::CdrError;
 use super::convert::{self, PcmFormat};
 use super::msg::{self, RosMessage, mgonzs13, ros_drivers};
-use crate::config::{ActionSpace, Config, ImageFormat, TrajectoryConfig};
+use crate::config::{ActionDim, ActionKind, CommandMessage, Config, ImageFormat, TrajectoryConfig};
 use crate::error::{Error, Result};
 use crate::messages::Outbound;
 use crate::node::{Inputs, ManualClock, Refusal};
@@ -102,6 +102,8 @@ pub enum Out {
     Transcript,
     Status,
     Trajectory,
+    /// The fixed-rate command stream (`execution.command_stream`).
+    Commands,
     Diagnostics,
 }
 
@@ -200,6 +202,13 @@ impl Endpoints {
         output(Out::Status, "~/status", msg::HostStatus::NAME)?;
         if let Some(t) = &cfg.ros.joint_trajectory {
             output(Out::Trajectory, &t.topic, msg::JointTrajectory::NAME)?;
+        }
+        if let Some(c) = &cfg.execution.command_stream {
+            let ty = match c.message {
+                CommandMessage::Float64MultiArray => msg::Float64MultiArray::NAME,
+                CommandMessage::JointState => msg::JointState::NAME,
+            };
+            output(Out::Commands, &c.topic, ty)?;
         }
         if cfg.ros.diagnostics {
             output(Out::Diagnostics, "/diagnostics", msg::DiagnosticArray::NAME)?;
@@ -383,6 +392,8 @@ fn audio(kind: AudioIn, bytes: Cdr) -> std::result::Result<crate::messages::Audi
 pub enum Publication {
     Chunk(msg::ActionChunk),
     Trajectory(msg::JointTrajectory),
+    Float64Command(msg::Float64MultiArray),
+    JointStateCommand(msg::JointState),
     Transcript(msg::Transcript),
     Status(msg::HostStatus),
     Diagnostics(msg::DiagnosticArray),
@@ -393,6 +404,7 @@ impl Publication {
         match self {
             Publication::Chunk(_) => Out::Chunk,
             Publication::Trajectory(_) => Out::Trajectory,
+            Publication::Float64Command(_) | Publication::JointStateCommand(_) => Out::Commands,
             Publication::Transcript(_) => Out::Transcript,
             Publication::Status(_) => Out::Status,
             Publication::Diagnostics(_) => Out::Diagnostics,
@@ -404,6 +416,8 @@ impl Publication {
         match self {
             Publication::Chunk(m) => m.encode(),
             Publication::Trajectory(m) => m.encode(),
+            Publication::Float64Command(m) => m.encode(),
+            Publication::JointStateCommand(m) => m.encode(),
             Publication::Transcript(m) => m.encode(),
             Publication::Status(m) => m.encode(),
             Publication::Diagnostics(m) => m.encode(),
@@ -417,7 +431,9 @@ pub struct Publisher {
     frame_id: String,
     node: String,
     trajectory: Option<TrajectoryConfig>,
-    velocity: bool,
+    /// The action dimensions (joint names and kinds of the trajectory and the commands).
+    dims: Vec<ActionDim>,
+    commands: Option<CommandMessage>,
     diagnostics: bool,
     last_diagnostics: Option<Instant>,
 }
@@ -428,7 +444,8 @@ impl Publisher {
             frame_id: cfg.ros.frame_id.clone(),
             node: cfg.node.name.clone(),
             trajectory: cfg.ros.joint_trajectory.clone(),
-            velocity: cfg.safety.action_space == ActionSpace::Velocity,
+            dims: cfg.action_dims().unwrap_or_default(),
+            commands: cfg.execution.command_stream.as_ref().map(|c| c.message),
             diagnostics: cfg.ros.diagnostics,
             last_diagnostics: None,
         }
@@ -437,17 +454,27 @@ impl Publisher {
     /// The messages `o` becomes, in publishing order.
     pub fn messages(&mut self, o: &Outbound, mut out: impl FnMut(Publication)) {
         match o {
-            Outbound::Chunk(c) => {
+            Outbound::Chunk(c) => out(Publication::Chunk(convert::action_chunk(c, &self.frame_id))),
+            Outbound::Plan(p) => {
                 if let Some(t) = &self.trajectory {
+                    let velocity = self.dims.iter().all(|d| d.kind == ActionKind::Velocity);
                     out(Publication::Trajectory(convert::joint_trajectory(
-                        c,
+                        p,
                         &t.joints,
-                        self.velocity,
+                        velocity,
                         &self.frame_id,
                     )));
                 }
-                out(Publication::Chunk(convert::action_chunk(c, &self.frame_id)));
             }
+            Outbound::Command(c) => match self.commands {
+                Some(CommandMessage::Float64MultiArray) => {
+                    out(Publication::Float64Command(convert::float64_command(c)))
+                }
+                Some(CommandMessage::JointState) => out(Publication::JointStateCommand(
+                    convert::joint_state_command(c, &self.dims, &self.frame_id),
+                )),
+                None => {}
+            },
             Outbound::Transcript(t) => out(Publication::Transcript(convert::transcript(t))),
             Outbound::Status(s) => {
                 let due = self
