@@ -768,7 +768,17 @@ impl Config {
                 ),
             ));
         }
-        self.action_dims()?;
+        let dims = self.action_dims()?;
+        let velocities = dims
+            .iter()
+            .filter(|d| d.kind == ActionKind::Velocity)
+            .count();
+        if self.ros.joint_trajectory.is_some() && velocities != 0 && velocities != dims.len() {
+            return Err(bad(
+                "ros.joint_trajectory",
+                "a JointTrajectory carries positions or velocities, and these actions mix both; use execution.command_stream",
+            ));
+        }
         let e = &self.execution;
         if e.execution_horizon == Some(0) {
             return Err(bad("execution.execution_horizon", "at least 1 row"));

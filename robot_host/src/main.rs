@@ -201,13 +201,14 @@ static SHUTDOWN: AtomicBool = AtomicBool::new(false);
 /// The running node's inputs, where a panic in any thread is recorded as a fault.
 static FAULT_SINK: Mutex<Option<Inputs>> = Mutex::new(None);
 
-/// A panic anywhere in the process (control, speech, transport threads) is a fault: after the
-/// default report (the cause on stderr), it is recorded in the running node's inputs, which
-/// latches a stop (see [`supervise`]).
+/// A panic anywhere in the process (control, speech, transport threads) is a fault: it is
+/// recorded in the running node's inputs, which latches a stop (see [`supervise`]), then
+/// reported as by default (the cause on stderr).
 fn install_panic_hook() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        default(info);
+        // Recorded before the report: printing it (a backtrace, a slow terminal) must not
+        // delay the halt.
         let thread = std::thread::current()
             .name()
             .unwrap_or("unnamed")
@@ -225,6 +226,7 @@ fn install_panic_hook() {
                 inputs.fault(cause);
             }
         }
+        default(info);
     }));
 }
 

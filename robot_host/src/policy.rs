@@ -67,21 +67,23 @@ pub struct Policy {
     prompt: PromptScratch,
 }
 
-/// The model configuration a node configuration asks for: the preset of its size, its
-/// views and prompt capacity, and the chunk shape from `model.action_horizon` or the
+/// The model configuration a node configuration asks for: the preset of its size (or the
+/// whole configuration a generated checkpoint's `config.json` holds), its views and prompt
+/// capacity, and the chunk shape from `model.action_horizon` or the
 /// checkpoint's `config.json` (they must agree when both are given), else the preset's (50
 /// rows of 32). Also checks what depends on the horizon (`Config::validate_horizon`).
 pub fn model_config(cfg: &Config) -> Result<Pi05Config> {
-    let mut c = match cfg.model.source() {
-        ModelSource::RandomTiny { .. } => Pi05Config::tiny(),
-        _ => Pi05Config::base(),
-    };
-    c.views = cfg.views();
-    c.max_token_len = cfg.model.max_token_len;
     let file = match cfg.model.source() {
         ModelSource::Checkpoint(dir) => ChunkShape::of_checkpoint(&dir)?,
         _ => ChunkShape::default(),
     };
+    let mut c = match (cfg.model.source(), &file.model) {
+        (ModelSource::RandomTiny { .. }, _) => Pi05Config::tiny(),
+        (_, Some(m)) => m.clone(),
+        _ => Pi05Config::base(),
+    };
+    c.views = cfg.views();
+    c.max_token_len = cfg.model.max_token_len;
     match (cfg.model.action_horizon, file.action_horizon) {
         (Some(a), Some(b)) if a != b => {
             return Err(crate::config::ConfigError {

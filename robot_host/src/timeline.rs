@@ -415,12 +415,14 @@ impl Timeline {
     }
 }
 
-/// Fixed-rate command times: due at `first + i·period`; a stall skips the missed ones.
+/// Fixed-rate command times: slot i due at `first + i·period`; a caller that comes late is
+/// served once, for the latest slot due, and the slots it skipped are counted.
 #[derive(Clone, Debug)]
 pub struct CommandClock {
     period: f64,
-    next: Option<Stamp>,
-    /// Periods skipped because the caller came late by more than one period.
+    /// The first slot's time and the next slot's index.
+    schedule: Option<(Stamp, u64)>,
+    /// Slots skipped because the caller came late by more than one period.
     pub missed: u64,
 }
 
@@ -428,7 +430,7 @@ impl CommandClock {
     pub fn new(rate_hz: f64) -> CommandClock {
         CommandClock {
             period: 1.0 / rate_hz,
-            next: None,
+            schedule: None,
             missed: 0,
         }
     }
@@ -438,30 +440,32 @@ impl CommandClock {
     }
 
     /// Whether a command is due at `now`; the first call starts the schedule. A clock that
-    /// jumped backwards restarts it.
+    /// jumped backwards (by more than two periods) restarts it.
     pub fn due(&mut self, now: Stamp) -> bool {
-        let Some(next) = self.next else {
-            self.next = Some(now + self.period);
+        let p = self.period;
+        let Some((first, n)) = self.schedule else {
+            self.schedule = Some((now, 1));
             return true;
         };
-        if now + self.period < next - self.period {
-            self.next = Some(now + self.period);
+        let next = first + n as f64 * p;
+        if now < next - 2.0 * p {
+            self.schedule = Some((now, 1));
             return true;
         }
-        if now + 1e-9 < next {
+        // Slot times are computed from the first, never accumulated: no drift.
+        if now < next - 1e-9 * p.max(1.0) {
             return false;
         }
-        let behind = ((now - next) / self.period).floor();
-        if behind >= 1.0 {
-            self.missed += behind as u64;
-        }
-        self.next = Some(next + (behind + 1.0) * self.period);
+        let latest = (((now - first) / p) + 1e-6).floor().max(n as f64) as u64;
+        self.missed += latest - n;
+        self.schedule = Some((first, latest + 1));
         true
     }
 
     /// When the next command is due (None: before the first).
     pub fn next_due(&self) -> Option<Stamp> {
-        self.next
+        self.schedule
+            .map(|(first, n)| first + n as f64 * self.period)
     }
 }
 

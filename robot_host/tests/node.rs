@@ -465,10 +465,8 @@ fn the_example_configs_are_valid() {
         &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/pi05_thor.yaml"),
     )
     .unwrap();
-    assert_eq!(
-        thor.ros.joint_trajectory.unwrap().joints.len(),
-        thor.control.action_dim
-    );
+    assert_eq!(thor.action_dims().unwrap().len(), thor.control.action_dim);
+    assert!(thor.execution.command_stream.is_some());
 }
 
 #[test]

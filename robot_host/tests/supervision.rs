@@ -27,7 +27,7 @@ safety:
   action_space: position
   action_min: [-3.0]
   action_max: [3.0]
-  watchdog_factor: 20
+  watchdog_factor: {watchdog}
 "#;
 
 /// Runs the binary on a script with one fault at 2 s; returns (exit code, stdout, stderr,
@@ -35,7 +35,14 @@ safety:
 fn run_with_fault(fault: &str) -> (Option<i32>, String, String, f64) {
     let dir = std::env::temp_dir().join(format!("frt-supervision-{fault}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("robot.yaml"), CONFIG).unwrap();
+    // The panic drill's watchdog is far (a panic on a starved machine must be reported as
+    // the panic, not outrun by the watchdog); the stall drill's trips at 2 s.
+    let watchdog = if fault == "stall" { "20" } else { "1000" };
+    std::fs::write(
+        dir.join("robot.yaml"),
+        CONFIG.replace("{watchdog}", watchdog),
+    )
+    .unwrap();
     std::fs::write(
         dir.join("sim.yaml"),
         format!("duration_s: 30\nevents:\n  - {{ at: 2.0, fault: {fault} }}\n"),

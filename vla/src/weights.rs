@@ -277,10 +277,13 @@ fn random_tensor(name: &str, shape: &[usize], init: Init, seed: u64) -> HostTens
 /// What a checkpoint folder's `config.json` says of the action chunks: openpi's PyTorch
 /// conversion (`action_horizon`, `action_dim`), LeRobot's `pi05` (`chunk_size`,
 /// `max_action_dim`), or [`Pi05Weights::write`] (a [`Pi05Config`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ChunkShape {
     pub action_horizon: Option<usize>,
     pub action_dim: Option<usize>,
+    /// The whole model configuration, when `config.json` is one (written by
+    /// [`Pi05Weights::write`]: generated checkpoints of any size).
+    pub model: Option<Pi05Config>,
 }
 
 impl ChunkShape {
@@ -312,6 +315,9 @@ impl ChunkShape {
         Ok(ChunkShape {
             action_horizon: field(&["action_horizon", "chunk_size"])?,
             action_dim: field(&["action_dim", "max_action_dim"])?,
+            model: serde_json::from_value::<Pi05Config>(v.clone())
+                .ok()
+                .filter(|c| c.validate().is_ok()),
         })
     }
 }
