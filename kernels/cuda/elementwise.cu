@@ -110,6 +110,25 @@ __device__ void euler_step_cast(float* x, const float* v, T* x_cast, unsigned lo
     }
 }
 
+// The Euler update with a frozen prefix (real-time chunking's hard mask): rows below the count
+// (read here, so a captured graph takes a new count) are set to the flow's interpolation at
+// t_next between the noise x1 and the frozen actions.
+template <typename T>
+__device__ void euler_step_inpaint_cast(float* x, const float* v, T* x_cast, unsigned long long n, float dt,
+                                        const float* x1, const float* frozen, const int* frozen_rows,
+                                        unsigned row_len, float t_next) {
+    const int rows = *frozen_rows;
+    unsigned long long frozen_n = rows > 0 ? (unsigned long long)rows * row_len : 0ull;
+    if (frozen_n > n) frozen_n = n;
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) {
+        float y = x[i] + dt * v[i];
+        if (i < frozen_n) y = t_next * x1[i] + (1.0f - t_next) * frozen[i];
+        x[i] = y;
+        x_cast[i] = from_f32<T>(y);
+    }
+}
+
 #define ELEMENTWISE(T, S)                                                                              \
     extern "C" __global__ void unary_##S(const T* x, T* out, unsigned long long n, int op, float alpha,  \
                                          int vec8) {                                                   \
@@ -145,5 +164,11 @@ __device__ void euler_step_cast(float* x, const float* v, T* x_cast, unsigned lo
                                                    unsigned long long n, float dt) {                   \
         pdl_entry();                                                                                   \
         euler_step_cast<T>(x, v, x_cast, n, dt);                                                       \
+    }                                                                                                  \
+    extern "C" __global__ void euler_step_inpaint_cast_##S(                                            \
+        float* x, const float* v, T* x_cast, unsigned long long n, float dt, const float* x1,          \
+        const float* frozen, const int* frozen_rows, unsigned row_len, float t_next) {                 \
+        pdl_entry();                                                                                   \
+        euler_step_inpaint_cast<T>(x, v, x_cast, n, dt, x1, frozen, frozen_rows, row_len, t_next);     \
     }
 FOR_FLOATS(ELEMENTWISE)

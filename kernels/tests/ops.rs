@@ -205,6 +205,52 @@ fn binary_ops(b: &Backend) {
                     },
                 );
             }
+            // Euler with a frozen prefix: the first `frozen` rows (a device-side count) become
+            // t·x1 + (1 − t)·frozen; a count of 0 is the plain update; a count beyond the rows
+            // freezes them all.
+            let x1 = rng.vec(rows * cols, 2.0);
+            let fz = rng.vec(rows * cols, 2.0);
+            for (frozen, t_next) in [
+                (0i32, 0.3f32),
+                (rows as i32 / 2, 0.3),
+                (rows as i32 + 5, 0.0),
+            ] {
+                let inpaint = move |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
+                    k.scale(s, &i[0], 1.0, &i[2])?;
+                    k.euler_step_inpaint_cast(s, &i[2], &i[1], -0.1, &i[3], &i[4], &i[5], t_next, o)
+                };
+                let inpaint_ref = move |v: &Vals| {
+                    let n = (frozen.max(0) as usize * cols).min(rows * cols);
+                    (0..rows * cols)
+                        .map(|i| {
+                            if i < n {
+                                t_next as f64 * v.f[3][i] + (1.0 - t_next as f64) * v.f[4][i]
+                            } else {
+                                v.f[0][i] + (-0.1f32) as f64 * v.f[1][i]
+                            }
+                        })
+                        .collect()
+                };
+                run(
+                    b,
+                    &Case {
+                        name: format!("euler_step_inpaint_cast ({frozen} rows) {rows}x{cols}"),
+                        dtype: dt,
+                        inputs: vec![
+                            f32_in(&a),
+                            f32_in(&bb),
+                            Input::FD(DType::F32, vec![rows, cols], vec![0.0; rows * cols]),
+                            f32_in(&x1),
+                            f32_in(&fz),
+                            Input::I(vec![1], vec![frozen]),
+                        ],
+                        out: (vec![rows, cols], dt),
+                        op: &inpaint,
+                        reference: &inpaint_ref,
+                        f32_tol: 1e-6,
+                    },
+                );
+            }
             // GEGLU on the two halves of one [rows, 2·cols] tensor (strided rows).
             let fused = rng.vec(rows * 2 * cols, 3.0);
             let geglu = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {

@@ -426,6 +426,12 @@ pub struct ExecutionConfig {
     /// Publish the command due now at a fixed rate.
     #[serde(default)]
     pub command_stream: Option<CommandStreamConfig>,
+    /// Frozen-prefix denoising (real-time chunking's hard mask, training-free): the rows of a
+    /// new chunk that will be due before it can be published (the recent inference delay,
+    /// ⌈delay / dt⌉ rows) are frozen to the chunk being executed, so that the new chunk
+    /// continues it. Written into buffers before each tick; no recapture.
+    #[serde(default)]
+    pub inpaint_prefix: bool,
 }
 
 impl Default for ExecutionConfig {
@@ -437,6 +443,7 @@ impl Default for ExecutionConfig {
             crossfade_rows: default_crossfade_rows(),
             ensemble_decay: default_ensemble_decay(),
             command_stream: None,
+            inpaint_prefix: false,
         }
     }
 }

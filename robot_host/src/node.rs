@@ -131,6 +131,9 @@ pub const SUBGOAL_QUEUE: usize = 64;
 /// ticks allocate).
 const CHUNK_POOL: usize = 8;
 
+/// Recent chunks whose observation-to-publication delay sets the frozen prefix.
+const DELAYS: usize = 8;
+
 /// How often the control thread looks at a running replay, the stop latch and the subgoal
 /// queue (a sleep: the wait allocates nothing, whichever thread runs it).
 const POLL: std::time::Duration = std::time::Duration::from_micros(50);
@@ -691,6 +694,9 @@ pub struct Node {
     chunk: Vec<f32>,
     chunk_pool: Vec<Arc<Vec<f32>>>,
     plan_pool: Vec<Arc<Vec<f32>>>,
+    /// How long the last chunks took from observation to publication (seconds; the
+    /// frozen prefix covers the longest).
+    delays: [f64; DELAYS],
     /// The newest preprocessed frame of each camera (taken from its slot when a new one
     /// arrived).
     frames: Vec<Option<(Stamp, ModelImage)>>,
@@ -819,6 +825,7 @@ impl Node {
             shape,
             chunk_pool: Vec::with_capacity(CHUNK_POOL),
             plan_pool: Vec::with_capacity(CHUNK_POOL),
+            delays: [0.0; DELAYS],
             cfg,
             policy,
             clock,
@@ -1160,6 +1167,12 @@ impl Node {
         let frames = &frames[..self.frames.len().min(frt_vla::MAX_VIEWS)];
         let subgoal = self.subgoal.clone();
         let _busy = BusyTick::new(&self.busy);
+        if self.policy.inpaints() {
+            let (rows, shift) = self.frozen_prefix(oldest);
+            if let Err(e) = self.policy.freeze_prefix(rows, shift) {
+                return self.refused(e);
+            }
+        }
         if let Err(e) = self.policy.prepare(frames, &self.state, &subgoal) {
             return self.refused(e);
         }
@@ -1256,6 +1269,7 @@ impl Node {
         }
         self.status.clamped += changed;
         self.status.chunks += 1;
+        self.delays[self.status.chunks as usize % DELAYS] = now - oldest;
         let t3 = std::time::Instant::now();
         use crate::observe::Span;
         self.rec.span(Span::Prepare, "prepare", t0, t1);
@@ -1296,6 +1310,25 @@ impl Node {
             h(n);
         }
         Ok(o)
+    }
+
+    /// The frozen prefix of a chunk observed at `t_obs`: (rows, shift). While the robot
+    /// executes a chunk observed at most the observation age bound earlier, the new chunk's
+    /// rows due before it will likely be published (⌈longest recent delay / dt⌉) are that
+    /// chunk's rows from `shift` on (its rows due at the same times); otherwise none.
+    fn frozen_prefix(&self, t_obs: Stamp) -> (usize, usize) {
+        let max_age = self.cfg.safety.max_observation_age_ms / 1000.0;
+        let dt = self.cfg.control.dt;
+        let Some(t0) = self.inputs.timeline().last_observation() else {
+            return (0, 0);
+        };
+        let gap = t_obs - t0;
+        if !(0.0..=max_age).contains(&gap) {
+            return (0, 0);
+        }
+        let delay = self.delays.iter().copied().fold(0.0, f64::max);
+        let rows = (delay / dt - 1e-6).ceil().max(0.0) as usize;
+        (rows, (gap / dt).round() as usize)
     }
 
     /// The command the new chunk's first due row (due at `t_due`; the chunk observed at

@@ -60,6 +60,10 @@ pub struct Policy {
     /// `noise_buf` holds a draw no tick has used yet (see [`Policy::draw_noise`]).
     noise_ready: bool,
     raw: Vec<f32>,
+    /// The last chunk read, in the model's normalized units (frozen-prefix denoising takes
+    /// its rows), and the frozen rows written for the next inference (scratch).
+    last_raw: Vec<f32>,
+    frozen: Vec<f32>,
     /// Per-tick scratch: the normalized state, the prompt tokens and the tokenizer's buffers
     /// (reused, so a tick allocates nothing).
     state_buf: Vec<f32>,
@@ -234,7 +238,14 @@ impl Policy {
             Precision::Bf16 => DType::BF16,
             Precision::F16 => DType::F16,
         };
-        let model = Pi05::with_mode(&ctx, s, &weights, dtype, cfg.model.prompt_mode)?;
+        let model = Pi05::build(
+            &ctx,
+            s,
+            &weights,
+            dtype,
+            cfg.model.prompt_mode,
+            cfg.execution.inpaint_prefix,
+        )?;
         drop(weights);
         let stages = model.stages();
         let p = Policy {
@@ -249,6 +260,8 @@ impl Policy {
             noise_buf: vec![0.0; mc.action_horizon * mc.action_dim],
             noise_ready: false,
             raw: vec![0.0; mc.action_horizon * mc.action_dim],
+            last_raw: vec![0.0; mc.action_horizon * mc.action_dim],
+            frozen: vec![0.0; mc.action_horizon * mc.action_dim],
             state_buf: Vec::with_capacity(cfg.state.joints.len()),
             tokens: Vec::with_capacity(PromptScratch::max_ids(
                 crate::node::MAX_SUBGOAL_BYTES,
@@ -370,7 +383,24 @@ impl Policy {
     pub fn finish(&mut self, out: &mut [f32], robot_dim: usize) -> Result<()> {
         self.model
             .read_actions(self.model.stream(), &mut self.raw)?;
+        self.last_raw.copy_from_slice(&self.raw);
         self.unnormalize_into(out, robot_dim)
+    }
+
+    /// Whether the model denoises with a frozen prefix (`execution.inpaint_prefix`).
+    pub fn inpaints(&self) -> bool {
+        self.model.inpaints()
+    }
+
+    /// Freezes the first `rows` rows of the next inference to the last chunk's rows from
+    /// `shift` on (that chunk's row `shift + r` is due with the next chunk's row r), in the
+    /// model's units, as that chunk came out of the model; 0 rows: none. Allocates nothing.
+    pub fn freeze_prefix(&mut self, rows: usize, shift: usize) -> Result<()> {
+        let d = self.model.config.action_dim;
+        let h = self.model.config.action_horizon;
+        let rows = rows.min(h.saturating_sub(shift));
+        self.frozen[..rows * d].copy_from_slice(&self.last_raw[shift * d..(shift + rows) * d]);
+        Ok(self.model.set_frozen_prefix(rows, &self.frozen)?)
     }
 
     fn unnormalize_into(&mut self, out: &mut [f32], robot_dim: usize) -> Result<()> {

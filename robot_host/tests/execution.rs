@@ -304,16 +304,20 @@ fn crossfade_blends_the_old_rows_into_the_new_over_its_window() {
     assert!((at(2) - 0.6).abs() < 1e-3, "{}", at(2));
     assert!((at(3) - 0.8).abs() < 1e-3, "{}", at(3));
     assert_eq!(plan.rows[4 * 8..5 * 8], new[4 * 8..5 * 8]);
-    // Jump sizes at the hand-over (largest step from the command before, random weights):
-    // printed for reference.
-    let jump = |rows: &[f32]| -> f32 {
-        (0..8)
-            .map(|k| (rows[k] - old[4 * 8 + k]).abs())
-            .fold(0.0, f32::max)
+    // Jump sizes at the hand-over, random weights, printed for reference: the change of the
+    // command due at 1.1 when the new chunk takes over (from the old chunk's row 5 to the
+    // plan's row 0), largest and mean over the dimensions.
+    let jump = |rows: &[f32]| -> String {
+        let d: Vec<f32> = (0..8).map(|k| (rows[k] - old[5 * 8 + k]).abs()).collect();
+        format!(
+            "{:.4} (mean {:.4})",
+            d.iter().copied().fold(0.0, f32::max),
+            d.iter().sum::<f32>() / 8.0
+        )
     };
     let (_, _, eplan) = handover("  handover: temporal_ensemble\n  ensemble_decay: 0.01");
     eprintln!(
-        "hand-over jump (tiny random model): replace {:.4}, crossfade(4) {:.4}, temporal_ensemble(0.01) {:.4}",
+        "hand-over jump (tiny random model): replace {}, crossfade(4) {}, temporal_ensemble(0.01) {}",
         jump(&rplan.rows),
         jump(&plan.rows),
         jump(&eplan.rows)
@@ -566,4 +570,58 @@ fn the_robot_example_config_is_openpi_droid() {
     assert_eq!(cfg.model.action_horizon, Some(15));
     assert_eq!(cfg.execution.execution_horizon, Some(8));
     assert!(cfg.execution.command_stream.is_some());
+}
+
+#[test]
+fn the_frozen_prefix_continues_the_chunk_being_executed() {
+    let with = "execution:\n  inpaint_prefix: true";
+    let mut plain = rig(&config_text(TINY, POSITION, ""));
+    let mut frozen = rig(&config_text(TINY, POSITION, with));
+    let mut chunks = Vec::new();
+    for r in [&mut plain, &mut frozen] {
+        let mut cs = Vec::new();
+        for (n, t) in [1.0, 1.1, 1.2].into_iter().enumerate() {
+            r.observe(t, n as u32, &X0);
+            // Each chunk is published 50 ms after its observation: rows 0 to 2 are due
+            // before it arrives.
+            r.publish_at(t + 0.05);
+            assert_eq!(r.node.tick(), TickOutcome::Published);
+            cs.push(r.drain().0.remove(0));
+        }
+        chunks.push(cs);
+    }
+    let (p, f) = (&chunks[0], &chunks[1]);
+    // The first chunk has nothing to continue: identical, bit for bit.
+    assert_eq!(p[0].actions, f[0].actions);
+    // The next ones: their 3 rows due before publication (⌈0.05 / 0.02⌉) are the rows of the
+    // chunk before that are due at the same times (0.1 s later: 5 rows on).
+    for n in 1..3 {
+        assert_eq!(f[n].due_row, 3);
+        assert_eq!(
+            f[n].actions[..3 * 8],
+            f[n - 1].actions[5 * 8..8 * 8],
+            "chunk {n}"
+        );
+    }
+    // The jump where the new chunk takes over, random weights, printed for reference: its
+    // first due row (row 3) against the old chunk's row due at the same time (row 8), largest
+    // and mean over the dimensions, for chunks 1 and 2. Random weights have learned no
+    // continuity, so the frozen rows need not make the free ones follow them.
+    let jump = |c: &[ActionChunk], n: usize| -> String {
+        let d: Vec<f32> = (0..8)
+            .map(|k| (c[n].actions[3 * 8 + k] - c[n - 1].actions[8 * 8 + k]).abs())
+            .collect();
+        format!(
+            "{:.4} (mean {:.4})",
+            d.iter().copied().fold(0.0, f32::max),
+            d.iter().sum::<f32>() / 8.0
+        )
+    };
+    eprintln!(
+        "hand-over jump at the first due row (tiny random model): without frozen prefix {} / {}, with {} / {}",
+        jump(p, 1),
+        jump(p, 2),
+        jump(f, 1),
+        jump(f, 2)
+    );
 }

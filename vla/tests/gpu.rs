@@ -93,3 +93,59 @@ fn full_size_cuda_bf16_matches_host_f32() {
     c.max_token_len = 64;
     compare(&c, DType::BF16, 0.999);
 }
+
+/// Frozen-prefix denoising on CUDA: with 0 frozen rows bit-identical to the model built
+/// without it, the frozen rows equal to the given actions, and the whole chunk as the host
+/// computes it (tiny model, f32; bf16 with its rounding).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn frozen_prefix_on_cuda_matches_the_host() {
+    let c = Pi05Config::tiny();
+    let w = Pi05Weights::random(&c, 9);
+    let px = c.siglip.image_size * c.siglip.image_size * 3;
+    let images: Vec<ModelImage> = (0..c.views as u32)
+        .map(|v| ModelImage::new(rand(20 + v, px, 1.0)).unwrap())
+        .collect();
+    let imgs: Vec<Option<&ModelImage>> = images.iter().map(Some).collect();
+    let tokens = [2u32, 17, 99, 301, 5, 42, 7, 108];
+    let noise = rand(8, c.action_horizon * c.action_dim, 1.7);
+    let obs = Observation {
+        images: &imgs,
+        tokens: &tokens,
+        noise: &noise,
+    };
+    let frozen = rand(77, c.action_horizon * c.action_dim, 0.9);
+    let (k, d) = (7, c.action_dim);
+    let run = |ctx: Ctx, dt: DType, inpaint: bool, rows: usize| -> Vec<f32> {
+        let s = ctx.stream(0).unwrap();
+        let m = Pi05::build(&ctx, s, &w, dt, PromptMode::Fixed, inpaint).unwrap();
+        if inpaint {
+            m.set_frozen_prefix(rows, &frozen).unwrap();
+        }
+        m.infer(&obs).unwrap()
+    };
+    let host = run(Ctx::host().unwrap(), DType::F32, true, k);
+    for dt in [DType::F32, DType::BF16] {
+        let cuda = || Ctx::cuda(0).unwrap();
+        let plain = run(cuda(), dt, false, 0);
+        assert_eq!(run(cuda(), dt, true, 0), plain, "{}: 0 rows", dt.name());
+        let a = run(cuda(), dt, true, k);
+        let worst = a[..k * d]
+            .iter()
+            .zip(&frozen)
+            .map(|(x, f)| (x - f).abs() / (1.0 + f.abs()))
+            .fold(0f32, f32::max);
+        let cos = cosine(&host, &a);
+        println!(
+            "frozen prefix CUDA {}: frozen rows max rel |Δ| {worst:.2e}, cosine to host f32 {cos:.6}",
+            dt.name()
+        );
+        let (tol, min_cos) = if dt == DType::F32 {
+            (0.0, 0.9999)
+        } else {
+            (8e-3, 0.999)
+        };
+        assert!(worst <= tol, "{}: frozen rows off by {worst}", dt.name());
+        assert!(cos >= min_cos, "{}: cosine {cos}", dt.name());
+    }
+}

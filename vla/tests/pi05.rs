@@ -298,3 +298,48 @@ fn exact_prompt_mode_matches_fixed_mode() {
     exact.read_actions(s, &mut staged).unwrap();
     assert_eq!(staged, infer(&fixed, &short, &present));
 }
+
+/// Frozen-prefix denoising on `ctx` (tiny model, f32): built with it and 0 frozen rows it
+/// gives the model's actions bit for bit; with k rows frozen, those rows come out equal to
+/// the given actions (the flow ends at t = 0 on them) and the rest still moves; a new count
+/// and new actions take effect without recapture. Returns (plain, frozen) actions.
+pub fn frozen_prefix_on(ctx: &Ctx, dtype: DType) -> (Vec<f32>, Vec<f32>) {
+    let c = Pi05Config::tiny();
+    let w = Pi05Weights::random(&c, 9);
+    let s = ctx.stream(0).unwrap();
+    let plain = Pi05::with_mode(ctx, s, &w, dtype, PromptMode::Fixed).unwrap();
+    let m = Pi05::build(ctx, s, &w, dtype, PromptMode::Fixed, true).unwrap();
+    assert!(m.inpaints() && !plain.inpaints());
+    let i = inputs(&c, 4);
+    let all = [true, true, true];
+    let base = infer(&plain, &i, &all);
+    assert_eq!(infer(&m, &i, &all), base, "0 frozen rows: bit-identical");
+    let captures = m.capture_count();
+    let frozen = rand(77, c.action_horizon * c.action_dim, 0.9);
+    let k = 7;
+    m.set_frozen_prefix(k, &frozen).unwrap();
+    let a = infer(&m, &i, &all);
+    let d = c.action_dim;
+    assert_eq!(
+        &a[..k * d],
+        &frozen[..k * d],
+        "the frozen rows are the given actions"
+    );
+    assert_ne!(&a[k * d..], &base[k * d..], "the rest conditions on them");
+    assert_eq!(m.capture_count(), captures, "no recapture");
+    m.set_frozen_prefix(0, &frozen).unwrap();
+    assert_eq!(infer(&m, &i, &all), base);
+    // Refused: more rows than the horizon, non-finite actions, a model built without it.
+    assert!(m.set_frozen_prefix(c.action_horizon + 1, &frozen).is_err());
+    let mut bad = frozen.clone();
+    bad[3] = f32::NAN;
+    assert!(m.set_frozen_prefix(2, &bad).is_err());
+    assert!(plain.set_frozen_prefix(2, &frozen).is_err());
+    m.set_frozen_prefix(k, &frozen).unwrap();
+    (base, infer(&m, &i, &all))
+}
+
+#[test]
+fn frozen_prefix_rows_are_the_given_actions_and_disabled_changes_nothing() {
+    frozen_prefix_on(&Ctx::host().unwrap(), DType::F32);
+}

@@ -281,6 +281,110 @@ impl Kernels {
         }
     }
 
+    /// [`euler_step_cast`](Self::euler_step_cast) with a frozen prefix (real-time chunking's
+    /// hard mask, training-free): after the update, the first `frozen_rows[0]` rows of `x`
+    /// (rows of `row_len` values; the count is read on the device, so a captured graph takes a
+    /// new one without recapture) become `t_next·x1 + (1 − t_next)·frozen`, the flow's
+    /// interpolation at the time the update reached between the noise `x1` and the frozen
+    /// actions; `x_cast` gets the same values. At `t_next = 0` those rows equal `frozen`.
+    /// Rows past the count are exactly what `euler_step_cast` writes.
+    #[allow(clippy::too_many_arguments)]
+    pub fn euler_step_inpaint_cast(
+        &self,
+        s: Stream,
+        x: &Tensor,
+        v: &Tensor,
+        dt: f32,
+        x1: &Tensor,
+        frozen: &Tensor,
+        frozen_rows: &Tensor,
+        t_next: f32,
+        x_cast: &Tensor,
+    ) -> Result<()> {
+        let op = "euler_step_inpaint_cast";
+        self.check_ctx(op, &[x, v, x1, frozen, frozen_rows, x_cast])?;
+        for (t, n) in [(x, "x"), (v, "v"), (x1, "x1"), (frozen, "frozen")] {
+            t.expect_dtype(op, n, DType::F32)?;
+        }
+        frozen_rows.expect_dtype(op, "frozen_rows", DType::I32)?;
+        x_cast.expect_float(op, "x_cast")?;
+        for t in [x, v, x1, frozen, frozen_rows, x_cast] {
+            t.expect_contiguous(op)?;
+        }
+        let n = x.numel();
+        if x.rank() != 2
+            || [v, x1, frozen, x_cast].iter().any(|t| t.numel() != n)
+            || frozen_rows.numel() != 1
+        {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "x {x:?} must be [rows, row_len] with v, x1, frozen and x_cast of its size and one frozen row count, got {v:?}, {x1:?}, {frozen:?}, {frozen_rows:?}, {x_cast:?}"
+                ),
+            ));
+        }
+        let (dd, row_len) = (x_cast.dtype(), x.dim(1));
+        match &self.cuda {
+            Some(c) => {
+                self.retain(s, &[x, v, x1, frozen, frozen_rows, x_cast]);
+                let (mut xp, mut vp, mut cp, mut n64, mut dt) =
+                    (x.ptr(), v.ptr(), x_cast.ptr(), n as u64, dt);
+                let (mut x1p, mut fp, mut rp, mut rl, mut tn) = (
+                    x1.ptr(),
+                    frozen.ptr(),
+                    frozen_rows.ptr(),
+                    row_len as u32,
+                    t_next,
+                );
+                // SAFETY: the five f32/cast tensors hold `n` contiguous elements, `frozen_rows`
+                // one i32; the kernel clamps the count to the rows there are.
+                unsafe {
+                    c.launch(
+                        s,
+                        "euler_step_inpaint_cast",
+                        Some(dd),
+                        (grid_1d(n), 1, 1),
+                        (256, 1, 1),
+                        0,
+                        &mut args!(xp, vp, cp, n64, dt, x1p, fp, rp, rl, tn),
+                    )
+                }
+            }
+            None => {
+                let (xp, vp, cp) = (P::of(x), P::of(v), P::of(x_cast));
+                let (x1p, fp, rp) = (P::of(x1), P::of(frozen), P::of(frozen_rows));
+                let keep = (
+                    x.clone(),
+                    v.clone(),
+                    x_cast.clone(),
+                    x1.clone(),
+                    frozen.clone(),
+                    frozen_rows.clone(),
+                );
+                self.host(s, move || {
+                    let _ = &keep;
+                    // SAFETY: one i32, read when the work runs (as the device does).
+                    let rows = unsafe { rp.ld_i32(0) }.max(0) as usize;
+                    let frozen_n = (rows * row_len).min(n);
+                    with_float!(dd, D, {
+                        for i in 0..n {
+                            // SAFETY: `i < n` for the five tensors.
+                            unsafe {
+                                let mut y = xp.ld::<f32>(i) + dt * vp.ld::<f32>(i);
+                                if i < frozen_n {
+                                    y = t_next * x1p.ld::<f32>(i)
+                                        + (1.0 - t_next) * fp.ld::<f32>(i);
+                                }
+                                xp.st::<f32>(i, y);
+                                cp.st::<D>(i, y);
+                            }
+                        }
+                    })
+                })
+            }
+        }
+    }
+
     /// `out = x + y·gate`, the residual of an adaptive norm; `gate` has `x`'s rows or is one
     /// row broadcast over them.
     pub fn gated_residual(

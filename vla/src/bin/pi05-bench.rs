@@ -9,6 +9,10 @@
 //! `pi05-bench --canonical`: the 64-token row only (for A/B runs of settings such as
 //! `FRT_PDL` or `FRT_GEMM_TUNING`, one process per setting).
 //!
+//! `pi05-bench --inpaint`: the cost of frozen-prefix denoising: the 64-token model built
+//! without it and with it (5 rows frozen), from the same weights, measured alternately in one
+//! process: steps 0 (it copies the noise), 3 and 9, and end to end.
+//!
 //! `pi05-bench --profile`: builds the 64-token model and replays vision, prefix and one step
 //! once each, without warm-up, between `cuProfilerStart` and `cuProfilerStop` — a short run
 //! to put under a kernel profiler (e.g. `ncu --profile-from-start off --graph-profiling node`).
@@ -31,6 +35,7 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
     let profile = args.iter().any(|a| a == "--profile");
+    let inpaint = args.iter().any(|a| a == "--inpaint");
     let canonical = profile || args.iter().any(|a| a == "--canonical");
     let ctx = Ctx::cuda(0).unwrap_or_else(|e| {
         eprintln!("pi05-bench needs a CUDA GPU: {e}");
@@ -41,6 +46,10 @@ fn main() {
         "device: {}; bf16; {iters} iterations after 10 warm-ups\n",
         cu.name().unwrap_or_default()
     );
+    if inpaint {
+        inpaint_cost(&ctx, iters);
+        return;
+    }
     println!(
         "| prompt max | vision p50 / p99 ms | prefix p50 / p99 ms | one step p50 / p99 ms | end to end p50 / p99 ms | GPU memory in use |"
     );
@@ -127,4 +136,85 @@ fn main() {
             (total - free) as f64 / (1u64 << 30) as f64
         );
     }
+}
+
+/// `--inpaint`: step and end-to-end times of the canonical model without and with
+/// frozen-prefix denoising, alternating in one process.
+fn inpaint_cost(ctx: &Ctx, iters: usize) {
+    let mut c = Pi05Config::base();
+    c.views = 2;
+    c.max_token_len = 64;
+    let w = Pi05Weights::random(&c, 1);
+    let s = ctx.stream(0).unwrap();
+    let plain = Pi05::with_mode(ctx, s, &w, DType::BF16, PromptMode::Fixed).unwrap();
+    let frozen = Pi05::build(ctx, s, &w, DType::BF16, PromptMode::Fixed, true).unwrap();
+    drop(w);
+    let px = c.siglip.image_size * c.siglip.image_size * 3;
+    let img = ModelImage::new(
+        (0..px)
+            .map(|i| ((i * 37 % 255) as f32 / 127.5) - 1.0)
+            .collect(),
+    )
+    .unwrap();
+    let tokens: Vec<u32> = (0..40u32).map(|i| 2 + i * 101).collect();
+    let noise: Vec<f32> = (0..c.action_horizon * c.action_dim)
+        .map(|i| ((i * 7 % 13) as f32 - 6.0) / 4.0)
+        .collect();
+    let prefix_actions: Vec<f32> = (0..c.action_horizon * c.action_dim)
+        .map(|i| ((i * 5 % 11) as f32 - 5.0) / 6.0)
+        .collect();
+    frozen.set_frozen_prefix(5, &prefix_actions).unwrap();
+    for m in [&plain, &frozen] {
+        m.set_inputs(&Observation {
+            images: &[Some(&img), Some(&img)],
+            tokens: &tokens,
+            noise: &noise,
+        })
+        .unwrap();
+        for _ in 0..10 {
+            m.run().unwrap();
+        }
+    }
+    ctx.sync_stream(s).unwrap();
+    let (t0, t1) = (ctx.timing_event().unwrap(), ctx.timing_event().unwrap());
+    let time = |f: &dyn Fn()| -> f64 {
+        t0.record(s).unwrap();
+        f();
+        t1.record(s).unwrap();
+        t1.synchronize().unwrap();
+        t1.elapsed_ms(&t0).unwrap() as f64
+    };
+    // [model][step 0, step 3, step 9, end to end]
+    let mut t = vec![vec![Vec::new(); 4]; 2];
+    for _ in 0..iters {
+        for (k, m) in [&plain, &frozen].into_iter().enumerate() {
+            for (j, st) in [0usize, 3, 9].into_iter().enumerate() {
+                t[k][j].push(time(&|| m.replay(Stage::Step(st)).unwrap()) * 1e3);
+            }
+            t[k][3].push(time(&|| m.run().unwrap()) * 1e3);
+        }
+    }
+    println!("frozen-prefix denoising (5 of 50 rows frozen), µs, p50 / p99:\n");
+    println!("| model | step 0 | step 3 | step 9 | end to end |");
+    println!("|---|---|---|---|---|");
+    let mut p50 = [[0.0; 4]; 2];
+    for (k, name) in ["without", "with frozen prefix"].into_iter().enumerate() {
+        let cells: Vec<String> = (0..4)
+            .map(|j| {
+                let (a, b) = (pct(&mut t[k][j], 0.5), pct(&mut t[k][j], 0.99));
+                p50[k][j] = a;
+                format!("{a:.1} / {b:.1}")
+            })
+            .collect();
+        println!("| {name} | {} |", cells.join(" | "));
+    }
+    println!(
+        "\ncost per step (p50 difference): step 0 {:+.2} µs, step 3 {:+.2} µs, step 9 {:+.2} µs; end to end {:+.2} µs ({:+.2} µs per step over {} steps)",
+        p50[1][0] - p50[0][0],
+        p50[1][1] - p50[0][1],
+        p50[1][2] - p50[0][2],
+        p50[1][3] - p50[0][3],
+        (p50[1][3] - p50[0][3]) / c.steps as f64,
+        c.steps
+    );
 }

@@ -83,6 +83,17 @@ pub struct Pi05 {
     zero_view: Vec<f32>,
     /// The prompt buffer's bytes as the host builds them (reused by each `set_prompt`).
     prompt_bytes: std::sync::Mutex<Vec<u8>>,
+    /// Frozen-prefix denoising, when built with it.
+    inpaint: Option<Inpaint>,
+}
+
+/// The buffers of frozen-prefix denoising (real-time chunking's hard mask): the first
+/// `rows[0]` rows of every step's update are set to the flow's interpolation between the
+/// tick's noise (`x1`, copied at the start of the first step) and `frozen`.
+struct Inpaint {
+    x1: Tensor,
+    frozen: Tensor,
+    rows: Tensor,
 }
 
 struct Uploader<'a> {
@@ -280,6 +291,20 @@ impl Pi05 {
         w: &Pi05Weights,
         dtype: DType,
         mode: PromptMode,
+    ) -> Result<Pi05> {
+        Pi05::build(ctx, s, w, dtype, mode, false)
+    }
+
+    /// [`with_mode`](Self::with_mode), with frozen-prefix denoising in the step graph when
+    /// `inpaint_prefix` (see [`set_frozen_prefix`](Self::set_frozen_prefix); with 0 frozen
+    /// rows its output equals the model's without it, bit for bit).
+    pub fn build(
+        ctx: &Ctx,
+        s: Stream,
+        w: &Pi05Weights,
+        dtype: DType,
+        mode: PromptMode,
+        inpaint_prefix: bool,
     ) -> Result<Pi05> {
         let c = w.config.clone();
         c.validate().map_err(|reason| Error::Config { reason })?;
@@ -629,12 +654,27 @@ impl Pi05 {
             sattn_plans.push(plan);
         }
         let dt_step = -1.0 / c.steps as f32;
+        let inpaint = if inpaint_prefix {
+            let i = Inpaint {
+                x1: Tensor::alloc(ctx, "inpaint.x1", DType::F32, &[s_len, c.action_dim])?,
+                frozen: Tensor::alloc(ctx, "inpaint.frozen", DType::F32, &[s_len, c.action_dim])?,
+                rows: Tensor::alloc(ctx, "inpaint.rows", DType::I32, &[1])?,
+            };
+            i.frozen.write_f32(s, &vec![0.0; s_len * c.action_dim])?;
+            i.rows.write_i32(s, &[0])?;
+            Some(i)
+        } else {
+            None
+        };
         let step = Graph::new(ctx, "pi05.step", c.steps);
         for i in 0..c.steps {
             step.capture(ShapeKey(i as u64), |cs| {
                 (|| -> Result<()> {
                     if i == 0 {
                         k.cast(cs, &x, &xa)?;
+                        if let Some(p) = &inpaint {
+                            Buffer::copy(p.x1.buffer(), 0, x.buffer(), 0, x.buffer().bytes(), cs)?;
+                        }
                     }
                     sg_in.run(cs, &xa, &win, &a, Some(&bin))?;
                     // Each residual is fused with the norm that follows it (the next layer's
@@ -672,7 +712,16 @@ impl Pi05 {
                     // The update also writes the next step's input, or after the last step
                     // the output chunk.
                     let next = if i + 1 < c.steps { &xa } else { &out };
-                    k.euler_step_cast(cs, &x, &v32, dt_step, next)?;
+                    match &inpaint {
+                        // The time the update reaches (exactly 0 after the last step).
+                        Some(p) => {
+                            let t_next = 1.0 - (i + 1) as f32 / c.steps as f32;
+                            k.euler_step_inpaint_cast(
+                                cs, &x, &v32, dt_step, &p.x1, &p.frozen, &p.rows, t_next, next,
+                            )?
+                        }
+                        None => k.euler_step_cast(cs, &x, &v32, dt_step, next)?,
+                    }
                     Ok(())
                 })()
                 .map_err(err)
@@ -709,6 +758,7 @@ impl Pi05 {
             prompt_len: Default::default(),
             zero_view,
             prompt_bytes: Default::default(),
+            inpaint,
         })
     }
 
@@ -913,6 +963,42 @@ impl Pi05 {
             });
         }
         Ok(self.hold.write_f32(s, chunk)?)
+    }
+
+    /// Whether the step graph applies a frozen prefix ([`Pi05::build`]).
+    pub fn inpaints(&self) -> bool {
+        self.inpaint.is_some()
+    }
+
+    /// Freezes the first `rows` rows of the next inferences to `actions` (`action_horizon ×
+    /// action_dim`, normalized units; rows past `rows` are not read), written in order on the
+    /// policy stream: the next replay of the step graph uses them, no recapture. 0 rows: no
+    /// frozen prefix. Allocates nothing.
+    pub fn set_frozen_prefix(&self, rows: usize, actions: &[f32]) -> Result<()> {
+        let Some(p) = &self.inpaint else {
+            return Err(Error::BadInput {
+                what: "frozen prefix".into(),
+                reason: "the model was built without frozen-prefix denoising".into(),
+            });
+        };
+        let c = &self.config;
+        if rows > c.action_horizon
+            || actions.len() != p.frozen.numel()
+            || actions.iter().any(|v| !v.is_finite())
+        {
+            return Err(Error::BadInput {
+                what: "frozen prefix".into(),
+                reason: format!(
+                    "{rows} rows of {} values (need at most {} rows, {} finite values)",
+                    actions.len(),
+                    c.action_horizon,
+                    p.frozen.numel()
+                ),
+            });
+        }
+        p.frozen.write_f32_parts(self.s, &[actions])?;
+        p.rows.write_i32(self.s, &[rows as i32])?;
+        Ok(())
     }
 
     /// Replays the halt graph on `s` (the highest-priority stream): the output becomes the
