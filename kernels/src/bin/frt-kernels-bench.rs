@@ -318,6 +318,27 @@ fn main() {
             b.mem_row("softmax", &shape, dt, io, &|s| b.k.softmax(s, &x, &o));
         }
         {
+            // The flow step's update (action chunk 50 × 32, f32 state, bf16 copy for the next
+            // step), plain and with a frozen prefix of 5 rows (the count read on the device).
+            let f32t = |b: &mut Bench, n: &str| b.tensor(n, DType::F32, &[50, 32]);
+            let (x, v, x1, fz) = (
+                f32t(&mut b, "x"),
+                f32t(&mut b, "v"),
+                f32t(&mut b, "x1"),
+                f32t(&mut b, "frozen"),
+            );
+            let xc = b.tensor("x_cast", dt, &[50, 32]);
+            let rows = Tensor::alloc(b.k.ctx(), "rows", DType::I32, &[1]).unwrap();
+            rows.write_i32(b.s, &[5]).unwrap();
+            let io = (50 * 32) as f64 * (4.0 * 3.0 + sz);
+            b.mem_row("euler_step_cast", "50x32 (actions)", dt, io, &|s| {
+                b.k.euler_step_cast(s, &x, &v, -0.1, &xc)
+            });
+            b.mem_row("euler+inpaint", "50x32, 5 rows frozen", dt, io, &|s| {
+                b.k.euler_step_inpaint_cast(s, &x, &v, -0.1, &x1, &fz, &rows, 0.3, &xc)
+            });
+        }
+        {
             let (rows, cols) = (50, 1024);
             let x = b.tensor("x", dt, &[rows, cols]);
             let m = b.tensor("mod", dt, &[1, 3 * cols]);

@@ -10,8 +10,9 @@
 //! `FRT_PDL` or `FRT_GEMM_TUNING`, one process per setting).
 //!
 //! `pi05-bench --inpaint`: the cost of frozen-prefix denoising: the 64-token model built
-//! without it and with it (5 rows frozen), from the same weights, measured alternately in one
-//! process: steps 0 (it copies the noise), 3 and 9, and end to end.
+//! twice without it (the second build shows how much two builds of one model differ: each
+//! tunes its GEMMs) and once with it (5 rows frozen), from the same weights, measured
+//! alternately in one process: steps 0 (it copies the noise), 3 and 9, and end to end.
 //!
 //! `pi05-bench --profile`: builds the 64-token model and replays vision, prefix and one step
 //! once each, without warm-up, between `cuProfilerStart` and `cuProfilerStop` — a short run
@@ -148,6 +149,7 @@ fn inpaint_cost(ctx: &Ctx, iters: usize) {
     let s = ctx.stream(0).unwrap();
     let plain = Pi05::with_mode(ctx, s, &w, DType::BF16, PromptMode::Fixed).unwrap();
     let frozen = Pi05::build(ctx, s, &w, DType::BF16, PromptMode::Fixed, true).unwrap();
+    let again = Pi05::with_mode(ctx, s, &w, DType::BF16, PromptMode::Fixed).unwrap();
     drop(w);
     let px = c.siglip.image_size * c.siglip.image_size * 3;
     let img = ModelImage::new(
@@ -164,7 +166,8 @@ fn inpaint_cost(ctx: &Ctx, iters: usize) {
         .map(|i| ((i * 5 % 11) as f32 - 5.0) / 6.0)
         .collect();
     frozen.set_frozen_prefix(5, &prefix_actions).unwrap();
-    for m in [&plain, &frozen] {
+    let models = [&plain, &frozen, &again];
+    for m in models {
         m.set_inputs(&Observation {
             images: &[Some(&img), Some(&img)],
             tokens: &tokens,
@@ -185,9 +188,9 @@ fn inpaint_cost(ctx: &Ctx, iters: usize) {
         t1.elapsed_ms(&t0).unwrap() as f64
     };
     // [model][step 0, step 3, step 9, end to end]
-    let mut t = vec![vec![Vec::new(); 4]; 2];
+    let mut t = vec![vec![Vec::new(); 4]; 3];
     for _ in 0..iters {
-        for (k, m) in [&plain, &frozen].into_iter().enumerate() {
+        for (k, m) in models.into_iter().enumerate() {
             for (j, st) in [0usize, 3, 9].into_iter().enumerate() {
                 t[k][j].push(time(&|| m.replay(Stage::Step(st)).unwrap()) * 1e3);
             }
@@ -197,8 +200,11 @@ fn inpaint_cost(ctx: &Ctx, iters: usize) {
     println!("frozen-prefix denoising (5 of 50 rows frozen), µs, p50 / p99:\n");
     println!("| model | step 0 | step 3 | step 9 | end to end |");
     println!("|---|---|---|---|---|");
-    let mut p50 = [[0.0; 4]; 2];
-    for (k, name) in ["without", "with frozen prefix"].into_iter().enumerate() {
+    let mut p50 = [[0.0; 4]; 3];
+    for (k, name) in ["without", "with frozen prefix", "without (second build)"]
+        .into_iter()
+        .enumerate()
+    {
         let cells: Vec<String> = (0..4)
             .map(|j| {
                 let (a, b) = (pct(&mut t[k][j], 0.5), pct(&mut t[k][j], 0.99));
@@ -208,13 +214,15 @@ fn inpaint_cost(ctx: &Ctx, iters: usize) {
             .collect();
         println!("| {name} | {} |", cells.join(" | "));
     }
-    println!(
-        "\ncost per step (p50 difference): step 0 {:+.2} µs, step 3 {:+.2} µs, step 9 {:+.2} µs; end to end {:+.2} µs ({:+.2} µs per step over {} steps)",
-        p50[1][0] - p50[0][0],
-        p50[1][1] - p50[0][1],
-        p50[1][2] - p50[0][2],
-        p50[1][3] - p50[0][3],
-        (p50[1][3] - p50[0][3]) / c.steps as f64,
-        c.steps
-    );
+    for (what, k) in [("with frozen prefix", 1), ("second build without", 2)] {
+        println!(
+            "\n{what} − without (p50): step 0 {:+.2} µs, step 3 {:+.2} µs, step 9 {:+.2} µs; end to end {:+.2} µs ({:+.2} µs per step over {} steps)",
+            p50[k][0] - p50[0][0],
+            p50[k][1] - p50[0][1],
+            p50[k][2] - p50[0][2],
+            p50[k][3] - p50[0][3],
+            (p50[k][3] - p50[0][3]) / c.steps as f64,
+            c.steps
+        );
+    }
 }

@@ -339,7 +339,16 @@ impl Pi05 {
         let prefix_mask = Tensor::with_layout(&prompt, DType::U8, &[p_len], &[1], mask_at)?;
         let full_mask =
             Tensor::with_layout(&prompt, DType::U8, &[p_len + s_len], &[1], mask_at + p_len)?;
-        let x = Tensor::alloc(ctx, "x_t", DType::F32, &[s_len, c.action_dim])?;
+        // With frozen-prefix denoising, x_t shares its buffer with the noise copy, the frozen
+        // actions and their row count (the update reads them after the expert's weights went
+        // through the caches: one neighbourhood, not three cold allocations).
+        let chunk_n = s_len * c.action_dim;
+        let x = if inpaint_prefix {
+            let b = Buffer::alloc(ctx, "x_t+inpaint", (3 * chunk_n + 1) * 4)?;
+            Tensor::new(&b, DType::F32, &[s_len, c.action_dim])?
+        } else {
+            Tensor::alloc(ctx, "x_t", DType::F32, &[s_len, c.action_dim])?
+        };
         let out = Tensor::alloc(ctx, "actions", DType::F32, &[s_len, c.action_dim])?;
         let hold = Tensor::alloc(ctx, "hold", DType::F32, &[s_len, c.action_dim])?;
         hold.write_f32(s, &vec![0.0; s_len * c.action_dim])?;
@@ -655,10 +664,11 @@ impl Pi05 {
         }
         let dt_step = -1.0 / c.steps as f32;
         let inpaint = if inpaint_prefix {
+            let (b, shape, strides) = (x.buffer(), [s_len, c.action_dim], [c.action_dim, 1]);
             let i = Inpaint {
-                x1: Tensor::alloc(ctx, "inpaint.x1", DType::F32, &[s_len, c.action_dim])?,
-                frozen: Tensor::alloc(ctx, "inpaint.frozen", DType::F32, &[s_len, c.action_dim])?,
-                rows: Tensor::alloc(ctx, "inpaint.rows", DType::I32, &[1])?,
+                x1: Tensor::with_layout(b, DType::F32, &shape, &strides, chunk_n)?,
+                frozen: Tensor::with_layout(b, DType::F32, &shape, &strides, 2 * chunk_n)?,
+                rows: Tensor::with_layout(b, DType::I32, &[1], &[1], 3 * chunk_n)?,
             };
             i.frozen.write_f32(s, &vec![0.0; s_len * c.action_dim])?;
             i.rows.write_i32(s, &[0])?;
@@ -673,7 +683,8 @@ impl Pi05 {
                     if i == 0 {
                         k.cast(cs, &x, &xa)?;
                         if let Some(p) = &inpaint {
-                            Buffer::copy(p.x1.buffer(), 0, x.buffer(), 0, x.buffer().bytes(), cs)?;
+                            let bytes = chunk_n * 4;
+                            Buffer::copy(x.buffer(), p.x1.offset() * 4, x.buffer(), 0, bytes, cs)?;
                         }
                     }
                     sg_in.run(cs, &xa, &win, &a, Some(&bin))?;
