@@ -316,7 +316,7 @@ pub fn diagnostics(s: &m::Status, node: &str) -> msg::DiagnosticArray {
     };
     let (level, message) = if s.halted {
         (1u8, "halted (waiting for resume)".to_string())
-    } else if s.non_finite > 0 || s.deadline_misses > 0 {
+    } else if s.non_finite > 0 || s.deadline_misses > 0 || s.late_chunks > 0 {
         (1, "running with deadline misses or withheld chunks".into())
     } else {
         (0, "running".into())
@@ -331,6 +331,9 @@ pub fn diagnostics(s: &m::Status, node: &str) -> msg::DiagnosticArray {
         kv("deadline_misses", s.deadline_misses.to_string()),
         kv("non_finite", s.non_finite.to_string()),
         kv("clamped", s.clamped.to_string()),
+        kv("late_chunks", s.late_chunks.to_string()),
+        kv("missed_commands", s.missed_commands.to_string()),
+        kv("holds_without_target", s.holds_without_target.to_string()),
     ];
     for (name, p50, p99, _) in &s.latency {
         values.push(kv(
