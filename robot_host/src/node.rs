@@ -1269,6 +1269,7 @@ impl Node {
         }
         self.status.clamped += changed;
         self.status.chunks += 1;
+        self.policy.keep_chunk();
         self.delays[self.status.chunks as usize % DELAYS] = now - oldest;
         let t3 = std::time::Instant::now();
         use crate::observe::Span;

@@ -60,9 +60,11 @@ pub struct Policy {
     /// `noise_buf` holds a draw no tick has used yet (see [`Policy::draw_noise`]).
     noise_ready: bool,
     raw: Vec<f32>,
-    /// The last chunk read, in the model's normalized units (frozen-prefix denoising takes
-    /// its rows), and the frozen rows written for the next inference (scratch).
+    /// The last chunk published (`keep_chunk`) and the last one read, in the model's
+    /// normalized units (frozen-prefix denoising takes the published one's rows), and the
+    /// frozen rows written for the next inference (scratch).
     last_raw: Vec<f32>,
+    read_raw: Vec<f32>,
     frozen: Vec<f32>,
     /// Per-tick scratch: the normalized state, the prompt tokens and the tokenizer's buffers
     /// (reused, so a tick allocates nothing).
@@ -261,6 +263,7 @@ impl Policy {
             noise_ready: false,
             raw: vec![0.0; mc.action_horizon * mc.action_dim],
             last_raw: vec![0.0; mc.action_horizon * mc.action_dim],
+            read_raw: vec![0.0; mc.action_horizon * mc.action_dim],
             frozen: vec![0.0; mc.action_horizon * mc.action_dim],
             state_buf: Vec::with_capacity(cfg.state.joints.len()),
             tokens: Vec::with_capacity(PromptScratch::max_ids(
@@ -383,8 +386,14 @@ impl Policy {
     pub fn finish(&mut self, out: &mut [f32], robot_dim: usize) -> Result<()> {
         self.model
             .read_actions(self.model.stream(), &mut self.raw)?;
-        self.last_raw.copy_from_slice(&self.raw);
+        self.read_raw.copy_from_slice(&self.raw);
         self.unnormalize_into(out, robot_dim)
+    }
+
+    /// The chunk last read ([`Policy::finish`]) was published: the next frozen prefix comes
+    /// from it (a chunk that was refused or withheld never does).
+    pub fn keep_chunk(&mut self) {
+        std::mem::swap(&mut self.last_raw, &mut self.read_raw);
     }
 
     /// Whether the model denoises with a frozen prefix (`execution.inpaint_prefix`).
@@ -392,7 +401,7 @@ impl Policy {
         self.model.inpaints()
     }
 
-    /// Freezes the first `rows` rows of the next inference to the last chunk's rows from
+    /// Freezes the first `rows` rows of the next inference to the last published chunk's rows from
     /// `shift` on (that chunk's row `shift + r` is due with the next chunk's row r), in the
     /// model's units, as that chunk came out of the model; 0 rows: none. Allocates nothing.
     pub fn freeze_prefix(&mut self, rows: usize, shift: usize) -> Result<()> {
