@@ -6,7 +6,9 @@
 //!
 //! One test in this file: nothing else runs in the process while a tick is counted.
 
-use frt_robot_host::messages::{Image, JointState, Outbound, Source};
+mod common;
+use common::frame;
+use frt_robot_host::messages::{JointState, Outbound, Source};
 use frt_robot_host::{Config, ManualClock, Node, TickOutcome};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
@@ -84,19 +86,6 @@ safety:
   action_max: [2.0]
   max_delta_per_step: [0.5]
 "#;
-
-fn frame(k: u32) -> Image {
-    let (w, h) = (64u32, 48u32);
-    Image::Raw {
-        encoding: "rgb8".into(),
-        width: w,
-        height: h,
-        step: w * 3,
-        data: (0..w * h * 3)
-            .map(|i| ((i * 7 + k * 31) % 251) as u8)
-            .collect(),
-    }
-}
 
 #[test]
 fn a_control_tick_allocates_nothing_after_warm_up() {

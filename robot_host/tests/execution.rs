@@ -2,7 +2,9 @@
 //! checkpoint horizons, rows in the past marked or dropped, hand-over between chunks, the
 //! fixed-rate command stream, per-dimension action spaces and their holds.
 
-use frt_robot_host::messages::{ActionChunk, Image, JointCommand, JointState, Outbound, Plan};
+mod common;
+use common::frame;
+use frt_robot_host::messages::{ActionChunk, JointCommand, JointState, Outbound, Plan};
 use frt_robot_host::{Config, Inputs, ManualClock, Node, Outputs, TickOutcome};
 use std::sync::Arc;
 
@@ -69,19 +71,6 @@ fn rig(text: &str) -> Rig {
         inputs,
         out,
         clock,
-    }
-}
-
-fn frame(k: u32) -> Image {
-    let (w, h) = (64u32, 48u32);
-    Image::Raw {
-        encoding: "rgb8".into(),
-        width: w,
-        height: h,
-        step: w * 3,
-        data: (0..w * h * 3)
-            .map(|i| ((i * 7 + k * 31) % 251) as u8)
-            .collect(),
     }
 }
 

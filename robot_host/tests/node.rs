@@ -1,6 +1,8 @@
 //! The control loop on the host backend with the tiny random Pi0.5: chunks, subgoal switches
 //! without recapture, interrupts at graph boundaries, stale and bad inputs, determinism.
 
+mod common;
+use common::frame;
 use frt_robot_host::messages::{Command, Image, JointState, Outbound, Source};
 use frt_robot_host::{Config, Inputs, ManualClock, Node, Outputs, TickOutcome};
 use std::sync::Arc;
@@ -61,21 +63,6 @@ fn rig_with(config: Config) -> Rig {
         inputs,
         out,
         clock,
-    }
-}
-
-/// A 64×48 rgb8 frame whose content depends on `k`.
-fn frame(k: u32) -> Image {
-    let (w, h) = (64u32, 48u32);
-    let data = (0..w * h * 3)
-        .map(|i| ((i * 7 + k * 31) % 251) as u8)
-        .collect();
-    Image::Raw {
-        encoding: "rgb8".into(),
-        width: w,
-        height: h,
-        step: w * 3,
-        data,
     }
 }
 

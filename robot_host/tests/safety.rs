@@ -3,6 +3,8 @@
 //! capped against the robot, subgoals are checked when they arrive, future or stale stamps
 //! never produce a chunk, and faults end in a halt and a non-zero exit.
 
+mod common;
+use common::frame;
 use frt_robot_host::messages::{ActionChunk, Command, Image, JointState, Outbound, Plan, Source};
 use frt_robot_host::{Config, Inputs, ManualClock, Node, Outputs, TickOutcome};
 use std::sync::Arc;
@@ -66,19 +68,6 @@ const POSITION: &str = "  missing_camera: degrade\n  action_space: position";
 
 /// A JointTrajectory output for every joint (plans are published).
 const TRAJECTORY: &str = "ros:\n  joint_trajectory: { topic: /arm/joint_trajectory, joints: [j1, j2, j3, j4, j5, j6, gripper] }";
-
-fn frame(k: u32) -> Image {
-    let (w, h) = (64u32, 48u32);
-    Image::Raw {
-        encoding: "rgb8".into(),
-        width: w,
-        height: h,
-        step: w * 3,
-        data: (0..w * h * 3)
-            .map(|i| ((i * 7 + k * 31) % 251) as u8)
-            .collect(),
-    }
-}
 
 /// A joint state with every joint at `x` (configured order).
 fn state_at(t: f64, x: &[f64; 7]) -> JointState {

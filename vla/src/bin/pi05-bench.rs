@@ -27,6 +27,22 @@ fn pct(v: &mut [f64], q: f64) -> f64 {
     v[((v.len() - 1) as f64 * q).round() as usize]
 }
 
+/// The canonical inputs: one view (used for both cameras), a 40-token prompt, the noise.
+fn canonical_inputs(c: &Pi05Config) -> (ModelImage, Vec<u32>, Vec<f32>) {
+    let px = c.siglip.image_size * c.siglip.image_size * 3;
+    let img = ModelImage::new(
+        (0..px)
+            .map(|i| ((i * 37 % 255) as f32 / 127.5) - 1.0)
+            .collect(),
+    )
+    .unwrap();
+    let tokens: Vec<u32> = (0..40u32).map(|i| 2 + i * 101).collect();
+    let noise: Vec<f32> = (0..c.action_horizon * c.action_dim)
+        .map(|i| ((i * 7 % 13) as f32 - 6.0) / 4.0)
+        .collect();
+    (img, tokens, noise)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let iters: usize = args
@@ -70,17 +86,7 @@ fn main() {
         let s = ctx.stream(0).unwrap();
         let m = Pi05::with_mode(&ctx, s, &w, DType::BF16, mode).unwrap();
         drop(w);
-        let px = c.siglip.image_size * c.siglip.image_size * 3;
-        let img = ModelImage::new(
-            (0..px)
-                .map(|i| ((i * 37 % 255) as f32 / 127.5) - 1.0)
-                .collect(),
-        )
-        .unwrap();
-        let tokens: Vec<u32> = (0..40u32).map(|i| 2 + i * 101).collect();
-        let noise: Vec<f32> = (0..c.action_horizon * c.action_dim)
-            .map(|i| ((i * 7 % 13) as f32 - 6.0) / 4.0)
-            .collect();
+        let (img, tokens, noise) = canonical_inputs(&c);
         m.set_inputs(&Observation {
             images: &[Some(&img), Some(&img)],
             tokens: &tokens,
@@ -151,17 +157,7 @@ fn inpaint_cost(ctx: &Ctx, iters: usize) {
     let frozen = Pi05::build(ctx, s, &w, DType::BF16, PromptMode::Fixed, true).unwrap();
     let again = Pi05::with_mode(ctx, s, &w, DType::BF16, PromptMode::Fixed).unwrap();
     drop(w);
-    let px = c.siglip.image_size * c.siglip.image_size * 3;
-    let img = ModelImage::new(
-        (0..px)
-            .map(|i| ((i * 37 % 255) as f32 / 127.5) - 1.0)
-            .collect(),
-    )
-    .unwrap();
-    let tokens: Vec<u32> = (0..40u32).map(|i| 2 + i * 101).collect();
-    let noise: Vec<f32> = (0..c.action_horizon * c.action_dim)
-        .map(|i| ((i * 7 % 13) as f32 - 6.0) / 4.0)
-        .collect();
+    let (img, tokens, noise) = canonical_inputs(&c);
     let prefix_actions: Vec<f32> = (0..c.action_horizon * c.action_dim)
         .map(|i| ((i * 5 % 11) as f32 - 5.0) / 6.0)
         .collect();
