@@ -276,6 +276,13 @@ safety:
   action_min: [-2.0]
   action_max: [2.0]
   max_delta_per_step: [0.3]
+execution:
+  handover: crossfade
+  crossfade_rows: 3
+  inpaint_prefix: true
+  command_stream: { topic: /commands, rate_hz: 100 }
+ros:
+  joint_trajectory: { topic: /arm/joint_trajectory, joints: [j1, j2, j3, j4, j5, j6, j7] }
 "#;
 
 const T0: Stamp = 100.0;
@@ -312,6 +319,21 @@ pub struct WireTarget {
     clock: Arc<ManualClock>,
     kinds: Vec<In>,
     runs: u64,
+    commands: frt_robot_host::node::CommandStream,
+}
+
+/// The oracle on what the node commands: every value finite, and within the limits unless it
+/// is a hold (the measured position, which may lie anywhere).
+fn check_actions(what: &str, values: &[f32], halt: bool) -> Result<(), String> {
+    if let Some(x) = values.iter().find(|x| !x.is_finite()) {
+        return Err(format!("{ORACLE}a {what} with the action {x}"));
+    }
+    if !halt && let Some(x) = values.iter().find(|x| x.abs() > LIMIT) {
+        return Err(format!(
+            "{ORACLE}a {what} with an action {x} outside ±{LIMIT}"
+        ));
+    }
+    Ok(())
 }
 
 /// A tick (a whole inference on the host backend) after every this many messages: a tick
@@ -324,7 +346,9 @@ impl WireTarget {
         let clock = Arc::new(ManualClock::default());
         clock.set(T0);
         let (node, inputs, out) = Node::new(cfg, clock.clone(), None).expect("tiny node");
+        let commands = node.command_stream().expect("a command stream");
         WireTarget {
+            commands,
             node,
             inputs,
             out,
@@ -485,16 +509,17 @@ impl Target for WireTarget {
             // Commands are acted on between ticks too.
             self.node.drain_commands();
         }
+        // The fixed-rate command due now (the manual clock moves with the inputs' stamps).
+        if let Some(c) = self.commands.poll(frt_robot_host::Clock::now(&*self.clock)) {
+            let what = if c.halt { "hold command" } else { "command" };
+            check_actions(what, &c.values, c.halt)?;
+        }
+        use frt_robot_host::messages::Outbound;
         while let Ok(o) = self.out.0.try_recv() {
-            if let frt_robot_host::messages::Outbound::Chunk(c) = o {
-                if let Some(x) = c.actions.iter().find(|x| !x.is_finite()) {
-                    return Err(format!("{ORACLE}a chunk with the action {x}"));
-                }
-                if !c.halt
-                    && let Some(x) = c.actions.iter().find(|x| x.abs() > LIMIT)
-                {
-                    return Err(format!("{ORACLE}an action {x} outside ±{LIMIT}"));
-                }
+            match o {
+                Outbound::Chunk(c) => check_actions("chunk", &c.actions, c.halt)?,
+                Outbound::Plan(p) => check_actions("plan", &p.rows, p.halt)?,
+                _ => {}
             }
         }
         if refused {
