@@ -260,7 +260,7 @@ impl Timeline {
             return None;
         }
         let x = (t - self.start) / self.dt;
-        if !(x > -ROW_EPS) {
+        if x.is_nan() || x <= -ROW_EPS {
             return None;
         }
         let j = (x + ROW_EPS).floor() as usize;
@@ -335,7 +335,7 @@ impl Timeline {
             return None;
         }
         let x = (t - self.start) / self.dt;
-        if !(x > -ROW_EPS) || x > (self.len - 1) as f64 + ROW_EPS {
+        if x.is_nan() || x <= -ROW_EPS || x > (self.len - 1) as f64 + ROW_EPS {
             return None;
         }
         let j = (x.floor().max(0.0) as usize).min(self.len - 1);
