@@ -60,7 +60,9 @@ control:
   rate_hz: 50
   initial_subgoal: pick up the red block and put it in the bowl
   action_dim: 8
-  dt: 0.02
+  # 0.1 s between actions: a chunk covers 5 s, so that a tick slowed down by a loaded machine
+  # (the tiny model on the host) still publishes (a chunk whose rows are all past is refused).
+  dt: 0.1
 safety:
   max_observation_age_ms: 100000
   missing_camera: degrade
