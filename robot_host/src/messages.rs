@@ -149,6 +149,9 @@ pub struct Status {
     pub clock_resets: u64,
     /// Chunks refused because every row was already in the past when they were ready.
     pub late_chunks: u64,
+    /// Chunks refused because a joint was measured further outside its limits than one step
+    /// can bring back (no command is within both).
+    pub outside_limits: u64,
     /// Fixed-rate commands skipped because the command thread came late.
     pub missed_commands: u64,
     /// The sequence number of the last policy chunk published before the latest stop was

@@ -1218,6 +1218,22 @@ impl Node {
         }
         let t_due = oldest + due as f64 * dt;
         self.set_anchor(t_due, oldest, now);
+        // A robot measured further outside a dimension's limits than one step can bring back:
+        // no command is both within the limits and within a step of it. No chunk.
+        if let Some((dim, a)) = dims.iter().zip(&self.anchor).find(|(dim, a)| {
+            dim.max_delta
+                .is_some_and(|cap| **a < dim.min - cap || **a > dim.max + cap)
+        }) {
+            self.status.outside_limits += 1;
+            self.status.last_error = format!(
+                "joint `{}` is at {a}, outside its limits [{}, {}] by more than one step ({}): no chunk",
+                dim.joint,
+                dim.min,
+                dim.max,
+                dim.max_delta.unwrap_or_default()
+            );
+            return TickOutcome::Refused("a joint outside its limits".into());
+        }
         self.status.clamped += guard_chunk(&mut self.chunk, due, &self.anchor, &dims);
         let seq = self.seq.load(Ordering::SeqCst) + 1;
         let (first, stamp, due_row) = match self.cfg.execution.past_rows {

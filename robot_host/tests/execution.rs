@@ -706,3 +706,34 @@ fn check_accepts_the_droid_config() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A joint measured further outside its limits than one step can bring back: no command is
+/// both within the limits and within a step of the robot, so no chunk (found by frt-fuzz's
+/// wire target: a fuzzed state of −126975.7 gave a first row of −126975.4, the step cap
+/// applied after the clamp). Within one step of the limits, the chunk comes back inside them.
+#[test]
+fn a_joint_beyond_its_limits_by_more_than_a_step_gets_no_chunk() {
+    let safety = "  action_space: position\n  action_min: [-2.0]\n  action_max: [2.0]\n  max_delta_per_step: [0.1]";
+    let mut r = rig(&config_text(TINY, safety, TRAJECTORY));
+    let mut far = X0;
+    far[2] = -126975.7;
+    r.observe(1.0, 0, &far);
+    assert!(matches!(r.node.tick(), TickOutcome::Refused(_)));
+    let s = r.node.status();
+    assert_eq!(s.outside_limits, 1);
+    assert!(
+        s.last_error.contains("`j3`") && s.last_error.contains("[-2, 2]"),
+        "{}",
+        s.last_error
+    );
+    assert!(r.drain().0.is_empty());
+    // 2.05 with limit 2 and a step of 0.1: back inside from the first row, every row inside.
+    let mut near = X0;
+    near[2] = 2.05;
+    r.observe(2.0, 1, &near);
+    assert_eq!(r.node.tick(), TickOutcome::Published);
+    let (c, p) = r.drain();
+    for x in c[0].actions.iter().chain(p[0].rows.iter()) {
+        assert!(x.abs() <= 2.0, "{x}");
+    }
+}

@@ -316,7 +316,8 @@ pub fn diagnostics(s: &m::Status, node: &str) -> msg::DiagnosticArray {
     };
     let (level, message) = if s.halted {
         (1u8, "halted (waiting for resume)".to_string())
-    } else if s.non_finite > 0 || s.deadline_misses > 0 || s.late_chunks > 0 {
+    } else if s.non_finite > 0 || s.deadline_misses > 0 || s.late_chunks > 0 || s.outside_limits > 0
+    {
         (1, "running with deadline misses or withheld chunks".into())
     } else {
         (0, "running".into())
@@ -332,6 +333,7 @@ pub fn diagnostics(s: &m::Status, node: &str) -> msg::DiagnosticArray {
         kv("non_finite", s.non_finite.to_string()),
         kv("clamped", s.clamped.to_string()),
         kv("late_chunks", s.late_chunks.to_string()),
+        kv("outside_limits", s.outside_limits.to_string()),
         kv("missed_commands", s.missed_commands.to_string()),
         kv("holds_without_target", s.holds_without_target.to_string()),
     ];
