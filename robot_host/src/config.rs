@@ -471,10 +471,9 @@ pub struct SafetyConfig {
     pub action_min: Option<Vec<f32>>,
     #[serde(default)]
     pub action_max: Option<Vec<f32>>,
-    /// Largest change between consecutive actions of a chunk (and from the anchor to the
-    /// first action of a chunk: the executing chunk's row due at the new observation time, or
-    /// the measured state when no chunk is executing), per dimension (one value: every
-    /// dimension).
+    /// Largest change between consecutive actions (and from the command a new chunk takes
+    /// over from to its first due row; see [`crate::timeline`]), per dimension (one value:
+    /// every dimension).
     #[serde(default)]
     pub max_delta_per_step: Option<Vec<f32>>,
     /// Frames and states stamped further than this ahead of the node clock are refused

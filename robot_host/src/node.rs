@@ -4,9 +4,10 @@
 //! One tick: take the newest frame of every camera and the newest state → refuse stale,
 //! future-stamped or missing observations → preprocess and write the inputs → replay vision,
 //! prefix and every step, looking at the stop latch and the subgoal queue between two replays
-//! → read the chunk → refuse non-finite values, clamp, cap per-step deltas (the first row
-//! against the row of the chunk being executed that is due at the observation time, or
-//! against the measured state when none is) → look at the latch once more → publish. A
+//! → read the chunk → refuse non-finite values, align it in time (row k due at its
+//! observation time + k·dt; `due_row` is the first not in the past), clamp and cap per-step
+//! deltas from the command it takes over from (see [`crate::timeline`]) → look at the latch
+//! once more → publish it and hand its rows to the timeline, under the latch's lock. A
 //! subgoal arriving mid-tick abandons the tick at the next graph boundary (the next chunk
 //! carries the new subgoal); a stop abandons it and publishes the halt chunk; the node then
 //! stays halted until resumed. See [`crate::safety`] for the hold and the stop latch.
@@ -759,8 +760,8 @@ impl Node {
         cfg.validate_for_this_machine()?;
         let dims = Arc::new(cfg.action_dims()?);
         let policy = Policy::build(&cfg)?;
+        // The horizon was checked against the configuration by `Policy::build`.
         let horizon = policy.config().action_horizon;
-        cfg.validate_horizon(horizon)?;
         let d = cfg.control.action_dim;
         let timeline = Arc::new(Mutex::new(Timeline::new(
             horizon,

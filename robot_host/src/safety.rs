@@ -6,9 +6,10 @@
 //!   between every two replays and once more under the latch's lock when it publishes a
 //!   chunk, so no chunk computed before a stop is published after it ([`StopLatch::publish`]).
 //!   A resume clears the latch only when it came after the last stop.
-//! * [`Hold`]: what a halt commands. Position control holds the latest *measured* position
-//!   (fresh within the age bounds), velocity control zero; with no fresh, finite state a
-//!   position halt carries no targets (the JointTrajectory output is then an empty trajectory,
+//! * [`Hold`]: what a halt commands, per dimension ([`HoldRule`]): a position holds the
+//!   latest *measured* position (fresh within the age bounds), a velocity zero; rule
+//!   `current` falls back to the command being executed. When a dimension has neither, the
+//!   halt carries no targets (the JointTrajectory output is then an empty trajectory,
 //!   ros2_control's "stop and hold the current position"). A hold is never a future target,
 //!   never zeros in position control, never non-finite.
 //! * [`Fault`] and [`Watchdog`]: a panic, a fatal device error or a tick that overruns its

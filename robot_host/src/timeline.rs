@@ -71,30 +71,29 @@ pub fn guard(rows: &mut [f32], anchor: &[f32], dims: &[ActionDim]) -> u64 {
     let d = dims.len();
     let mut changed = 0;
     for r in 0..rows.len() / d {
-        for (k, dim) in dims.iter().enumerate() {
-            let prev = if r == 0 {
-                anchor[k]
-            } else {
-                rows[(r - 1) * d + k]
-            };
-            let i = r * d + k;
-            let x = limit(rows[i], prev, dim);
-            if x != rows[i] {
-                changed += 1;
-                rows[i] = x;
-            }
-        }
+        let (done, rest) = rows.split_at_mut(r * d);
+        let prev = if r == 0 { anchor } else { &done[(r - 1) * d..] };
+        changed += limit_row(&mut rest[..d], prev, dims);
     }
     changed
 }
 
-/// `x` clamped to the dimension's limits and within its step cap of `prev`.
-fn limit(x: f32, prev: f32, dim: &ActionDim) -> f32 {
-    let mut x = x.clamp(dim.min, dim.max);
-    if let Some(cap) = dim.max_delta {
-        x = x.clamp(prev - cap, prev + cap);
+/// Clamps `row` to the limits and within each dimension's step cap of `prev`; returns the
+/// number of values changed. Clamped into the limits first, then towards `prev`: with `prev`
+/// inside the limits the result stays inside them.
+fn limit_row(row: &mut [f32], prev: &[f32], dims: &[ActionDim]) -> u64 {
+    let mut changed = 0;
+    for ((x, p), dim) in row.iter_mut().zip(prev).zip(dims) {
+        let mut y = x.clamp(dim.min, dim.max);
+        if let Some(cap) = dim.max_delta {
+            y = y.clamp(p - cap, p + cap);
+        }
+        if y != *x {
+            changed += 1;
+            *x = y;
+        }
     }
-    x
+    changed
 }
 
 /// Guards a whole chunk whose row `due` is the first one executed: rows from `due` on are
@@ -107,19 +106,13 @@ pub fn guard_chunk(chunk: &mut [f32], due: usize, anchor: &[f32], dims: &[Action
     let (past, ahead) = chunk.split_at_mut(due * d);
     let mut changed = guard(ahead, anchor, dims);
     for r in (0..due).rev() {
-        for (k, dim) in dims.iter().enumerate() {
-            let next = if r + 1 == due {
-                ahead.get(k).copied().unwrap_or(anchor[k])
-            } else {
-                past[(r + 1) * d + k]
-            };
-            let i = r * d + k;
-            let x = limit(past[i], next, dim);
-            if x != past[i] {
-                changed += 1;
-                past[i] = x;
-            }
-        }
+        let (row, later) = past.split_at_mut((r + 1) * d);
+        let next = if r + 1 == due {
+            ahead.get(..d).unwrap_or(anchor)
+        } else {
+            &later[..d]
+        };
+        changed += limit_row(&mut row[r * d..], next, dims);
     }
     changed
 }
@@ -163,8 +156,6 @@ pub struct Timeline {
     next_rows: Vec<f32>,
     next_weights: Vec<f64>,
     next_counts: Vec<u32>,
-    /// Values the last merge's guard changed.
-    pub last_changed: u64,
 }
 
 impl Timeline {
@@ -187,12 +178,7 @@ impl Timeline {
             next_rows: vec![0.0; horizon * d],
             next_weights: vec![0.0; horizon],
             next_counts: vec![0; horizon],
-            last_changed: 0,
         }
-    }
-
-    pub fn dt(&self) -> f64 {
-        self.dt
     }
 
     /// When the first row is due.
@@ -402,7 +388,7 @@ impl Timeline {
             self.next_weights[j] = w;
             self.next_counts[j] = c;
         }
-        self.last_changed = guard(&mut self.next_rows[..n * d], anchor, dims);
+        let changed = guard(&mut self.next_rows[..n * d], anchor, dims);
         std::mem::swap(&mut self.rows, &mut self.next_rows);
         std::mem::swap(&mut self.weights, &mut self.next_weights);
         std::mem::swap(&mut self.counts, &mut self.next_counts);
@@ -411,7 +397,7 @@ impl Timeline {
         self.observed = t_obs;
         self.len = n;
         self.mode = if n > 0 { Mode::Running } else { Mode::Empty };
-        self.last_changed
+        changed
     }
 }
 
@@ -460,12 +446,6 @@ impl CommandClock {
         self.missed += latest - n;
         self.schedule = Some((first, latest + 1));
         true
-    }
-
-    /// When the next command is due (None: before the first).
-    pub fn next_due(&self) -> Option<Stamp> {
-        self.schedule
-            .map(|(first, n)| first + n as f64 * self.period)
     }
 }
 

@@ -433,6 +433,8 @@ pub struct Publisher {
     trajectory: Option<TrajectoryConfig>,
     /// The action dimensions (joint names and kinds of the trajectory and the commands).
     dims: Vec<ActionDim>,
+    /// Whether every dimension is a velocity (the trajectory carries velocities).
+    velocity: bool,
     commands: Option<CommandMessage>,
     diagnostics: bool,
     last_diagnostics: Option<Instant>,
@@ -445,6 +447,9 @@ impl Publisher {
             node: cfg.node.name.clone(),
             trajectory: cfg.ros.joint_trajectory.clone(),
             dims: cfg.action_dims().unwrap_or_default(),
+            velocity: cfg
+                .action_dims()
+                .is_ok_and(|d| d.iter().all(|d| d.kind == ActionKind::Velocity)),
             commands: cfg.execution.command_stream.as_ref().map(|c| c.message),
             diagnostics: cfg.ros.diagnostics,
             last_diagnostics: None,
@@ -457,11 +462,10 @@ impl Publisher {
             Outbound::Chunk(c) => out(Publication::Chunk(convert::action_chunk(c, &self.frame_id))),
             Outbound::Plan(p) => {
                 if let Some(t) = &self.trajectory {
-                    let velocity = self.dims.iter().all(|d| d.kind == ActionKind::Velocity);
                     out(Publication::Trajectory(convert::joint_trajectory(
                         p,
                         &t.joints,
-                        velocity,
+                        self.velocity,
                         &self.frame_id,
                     )));
                 }

@@ -27,6 +27,18 @@ fn pct(v: &mut [f64], q: f64) -> f64 {
     v[((v.len() - 1) as f64 * q).round() as usize]
 }
 
+/// Milliseconds of what a closure enqueues on `s`, between two CUDA events.
+fn timer(ctx: &Ctx, s: frt_exec::Stream) -> impl Fn(&dyn Fn()) -> f64 {
+    let (t0, t1) = (ctx.timing_event().unwrap(), ctx.timing_event().unwrap());
+    move |f: &dyn Fn()| {
+        t0.record(s).unwrap();
+        f();
+        t1.record(s).unwrap();
+        t1.synchronize().unwrap();
+        t1.elapsed_ms(&t0).unwrap() as f64
+    }
+}
+
 /// The canonical inputs: one view (used for both cameras), a 40-token prompt, the noise.
 fn canonical_inputs(c: &Pi05Config) -> (ModelImage, Vec<u32>, Vec<f32>) {
     let px = c.siglip.image_size * c.siglip.image_size * 3;
@@ -105,14 +117,7 @@ fn main() {
             drop(range);
             return;
         }
-        let (t0, t1) = (ctx.timing_event().unwrap(), ctx.timing_event().unwrap());
-        let time = |f: &dyn Fn()| -> f64 {
-            t0.record(s).unwrap();
-            f();
-            t1.record(s).unwrap();
-            t1.synchronize().unwrap();
-            t1.elapsed_ms(&t0).unwrap() as f64
-        };
+        let time = timer(&ctx, s);
         for _ in 0..10 {
             m.run().unwrap();
         }
@@ -175,14 +180,7 @@ fn inpaint_cost(ctx: &Ctx, iters: usize) {
         }
     }
     ctx.sync_stream(s).unwrap();
-    let (t0, t1) = (ctx.timing_event().unwrap(), ctx.timing_event().unwrap());
-    let time = |f: &dyn Fn()| -> f64 {
-        t0.record(s).unwrap();
-        f();
-        t1.record(s).unwrap();
-        t1.synchronize().unwrap();
-        t1.elapsed_ms(&t0).unwrap() as f64
-    };
+    let time = timer(ctx, s);
     // [model][step 0, step 3, step 9, end to end]
     let mut t = vec![vec![Vec::new(); 4]; 3];
     for _ in 0..iters {
