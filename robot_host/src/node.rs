@@ -132,6 +132,13 @@ pub const SUBGOAL_QUEUE: usize = 64;
 /// ticks allocate).
 const CHUNK_POOL: usize = 8;
 
+/// Capacity of the node's output channel.
+const OUTPUT_CHANNEL: usize = 1024;
+
+/// The most fixed-rate commands the output channel may hold (a consumer that stops draining
+/// loses commands before it could lose a chunk).
+const COMMAND_SHARE: usize = OUTPUT_CHANNEL / 4;
+
 /// Recent chunks whose observation-to-publication delay sets the frozen prefix.
 const DELAYS: usize = 8;
 
@@ -771,7 +778,7 @@ impl Node {
         )));
         let (stx, srx) = crossbeam_channel::bounded(SUBGOAL_QUEUE);
         let (wtx, wrx) = crossbeam_channel::bounded(1);
-        let (otx, orx) = crossbeam_channel::bounded(1024);
+        let (otx, orx) = crossbeam_channel::bounded(OUTPUT_CHANNEL);
         let s = &cfg.safety;
         let inputs = Inputs {
             cameras: Arc::new(
@@ -1415,7 +1422,17 @@ impl Node {
             .spawn(move || {
                 while !ended.load(Ordering::SeqCst) {
                     if let Some(c) = stream.poll(clock.now()) {
-                        let _ = out.try_send(Outbound::Command(c));
+                        // Commands never fill more than their share of the output channel:
+                        // the rest stays free for chunks, halt chunks above all.
+                        if out.len() < COMMAND_SHARE {
+                            let _ = out.try_send(Outbound::Command(c));
+                        } else {
+                            stream
+                                .inputs
+                                .counters
+                                .missed_commands
+                                .fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                     std::thread::sleep(look);
                 }
