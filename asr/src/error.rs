@@ -20,21 +20,14 @@ pub enum Error {
     #[error("model folder {dir}: {reason}")]
     ModelFolder { dir: PathBuf, reason: String },
 
-    /// A checkpoint that does not parse.
+    /// A checkpoint that does not parse, or a file next to it (`config.json`) that does not.
     #[error("checkpoint {file}: {reason}")]
     BadCheckpoint { file: PathBuf, reason: String },
 
-    /// A tensor the model needs is not in the checkpoint.
-    #[error("checkpoint has no tensor `{name}` (expected shape {expected:?})")]
-    MissingTensor { name: String, expected: Vec<usize> },
-
-    /// A tensor with another shape than the configuration implies.
-    #[error("tensor `{name}` has shape {got:?}, expected {expected:?}")]
-    TensorShape {
-        name: String,
-        got: Vec<usize>,
-        expected: Vec<usize>,
-    },
+    /// The checkpoint's tensors: a broken file, a missing or mis-shaped tensor (by full name,
+    /// with the expected shape), non-finite values.
+    #[error(transparent)]
+    Weights(#[from] frt_nn::Error),
 
     /// tokenizer.json that does not parse or lacks Whisper's special tokens.
     #[error("tokenizer: {0}")]

@@ -7,8 +7,6 @@
 
 use crate::config::WhisperConfig;
 use crate::error::{Error, Result};
-use half::{bf16, f16};
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// A tensor in host memory (f32).
@@ -79,74 +77,37 @@ pub struct WhisperWeights {
     pub dec_ln: Norm,
 }
 
-/// A cursor over a checkpoint's bytes; running off the end is an error naming the offset.
-struct Reader<'a> {
-    b: &'a [u8],
-    at: usize,
-    file: &'a Path,
-}
-
-impl<'a> Reader<'a> {
-    fn bytes(&mut self, n: usize) -> Result<&'a [u8]> {
-        let s = self
-            .at
-            .checked_add(n)
-            .and_then(|end| self.b.get(self.at..end))
-            .ok_or_else(|| Error::BadCheckpoint {
-                file: self.file.to_path_buf(),
-                reason: format!("truncated: {n} bytes wanted at offset {}", self.at),
-            })?;
-        self.at += n;
-        Ok(s)
-    }
-    fn u32(&mut self) -> Result<u32> {
-        Ok(u32::from_le_bytes(self.bytes(4)?.try_into().unwrap()))
-    }
-    /// A u16 length (NUL included) and the characters.
-    fn string(&mut self) -> Result<String> {
-        let n = u16::from_le_bytes(self.bytes(2)?.try_into().unwrap()) as usize;
-        let s = self.bytes(n)?;
-        Ok(String::from_utf8_lossy(s.strip_suffix(&[0]).unwrap_or(s)).into_owned())
-    }
-}
-
-/// Named tensors read from a file, consumed by name with shape checks.
+/// The checkpoint's tensors, taken by name with shape checks, as f32 (Whisper's upload
+/// builds fused projections from them).
 struct Store {
     file: PathBuf,
-    tensors: HashMap<String, HostTensor>,
+    store: frt_nn::Store,
 }
 
 impl Store {
     fn take(&mut self, name: &str, shape: &[usize]) -> Result<HostTensor> {
-        let t = self.tensors.get(name).ok_or_else(|| Error::MissingTensor {
-            name: name.to_string(),
-            expected: shape.to_vec(),
-        })?;
-        if t.shape != shape {
-            return Err(Error::TensorShape {
-                name: name.to_string(),
-                got: t.shape.clone(),
-                expected: shape.to_vec(),
-            });
-        }
-        Ok(t.clone())
+        let v = self.store.root().get(name, shape)?;
+        v.check_finite()?;
+        Ok(HostTensor {
+            shape: shape.to_vec(),
+            data: v.to_f32(),
+        })
     }
 
     fn shape(&self, name: &str) -> Result<Vec<usize>> {
-        self.tensors
-            .get(name)
-            .map(|t| t.shape.clone())
-            .ok_or_else(|| Error::MissingTensor {
-                name: name.to_string(),
-                expected: vec![],
-            })
+        Ok(self.store.view(name)?.shape().to_vec())
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.store.contains(name)
     }
 
     fn bad(&self, reason: impl Into<String>) -> Error {
-        Error::BadCheckpoint {
+        frt_nn::Error::BadCheckpoint {
             file: self.file.clone(),
             reason: reason.into(),
         }
+        .into()
     }
 }
 
@@ -195,105 +156,15 @@ impl WhisperWeights {
 
     /// CTranslate2 `model.bin` (binary version ≥ 4; float32 / float16 / bfloat16 variables).
     pub fn load_ctranslate2(file: &Path) -> Result<WhisperWeights> {
-        let bytes = std::fs::read(file).map_err(|source| Error::Io {
-            path: file.to_path_buf(),
-            source,
-        })?;
-        let bad = |r: String| Error::BadCheckpoint {
-            file: file.to_path_buf(),
-            reason: r,
-        };
-        let mut rd = Reader {
-            b: &bytes,
-            at: 0,
-            file,
-        };
-        let version = rd.u32()?;
-        if !(4..=6).contains(&version) {
-            return Err(bad(format!("binary version {version} (supported: 4 to 6)")));
-        }
-        let spec = rd.string()?;
-        if spec != "WhisperSpec" {
-            return Err(bad(format!("a `{spec}` model, not a Whisper model")));
-        }
-        let _revision = rd.u32()?;
-        let count = rd.u32()?;
-        let mut tensors = HashMap::new();
-        let mut scalars = HashMap::new();
-        for _ in 0..count {
-            let name = rd.string()?;
-            let rank = rd.bytes(1)?[0] as usize;
-            let dims: Vec<usize> = (0..rank)
-                .map(|_| rd.u32().map(|v| v as usize))
-                .collect::<Result<_>>()?;
-            let dtype = rd.bytes(1)?[0];
-            let nbytes = rd.u32()? as usize;
-            let raw = rd.bytes(nbytes)?;
-            // Checked: a corrupt header's dimensions may overflow.
-            let n = dims
-                .iter()
-                .try_fold(1usize, |a, d| a.checked_mul(*d))
-                .filter(|n| n.checked_mul(4).is_some())
-                .ok_or_else(|| bad(format!("`{name}`: shape {dims:?} overflows")))?;
-            let data: Vec<f32> = match dtype {
-                0 if nbytes == n * 4 => raw
-                    .chunks_exact(4)
-                    .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-                    .collect(),
-                4 if nbytes == n * 2 => raw
-                    .chunks_exact(2)
-                    .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
-                    .collect(),
-                5 if nbytes == n * 2 => raw
-                    .chunks_exact(2)
-                    .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())
-                    .collect(),
-                1..=3 if rank == 0 => {
-                    // Scalars (flags, head counts) of integer types.
-                    let v = match nbytes {
-                        1 => raw[0] as i8 as i64,
-                        2 => i16::from_le_bytes([raw[0], raw[1]]) as i64,
-                        4 => i32::from_le_bytes(raw.try_into().unwrap()) as i64,
-                        _ => return Err(bad(format!("scalar `{name}` of {nbytes} bytes"))),
-                    };
-                    scalars.insert(name, v);
-                    continue;
-                }
-                1 | 2 => {
-                    return Err(bad(format!(
-                        "`{name}` is quantized (int8/int16); convert the model with float16 or float32 weights"
-                    )));
-                }
-                _ => {
-                    return Err(bad(format!(
-                        "`{name}`: data type {dtype} with {nbytes} bytes for shape {dims:?}"
-                    )));
-                }
-            };
-            tensors.insert(name, HostTensor { shape: dims, data });
-        }
-        // Aliases (e.g. the output projection sharing the embedding).
-        if version >= 3 {
-            let n = rd.u32()?;
-            for _ in 0..n {
-                let alias = rd.string()?;
-                let target = rd.string()?;
-                if let Some(t) = tensors.get(&target).cloned() {
-                    tensors.insert(alias, t);
-                }
-            }
-        }
         let mut st = Store {
             file: file.to_path_buf(),
-            tensors,
+            store: frt_nn::Store::ctranslate2(file)?,
         };
-        let heads = |key: &str| {
-            scalars
-                .get(key)
-                .copied()
-                .filter(|h| *h > 0)
-                .map(|h| h as usize)
-        };
+        if st.store.scalar("spec:WhisperSpec").is_none() {
+            return Err(st.bad("not a Whisper model (its spec is not WhisperSpec)"));
+        }
+        let scalars = |key: &str| st.store.scalar(key);
+        let heads = |key: &str| scalars(key).filter(|h| *h > 0).map(|h| h as usize);
         let emb = st.shape("decoder/embeddings/weight")?;
         let conv1 = st.shape("encoder/conv1/weight")?;
         if emb.len() != 2 || conv1.len() != 3 {
@@ -307,10 +178,7 @@ impl WhisperWeights {
         };
         let count_layers = |st: &Store, prefix: &str| {
             (0..)
-                .take_while(|i| {
-                    st.tensors
-                        .contains_key(&format!("{prefix}/layer_{i}/ffn/linear_0/weight"))
-                })
+                .take_while(|i| st.contains(&format!("{prefix}/layer_{i}/ffn/linear_0/weight")))
                 .count()
         };
         let d = conv1[0];
@@ -337,7 +205,7 @@ impl WhisperWeights {
         }
         let lin = |st: &mut Store, p: &str, o: usize, i: usize| -> Result<Linear> {
             let w = st.take(&format!("{p}/weight"), &[o, i])?;
-            let b = if st.tensors.contains_key(&format!("{p}/bias")) {
+            let b = if st.contains(&format!("{p}/bias")) {
                 st.take(&format!("{p}/bias"), &[o])?
             } else {
                 zeros(o)
@@ -443,52 +311,15 @@ impl WhisperWeights {
             file: cfg_path.clone(),
             reason,
         })?;
-        let bytes = std::fs::read(&file).map_err(|source| Error::Io {
-            path: file.clone(),
-            source,
-        })?;
-        let st =
-            safetensors::SafeTensors::deserialize(&bytes).map_err(|e| Error::BadCheckpoint {
-                file: file.clone(),
-                reason: e.to_string(),
-            })?;
-        let mut tensors = HashMap::new();
-        for (name, view) in st.tensors() {
-            let raw = view.data();
-            let data: Vec<f32> = match view.dtype() {
-                safetensors::Dtype::F32 => raw
-                    .chunks_exact(4)
-                    .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-                    .collect(),
-                safetensors::Dtype::F16 => raw
-                    .chunks_exact(2)
-                    .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
-                    .collect(),
-                safetensors::Dtype::BF16 => raw
-                    .chunks_exact(2)
-                    .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())
-                    .collect(),
-                other => {
-                    return Err(Error::BadCheckpoint {
-                        file: file.clone(),
-                        reason: format!("`{name}` has dtype {other:?}"),
-                    });
-                }
-            };
-            tensors.insert(
-                name,
-                HostTensor {
-                    shape: view.shape().to_vec(),
-                    data,
-                },
-            );
-        }
-        let mut st = Store { file, tensors };
+        let mut st = Store {
+            store: frt_nn::Store::safetensors(&file, std::slice::from_ref(&file))?,
+            file,
+        };
         let d = config.n_audio_state;
         let ff = 4 * d;
         let lin = |st: &mut Store, p: &str, o: usize, i: usize| -> Result<Linear> {
             let w = st.take(&format!("{p}.weight"), &[o, i])?;
-            let b = if st.tensors.contains_key(&format!("{p}.bias")) {
+            let b = if st.contains(&format!("{p}.bias")) {
                 st.take(&format!("{p}.bias"), &[o])?
             } else {
                 zeros(o)

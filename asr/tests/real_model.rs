@@ -272,7 +272,7 @@ fn broken_model_folders_and_inputs_are_clear_errors() {
         .err()
         .unwrap();
     assert!(
-        matches!(&e, Error::BadCheckpoint { reason, .. } if reason.contains("truncated")),
+        matches!(&e, Error::Weights(frt_nn::Error::BadCheckpoint { reason, .. }) if reason.contains("truncated")),
         "{e}"
     );
     let mut other = bin.clone();
@@ -280,12 +280,12 @@ fn broken_model_folders_and_inputs_are_clear_errors() {
     std::fs::write(tmp.join("model.bin"), &other).unwrap();
     assert!(matches!(
         Whisper::load(&ctx, &tmp, s, ModelOptions::default()),
-        Err(Error::BadCheckpoint { .. })
+        Err(Error::Weights(frt_nn::Error::BadCheckpoint { .. }))
     ));
     std::fs::write(tmp.join("model.bin"), b"garbage").unwrap();
     assert!(matches!(
         Whisper::load(&ctx, &tmp, s, ModelOptions::default()),
-        Err(Error::BadCheckpoint { .. })
+        Err(Error::Weights(frt_nn::Error::BadCheckpoint { .. }))
     ));
     std::fs::write(tmp.join("tokenizer.json"), b"{").unwrap();
     std::fs::write(tmp.join("model.bin"), &bin).unwrap();

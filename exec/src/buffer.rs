@@ -247,6 +247,40 @@ impl Buffer {
         self.upload_parts(s, offset, &[data])
     }
 
+    /// Set-up write of data written once (weights): copies `data` into `self[offset..]` in
+    /// order on `s` and returns once `data` may be reused or dropped. Unlike
+    /// [`Buffer::upload`] it keeps no staging memory, so loading a model costs the host no
+    /// second copy of it. On CUDA the driver stages the pageable `data` itself; on the host
+    /// backend the call waits for the work already enqueued on `s`, then copies. Not
+    /// capturable.
+    pub fn load(&self, s: Stream, offset: usize, data: &[u8]) -> Result<()> {
+        check_range("load", self, offset, data.len())?;
+        let ctx = &self.0.ctx;
+        let raw = ctx.inner.raw_stream(s)?;
+        if ctx.is_capturing(s) {
+            return Err(Error::invalid(
+                "Buffer::load",
+                "loads cannot be captured; write weights before capturing",
+            ));
+        }
+        if data.is_empty() {
+            return Ok(());
+        }
+        let dst = self.0.ptr + offset as u64;
+        match &ctx.inner.device {
+            Device::Host(h) => {
+                h.sync_stream(s)?;
+                // SAFETY: the range was checked against this live allocation; nothing enqueued
+                // on `s` is still running, and the host backend's memory is plain host memory.
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst as *mut u8, data.len()) };
+                Ok(())
+            }
+            // SAFETY: the range was checked; from pageable memory the driver copies `data` into
+            // its own staging memory before the call returns, so `data` may then be reused.
+            Device::Cuda(c) => unsafe { c.copy_htod(dst, data.as_ptr(), data.len(), raw as _) },
+        }
+    }
+
     /// Like [`Buffer::upload`] for data in several pieces, placed one after another from
     /// `offset`: one copy into the staging memory and one device copy for all of them.
     pub fn upload_parts(&self, s: Stream, offset: usize, parts: &[&[u8]]) -> Result<()> {

@@ -200,7 +200,7 @@ pub fn check_files(cfg: &Config) -> Result<()> {
     let mc = model_config(cfg)?;
     HostSide::load(cfg, &mc)?;
     if let ModelSource::Checkpoint(dir) = cfg.model.source() {
-        Pi05Weights::load(&dir, &mc)?;
+        Pi05Weights::load(&dir, &mc)?.check_finite()?;
     }
     Ok(())
 }

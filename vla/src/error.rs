@@ -15,23 +15,13 @@ pub enum Error {
     #[error("configuration: {reason}")]
     Config { reason: String },
 
-    #[error("model folder {dir}: {reason}")]
-    ModelFolder { dir: PathBuf, reason: String },
+    /// The checkpoint: a missing or mis-shaped tensor (by full name, with the expected
+    /// shape), a broken file, non-finite values.
+    #[error(transparent)]
+    Weights(#[from] frt_nn::Error),
 
     #[error("checkpoint {file}: {reason}")]
     BadCheckpoint { file: PathBuf, reason: String },
-
-    /// A tensor the configuration needs is not in the checkpoint.
-    #[error("checkpoint has no tensor `{name}` (expected shape {expected:?})")]
-    MissingTensor { name: String, expected: Vec<usize> },
-
-    /// A tensor with another shape than the configuration implies.
-    #[error("tensor `{name}` has shape {got:?}, expected {expected:?}")]
-    TensorShape {
-        name: String,
-        got: Vec<usize>,
-        expected: Vec<usize>,
-    },
 
     /// An input the policy cannot use (image, state, prompt, statistics).
     #[error("bad input `{what}`: {reason}")]

@@ -10,23 +10,22 @@
 
 use crate::config::Pi05Config;
 use crate::error::{Error, Result};
-use half::{bf16, f16};
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use frt_nn::{Store, View};
+use half::bf16;
+use std::path::Path;
 
 pub const VISION: &str = "paligemma_with_expert.paligemma.model.vision_tower.vision_model";
 pub const PROJECTOR: &str = "paligemma_with_expert.paligemma.model.multi_modal_projector.linear";
 pub const LLM: &str = "paligemma_with_expert.paligemma.model.language_model";
 pub const EXPERT: &str = "paligemma_with_expert.gemma_expert.model";
 
-/// A tensor in host memory (f32).
-#[derive(Clone, Debug, PartialEq)]
-pub struct HostTensor {
-    pub shape: Vec<usize>,
-    pub data: Vec<f32>,
+/// A generated tensor (f32).
+struct HostTensor {
+    shape: Vec<usize>,
+    data: Vec<f32>,
 }
 
-/// How a tensor is initialized by [`Pi05Weights::random`].
+/// How a tensor is initialized by [`random_tensors`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Init {
     /// Normal with std 1/sqrt(fan_in) (the last dimension of a `[out, in]` weight).
@@ -216,11 +215,14 @@ pub fn expected(c: &Pi05Config) -> Vec<(String, Vec<usize>, Init)> {
     v
 }
 
-/// The weights of a Pi0.5 model, by openpi name.
-#[derive(Clone, Debug)]
+/// The weights of a Pi0.5 model: a [`Store`] whose every tensor [`expected`] names is there
+/// with its shape (checked when it is opened), looked up by openpi name.
+#[derive(Debug)]
 pub struct Pi05Weights {
     pub config: Pi05Config,
-    pub tensors: HashMap<String, HostTensor>,
+    store: Store,
+    /// `model.` for LeRobot checkpoints, else empty.
+    prefix: &'static str,
 }
 
 /// A deterministic generator (SplitMix64 + Box-Muller).
@@ -322,51 +324,153 @@ impl ChunkShape {
     }
 }
 
-impl Pi05Weights {
-    /// Deterministic random weights for any configuration (tests, benchmarks): the same seed
-    /// gives the same weights; each tensor's values depend only on the seed and its name.
-    pub fn random(config: &Pi05Config, seed: u64) -> Pi05Weights {
-        // Each tensor has its own generator (seeded by its name), so the tensors are filled
-        // in parallel and the result does not depend on the number of threads.
-        let specs = expected(config);
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(16));
-        let mut tensors = HashMap::new();
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = (0..workers)
-                .map(|_| {
-                    scope.spawn(|| {
-                        let mut done = Vec::new();
-                        loop {
-                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            let Some((name, shape, init)) = specs.get(i) else {
-                                return done;
-                            };
-                            done.push((name.clone(), random_tensor(name, shape, *init, seed)));
-                        }
-                    })
+/// Deterministic random tensors for any configuration (name, shape, values) in
+/// [`expected`]'s order: the same seed gives the same values; each tensor's values depend
+/// only on the seed and its name.
+pub fn random_tensors(config: &Pi05Config, seed: u64) -> Vec<(String, Vec<usize>, Vec<f32>)> {
+    // Each tensor has its own generator (seeded by its name), so the tensors are filled in
+    // parallel and the result does not depend on the number of threads.
+    let specs = expected(config);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get().min(16));
+    let mut out: Vec<(usize, HostTensor)> = Vec::with_capacity(specs.len());
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some((name, shape, init)) = specs.get(i) else {
+                            return done;
+                        };
+                        done.push((i, random_tensor(name, shape, *init, seed)));
+                    }
                 })
-                .collect();
-            for h in handles {
-                tensors.extend(h.join().expect("weight generator thread"));
-            }
-        });
+            })
+            .collect();
+        for h in handles {
+            out.extend(h.join().expect("weight generator thread"));
+        }
+    });
+    out.sort_by_key(|(i, _)| *i);
+    out.into_iter()
+        .map(|(i, t)| (specs[i].0.clone(), t.shape, t.data))
+        .collect()
+}
+
+/// Writes tensors (name in openpi naming, shape, values) as safetensors, f32 or bf16, in one
+/// file or in `shards` files with a `model.safetensors.index.json` (LeRobot naming with
+/// `lerobot_prefix`), plus `config.json` holding `config`. Writes exactly what it is given
+/// (tests write broken checkpoints with it).
+pub fn write_tensors(
+    dir: &Path,
+    config: &Pi05Config,
+    tensors: &[(String, Vec<usize>, Vec<f32>)],
+    bf16_weights: bool,
+    shards: usize,
+    lerobot_prefix: bool,
+) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let mut order: Vec<usize> = (0..tensors.len()).collect();
+    order.sort_by(|a, b| tensors[*a].0.cmp(&tensors[*b].0));
+    let shards = shards.max(1);
+    let per = order.len().div_ceil(shards).max(1);
+    let mut index = serde_json::Map::new();
+    let prefix = if lerobot_prefix { "model." } else { "" };
+    let dtype = if bf16_weights {
+        safetensors::Dtype::BF16
+    } else {
+        safetensors::Dtype::F32
+    };
+    for (k, chunk) in order.chunks(per).enumerate() {
+        let file = if shards == 1 {
+            "model.safetensors".to_string()
+        } else {
+            format!("model-{:05}-of-{:05}.safetensors", k + 1, shards)
+        };
+        let bytes: Vec<(String, Vec<u8>, Vec<usize>)> = chunk
+            .iter()
+            .map(|i| {
+                let (n, shape, data) = &tensors[*i];
+                let b: Vec<u8> = if bf16_weights {
+                    data.iter()
+                        .flat_map(|v| bf16::from_f32(*v).to_le_bytes())
+                        .collect()
+                } else {
+                    data.iter().flat_map(|v| v.to_le_bytes()).collect()
+                };
+                (format!("{prefix}{n}"), b, shape.clone())
+            })
+            .collect();
+        let path = dir.join(&file);
+        let bad = |reason: String| Error::BadCheckpoint {
+            file: path.clone(),
+            reason,
+        };
+        let views = bytes
+            .iter()
+            .map(|(n, b, s)| {
+                safetensors::tensor::TensorView::new(dtype, s.clone(), b)
+                    .map(|v| (n.clone(), v))
+                    .map_err(|e| bad(format!("`{n}`: {e}")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        safetensors::serialize_to_file(views, &None, &path).map_err(|e| bad(e.to_string()))?;
+        for (n, _, _) in &bytes {
+            index.insert(n.clone(), serde_json::Value::String(file.clone()));
+        }
+    }
+    if shards > 1 {
+        let path = dir.join("model.safetensors.index.json");
+        let json = serde_json::json!({ "metadata": {}, "weight_map": index });
+        std::fs::write(&path, serde_json::to_string_pretty(&json).expect("json"))
+            .map_err(|source| Error::Io { path, source })?;
+    }
+    let path = dir.join("config.json");
+    std::fs::write(&path, serde_json::to_string_pretty(config).expect("json"))
+        .map_err(|source| Error::Io { path, source })
+}
+
+impl Pi05Weights {
+    /// Deterministic random weights for any configuration (tests, benchmarks; see
+    /// [`random_tensors`]), held in memory in f32.
+    pub fn random(config: &Pi05Config, seed: u64) -> Pi05Weights {
+        let store = Store::from_f32(
+            &format!("<random pi05 weights, seed {seed}>"),
+            random_tensors(config, seed),
+        );
         Pi05Weights {
             config: config.clone(),
-            tensors,
+            store,
+            prefix: "",
         }
     }
 
-    /// The tensor `name` (openpi naming, no `model.` prefix).
-    pub fn get(&self, name: &str) -> Result<&HostTensor> {
-        self.tensors.get(name).ok_or_else(|| Error::MissingTensor {
-            name: name.to_string(),
-            expected: vec![],
-        })
+    /// The tensor `name` (openpi naming, no `model.` prefix), as stored.
+    pub fn get(&self, name: &str) -> Result<View<'_>> {
+        Ok(self.store.view(&format!("{}{name}", self.prefix))?)
     }
 
-    /// Writes the weights as safetensors in openpi's naming (f32 or bf16), in one file or in
-    /// `shards` files with a `model.safetensors.index.json`, plus `config.json`.
+    /// The store the weights come from (with the `model.` prefix of LeRobot checkpoints).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Checks every tensor the model uses for non-finite values (reads the checkpoint once;
+    /// an upload checks too, slice by slice).
+    pub fn check_finite(&self) -> Result<()> {
+        for (name, _, _) in expected(&self.config) {
+            self.get(&name)?.check_finite()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the weights as safetensors in openpi's naming (see [`write_tensors`]; converts
+    /// them to f32 on the host: for generated and test models).
     pub fn write(
         &self,
         dir: &Path,
@@ -374,199 +478,50 @@ impl Pi05Weights {
         shards: usize,
         lerobot_prefix: bool,
     ) -> Result<()> {
-        std::fs::create_dir_all(dir).map_err(|source| Error::Io {
-            path: dir.to_path_buf(),
-            source,
-        })?;
-        let mut names: Vec<&String> = self.tensors.keys().collect();
-        names.sort();
-        let shards = shards.max(1);
-        let per = names.len().div_ceil(shards);
-        let mut index = serde_json::Map::new();
-        let prefix = if lerobot_prefix { "model." } else { "" };
-        for (k, chunk) in names.chunks(per).enumerate() {
-            let file = if shards == 1 {
-                "model.safetensors".to_string()
-            } else {
-                format!("model-{:05}-of-{:05}.safetensors", k + 1, shards)
-            };
-            let bytes: Vec<(String, Vec<u8>, Vec<usize>)> = chunk
-                .iter()
-                .map(|n| {
-                    let t = &self.tensors[*n];
-                    let b: Vec<u8> = if bf16_weights {
-                        t.data
-                            .iter()
-                            .flat_map(|v| bf16::from_f32(*v).to_le_bytes())
-                            .collect()
-                    } else {
-                        t.data.iter().flat_map(|v| v.to_le_bytes()).collect()
-                    };
-                    (format!("{prefix}{n}"), b, t.shape.clone())
-                })
-                .collect();
-            let dtype = if bf16_weights {
-                safetensors::Dtype::BF16
-            } else {
-                safetensors::Dtype::F32
-            };
-            let views: Vec<(String, safetensors::tensor::TensorView)> = bytes
-                .iter()
-                .map(|(n, b, s)| {
-                    (
-                        n.clone(),
-                        safetensors::tensor::TensorView::new(dtype, s.clone(), b)
-                            .expect("sizes match"),
-                    )
-                })
-                .collect();
-            let path = dir.join(&file);
-            safetensors::serialize_to_file(views, &None, &path).map_err(|e| {
-                Error::BadCheckpoint {
-                    file: path.clone(),
-                    reason: e.to_string(),
-                }
-            })?;
-            for n in chunk {
-                index.insert(
-                    format!("{prefix}{n}"),
-                    serde_json::Value::String(file.clone()),
-                );
-            }
-        }
-        if shards > 1 {
-            let path = dir.join("model.safetensors.index.json");
-            let json = serde_json::json!({ "metadata": {}, "weight_map": index });
-            std::fs::write(&path, serde_json::to_string_pretty(&json).unwrap())
-                .map_err(|source| Error::Io { path, source })?;
-        }
-        let path = dir.join("config.json");
-        std::fs::write(&path, serde_json::to_string_pretty(&self.config).unwrap())
-            .map_err(|source| Error::Io { path, source })
+        let tensors = expected(&self.config)
+            .into_iter()
+            .map(|(name, shape, _)| Ok((name.clone(), shape, self.get(&name)?.to_f32())))
+            .collect::<Result<Vec<_>>>()?;
+        write_tensors(
+            dir,
+            &self.config,
+            &tensors,
+            bf16_weights,
+            shards,
+            lerobot_prefix,
+        )
     }
 
-    /// Loads a checkpoint folder for `config`: `model.safetensors`, or shards listed in
-    /// `model.safetensors.index.json`; openpi or LeRobot naming; f32, bf16 or f16.
+    /// Opens a checkpoint folder for `config`: `model.safetensors`, or shards listed in
+    /// `model.safetensors.index.json`; openpi or LeRobot naming; f32, bf16 or f16; memory-mapped
+    /// (nothing is read but the headers until the model uploads its tensors). Every tensor
+    /// the configuration needs must be there with its shape.
     pub fn load(dir: &Path, config: &Pi05Config) -> Result<Pi05Weights> {
         config
             .validate()
             .map_err(|reason| Error::Config { reason })?;
-        let files: Vec<PathBuf> = if dir.join("model.safetensors").is_file() {
-            vec![dir.join("model.safetensors")]
-        } else if dir.join("model.safetensors.index.json").is_file() {
-            let path = dir.join("model.safetensors.index.json");
-            let text = std::fs::read_to_string(&path).map_err(|source| Error::Io {
-                path: path.clone(),
-                source,
-            })?;
-            let v: serde_json::Value =
-                serde_json::from_str(&text).map_err(|e| Error::BadCheckpoint {
-                    file: path.clone(),
-                    reason: e.to_string(),
-                })?;
-            let map = v
-                .get("weight_map")
-                .and_then(|m| m.as_object())
-                .ok_or_else(|| Error::BadCheckpoint {
-                    file: path.clone(),
-                    reason: "no weight_map".into(),
-                })?;
-            let mut f: Vec<String> = map
-                .values()
-                .filter_map(|x| x.as_str().map(String::from))
-                .collect();
-            f.sort();
-            f.dedup();
-            f.into_iter().map(|n| dir.join(n)).collect()
-        } else {
-            return Err(Error::ModelFolder {
-                dir: dir.to_path_buf(),
-                reason: "neither model.safetensors nor model.safetensors.index.json".into(),
-            });
-        };
-        let mut raw: HashMap<String, HostTensor> = HashMap::new();
-        for file in &files {
-            let bytes = std::fs::read(file).map_err(|source| Error::Io {
-                path: file.clone(),
-                source,
-            })?;
-            let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| {
-                Error::BadCheckpoint {
-                    file: file.clone(),
-                    reason: e.to_string(),
-                }
-            })?;
-            for (name, view) in st.tensors() {
-                let b = view.data();
-                let data: Vec<f32> = match view.dtype() {
-                    safetensors::Dtype::F32 => b
-                        .chunks_exact(4)
-                        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-                        .collect(),
-                    safetensors::Dtype::BF16 => b
-                        .chunks_exact(2)
-                        .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())
-                        .collect(),
-                    safetensors::Dtype::F16 => b
-                        .chunks_exact(2)
-                        .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
-                        .collect(),
-                    other => {
-                        return Err(Error::BadCheckpoint {
-                            file: file.clone(),
-                            reason: format!("`{name}` has dtype {other:?}"),
-                        });
-                    }
-                };
-                raw.insert(
-                    name,
-                    HostTensor {
-                        shape: view.shape().to_vec(),
-                        data,
-                    },
-                );
-            }
-        }
-        let prefix = if raw.contains_key("model.action_in_proj.weight") {
+        let mut store = Store::open(dir)?;
+        let prefix = if store.contains("model.action_in_proj.weight") {
             "model."
         } else {
             ""
         };
-        let mut tensors = HashMap::new();
+        // PaliGemma checkpoints may keep the embedding only as the tied output projection.
+        let embed = format!("{prefix}{LLM}.embed_tokens.weight");
+        if !store.contains(&embed) {
+            store.alias(
+                &embed,
+                &format!("{prefix}paligemma_with_expert.paligemma.lm_head.weight"),
+            );
+        }
+        let root = store.root();
         for (name, shape, _) in expected(config) {
-            let found = raw.remove(&format!("{prefix}{name}"));
-            // PaliGemma checkpoints may keep the embedding only as the tied output projection.
-            let found = found.or_else(|| {
-                if name == format!("{LLM}.embed_tokens.weight") {
-                    raw.remove(&format!(
-                        "{prefix}paligemma_with_expert.paligemma.lm_head.weight"
-                    ))
-                } else {
-                    None
-                }
-            });
-            let t = found.ok_or_else(|| Error::MissingTensor {
-                name: format!("{prefix}{name}"),
-                expected: shape.clone(),
-            })?;
-            if t.shape != shape {
-                return Err(Error::TensorShape {
-                    name: format!("{prefix}{name}"),
-                    got: t.shape,
-                    expected: shape,
-                });
-            }
-            if t.data.iter().any(|v| !v.is_finite()) {
-                return Err(Error::BadCheckpoint {
-                    file: dir.to_path_buf(),
-                    reason: format!("`{prefix}{name}` holds non-finite values"),
-                });
-            }
-            tensors.insert(name, t);
+            root.get(format!("{prefix}{name}"), &shape)?;
         }
         Ok(Pi05Weights {
             config: config.clone(),
-            tensors,
+            store,
+            prefix,
         })
     }
 }

@@ -1,6 +1,6 @@
 //! Weights: the deterministic generator, the openpi/LeRobot writer and the loader.
 
-use frt_vla::weights::{LLM, expected};
+use frt_vla::weights::{LLM, expected, random_tensors, write_tensors};
 use frt_vla::{Error, Pi05Config, Pi05Weights};
 
 fn tmp(name: &str) -> std::path::PathBuf {
@@ -35,13 +35,25 @@ fn random_weights_are_deterministic() {
         Pi05Weights::random(&c, 7),
         Pi05Weights::random(&c, 8),
     );
-    assert_eq!(a.tensors.len(), expected(&c).len());
+    assert_eq!(a.store().len(), expected(&c).len());
     let name = format!("{LLM}.layers.1.mlp.up_proj.weight");
-    assert_eq!(a.get(&name).unwrap(), b.get(&name).unwrap());
-    assert_ne!(a.get(&name).unwrap().data, other.get(&name).unwrap().data);
-    let d = &a.get(&name).unwrap().data;
+    let f = |w: &Pi05Weights| w.get(&name).unwrap().to_f32();
+    assert_eq!(f(&a), f(&b));
+    assert_ne!(f(&a), f(&other));
+    let d = f(&a);
     let mean = d.iter().sum::<f32>() / d.len() as f32;
     assert!(mean.abs() < 0.05 && d.iter().all(|v| v.is_finite()));
+}
+
+/// Every expected tensor's shape and values.
+fn values(w: &Pi05Weights) -> Vec<(String, Vec<usize>, Vec<f32>)> {
+    expected(&w.config)
+        .into_iter()
+        .map(|(n, _, _)| {
+            let v = w.get(&n).unwrap();
+            (n, v.shape().to_vec(), v.to_f32())
+        })
+        .collect()
 }
 
 #[test]
@@ -52,16 +64,16 @@ fn round_trips_through_the_real_loader() {
     let d = tmp("f32");
     w.write(&d, false, 1, false).unwrap();
     let back = Pi05Weights::load(&d, &c).unwrap();
-    assert_eq!(back.tensors, w.tensors);
+    back.check_finite().unwrap();
+    assert_eq!(values(&back), values(&w));
     // bf16, three shards, LeRobot naming: every value rounded to bf16.
     let d2 = tmp("bf16");
     w.write(&d2, true, 3, true).unwrap();
     assert!(d2.join("model.safetensors.index.json").is_file());
     let back = Pi05Weights::load(&d2, &c).unwrap();
-    for (name, t) in &w.tensors {
-        let b = &back.tensors[name];
-        assert_eq!(b.shape, t.shape);
-        for (x, y) in t.data.iter().zip(&b.data) {
+    for ((name, shape, t), (_, bshape, b)) in values(&w).iter().zip(values(&back)) {
+        assert_eq!(&bshape, shape);
+        for (x, y) in t.iter().zip(&b) {
             assert!(
                 (x - y).abs() <= x.abs() / 128.0 + 1e-30,
                 "{name}: {x} vs {y}"
@@ -74,25 +86,54 @@ fn round_trips_through_the_real_loader() {
 #[test]
 fn missing_or_misshaped_tensors_are_named() {
     let c = Pi05Config::tiny();
-    let mut w = Pi05Weights::random(&c, 2);
     let gone = "action_out_proj.weight".to_string();
-    w.tensors.remove(&gone);
+    let mut t = random_tensors(&c, 2);
+    t.retain(|(n, _, _)| *n != gone);
     let d = tmp("missing");
-    w.write(&d, false, 1, false).unwrap();
+    write_tensors(&d, &c, &t, false, 1, false).unwrap();
     match Pi05Weights::load(&d, &c) {
-        Err(Error::MissingTensor { name, expected }) => {
+        Err(Error::Weights(frt_nn::Error::MissingTensor { name, expected })) => {
             assert_eq!(name, gone);
             assert_eq!(expected, vec![c.action_dim, c.expert.width]);
         }
         other => panic!("expected MissingTensor, got {other:?}"),
     }
-    let mut w = Pi05Weights::random(&c, 2);
-    w.tensors.get_mut("time_mlp_in.bias").unwrap().shape = vec![c.expert.width / 2, 2];
-    w.write(&d, false, 1, false).unwrap();
-    assert!(matches!(
-        Pi05Weights::load(&d, &c),
-        Err(Error::TensorShape { .. })
-    ));
+    let mut t = random_tensors(&c, 2);
+    for (n, shape, _) in &mut t {
+        if n == "time_mlp_in.bias" {
+            *shape = vec![c.expert.width / 2, 2];
+        }
+    }
+    write_tensors(&d, &c, &t, false, 1, false).unwrap();
+    match Pi05Weights::load(&d, &c) {
+        Err(Error::Weights(frt_nn::Error::TensorShape {
+            name,
+            got,
+            expected,
+        })) => {
+            assert_eq!(name, "time_mlp_in.bias");
+            assert_eq!(got, vec![c.expert.width / 2, 2]);
+            assert_eq!(expected, vec![c.expert.width]);
+        }
+        other => panic!("expected TensorShape, got {other:?}"),
+    }
+    // A non-finite value is named by the check and by the upload.
+    let mut t = random_tensors(&c, 2);
+    for (n, _, v) in &mut t {
+        if n == "time_mlp_out.bias" {
+            v[3] = f32::NAN;
+        }
+    }
+    write_tensors(&d, &c, &t, true, 1, false).unwrap();
+    let w = Pi05Weights::load(&d, &c).unwrap();
+    let nan = |e: Error| matches!(e, Error::Weights(frt_nn::Error::NonFinite { name }) if name == "time_mlp_out.bias");
+    assert!(nan(w.check_finite().unwrap_err()));
+    let ctx = frt_exec::Ctx::host().unwrap();
+    let s = ctx.default_stream();
+    match frt_vla::Pi05::new(&ctx, s, &w, frt_kernels::DType::F32) {
+        Err(e) => assert!(nan(e)),
+        Ok(_) => panic!("a model was built from a NaN weight"),
+    }
     // A config that does not match the checkpoint.
     let w = Pi05Weights::random(&c, 2);
     w.write(&d, false, 1, false).unwrap();
@@ -100,16 +141,16 @@ fn missing_or_misshaped_tensors_are_named() {
     other.action_dim = 7;
     assert!(matches!(
         Pi05Weights::load(&d, &other),
-        Err(Error::TensorShape { .. })
+        Err(Error::Weights(frt_nn::Error::TensorShape { .. }))
     ));
     std::fs::write(d.join("model.safetensors"), b"not safetensors").unwrap();
     assert!(matches!(
         Pi05Weights::load(&d, &c),
-        Err(Error::BadCheckpoint { .. })
+        Err(Error::Weights(frt_nn::Error::BadCheckpoint { .. }))
     ));
     assert!(matches!(
         Pi05Weights::load(&d.join("absent"), &c),
-        Err(Error::ModelFolder { .. })
+        Err(Error::Weights(frt_nn::Error::ModelFolder { .. }))
     ));
     let _ = std::fs::remove_dir_all(&d);
 }

@@ -108,23 +108,17 @@ impl Uploader<'_> {
         self.t_as(name, self.dt)
     }
     fn t_as(&self, name: &str, dt: DType) -> Result<Tensor> {
-        let h = self.w.get(name)?;
-        let t = Tensor::alloc(self.k.ctx(), name, dt, &h.shape)?;
-        t.write_f32(self.s, &h.data)?;
-        Ok(t)
+        Ok(self.w.get(name)?.upload(self.k.ctx(), self.s, dt)?)
     }
     /// Several `[rows_i, cols]` weights stacked into one `[Σ rows_i, cols]` tensor.
     fn stacked(&self, names: &[String]) -> Result<Tensor> {
-        let parts: Vec<_> = names.iter().map(|n| self.w.get(n)).collect::<Result<_>>()?;
-        let cols = parts[0].shape[1..].iter().product::<usize>();
-        let rows: usize = parts.iter().map(|p| p.shape[0]).sum();
-        let mut data = Vec::with_capacity(rows * cols);
-        for p in &parts {
-            data.extend_from_slice(&p.data);
-        }
-        let t = Tensor::alloc(self.k.ctx(), &names[0], self.dt, &[rows, cols])?;
-        t.write_f32(self.s, &data)?;
-        Ok(t)
+        let views: Vec<_> = names.iter().map(|n| self.w.get(n)).collect::<Result<_>>()?;
+        Ok(frt_nn::upload_stacked(
+            &views,
+            self.k.ctx(),
+            self.s,
+            self.dt,
+        )?)
     }
     /// A `[out, ...]` weight seen as `[out, in]`.
     fn flat(&self, name: &str) -> Result<Tensor> {

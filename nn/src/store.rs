@@ -1,0 +1,687 @@
+//! The weight store: every tensor of a checkpoint by name, read where it lies and converted
+//! straight into the storage precision of the device tensor it is uploaded to.
+//!
+//! Sources:
+//! * safetensors (`model.safetensors`, or the shards a `model.safetensors.index.json` lists),
+//!   memory-mapped: nothing is read until a tensor is uploaded, and then only its bytes;
+//! * CTranslate2 `model.bin` (binary versions 4 to 6; float32, float16 and bfloat16
+//!   variables; integer scalars are kept as scalars, aliases resolved);
+//! * generated f32 tensors held in memory (deterministic random models for tests and
+//!   benchmarks).
+//!
+//! Lookup is hierarchical (`store.pp("layers").pp(3).get("q_proj.weight", &[out, in])`) and
+//! every error carries the tensor's full name and the shape the model expected. An upload
+//! converts in slices of [`SLICE`] values through one scratch buffer and [`Buffer::load`]:
+//! loading a model needs no host copy of it in f32 (nor any second copy at all).
+
+use crate::error::{Error, Result};
+use frt_exec::{Ctx, Stream};
+use frt_kernels::{DType, Tensor};
+use half::{bf16, f16};
+use std::collections::HashMap;
+use std::fmt::Display;
+use std::path::{Path as FsPath, PathBuf};
+
+/// Values converted per [`Buffer::load`](frt_exec::Buffer::load) call during an upload.
+pub const SLICE: usize = 1 << 20;
+
+/// How a tensor's values are stored in its source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stored {
+    F32,
+    BF16,
+    F16,
+}
+
+impl Stored {
+    pub fn size(self) -> usize {
+        match self {
+            Stored::F32 => 4,
+            Stored::BF16 | Stored::F16 => 2,
+        }
+    }
+
+    /// The device dtype holding these values unchanged.
+    pub fn dtype(self) -> DType {
+        match self {
+            Stored::F32 => DType::F32,
+            Stored::BF16 => DType::BF16,
+            Stored::F16 => DType::F16,
+        }
+    }
+}
+
+enum Bytes {
+    Mapped(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl Bytes {
+    fn get(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Owned(v) => v,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Entry {
+    source: usize,
+    stored: Stored,
+    shape: Vec<usize>,
+    /// Byte range in the source.
+    start: usize,
+    len: usize,
+}
+
+/// Every tensor of one checkpoint (see the module docs).
+pub struct Store {
+    /// The folder or file it was opened from, for messages.
+    origin: PathBuf,
+    sources: Vec<Bytes>,
+    entries: HashMap<String, Entry>,
+    scalars: HashMap<String, i64>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("origin", &self.origin)
+            .field("tensors", &self.entries.len())
+            .finish()
+    }
+}
+
+fn io(path: &FsPath) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn bad(file: &FsPath, reason: impl Into<String>) -> Error {
+    Error::BadCheckpoint {
+        file: file.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+fn map(path: &FsPath) -> Result<memmap2::Mmap> {
+    let file = std::fs::File::open(path).map_err(io(path))?;
+    // SAFETY: the map is read-only and lives as long as the store; a checkpoint file changed
+    // by another process while a model loads is outside what the loader can defend against
+    // (as with any reader of a file being rewritten).
+    unsafe { memmap2::Mmap::map(&file) }.map_err(io(path))
+}
+
+impl Store {
+    /// A checkpoint folder: `model.safetensors`, the shards of `model.safetensors.index.json`,
+    /// or a CTranslate2 `model.bin`, whichever is there (in that order).
+    pub fn open(dir: &FsPath) -> Result<Store> {
+        if !dir.is_dir() {
+            return Err(Error::ModelFolder {
+                dir: dir.to_path_buf(),
+                reason: "not a directory".into(),
+            });
+        }
+        let single = dir.join("model.safetensors");
+        let index = dir.join("model.safetensors.index.json");
+        let ct2 = dir.join("model.bin");
+        if single.is_file() {
+            Store::safetensors(dir, &[single])
+        } else if index.is_file() {
+            Store::safetensors(dir, &shards(&index)?)
+        } else if ct2.is_file() {
+            Store::ctranslate2(&ct2)
+        } else {
+            Err(Error::ModelFolder {
+                dir: dir.to_path_buf(),
+                reason: "none of model.safetensors, model.safetensors.index.json, model.bin".into(),
+            })
+        }
+    }
+
+    /// safetensors files, memory-mapped; `origin` names them in messages. A name in two files
+    /// is an error.
+    pub fn safetensors(origin: &FsPath, files: &[PathBuf]) -> Result<Store> {
+        let mut store = Store::empty(origin);
+        for file in files {
+            let bytes = map(file)?;
+            let st = safetensors::SafeTensors::deserialize(&bytes)
+                .map_err(|e| bad(file, e.to_string()))?;
+            let base = bytes.as_ptr() as usize;
+            let source = store.sources.len();
+            for (name, view) in st.tensors() {
+                let stored = match view.dtype() {
+                    safetensors::Dtype::F32 => Stored::F32,
+                    safetensors::Dtype::BF16 => Stored::BF16,
+                    safetensors::Dtype::F16 => Stored::F16,
+                    other => return Err(bad(file, format!("`{name}` has dtype {other:?}"))),
+                };
+                let data = view.data();
+                let entry = Entry {
+                    source,
+                    stored,
+                    shape: view.shape().to_vec(),
+                    start: data.as_ptr() as usize - base,
+                    len: data.len(),
+                };
+                if store.entries.insert(name.clone(), entry).is_some() {
+                    return Err(bad(file, format!("`{name}` is in more than one file")));
+                }
+            }
+            store.sources.push(Bytes::Mapped(bytes));
+        }
+        Ok(store)
+    }
+
+    /// A CTranslate2 `model.bin` (binary versions 4 to 6), memory-mapped.
+    pub fn ctranslate2(file: &FsPath) -> Result<Store> {
+        let bytes = map(file)?;
+        let mut store = Store::empty(file);
+        let mut rd = Reader {
+            b: &bytes,
+            at: 0,
+            file,
+        };
+        let version = rd.u32()?;
+        if !(4..=6).contains(&version) {
+            return Err(bad(
+                file,
+                format!("binary version {version} (supported: 4 to 6)"),
+            ));
+        }
+        let spec = rd.string()?;
+        store.scalars.insert(format!("spec:{spec}"), 1);
+        let _revision = rd.u32()?;
+        let count = rd.u32()?;
+        for _ in 0..count {
+            let name = rd.string()?;
+            let rank = rd.bytes(1)?[0] as usize;
+            let dims: Vec<usize> = (0..rank)
+                .map(|_| rd.u32().map(|v| v as usize))
+                .collect::<Result<_>>()?;
+            let dtype = rd.bytes(1)?[0];
+            let nbytes = rd.u32()? as usize;
+            let start = rd.at;
+            let raw = rd.bytes(nbytes)?;
+            // Checked: a corrupt header's dimensions may overflow.
+            let n = dims
+                .iter()
+                .try_fold(1usize, |a, d| a.checked_mul(*d))
+                .filter(|n| n.checked_mul(4).is_some())
+                .ok_or_else(|| bad(file, format!("`{name}`: shape {dims:?} overflows")))?;
+            let stored = match dtype {
+                0 if nbytes == n * 4 => Stored::F32,
+                4 if nbytes == n * 2 => Stored::F16,
+                5 if nbytes == n * 2 => Stored::BF16,
+                1..=3 if rank == 0 => {
+                    // Scalars (flags, head counts) of integer types.
+                    let v = match nbytes {
+                        1 => raw[0] as i8 as i64,
+                        2 => i16::from_le_bytes([raw[0], raw[1]]) as i64,
+                        4 => i32::from_le_bytes(raw.try_into().expect("4 bytes")) as i64,
+                        _ => return Err(bad(file, format!("scalar `{name}` of {nbytes} bytes"))),
+                    };
+                    store.scalars.insert(name, v);
+                    continue;
+                }
+                1 | 2 => {
+                    return Err(bad(
+                        file,
+                        format!(
+                            "`{name}` is quantized (int8/int16); convert the model with float16 or float32 weights"
+                        ),
+                    ));
+                }
+                _ => {
+                    return Err(bad(
+                        file,
+                        format!(
+                            "`{name}`: data type {dtype} with {nbytes} bytes for shape {dims:?}"
+                        ),
+                    ));
+                }
+            };
+            store.entries.insert(
+                name,
+                Entry {
+                    source: 0,
+                    stored,
+                    shape: dims,
+                    start,
+                    len: nbytes,
+                },
+            );
+        }
+        // Aliases (e.g. the output projection sharing the embedding).
+        let n = rd.u32()?;
+        for _ in 0..n {
+            let alias = rd.string()?;
+            let target = rd.string()?;
+            if let Some(e) = store.entries.get(&target).cloned() {
+                store.entries.insert(alias, e);
+            }
+        }
+        store.sources.push(Bytes::Mapped(bytes));
+        Ok(store)
+    }
+
+    /// Generated f32 tensors (name, shape, values), held in memory; `origin` describes them.
+    pub fn from_f32(
+        origin: &str,
+        tensors: impl IntoIterator<Item = (String, Vec<usize>, Vec<f32>)>,
+    ) -> Store {
+        let mut store = Store::empty(FsPath::new(origin));
+        let mut bytes = Vec::new();
+        for (name, shape, values) in tensors {
+            let start = bytes.len();
+            bytes.extend(values.iter().flat_map(|v| v.to_le_bytes()));
+            let entry = Entry {
+                source: 0,
+                stored: Stored::F32,
+                shape,
+                start,
+                len: bytes.len() - start,
+            };
+            store.entries.insert(name, entry);
+        }
+        store.sources.push(Bytes::Owned(bytes));
+        store
+    }
+
+    fn empty(origin: &FsPath) -> Store {
+        Store {
+            origin: origin.to_path_buf(),
+            sources: Vec::new(),
+            entries: HashMap::new(),
+            scalars: HashMap::new(),
+        }
+    }
+
+    /// The folder or file the store was opened from.
+    pub fn origin(&self) -> &FsPath {
+        &self.origin
+    }
+
+    /// Every tensor name, sorted.
+    pub fn names(&self) -> Vec<&str> {
+        let mut v: Vec<&str> = self.entries.keys().map(String::as_str).collect();
+        v.sort_unstable();
+        v
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.entries.contains_key(name)
+    }
+
+    /// An integer scalar of a CTranslate2 model (`encoder/num_heads`); `spec:{name}` is set
+    /// for the model's spec name.
+    pub fn scalar(&self, name: &str) -> Option<i64> {
+        self.scalars.get(name).copied()
+    }
+
+    /// Makes `alias` name the tensor `target` (a tied weight kept under one name); false when
+    /// `target` is absent.
+    pub fn alias(&mut self, alias: &str, target: &str) -> bool {
+        match self.entries.get(target).cloned() {
+            Some(e) => {
+                self.entries.insert(alias.to_string(), e);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The root of the hierarchical lookup.
+    pub fn root(&self) -> Path<'_> {
+        Path {
+            store: self,
+            prefix: String::new(),
+        }
+    }
+
+    /// `root().pp(part)`.
+    pub fn pp(&self, part: impl Display) -> Path<'_> {
+        self.root().pp(part)
+    }
+
+    /// The tensor `name`, whatever its shape.
+    pub fn view(&self, name: &str) -> Result<View<'_>> {
+        let e = self.entries.get(name).ok_or_else(|| Error::MissingTensor {
+            name: name.to_string(),
+            expected: vec![],
+        })?;
+        let source = &self.sources[e.source];
+        Ok(View {
+            name: name.to_string(),
+            stored: e.stored,
+            shape: &e.shape,
+            bytes: &source.get()[e.start..e.start + e.len],
+        })
+    }
+
+    /// Checks every tensor for non-finite values (reads the whole checkpoint once, copying
+    /// nothing).
+    pub fn check_finite(&self) -> Result<()> {
+        for name in self.names() {
+            self.view(name)?.check_finite()?;
+        }
+        Ok(())
+    }
+}
+
+/// The shard files of a `model.safetensors.index.json`, sorted.
+fn shards(index: &FsPath) -> Result<Vec<PathBuf>> {
+    let text = std::fs::read_to_string(index).map_err(io(index))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| bad(index, e.to_string()))?;
+    let map = v
+        .get("weight_map")
+        .and_then(|m| m.as_object())
+        .ok_or_else(|| bad(index, "no weight_map"))?;
+    let mut f: Vec<&str> = map.values().filter_map(|x| x.as_str()).collect();
+    f.sort_unstable();
+    f.dedup();
+    let dir = index.parent().unwrap_or(FsPath::new("."));
+    Ok(f.into_iter().map(|n| dir.join(n)).collect())
+}
+
+/// A cursor over a file's bytes; running off the end is an error naming the offset.
+struct Reader<'a> {
+    b: &'a [u8],
+    at: usize,
+    file: &'a FsPath,
+}
+
+impl<'a> Reader<'a> {
+    fn bytes(&mut self, n: usize) -> Result<&'a [u8]> {
+        let s = self
+            .at
+            .checked_add(n)
+            .and_then(|end| self.b.get(self.at..end))
+            .ok_or_else(|| {
+                bad(
+                    self.file,
+                    format!("truncated: {n} bytes wanted at offset {}", self.at),
+                )
+            })?;
+        self.at += n;
+        Ok(s)
+    }
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(
+            self.bytes(4)?.try_into().expect("4 bytes"),
+        ))
+    }
+    /// A u16 length (NUL included) and the characters.
+    fn string(&mut self) -> Result<String> {
+        let n = u16::from_le_bytes(self.bytes(2)?.try_into().expect("2 bytes")) as usize;
+        let s = self.bytes(n)?;
+        Ok(String::from_utf8_lossy(s.strip_suffix(&[0]).unwrap_or(s)).into_owned())
+    }
+}
+
+/// A place in the store's name hierarchy (`a.b.c`, or `a/b/c` where the checkpoint uses
+/// slashes: see [`Path::sep`]).
+#[derive(Clone)]
+pub struct Path<'a> {
+    store: &'a Store,
+    prefix: String,
+}
+
+impl<'a> Path<'a> {
+    /// The sub-path `part` (joined with `.`; `store.pp("encoder/layer_0")` style names with
+    /// slashes may be given whole).
+    pub fn pp(&self, part: impl Display) -> Path<'a> {
+        Path {
+            store: self.store,
+            prefix: self.name(part),
+        }
+    }
+
+    /// The full name of `leaf` under this path.
+    pub fn name(&self, leaf: impl Display) -> String {
+        if self.prefix.is_empty() {
+            leaf.to_string()
+        } else {
+            format!("{}.{leaf}", self.prefix)
+        }
+    }
+
+    pub fn store(&self) -> &'a Store {
+        self.store
+    }
+
+    pub fn contains(&self, leaf: impl Display) -> bool {
+        self.store.contains(&self.name(leaf))
+    }
+
+    /// The tensor `leaf`, which must have `shape`.
+    pub fn get(&self, leaf: impl Display, shape: &[usize]) -> Result<View<'a>> {
+        let name = self.name(leaf);
+        let v = self.store.view(&name).map_err(|_| Error::MissingTensor {
+            name: name.clone(),
+            expected: shape.to_vec(),
+        })?;
+        if v.shape != shape {
+            return Err(Error::TensorShape {
+                name,
+                got: v.shape.to_vec(),
+                expected: shape.to_vec(),
+            });
+        }
+        Ok(v)
+    }
+
+    /// The tensor `leaf`, whatever its shape.
+    pub fn get_any(&self, leaf: impl Display) -> Result<View<'a>> {
+        self.store.view(&self.name(leaf))
+    }
+
+    /// `get(leaf, shape)` uploaded as a new tensor of `dtype` on `s`.
+    pub fn upload(
+        &self,
+        leaf: impl Display,
+        shape: &[usize],
+        ctx: &Ctx,
+        s: Stream,
+        dtype: DType,
+    ) -> Result<Tensor> {
+        self.get(leaf, shape)?.upload(ctx, s, dtype)
+    }
+}
+
+/// One tensor as stored (borrowed from the store).
+#[derive(Clone, Debug)]
+pub struct View<'a> {
+    name: String,
+    stored: Stored,
+    shape: &'a [usize],
+    bytes: &'a [u8],
+}
+
+impl<'a> View<'a> {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn shape(&self) -> &'a [usize] {
+        self.shape
+    }
+
+    pub fn stored(&self) -> Stored {
+        self.stored
+    }
+
+    pub fn numel(&self) -> usize {
+        self.bytes.len() / self.stored.size()
+    }
+
+    /// The values as f32 (allocates: for small tensors the host computes with, and tools).
+    pub fn to_f32(&self) -> Vec<f32> {
+        let mut out = vec![0f32; self.numel()];
+        self.convert(0, &mut out);
+        out
+    }
+
+    /// Values `from..from + out.len()` as f32.
+    fn convert(&self, from: usize, out: &mut [f32]) {
+        let sz = self.stored.size();
+        let b = &self.bytes[from * sz..(from + out.len()) * sz];
+        match self.stored {
+            Stored::F32 => {
+                for (o, c) in out.iter_mut().zip(b.chunks_exact(4)) {
+                    *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                }
+            }
+            Stored::BF16 => {
+                for (o, c) in out.iter_mut().zip(b.chunks_exact(2)) {
+                    *o = bf16::from_le_bytes([c[0], c[1]]).to_f32();
+                }
+            }
+            Stored::F16 => {
+                for (o, c) in out.iter_mut().zip(b.chunks_exact(2)) {
+                    *o = f16::from_le_bytes([c[0], c[1]]).to_f32();
+                }
+            }
+        }
+    }
+
+    /// Whether every value is finite (no copy).
+    fn finite(&self) -> bool {
+        match self.stored {
+            Stored::F32 => self
+                .bytes
+                .chunks_exact(4)
+                .all(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]).is_finite()),
+            // All-ones exponent: an infinity or a NaN.
+            Stored::BF16 => self
+                .bytes
+                .chunks_exact(2)
+                .all(|c| u16::from_le_bytes([c[0], c[1]]) & 0x7f80 != 0x7f80),
+            Stored::F16 => self
+                .bytes
+                .chunks_exact(2)
+                .all(|c| u16::from_le_bytes([c[0], c[1]]) & 0x7c00 != 0x7c00),
+        }
+    }
+
+    /// An error naming the tensor when a value is NaN or infinite.
+    pub fn check_finite(&self) -> Result<()> {
+        if self.finite() {
+            Ok(())
+        } else {
+            Err(Error::NonFinite {
+                name: self.name.clone(),
+            })
+        }
+    }
+
+    /// Uploads the tensor as a new contiguous tensor of `dtype` (f32, bf16 or f16).
+    pub fn upload(&self, ctx: &Ctx, s: Stream, dtype: DType) -> Result<Tensor> {
+        let t = Tensor::alloc(ctx, &self.name, dtype, self.shape)?;
+        self.write_into(&t, s, 0)?;
+        Ok(t)
+    }
+
+    /// Writes the values into the contiguous float tensor `t` from its element `at` on,
+    /// converted to `t`'s dtype (as `f32 → dtype` rounds: bf16 and f16 round to nearest even),
+    /// ordered on `s`. A non-finite value is an error naming the tensor (nothing of a
+    /// rejected slice is written).
+    pub fn write_into(&self, t: &Tensor, s: Stream, at: usize) -> Result<()> {
+        let upload_err = |reason: String| Error::Upload {
+            name: self.name.clone(),
+            reason,
+        };
+        if !t.is_contiguous() || !t.dtype().is_float() {
+            return Err(upload_err(format!(
+                "into {t:?}: not a contiguous float tensor"
+            )));
+        }
+        let n = self.numel();
+        if at + n > t.numel() {
+            return Err(upload_err(format!("{n} values at element {at} of {t:?}")));
+        }
+        let dt = t.dtype();
+        let base = (t.offset() + at) * dt.size();
+        let buffer = t.buffer();
+        if self.stored.dtype() == dt {
+            // Same precision: straight from the source, a slice at a time.
+            let step = SLICE * dt.size();
+            for (i, part) in self.bytes.chunks(step).enumerate() {
+                let v = View {
+                    bytes: part,
+                    ..self.clone()
+                };
+                v.check_finite()?;
+                buffer.load(s, base + i * step, part)?;
+            }
+            return Ok(());
+        }
+        let mut f = vec![0f32; SLICE.min(n)];
+        let mut out: Vec<u8> = Vec::with_capacity(SLICE.min(n) * dt.size());
+        let mut from = 0;
+        while from < n {
+            let len = SLICE.min(n - from);
+            let vals = &mut f[..len];
+            self.convert(from, vals);
+            if vals.iter().any(|v| !v.is_finite()) {
+                return Err(Error::NonFinite {
+                    name: self.name.clone(),
+                });
+            }
+            out.clear();
+            match dt {
+                DType::F32 => out.extend(vals.iter().flat_map(|v| v.to_le_bytes())),
+                DType::BF16 => {
+                    out.extend(vals.iter().flat_map(|v| bf16::from_f32(*v).to_le_bytes()))
+                }
+                DType::F16 => out.extend(vals.iter().flat_map(|v| f16::from_f32(*v).to_le_bytes())),
+                other => return Err(upload_err(format!("into dtype {other:?}"))),
+            }
+            buffer.load(s, base + from * dt.size(), &out)?;
+            from += len;
+        }
+        Ok(())
+    }
+}
+
+/// Several `[rows_i, …]` tensors stacked along their first dimension into one new tensor of
+/// `dtype` (`[Σ rows_i, …]`: fused projections such as `[q; k; v]`), each written into its
+/// rows; the trailing dimensions must agree. Named after the first.
+pub fn upload_stacked(views: &[View], ctx: &Ctx, s: Stream, dtype: DType) -> Result<Tensor> {
+    let first = views.first().ok_or_else(|| Error::Upload {
+        name: "(none)".into(),
+        reason: "nothing to stack".into(),
+    })?;
+    let tail = &first.shape[1..];
+    for v in views {
+        if v.shape.len() != first.shape.len() || &v.shape[1..] != tail {
+            return Err(Error::TensorShape {
+                name: v.name.clone(),
+                got: v.shape.to_vec(),
+                expected: [&[v.shape.first().copied().unwrap_or(0)], tail].concat(),
+            });
+        }
+    }
+    let rows: usize = views.iter().map(|v| v.shape[0]).sum();
+    let mut shape = first.shape.to_vec();
+    shape[0] = rows;
+    let t = Tensor::alloc(ctx, &first.name, dtype, &shape)?;
+    let mut at = 0;
+    for v in views {
+        v.write_into(&t, s, at)?;
+        at += v.numel();
+    }
+    Ok(t)
+}

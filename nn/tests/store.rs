@@ -1,0 +1,315 @@
+//! The weight store over real files: safetensors (one file and shards), CTranslate2, and
+//! generated tensors; lookups, errors and uploads into each precision on the host backend.
+
+use frt_exec::Ctx;
+use frt_kernels::DType;
+use frt_nn::{Error, Store, Stored, upload_stacked};
+use half::{bf16, f16};
+use std::path::PathBuf;
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("frt-nn-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn values(n: usize, seed: u32) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(2_654_435_761) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            (x as f32 / u32::MAX as f32 - 0.5) * 3.0
+        })
+        .collect()
+}
+
+/// Writes `tensors` (name, shape, f32 values) as one safetensors file in `dtype`.
+fn write(path: &std::path::Path, tensors: &[(&str, Vec<usize>, Vec<f32>)], dtype: Stored) {
+    let bytes: Vec<(String, Vec<u8>, Vec<usize>)> = tensors
+        .iter()
+        .map(|(n, s, v)| {
+            let b = match dtype {
+                Stored::F32 => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                Stored::BF16 => v
+                    .iter()
+                    .flat_map(|x| bf16::from_f32(*x).to_le_bytes())
+                    .collect(),
+                Stored::F16 => v
+                    .iter()
+                    .flat_map(|x| f16::from_f32(*x).to_le_bytes())
+                    .collect(),
+            };
+            (n.to_string(), b, s.clone())
+        })
+        .collect();
+    let dt = match dtype {
+        Stored::F32 => safetensors::Dtype::F32,
+        Stored::BF16 => safetensors::Dtype::BF16,
+        Stored::F16 => safetensors::Dtype::F16,
+    };
+    let views: Vec<_> = bytes
+        .iter()
+        .map(|(n, b, s)| {
+            (
+                n.clone(),
+                safetensors::tensor::TensorView::new(dt, s.clone(), b).unwrap(),
+            )
+        })
+        .collect();
+    safetensors::serialize_to_file(views, &None, path).unwrap();
+}
+
+#[test]
+fn lookups_are_hierarchical_and_errors_name_the_full_path() {
+    let d = tmp("paths");
+    let q = values(6 * 4, 1);
+    write(
+        &d.join("model.safetensors"),
+        &[
+            ("enc.layers.3.q.weight", vec![6, 4], q.clone()),
+            ("enc.layers.3.q.bias", vec![6], values(6, 2)),
+        ],
+        Stored::F32,
+    );
+    let st = Store::open(&d).unwrap();
+    let layer = st.pp("enc").pp("layers").pp(3);
+    assert_eq!(layer.name("q.weight"), "enc.layers.3.q.weight");
+    let w = layer.get("q.weight", &[6, 4]).unwrap();
+    assert_eq!(w.to_f32(), q);
+    assert_eq!(w.stored(), Stored::F32);
+    match layer.get("k.weight", &[6, 4]) {
+        Err(Error::MissingTensor { name, expected }) => {
+            assert_eq!(name, "enc.layers.3.k.weight");
+            assert_eq!(expected, vec![6, 4]);
+        }
+        other => panic!("{other:?}"),
+    }
+    match layer.get("q.weight", &[4, 6]) {
+        Err(Error::TensorShape {
+            name,
+            got,
+            expected,
+        }) => {
+            assert_eq!(name, "enc.layers.3.q.weight");
+            assert_eq!((got, expected), (vec![6, 4], vec![4, 6]));
+        }
+        other => panic!("{other:?}"),
+    }
+    let e = layer.get("k.weight", &[6, 4]).unwrap_err().to_string();
+    assert!(
+        e.contains("enc.layers.3.k.weight") && e.contains("[6, 4]"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn shards_open_through_their_index() {
+    let d = tmp("shards");
+    let (a, b) = (values(10, 3), values(12, 4));
+    write(
+        &d.join("part-1.safetensors"),
+        &[("a", vec![10], a.clone())],
+        Stored::BF16,
+    );
+    write(
+        &d.join("part-2.safetensors"),
+        &[("b", vec![3, 4], b.clone())],
+        Stored::F16,
+    );
+    std::fs::write(
+        d.join("model.safetensors.index.json"),
+        r#"{"metadata": {}, "weight_map": {"a": "part-1.safetensors", "b": "part-2.safetensors"}}"#,
+    )
+    .unwrap();
+    let st = Store::open(&d).unwrap();
+    assert_eq!(st.names(), vec!["a", "b"]);
+    let got = st.view("a").unwrap().to_f32();
+    assert!(
+        got.iter()
+            .zip(&a)
+            .all(|(g, w)| *g == bf16::from_f32(*w).to_f32())
+    );
+    let got = st.view("b").unwrap().to_f32();
+    assert!(
+        got.iter()
+            .zip(&b)
+            .all(|(g, w)| *g == f16::from_f32(*w).to_f32())
+    );
+    // A name in two shards is refused.
+    write(
+        &d.join("part-2.safetensors"),
+        &[("a", vec![10], a)],
+        Stored::F32,
+    );
+    let e = Store::open(&d).unwrap_err().to_string();
+    assert!(e.contains("`a` is in more than one file"), "{e}");
+    // Broken files name themselves.
+    std::fs::write(d.join("part-2.safetensors"), b"not safetensors").unwrap();
+    assert!(
+        matches!(Store::open(&d), Err(Error::BadCheckpoint { file, .. }) if file.ends_with("part-2.safetensors"))
+    );
+    std::fs::remove_file(d.join("part-1.safetensors")).unwrap();
+    assert!(matches!(Store::open(&d), Err(Error::Io { .. })));
+    assert!(matches!(
+        Store::open(&d.join("absent")),
+        Err(Error::ModelFolder { .. })
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// Uploads convert straight into the target precision, rounding as f32 → dtype does, across
+/// slice boundaries; the same precision is copied unchanged.
+#[test]
+fn uploads_convert_into_each_precision() {
+    let ctx = Ctx::host().unwrap();
+    let s = ctx.stream(0).unwrap();
+    let n = frt_nn::SLICE + 1234;
+    let v = values(n, 5);
+    for stored in [Stored::F32, Stored::BF16, Stored::F16] {
+        let d = tmp("convert");
+        write(
+            &d.join("model.safetensors"),
+            &[("w", vec![n], v.clone())],
+            stored,
+        );
+        let st = Store::open(&d).unwrap();
+        let src = st.view("w").unwrap().to_f32();
+        for dt in [DType::F32, DType::BF16, DType::F16] {
+            let t = st.root().upload("w", &[n], &ctx, s, dt).unwrap();
+            assert_eq!(t.dtype(), dt);
+            let got = t.read_f32(s).unwrap();
+            let want: Vec<f32> = src
+                .iter()
+                .map(|x| match dt {
+                    DType::BF16 => bf16::from_f32(*x).to_f32(),
+                    DType::F16 => f16::from_f32(*x).to_f32(),
+                    _ => *x,
+                })
+                .collect();
+            assert!(
+                got.iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{stored:?} → {dt:?}"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
+
+#[test]
+fn non_finite_values_are_refused_by_name() {
+    let ctx = Ctx::host().unwrap();
+    let s = ctx.stream(0).unwrap();
+    for stored in [Stored::F32, Stored::BF16, Stored::F16] {
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let d = tmp("nan");
+            let mut v = values(40, 6);
+            v[17] = bad;
+            write(
+                &d.join("model.safetensors"),
+                &[("x.y", vec![40], v)],
+                stored,
+            );
+            let st = Store::open(&d).unwrap();
+            let named = |e: Error| matches!(e, Error::NonFinite { name } if name == "x.y");
+            assert!(named(st.check_finite().unwrap_err()), "{stored:?} {bad}");
+            for dt in [DType::F32, DType::BF16] {
+                let e = st.root().upload("x.y", &[40], &ctx, s, dt).unwrap_err();
+                assert!(named(e), "{stored:?} → {dt:?} {bad}");
+            }
+            let _ = std::fs::remove_dir_all(&d);
+        }
+    }
+}
+
+#[test]
+fn stacked_uploads_place_each_part_in_its_rows() {
+    let ctx = Ctx::host().unwrap();
+    let s = ctx.stream(0).unwrap();
+    let (q, k, v) = (values(8, 7), values(4, 8), values(4, 9));
+    let st = Store::from_f32(
+        "<test>",
+        [
+            ("q".to_string(), vec![4, 2], q.clone()),
+            ("k".to_string(), vec![2, 2], k.clone()),
+            ("v".to_string(), vec![2, 2], v.clone()),
+            ("odd".to_string(), vec![2, 3], values(6, 10)),
+        ],
+    );
+    let views: Vec<_> = ["q", "k", "v"]
+        .iter()
+        .map(|n| st.view(n).unwrap())
+        .collect();
+    let t = upload_stacked(&views, &ctx, s, DType::F32).unwrap();
+    assert_eq!(t.shape(), &[8, 2]);
+    assert_eq!(t.read_f32(s).unwrap(), [q, k, v].concat());
+    let mixed = [st.view("q").unwrap(), st.view("odd").unwrap()];
+    assert!(matches!(
+        upload_stacked(&mixed, &ctx, s, DType::F32),
+        Err(Error::TensorShape { name, .. }) if name == "odd"
+    ));
+}
+
+/// A CTranslate2 `model.bin` written by hand: tensors of each float type, an integer
+/// scalar, an alias; a truncated copy names the offset.
+#[test]
+fn ctranslate2_files_open_with_scalars_and_aliases() {
+    fn string(b: &mut Vec<u8>, s: &str) {
+        b.extend_from_slice(&((s.len() + 1) as u16).to_le_bytes());
+        b.extend_from_slice(s.as_bytes());
+        b.push(0);
+    }
+    let w = values(6, 11);
+    let mut b = Vec::new();
+    b.extend_from_slice(&6u32.to_le_bytes());
+    string(&mut b, "WhisperSpec");
+    b.extend_from_slice(&1u32.to_le_bytes());
+    b.extend_from_slice(&3u32.to_le_bytes());
+    // f32 [2, 3]
+    string(&mut b, "enc/w");
+    b.push(2);
+    b.extend_from_slice(&2u32.to_le_bytes());
+    b.extend_from_slice(&3u32.to_le_bytes());
+    b.push(0);
+    b.extend_from_slice(&24u32.to_le_bytes());
+    b.extend(w.iter().flat_map(|x| x.to_le_bytes()));
+    // bf16 [2]
+    string(&mut b, "enc/b");
+    b.push(1);
+    b.extend_from_slice(&2u32.to_le_bytes());
+    b.push(5);
+    b.extend_from_slice(&4u32.to_le_bytes());
+    b.extend(
+        [1.5f32, -2.0]
+            .iter()
+            .flat_map(|x| bf16::from_f32(*x).to_le_bytes()),
+    );
+    // an i32 scalar
+    string(&mut b, "enc/num_heads");
+    b.push(0);
+    b.push(3);
+    b.extend_from_slice(&4u32.to_le_bytes());
+    b.extend_from_slice(&6i32.to_le_bytes());
+    // one alias
+    b.extend_from_slice(&1u32.to_le_bytes());
+    string(&mut b, "dec/w");
+    string(&mut b, "enc/w");
+    let d = tmp("ct2");
+    std::fs::write(d.join("model.bin"), &b).unwrap();
+    let st = Store::open(&d).unwrap();
+    assert_eq!(st.scalar("spec:WhisperSpec"), Some(1));
+    assert_eq!(st.scalar("enc/num_heads"), Some(6));
+    assert_eq!(st.root().get("enc/w", &[2, 3]).unwrap().to_f32(), w);
+    assert_eq!(st.view("dec/w").unwrap().to_f32(), w);
+    assert_eq!(st.view("enc/b").unwrap().to_f32(), vec![1.5, -2.0]);
+    assert_eq!(st.view("enc/b").unwrap().stored(), Stored::BF16);
+    std::fs::write(d.join("model.bin"), &b[..b.len() - 9]).unwrap();
+    let e = Store::open(&d).unwrap_err().to_string();
+    assert!(e.contains("truncated") && e.contains("model.bin"), "{e}");
+    let _ = std::fs::remove_dir_all(&d);
+}
