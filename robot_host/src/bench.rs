@@ -90,10 +90,10 @@ pub fn run(o: &BenchOptions, tokenizer: Option<&Path>) -> Result<String> {
     let t_build = Instant::now();
     let (mut node, inputs, out) = Node::new(cfg.clone(), clock.clone(), None)?;
     let build_s = t_build.elapsed().as_secs_f64();
-    let ctx = node.policy().ctx.clone();
+    let ctx = node.policy().ctx().clone();
     let (lo, hi) = ctx.priority_range();
     let (policy_priority, _, asr_priority) = cfg.streams.resolve((lo, hi));
-    let target = node.policy().model.kernels().target();
+    let target = node.policy().target();
     let (w, h) = (640u32, 480u32);
     let frames: Vec<Image> = (0..2)
         .map(|k| Image::Raw {
@@ -237,9 +237,9 @@ pub fn run(o: &BenchOptions, tokenizer: Option<&Path>) -> Result<String> {
         let a = Instant::now();
         let tokens = p.prompt_tokens(goal, &state)?;
         let b = Instant::now();
-        p.model.set_prompt(&tokens, &[true, true])?;
+        p.set_prompt(&tokens)?;
         let c = Instant::now();
-        ctx.sync_stream(p.model.stream())?;
+        ctx.sync_stream(p.stream())?;
         tok.push(ms(b - a) * 1e3);
         write.push(ms(c - b) * 1e3);
     }

@@ -159,6 +159,9 @@ pub use frt_vla::PromptMode;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
+    /// Which model (`pi05`, the default).
+    #[serde(default)]
+    pub kind: ModelKind,
     /// A checkpoint folder (openpi or LeRobot naming).
     #[serde(default)]
     pub checkpoint: Option<PathBuf>,
@@ -205,6 +208,15 @@ impl ModelConfig {
             (None, None) => ModelSource::RandomTiny { seed: 0 },
         }
     }
+}
+
+/// The model families the node runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelKind {
+    /// openpi `pi05` (Pi0.5: discretized state in the prompt, adaptive-norm action expert).
+    #[default]
+    Pi05,
 }
 
 fn default_backend() -> Backend {

@@ -109,38 +109,34 @@ fn check(path: &Path) -> Result<(), String> {
     let t = std::time::Instant::now();
     let (node, _, _) =
         Node::new(cfg.clone(), Arc::new(SystemClock), None).map_err(|e| e.to_string())?;
-    let m = &node.policy().model;
-    let c = &m.config;
+    let p = node.policy();
+    let c = p.spec();
     let source = match cfg.model.source() {
         ModelSource::Checkpoint(p) => format!("checkpoint {}", p.display()),
         ModelSource::RandomTiny { seed } => format!("random tiny weights (seed {seed})"),
         ModelSource::RandomBase { seed } => format!("random full-size weights (seed {seed})"),
     };
     println!(
-        "model: Pi0.5, {source}, {:?} on {}",
+        "model: {}, {source}, {:?} on {}",
+        c.name,
         cfg.model.precision,
-        m.kernels().target()
+        p.target()
+    );
+    println!("  {}", p.summary());
+    println!(
+        "  {} views of {} px, prompt ≤ {} tokens ({:?} mode), {} steps, chunk {} × {} (robot uses {})",
+        c.views,
+        c.image_size,
+        c.max_token_len,
+        cfg.model.prompt_mode,
+        c.steps,
+        c.action_horizon,
+        c.action_dim,
+        cfg.control.action_dim
     );
     println!(
-        "  SigLIP {}×{} patches of {} px, width {}, {} layers; language model width {}, {} layers; expert width {}, {} layers",
-        c.siglip.image_size / c.siglip.patch,
-        c.siglip.image_size / c.siglip.patch,
-        c.siglip.patch,
-        c.siglip.width,
-        c.siglip.depth,
-        c.llm.width,
-        c.llm.depth,
-        c.expert.width,
-        c.expert.depth
-    );
-    println!(
-        "  {} views, prompt ≤ {} tokens (fixed mode), {} steps, chunk {} × {} (robot uses {})",
-        c.views, c.max_token_len, c.steps, c.action_horizon, c.action_dim, cfg.control.action_dim
-    );
-    println!(
-        "  {} graphs captured, {} variants, built in {:.1} s",
-        m.capture_count(),
-        m.variant_count(),
+        "  {} graphs captured, built in {:.1} s",
+        p.capture_count(),
         t.elapsed().as_secs_f64()
     );
     println!("inputs:");
@@ -506,8 +502,8 @@ fn run_sim(config: &Path, script: &Path, demo: bool, trace: Option<PathBuf>) -> 
     println!(
         "built the policy in {:.1} s ({} graphs, {})",
         t_build.elapsed().as_secs_f64(),
-        node.policy().model.capture_count(),
-        node.policy().model.kernels().target()
+        node.policy().capture_count(),
+        node.policy().target()
     );
     if trace.is_some() {
         node.enable_trace(1 << 20);

@@ -720,12 +720,6 @@ pub struct Node {
     enqueued: [std::time::Instant; 2],
 }
 
-/// Trace names of the stages (vision, prefix, then the steps).
-const STAGE_NAMES: [&str; 18] = [
-    "vision", "prefix", "step 0", "step 1", "step 2", "step 3", "step 4", "step 5", "step 6",
-    "step 7", "step 8", "step 9", "step 10", "step 11", "step 12", "step 13", "step 14", "step 15",
-];
-
 /// Where the last published tick's time went (host clock).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct TickTimings {
@@ -768,7 +762,7 @@ impl Node {
         let dims = Arc::new(cfg.action_dims()?);
         let policy = Policy::build(&cfg)?;
         // The horizon was checked against the configuration by `Policy::build`.
-        let horizon = policy.config().action_horizon;
+        let horizon = policy.spec().action_horizon;
         let d = cfg.control.action_dim;
         let timeline = Arc::new(Mutex::new(Timeline::new(
             horizon,
@@ -809,7 +803,7 @@ impl Node {
                 max_pixels: s.max_image_pixels,
                 dims: dims.clone(),
             },
-            image_side: policy.config().siglip.image_size,
+            image_side: policy.spec().image_size,
             timeline,
         };
         let shape = Shape {
@@ -819,7 +813,7 @@ impl Node {
             execution_horizon: cfg.execution.execution_horizon.unwrap_or(horizon),
             plans: cfg.ros.joint_trajectory.is_some(),
         };
-        let done = [policy.ctx.event()?, policy.ctx.event()?];
+        let done = [policy.ctx().event()?, policy.ctx().event()?];
         let node = Node {
             status: Status {
                 subgoal_id: INITIAL_SUBGOAL_ID,
@@ -1010,7 +1004,7 @@ impl Node {
         let slot = stage % 2;
         loop {
             if self.done[slot].query()? {
-                let name = STAGE_NAMES.get(stage).copied().unwrap_or("step");
+                let name = self.policy.stages()[stage].name();
                 self.rec
                     .event(name, self.enqueued[slot], std::time::Instant::now());
                 return Ok(None);
@@ -1033,7 +1027,7 @@ impl Node {
         self.status.halted = true;
         self.status.halts += 1;
         let d = self.cfg.control.action_dim;
-        let horizon = self.policy.config().action_horizon;
+        let horizon = self.policy.spec().action_horizon;
         let hold = self.inputs.hold();
         self.inputs.timeline().hold(hold.row());
         if let Hold::NoTarget(why) = &hold {
@@ -1212,7 +1206,7 @@ impl Node {
         }
         // The time model: row k is due at `oldest + k·dt`; the rows before `due` are in the
         // past already.
-        let horizon = self.policy.config().action_horizon;
+        let horizon = self.policy.spec().action_horizon;
         let dt = self.cfg.control.dt;
         let now = self.clock.now();
         let due = first_due_row(oldest, now, dt);
@@ -1314,7 +1308,7 @@ impl Node {
     /// subgoal is acted on at once: the outcome it gives ends the tick.
     fn replay_all(&mut self) -> Result<Option<TickOutcome>> {
         let n = self.policy.stages().len();
-        let s = self.policy.model.stream();
+        let s = self.policy.stream();
         for i in 0..n {
             if let Some(h) = &mut self.hook {
                 h(i);

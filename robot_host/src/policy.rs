@@ -1,15 +1,16 @@
-//! The policy as the control loop drives it: Pi0.5 built from the configuration, host-side
-//! preprocessing (resize-with-pad, pixel scaling, state normalization, prompt tokens), stage
-//! by stage replays, and the halt graph on the highest-priority stream.
+//! The policy as the control loop drives it: the configured model (`model.kind`) built as a
+//! `dyn frt_vla::Policy`, host-side preprocessing (state normalization, prompt tokens),
+//! stage by stage replays, and the halt graph on the highest-priority stream. Only this file
+//! knows which model runs.
 
-use crate::config::{Backend, Config, ModelSource, Precision};
+use crate::config::{Backend, Config, ModelKind, ModelSource, Precision};
 use crate::error::{Error, Result};
 use frt_exec::{Ctx, Stream};
 use frt_kernels::DType;
 use frt_vla::inputs::Normalization;
 use frt_vla::{
-    ChunkShape, ModelImage, Observation, Pi05, Pi05Config, Pi05Weights, PromptScratch, Stage,
-    Tokenizer, pi05_tokens, pi05_tokens_into,
+    ChunkShape, ModelImage, Observation, Pi05, Pi05Config, Pi05Weights, PolicySpec, PromptScratch,
+    Stage, Tokenizer, pi05_tokens, pi05_tokens_into,
 };
 use std::path::Path;
 use std::sync::Arc;
@@ -46,15 +47,14 @@ impl Noise {
 }
 
 pub struct Policy {
-    pub ctx: Ctx,
-    pub model: Pi05,
+    ctx: Ctx,
+    model: Box<dyn frt_vla::Policy>,
     halt_stream: Stream,
     tokenizer: Arc<Tokenizer>,
     /// A normalized state whose prompt has the most tokens (every value in the bin whose
     /// number tokenizes longest): subgoals are checked against it when they arrive.
     worst_state: Arc<[f32]>,
     norm: Option<Normalization>,
-    stages: Vec<Stage>,
     noise: Noise,
     noise_buf: Vec<f32>,
     /// `noise_buf` holds a draw no tick has used yet (see [`Policy::draw_noise`]).
@@ -240,16 +240,17 @@ impl Policy {
             Precision::Bf16 => DType::BF16,
             Precision::F16 => DType::F16,
         };
-        let model = Pi05::build(
-            &ctx,
-            s,
-            &weights,
-            dtype,
-            cfg.model.prompt_mode,
-            cfg.execution.inpaint_prefix,
-        )?;
+        let model: Box<dyn frt_vla::Policy> = match cfg.model.kind {
+            ModelKind::Pi05 => Box::new(Pi05::build(
+                &ctx,
+                s,
+                &weights,
+                dtype,
+                cfg.model.prompt_mode,
+                cfg.execution.inpaint_prefix,
+            )?),
+        };
         drop(weights);
-        let stages = model.stages();
         let p = Policy {
             ctx,
             model,
@@ -257,7 +258,6 @@ impl Policy {
             tokenizer,
             worst_state,
             norm,
-            stages,
             noise: Noise::new(cfg.control.noise_seed),
             noise_buf: vec![0.0; mc.action_horizon * mc.action_dim],
             noise_ready: false,
@@ -281,8 +281,43 @@ impl Policy {
         Ok(p)
     }
 
-    pub fn config(&self) -> &Pi05Config {
-        &self.model.config
+    /// What the model takes and gives.
+    pub fn spec(&self) -> &PolicySpec {
+        self.model.spec()
+    }
+
+    /// The model's architecture in one line (`check`).
+    pub fn summary(&self) -> String {
+        self.model.summary()
+    }
+
+    /// The context the policy runs in.
+    pub fn ctx(&self) -> &Ctx {
+        &self.ctx
+    }
+
+    /// The stream the policy's stages run on.
+    pub fn stream(&self) -> Stream {
+        self.model.stream()
+    }
+
+    /// Graphs captured so far.
+    pub fn capture_count(&self) -> u64 {
+        self.model.capture_count()
+    }
+
+    /// Where the kernels run (`host`, or the GPU's architecture).
+    pub fn target(&self) -> String {
+        self.model.target()
+    }
+
+    /// Writes a subgoal's prompt alone (benchmarks: the cost of a subgoal change), with
+    /// every view present.
+    pub fn set_prompt(&self, tokens: &[u32]) -> Result<()> {
+        let present = [true; frt_vla::MAX_VIEWS];
+        Ok(self
+            .model
+            .set_prompt(tokens, &present[..self.spec().views])?)
     }
 
     /// The check a subgoal passes when it arrives (on the I/O side): its prompt, with the
@@ -291,7 +326,7 @@ impl Policy {
     pub fn subgoal_check(&self) -> crate::node::SubgoalCheck {
         let tokenizer = self.tokenizer.clone();
         let state = self.worst_state.clone();
-        let (max_len, vocab) = (self.model.config.max_token_len, self.model.config.vocab);
+        let (max_len, vocab) = (self.spec().max_token_len, self.spec().vocab);
         Arc::new(move |text: &str| {
             let ids = pi05_tokens(&tokenizer, text, &state, max_len).map_err(|e| match e {
                 frt_vla::Error::BadInput { reason, .. } => {
@@ -309,7 +344,7 @@ impl Policy {
     }
 
     pub fn stages(&self) -> &[Stage] {
-        &self.stages
+        self.model.stages()
     }
 
     /// Writes one observation (preprocessed frames, the prompt with the state, fresh noise)
@@ -320,7 +355,7 @@ impl Policy {
         state: &[f32],
         subgoal: &str,
     ) -> Result<()> {
-        let views = self.model.config.views;
+        let views = self.spec().views;
         if frames.len() != views {
             return Err(Error::bad(
                 "frames",
@@ -336,7 +371,7 @@ impl Policy {
             &self.tokenizer,
             subgoal,
             &self.state_buf,
-            self.model.config.max_token_len,
+            self.spec().max_token_len,
             &mut self.tokens,
             &mut self.prompt,
         )?;
@@ -372,7 +407,7 @@ impl Policy {
             &self.tokenizer,
             subgoal,
             &st,
-            self.model.config.max_token_len,
+            self.spec().max_token_len,
         )?)
     }
 
@@ -405,15 +440,15 @@ impl Policy {
     /// `shift` on (that chunk's row `shift + r` is due with the next chunk's row r), in the
     /// model's units, as that chunk came out of the model; 0 rows: none. Allocates nothing.
     pub fn freeze_prefix(&mut self, rows: usize, shift: usize) -> Result<()> {
-        let d = self.model.config.action_dim;
-        let h = self.model.config.action_horizon;
+        let d = self.spec().action_dim;
+        let h = self.spec().action_horizon;
         let rows = rows.min(h.saturating_sub(shift));
         self.frozen[..rows * d].copy_from_slice(&self.last_raw[shift * d..(shift + rows) * d]);
         Ok(self.model.set_frozen_prefix(rows, &self.frozen)?)
     }
 
     fn unnormalize_into(&mut self, out: &mut [f32], robot_dim: usize) -> Result<()> {
-        let d = self.model.config.action_dim;
+        let d = self.spec().action_dim;
         for (row, o) in self.raw.chunks_mut(d).zip(out.chunks_mut(robot_dim)) {
             if let Some(n) = &self.norm {
                 n.actions.unnormalize(row, n.quantiles)?;
@@ -426,7 +461,7 @@ impl Policy {
     /// Sets the chunk the halt graph writes (robot units, `horizon × robot_dim`; other model
     /// dimensions hold zero), on the halt stream: the next halt sees it.
     pub fn set_hold(&mut self, hold: &[f32], robot_dim: usize) -> Result<()> {
-        let d = self.model.config.action_dim;
+        let d = self.spec().action_dim;
         self.raw.iter_mut().for_each(|x| *x = 0.0);
         for (row, h) in self.raw.chunks_mut(d).zip(hold.chunks(robot_dim)) {
             row[..robot_dim].copy_from_slice(h);
@@ -466,8 +501,8 @@ mod tests {
         // The draws in order, one per tick.
         let mut reference = Noise::new(seed);
         let mut want = vec![0.0f32; plain.noise_buf.len()];
-        let views = plain.model.config.views;
-        let size = plain.model.config.siglip.image_size;
+        let views = plain.spec().views;
+        let size = plain.spec().image_size;
         let image = ModelImage::new(vec![0.25f32; size * size * 3]).unwrap();
         let mut frames: Vec<Option<&ModelImage>> = vec![None; views];
         frames[0] = Some(&image);

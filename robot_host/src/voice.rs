@@ -207,11 +207,11 @@ pub fn spawn(
         .asr
         .clone()
         .ok_or_else(|| crate::Error::bad("asr", "no `asr` section in the configuration"))?;
-    let host = node.policy().model.kernels().target() == "host";
+    let host = node.policy().ctx().backend() == frt_exec::BackendKind::Host;
     let ctx = if host {
         frt_exec::Ctx::host()?
     } else {
-        node.policy().ctx.clone()
+        node.policy().ctx().clone()
     };
     let (_, _, priority) = cfg.streams.resolve(ctx.priority_range());
     let s = ctx.stream(priority)?;

@@ -136,7 +136,7 @@ fn checkpoints_with_horizon_15_and_50_run_end_to_end() {
             tok.display()
         );
         let mut r = rig(&config_text(&model, POSITION, TRAJECTORY));
-        assert_eq!(r.node.policy().config().action_horizon, horizon);
+        assert_eq!(r.node.policy().spec().action_horizon, horizon);
         r.observe(1.0, 0, &X0);
         assert_eq!(r.node.tick(), TickOutcome::Published);
         let (c, p) = r.drain();

@@ -9,6 +9,7 @@ pub mod config;
 mod error;
 pub mod inputs;
 pub mod pi05;
+pub mod policy;
 pub mod tokenizer;
 pub mod weights;
 
@@ -16,5 +17,6 @@ pub use config::{GemmaConfig, MAX_VIEWS, Pi05Config, SiglipConfig};
 pub use error::{Error, Result};
 pub use inputs::ModelImage;
 pub use pi05::{EXACT_PREFIX_VARIANTS, Observation, Pi05, PromptMode, Stage};
+pub use policy::{Policy, PolicySpec};
 pub use tokenizer::{EncodeScratch, PromptScratch, Tokenizer, pi05_tokens, pi05_tokens_into};
 pub use weights::{ChunkShape, Pi05Weights};

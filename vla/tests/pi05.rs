@@ -158,7 +158,7 @@ fn stages_replay_one_by_one_and_halt_overrides() {
         (Stage::Vision, Stage::Prefix, Stage::Step(0))
     );
     for st in stages {
-        m.replay(st).unwrap();
+        m.replay(*st).unwrap();
     }
     let mut one_by_one = vec![0f32; whole.len()];
     m.read_actions(s, &mut one_by_one).unwrap();
@@ -292,7 +292,7 @@ fn exact_prompt_mode_matches_fixed_mode() {
         })
         .unwrap();
     for stage in exact.stages() {
-        exact.replay(stage).unwrap();
+        exact.replay(*stage).unwrap();
     }
     let mut staged = vec![0f32; c.action_horizon * c.action_dim];
     exact.read_actions(s, &mut staged).unwrap();

@@ -26,6 +26,7 @@
 use crate::config::Pi05Config;
 use crate::error::{Error, Result};
 use crate::inputs::ModelImage;
+use crate::policy::{Policy, PolicySpec};
 use crate::weights::{EXPERT, LLM, PROJECTOR, Pi05Weights, VISION};
 use frt_exec::{Buffer, Ctx, Graph, Plan, ShapeKey, Stream};
 use frt_kernels::{AttentionMask, AttentionPlan, DType, Epilogue, Kernels, PatchEmbed, Tensor};
@@ -40,6 +41,25 @@ pub enum Stage {
     Vision,
     Prefix,
     Step(usize),
+}
+
+/// Trace names of the first steps.
+const STEP_NAMES: [&str; 32] = [
+    "step 0", "step 1", "step 2", "step 3", "step 4", "step 5", "step 6", "step 7", "step 8",
+    "step 9", "step 10", "step 11", "step 12", "step 13", "step 14", "step 15", "step 16",
+    "step 17", "step 18", "step 19", "step 20", "step 21", "step 22", "step 23", "step 24",
+    "step 25", "step 26", "step 27", "step 28", "step 29", "step 30", "step 31",
+];
+
+impl Stage {
+    /// The stage's name in traces (`vision`, `prefix`, `step 3`; steps past 31 are `step`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Vision => "vision",
+            Stage::Prefix => "prefix",
+            Stage::Step(i) => STEP_NAMES.get(i).copied().unwrap_or("step"),
+        }
+    }
 }
 
 /// What one inference sees (already preprocessed).
@@ -85,6 +105,8 @@ pub struct Pi05 {
     prompt_bytes: std::sync::Mutex<Vec<u8>>,
     /// Frozen-prefix denoising, when built with it.
     inpaint: Option<Inpaint>,
+    spec: PolicySpec,
+    stages: Vec<Stage>,
 }
 
 /// The buffers of frozen-prefix denoising (real-time chunking's hard mask): the first
@@ -744,6 +766,18 @@ impl Pi05 {
         }
         ctx.sync_stream(s)?;
         let zero_view = vec![0.0; c.siglip.image_size * c.siglip.image_size * 3];
+        let spec = PolicySpec {
+            name: "Pi0.5",
+            views: c.views,
+            image_size: c.siglip.image_size,
+            max_token_len: c.max_token_len,
+            vocab: c.vocab,
+            action_horizon: c.action_horizon,
+            action_dim: c.action_dim,
+            steps: c.steps,
+        };
+        let mut stages = vec![Stage::Vision, Stage::Prefix];
+        stages.extend((0..c.steps).map(Stage::Step));
         Ok(Pi05 {
             k,
             s,
@@ -764,6 +798,8 @@ impl Pi05 {
             zero_view,
             prompt_bytes: Default::default(),
             inpaint,
+            spec,
+            stages,
         })
     }
 
@@ -792,10 +828,8 @@ impl Pi05 {
     }
 
     /// The stages of one inference, in order.
-    pub fn stages(&self) -> Vec<Stage> {
-        let mut v = vec![Stage::Vision, Stage::Prefix];
-        v.extend((0..self.config.steps).map(Stage::Step));
-        v
+    pub fn stages(&self) -> &[Stage] {
+        &self.stages
     }
 
     /// Writes the prompt: tokens, the prompt part of the key masks, and every position (which
@@ -1029,5 +1063,64 @@ impl Pi05 {
         let mut a = vec![0f32; self.out.numel()];
         self.read_actions(self.s, &mut a)?;
         Ok(a)
+    }
+}
+
+impl Policy for Pi05 {
+    fn spec(&self) -> &PolicySpec {
+        &self.spec
+    }
+    fn summary(&self) -> String {
+        let c = &self.config;
+        let side = c.siglip.image_size / c.siglip.patch;
+        format!(
+            "SigLIP {side}×{side} patches of {} px, width {}, {} layers; language model width {}, {} layers; expert width {}, {} layers",
+            c.siglip.patch,
+            c.siglip.width,
+            c.siglip.depth,
+            c.llm.width,
+            c.llm.depth,
+            c.expert.width,
+            c.expert.depth
+        )
+    }
+    fn stages(&self) -> &[Stage] {
+        &self.stages
+    }
+    fn stream(&self) -> Stream {
+        self.s
+    }
+    fn set_inputs(&self, obs: &Observation) -> Result<()> {
+        Pi05::set_inputs(self, obs)
+    }
+    fn set_prompt(&self, tokens: &[u32], views_present: &[bool]) -> Result<()> {
+        Pi05::set_prompt(self, tokens, views_present)
+    }
+    fn replay(&self, stage: Stage) -> Result<()> {
+        Pi05::replay(self, stage)
+    }
+    fn run(&self) -> Result<()> {
+        Pi05::run(self)
+    }
+    fn read_actions(&self, s: Stream, out: &mut [f32]) -> Result<()> {
+        Pi05::read_actions(self, s, out)
+    }
+    fn set_hold(&self, s: Stream, chunk: &[f32]) -> Result<()> {
+        Pi05::set_hold(self, s, chunk)
+    }
+    fn halt(&self, s: Stream) -> Result<()> {
+        Pi05::halt(self, s)
+    }
+    fn inpaints(&self) -> bool {
+        Pi05::inpaints(self)
+    }
+    fn set_frozen_prefix(&self, rows: usize, actions: &[f32]) -> Result<()> {
+        Pi05::set_frozen_prefix(self, rows, actions)
+    }
+    fn capture_count(&self) -> u64 {
+        Pi05::capture_count(self)
+    }
+    fn target(&self) -> String {
+        self.k.target()
     }
 }

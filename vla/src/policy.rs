@@ -1,0 +1,79 @@
+//! The interface a robot host drives a vision-language-action model through: what it takes
+//! (views, image size, prompt capacity), what it gives (chunks of `action_horizon ×
+//! action_dim`), and its stages — graph replays the host may stop between — with a halt
+//! that writes the hold chunk on a stream of the caller's choosing.
+//!
+//! A host sees `dyn Policy`, never a concrete model.
+
+use crate::error::Result;
+use crate::pi05::{Observation, Stage};
+use frt_exec::Stream;
+
+/// What a policy takes and gives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PolicySpec {
+    /// The model's name for people (`Pi0.5`).
+    pub name: &'static str,
+    /// Camera views, in the model's order.
+    pub views: usize,
+    /// Each view's side in pixels (square, after resize-with-pad).
+    pub image_size: usize,
+    /// Prompt capacity in tokens (BOS included).
+    pub max_token_len: usize,
+    /// Token ids must be below this.
+    pub vocab: usize,
+    /// Rows of a chunk.
+    pub action_horizon: usize,
+    /// Values of a row (the robot uses the first of them).
+    pub action_dim: usize,
+    /// Denoising steps of one inference.
+    pub steps: usize,
+}
+
+/// A model as graphs on one stream (see the module docs). Every method that writes takes
+/// effect in stream order; none allocates on a tick's path.
+pub trait Policy: Send + Sync {
+    fn spec(&self) -> &PolicySpec;
+
+    /// The architecture in one line, for people (`check`).
+    fn summary(&self) -> String;
+
+    /// The stages of one inference, in order; each is one graph replay.
+    fn stages(&self) -> &[Stage];
+
+    /// The stream the stages run on.
+    fn stream(&self) -> Stream;
+
+    /// Writes one inference's inputs (preprocessed views, prompt tokens, noise).
+    fn set_inputs(&self, obs: &Observation) -> Result<()>;
+
+    /// Writes a prompt alone (tokens, and which views are present).
+    fn set_prompt(&self, tokens: &[u32], views_present: &[bool]) -> Result<()>;
+
+    /// Enqueues one stage.
+    fn replay(&self, stage: Stage) -> Result<()>;
+
+    /// Enqueues a whole inference (every stage, in order).
+    fn run(&self) -> Result<()>;
+
+    /// Reads the output chunk after the work on `s`.
+    fn read_actions(&self, s: Stream, out: &mut [f32]) -> Result<()>;
+
+    /// Sets the chunk the halt writes (normalized units), in order on `s`.
+    fn set_hold(&self, s: Stream, chunk: &[f32]) -> Result<()>;
+
+    /// Enqueues the halt on `s`: the output becomes the hold chunk.
+    fn halt(&self, s: Stream) -> Result<()>;
+
+    /// Whether the model denoises with a frozen prefix.
+    fn inpaints(&self) -> bool;
+
+    /// Freezes the first `rows` rows of the next inferences to `actions` (normalized units).
+    fn set_frozen_prefix(&self, rows: usize, actions: &[f32]) -> Result<()>;
+
+    /// Graphs captured so far.
+    fn capture_count(&self) -> u64;
+
+    /// Where the kernels run (`host`, or the GPU and its architecture).
+    fn target(&self) -> String;
+}
