@@ -14,6 +14,10 @@
 //! tunes its GEMMs) and once with it (5 rows frozen), from the same weights, measured
 //! alternately in one process: steps 0 (it copies the noise), 3 and 9, and end to end.
 //!
+//! `pi05-bench --precision`: the full-size model built in f32 and in bf16 from the same random
+//! weights, run on the same inputs and noise (the canonical ones and two random sets): per
+//! set 1 − cosine and max |Δ| of bf16's actions against f32's.
+//!
 //! `pi05-bench --profile`: builds the 64-token model and replays vision, prefix and one step
 //! once each, without warm-up, between `cuProfilerStart` and `cuProfilerStop` — a short run
 //! to put under a kernel profiler (e.g. `ncu --profile-from-start off --graph-profiling node`).
@@ -77,6 +81,10 @@ fn main() {
     );
     if inpaint {
         inpaint_cost(&ctx, iters);
+        return;
+    }
+    if args.iter().any(|a| a == "--precision") {
+        precision(&ctx);
         return;
     }
     println!(
@@ -218,5 +226,74 @@ fn inpaint_cost(ctx: &Ctx, iters: usize) {
             (p50[k][3] - p50[0][3]) / c.steps as f64,
             c.steps
         );
+    }
+}
+
+/// `--precision`: bf16 against f32 at full size, same weights, inputs and noise.
+fn precision(ctx: &Ctx) {
+    let mut c = Pi05Config::base();
+    c.views = 2;
+    c.max_token_len = 64;
+    let w = Pi05Weights::random(&c, 1);
+    let s = ctx.stream(0).unwrap();
+    let f32_model = Pi05::new(ctx, s, &w, DType::F32).unwrap();
+    let bf16_model = Pi05::new(ctx, s, &w, DType::BF16).unwrap();
+    drop(w);
+    let px = c.siglip.image_size * c.siglip.image_size * 3;
+    let n = c.action_horizon * c.action_dim;
+    // xorshift values in [-scale, scale]
+    let rand = |seed: u32, len: usize, scale: f32| -> Vec<f32> {
+        let mut x = seed.wrapping_mul(2_654_435_761) | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                (x as f32 / u32::MAX as f32 * 2.0 - 1.0) * scale
+            })
+            .collect()
+    };
+    println!(
+        "bf16 against f32, full size, random weights (seed 1), 2 views, 64-token prompt capacity:\n"
+    );
+    println!("| inputs | 1 − cos | max abs diff | max abs f32 action |");
+    println!("|---|---|---|---|");
+    let (img, tokens, noise) = canonical_inputs(&c);
+    let mut sets = vec![("canonical".to_string(), [img.clone(), img], tokens, noise)];
+    for k in 0..2u32 {
+        let views = [
+            ModelImage::new(rand(10 + k, px, 1.0)).unwrap(),
+            ModelImage::new(rand(20 + k, px, 1.0)).unwrap(),
+        ];
+        let tokens: Vec<u32> = std::iter::once(2)
+            .chain(
+                rand(30 + k, 47, 1.0)
+                    .iter()
+                    .map(|v| 100 + (v.abs() * 200_000.0) as u32),
+            )
+            .collect();
+        // Standard-normal-like noise (sum of uniforms).
+        let u = rand(40 + k, 4 * n, 1.0);
+        let noise: Vec<f32> = u.chunks(4).map(|q| q.iter().sum::<f32>() * 0.866).collect();
+        sets.push((format!("random {k}"), views, tokens, noise));
+    }
+    for (name, views, tokens, noise) in &sets {
+        let obs = Observation {
+            images: &[Some(&views[0]), Some(&views[1])],
+            tokens,
+            noise,
+        };
+        let a = f32_model.infer(&obs).unwrap();
+        let b = bf16_model.infer(&obs).unwrap();
+        let (mut dot, mut na, mut nb, mut max_d, mut max_a) = (0f64, 0f64, 0f64, 0f32, 0f32);
+        for (x, y) in a.iter().zip(&b) {
+            dot += *x as f64 * *y as f64;
+            na += (*x as f64).powi(2);
+            nb += (*y as f64).powi(2);
+            max_d = max_d.max((x - y).abs());
+            max_a = max_a.max(x.abs());
+        }
+        let cos = dot / (na.sqrt() * nb.sqrt());
+        println!("| {name} | {:.2e} | {max_d:.2e} | {max_a:.3} |", 1.0 - cos);
     }
 }
