@@ -580,19 +580,25 @@ impl Pi05 {
         let n_mods = 2 * eg.depth + 1;
         let mods = Tensor::alloc(ctx, "expert.modulations", dt, &[c.steps, n_mods, 3 * ew])?;
         {
+            // The time values, their sine-cosine embedding and the time MLP in f32 whatever the
+            // model's precision (openpi keeps the time and the conditioning in f32: the
+            // embedding's shortest period is 4 ms, so a time rounded to bf16 — 0.9 becoming
+            // 0.8984375 — is a phase error); the condition is rounded to the model's precision
+            // for the modulation projections, as openpi's `Dense(dtype=x.dtype)` does.
             let times: Vec<f32> = (0..c.steps)
                 .map(|i| 1.0 - i as f32 / c.steps as f32)
                 .collect();
-            let t = Tensor::alloc(ctx, "time", dt, &[c.steps])?;
+            let f = DType::F32;
+            let t = Tensor::alloc(ctx, "time", f, &[c.steps])?;
             t.write_f32(s, &times)?;
-            let temb = Tensor::alloc(ctx, "time_emb", dt, &[c.steps, ew])?;
-            let h = Tensor::alloc(ctx, "time_h", dt, &[c.steps, ew])?;
+            let temb = Tensor::alloc(ctx, "time_emb", f, &[c.steps, ew])?;
+            let h = Tensor::alloc(ctx, "time_h", f, &[c.steps, ew])?;
             k.sinusoidal(s, &t, &temb, 4e-3, 4.0)?;
             let (wi, bi, wo, bo) = (
-                up.t("time_mlp_in.weight")?,
-                up.t("time_mlp_in.bias")?,
-                up.t("time_mlp_out.weight")?,
-                up.t("time_mlp_out.bias")?,
+                up.t_as("time_mlp_in.weight", f)?,
+                up.t_as("time_mlp_in.bias", f)?,
+                up.t_as("time_mlp_out.weight", f)?,
+                up.t_as("time_mlp_out.bias", f)?,
             );
             k.linear(&temb, &wi, &h, true, false)?
                 .run(s, &temb, &wi, &h, Some(&bi))?;
@@ -600,6 +606,14 @@ impl Pi05 {
             k.linear(&h, &wo, &temb, true, false)?
                 .run(s, &h, &wo, &temb, Some(&bo))?;
             k.silu(s, &temb, &temb)?;
+            let cond = if dt == f {
+                temb
+            } else {
+                let cond = Tensor::alloc(ctx, "time_cond", dt, &[c.steps, ew])?;
+                k.cast(s, &temb, &cond)?;
+                cond
+            };
+            let temb = cond;
             let mut dense: Vec<String> = Vec::new();
             for i in 0..eg.depth {
                 dense.push(format!("{EXPERT}.layers.{i}.input_layernorm.dense"));
@@ -636,35 +650,61 @@ impl Pi05 {
         };
 
         // ---- one denoising step
-        let xa = Tensor::alloc(ctx, "step.x", dt, &[s_len, c.action_dim])?;
-        let a = Tensor::alloc(ctx, "step.tokens", dt, &[s_len, ew])?;
+        // The noisy actions, the action input projection, the output projection and the Euler
+        // update stay in f32 (as openpi computes them: f32 parameters promote the product);
+        // only the tokens the expert sees are rounded to the model's precision, and only the
+        // expert's final normed output is widened back for the output projection.
+        let f = DType::F32;
+        let narrow = dt != f;
+        let a32 = Tensor::alloc(ctx, "step.tokens.f32", f, &[s_len, ew])?;
+        let a = if narrow {
+            Tensor::alloc(ctx, "step.tokens", dt, &[s_len, ew])?
+        } else {
+            a32.clone()
+        };
         let aln = Tensor::alloc(ctx, "step.ln", dt, &[s_len, ew])?;
+        let aln32 = if narrow {
+            Tensor::alloc(ctx, "step.ln.f32", f, &[s_len, ew])?
+        } else {
+            aln.clone()
+        };
         let sq = Tensor::alloc(ctx, "step.q", dt, &[s_len, heads * hd])?;
         let sqkv = Tensor::alloc(ctx, "step.qkv", dt, &[s_len, (heads + 2 * kvh) * hd])?;
         let sattn = Tensor::alloc(ctx, "step.attn", dt, &[s_len, heads * hd])?;
         let so = Tensor::alloc(ctx, "step.o", dt, &[s_len, ew])?;
         let sh = Tensor::alloc(ctx, "step.mlp", dt, &[s_len, eg.mlp])?;
-        let v32 = Tensor::alloc(ctx, "step.v32", DType::F32, &[s_len, c.action_dim])?;
+        let v32 = Tensor::alloc(ctx, "step.v32", f, &[s_len, c.action_dim])?;
         let (win, bin, wout, bout) = (
-            up.t("action_in_proj.weight")?,
-            up.t("action_in_proj.bias")?,
-            up.t("action_out_proj.weight")?,
-            // f32, as the velocities it is added to.
-            up.t_as("action_out_proj.bias", DType::F32)?,
+            up.t_as("action_in_proj.weight", f)?,
+            up.t_as("action_in_proj.bias", f)?,
+            up.t_as("action_out_proj.weight", f)?,
+            up.t_as("action_out_proj.bias", f)?,
         );
+        // Frozen-prefix denoising writes each update's rows in another dtype too: a scratch
+        // for the steps before the last (the output only ever holds a whole chunk).
+        let x_scratch = if inpaint_prefix {
+            Some(Tensor::alloc(
+                ctx,
+                "step.x.scratch",
+                f,
+                &[s_len, c.action_dim],
+            )?)
+        } else {
+            None
+        };
         let sk_rows = |l: &GemmaLayer| -> Result<(Tensor, Tensor)> {
             Ok((
                 l.k_cache.narrow(0, p_len, s_len)?,
                 l.v_cache.narrow(0, p_len, s_len)?,
             ))
         };
-        let sg_in = k.linear(&xa, &win, &a, true, false)?;
+        let sg_in = k.linear(&x, &win, &a32, true, false)?;
         let sg_qkv = k.linear(&aln, &el[0].qkv, &sqkv, false, false)?;
         let sg_o = k.linear(&sattn, &el[0].o, &so, false, false)?;
         // The MLP's gate and up projections with the gate applied (one kernel on CUDA).
         let sg_gu = k.geglu_linear(&aln, &el[0].gate_up, &sh)?;
         let sg_down = k.linear(&sh, &el[0].down, &so, false, false)?;
-        let sg_out = k.linear(&aln, &wout, &v32, true, false)?;
+        let sg_out = k.linear(&aln32, &wout, &v32, true, false)?;
         let mut sattn_plans: Vec<AttentionPlan> = Vec::new();
         for l in &el {
             let plan = k.attention_plan_sharing(
@@ -697,13 +737,15 @@ impl Pi05 {
             step.capture(ShapeKey(i as u64), |cs| {
                 (|| -> Result<()> {
                     if i == 0 {
-                        k.cast(cs, &x, &xa)?;
                         if let Some(p) = &inpaint {
                             let bytes = chunk_n * 4;
                             Buffer::copy(x.buffer(), p.x1.offset() * 4, x.buffer(), 0, bytes, cs)?;
                         }
                     }
-                    sg_in.run(cs, &xa, &win, &a, Some(&bin))?;
+                    sg_in.run(cs, &x, &win, &a32, Some(&bin))?;
+                    if narrow {
+                        k.cast(cs, &a32, &a)?;
+                    }
                     // Each residual is fused with the norm that follows it (the next layer's
                     // input norm, or the final norm).
                     let mut gate = k.ada_rms_norm(cs, &a, &modulation(i, 0)?, &aln, GEMMA_EPS)?;
@@ -735,19 +777,23 @@ impl Pi05 {
                             GEMMA_EPS,
                         )?;
                     }
-                    sg_out.run(cs, &aln, &wout, &v32, Some(&bout))?;
-                    // The update also writes the next step's input, or after the last step
-                    // the output chunk.
-                    let next = if i + 1 < c.steps { &xa } else { &out };
-                    match &inpaint {
+                    if narrow {
+                        k.cast(cs, &aln, &aln32)?;
+                    }
+                    sg_out.run(cs, &aln32, &wout, &v32, Some(&bout))?;
+                    // After the last step the update also writes the output chunk.
+                    let last = i + 1 == c.steps;
+                    match (&inpaint, &x_scratch) {
                         // The time the update reaches (exactly 0 after the last step).
-                        Some(p) => {
+                        (Some(p), Some(scratch)) => {
                             let t_next = 1.0 - (i + 1) as f32 / c.steps as f32;
+                            let next = if last { &out } else { scratch };
                             k.euler_step_inpaint_cast(
                                 cs, &x, &v32, dt_step, &p.x1, &p.frozen, &p.rows, t_next, next,
                             )?
                         }
-                        None => k.euler_step_cast(cs, &x, &v32, dt_step, next)?,
+                        _ if last => k.euler_step_cast(cs, &x, &v32, dt_step, &out)?,
+                        _ => k.euler_step(cs, &x, &v32, dt_step)?,
                     }
                     Ok(())
                 })()
