@@ -66,7 +66,6 @@ __device__ void attention(const T* q, const T* k, const T* v, T* out, const int*
         unsigned hq, unsigned hkv, unsigned d, unsigned long long sq, unsigned long long sk,               \
         unsigned long long sv, unsigned long long so, unsigned always_from, int causal,                    \
         unsigned causal_offset, float scale) {                                                             \
-        pdl_entry();                                                                                                     \
         attention<T>(q, k, v, out, valid_len, key_mask, sq_len, sk_len, hq, hkv, d, sq, sk, sv, so, always_from, causal, \
                      causal_offset, scale);                                                                \
     }
@@ -141,7 +140,6 @@ __device__ void masked_softmax(const float* scores, T* probs, unsigned rows, uns
                                                   unsigned sk_len, unsigned heads_inner, const int* valid_len, const unsigned char* key_mask,               \
                                                   unsigned always_from, int causal,                    \
                                                   unsigned causal_offset, float scale) {               \
-        pdl_entry();                                                                                                                         \
         masked_softmax<T>(scores, probs, rows, sq_len, sk_len, heads_inner, valid_len, key_mask, always_from, causal, causal_offset, scale); \
     }
 FOR_FLOATS(MASKED_SOFTMAX)

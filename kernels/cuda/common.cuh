@@ -31,18 +31,6 @@ template <> __device__ __forceinline__ f16 from_f32<f16>(float v) {
     return f16{h};
 }
 
-// Programmatic dependent launch (sm_90 and later). The kernels may be launched with
-// programmatic stream serialization (`FRT_PDL=1`): a kernel then starts launching while the
-// kernel before it in its stream still runs. So every kernel begins with `pdl_entry()`, before
-// it touches memory: it waits until the kernels it follows have finished and their writes are
-// visible, then lets the kernel after it launch (which waits in the same way). Launched
-// without the attribute, both instructions do nothing.
-__device__ __forceinline__ void pdl_entry() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;

@@ -58,17 +58,14 @@ __device__ void im2col_1d(const T* x, T* cols, unsigned t_in, unsigned c_in, uns
     extern "C" __global__ void conv1d_##S(const T* x, const T* w, const T* b, T* out, unsigned t_in,    \
                                           unsigned c_in, unsigned t_out, unsigned c_out, unsigned kw,  \
                                           unsigned stride, unsigned pad) {                             \
-        pdl_entry();                                                                                   \
         conv1d<T>(x, w, b, out, t_in, c_in, t_out, c_out, kw, stride, pad);                            \
     }                                                                                                 \
     extern "C" __global__ void patchify_##S(const T* img, T* out, unsigned n, unsigned h, unsigned w,   \
                                             unsigned c, unsigned p) {                                  \
-        pdl_entry();                                                                                   \
         patchify<T>(img, out, n, h, w, c, p);                                                          \
     }                                                                                                 \
     extern "C" __global__ void im2col_1d_##S(const T* x, T* cols, unsigned t_in, unsigned c_in,        \
                                              unsigned t_out, unsigned kw, unsigned stride, unsigned pad) { \
-        pdl_entry();                                                                                   \
         im2col_1d<T>(x, cols, t_in, c_in, t_out, kw, stride, pad);                                     \
     }
 FOR_FLOATS(CONV)

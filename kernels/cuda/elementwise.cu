@@ -132,43 +132,35 @@ __device__ void euler_step_inpaint_cast(float* x, const float* v, T* x_cast, uns
 #define ELEMENTWISE(T, S)                                                                              \
     extern "C" __global__ void unary_##S(const T* x, T* out, unsigned long long n, int op, float alpha,  \
                                          int vec8) {                                                   \
-        pdl_entry();                                                                                   \
         unary<T>(x, out, n, op, alpha, vec8);                                                          \
     }                                                                                                  \
     extern "C" __global__ void binary_##S(const T* a, const T* b, T* out, unsigned rows, unsigned cols,  \
                                           unsigned long long sa, unsigned long long sb,                \
                                           unsigned long long so, int op, float alpha, int vec8) {      \
-        pdl_entry();                                                                                   \
         binary<T>(a, b, out, rows, cols, sa, sb, so, op, alpha, vec8);                                 \
     }                                                                                                  \
     extern "C" __global__ void gated_residual_##S(const T* x, const T* y, const T* g, T* out,           \
                                                   unsigned rows, unsigned cols, unsigned long long sx, \
                                                   unsigned long long sy, unsigned long long sg,        \
                                                   unsigned long long so, int vec8) {                   \
-        pdl_entry();                                                                                   \
         gated_residual<T>(x, y, g, out, rows, cols, sx, sy, sg, so, vec8);                             \
     }                                                                                                  \
     extern "C" __global__ void cast_f32_##S(const float* x, T* out, unsigned long long n) {            \
-        pdl_entry();                                                                                   \
         cast<float, T>(x, out, n);                                                                     \
     }                                                                                                  \
     extern "C" __global__ void cast_bf16_##S(const bf16* x, T* out, unsigned long long n) {            \
-        pdl_entry();                                                                                   \
         cast<bf16, T>(x, out, n);                                                                      \
     }                                                                                                  \
     extern "C" __global__ void cast_f16_##S(const f16* x, T* out, unsigned long long n) {              \
-        pdl_entry();                                                                                   \
         cast<f16, T>(x, out, n);                                                                       \
     }                                                                                                  \
     extern "C" __global__ void euler_step_cast_##S(float* x, const float* v, T* x_cast,                \
                                                    unsigned long long n, float dt) {                   \
-        pdl_entry();                                                                                   \
         euler_step_cast<T>(x, v, x_cast, n, dt);                                                       \
     }                                                                                                  \
     extern "C" __global__ void euler_step_inpaint_cast_##S(                                            \
         float* x, const float* v, T* x_cast, unsigned long long n, float dt, const float* x1,          \
         const float* frozen, const int* frozen_rows, unsigned row_len, float t_next) {                 \
-        pdl_entry();                                                                                   \
         euler_step_inpaint_cast<T>(x, v, x_cast, n, dt, x1, frozen, frozen_rows, row_len, t_next);     \
     }
 FOR_FLOATS(ELEMENTWISE)

@@ -364,14 +364,12 @@ __device__ void flash_combine(const float* __restrict__ part, const float* __res
 #define FLASH_ATTENTION(T, S, DP)                                                                        \
     extern "C" __global__ void __launch_bounds__(FLASH_THREADS) flash_attention_d##DP##_##S(             \
         const T* q, const T* k, const T* v, T* out, float* part, float* part_ml, const FlashArgs a) {    \
-        pdl_entry();                                                                                    \
         flash_attention<T, DP>(q, k, v, out, part, part_ml, a);                                         \
     }
 // flash_combine_S (any number of splits) and flash_combine{4,8,16}_S (at most that many).
 #define FLASH_COMBINE(T, S, SUFFIX, N)                                                                   \
     extern "C" __global__ void flash_combine##SUFFIX##_##S(const float* part, const float* part_ml,      \
                                                            T* out, const FlashArgs a, unsigned splits) { \
-        pdl_entry();                                                                                     \
         flash_combine<T, N>(part, part_ml, out, a, splits);                                              \
     }
 #define FLASH_ALL(T, S)                                                                                  \

@@ -101,7 +101,6 @@ __device__ void geglu_linear(const T* __restrict__ x, const T* __restrict__ w, T
     extern "C" __global__ void __launch_bounds__(MLP_THREADS)                                           \
         geglu_linear_##S(const T* x, const T* w, T* h, unsigned m, unsigned k, unsigned f,               \
                          unsigned long long sx, unsigned long long sw, unsigned long long sh) {          \
-        pdl_entry();                                                                                     \
         geglu_linear<T>(x, w, h, m, k, f, sx, sw, sh);                                                   \
     }
 GEGLU_LINEAR(bf16, bf16)

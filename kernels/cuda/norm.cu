@@ -130,18 +130,15 @@ __device__ void softmax(const T* x, T* out, unsigned cols, unsigned long long sx
                                             unsigned long long sm, unsigned long long sy,               \
                                             unsigned long long sg, unsigned long long so, float eps,    \
                                             int vec8) {                                                 \
-        pdl_entry();                                                                                   \
         rms_norm<T>(x, w, mod, y, g, out, cols, sx, sm, sy, sg, so, eps, vec8);                        \
     }                                                                                                  \
     extern "C" __global__ void layer_norm_##S(const T* x, const T* w, const T* b, T* out, unsigned cols, \
                                               unsigned long long sx, unsigned long long so, float eps,  \
                                               int vec8) {                                               \
-        pdl_entry();                                                                                   \
         layer_norm<T>(x, w, b, out, cols, sx, so, eps, vec8);                                          \
     }                                                                                                  \
     extern "C" __global__ void softmax_##S(const T* x, T* out, unsigned cols, unsigned long long sx,     \
                                            unsigned long long so, int vec8) {                          \
-        pdl_entry();                                                                                   \
         softmax<T>(x, out, cols, sx, so, vec8);                                                        \
     }
 FOR_FLOATS(NORMS)
@@ -150,7 +147,6 @@ FOR_FLOATS(NORMS)
 // -inf per column), the index of the maximum (the first on ties) and its log-softmax value.
 extern "C" __global__ void argmax_logsoftmax(const float* logits, const float* mask, int* index, float* logprob,
                                              unsigned cols, unsigned long long sx) {
-    pdl_entry();
     __shared__ float best_v[32];
     __shared__ int best_i[32];
     const unsigned long long row = blockIdx.x;

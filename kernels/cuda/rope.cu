@@ -93,24 +93,20 @@ __device__ void sinusoidal(const T* t, T* out, unsigned rows, unsigned half, flo
     extern "C" __global__ void rope_##S(const T* x, const int* p, T* out, unsigned rows, unsigned heads,  \
                                         unsigned dim, unsigned long long sx, unsigned long long so,      \
                                         float max_wavelength) {                                          \
-        pdl_entry();                                                                                     \
         rope<T>(x, p, out, rows, heads, dim, sx, so, max_wavelength);                                    \
     }                                                                                                   \
     extern "C" __global__ void rope_qkv_##S(const T* qkv, const int* p, T* q, T* k, T* v, unsigned tokens,  \
                                             unsigned hq, unsigned hk, unsigned dim,                      \
                                             unsigned long long s_in, unsigned long long sq,              \
                                             unsigned long long sk, unsigned long long sv, float mw) {    \
-        pdl_entry();                                                                                     \
         rope_qkv<T>(qkv, p, q, k, v, tokens, hq, hk, dim, s_in, sq, sk, sv, mw);                         \
     }                                                                                                   \
     extern "C" __global__ void embedding_##S(const int* ids, const T* table, T* out, unsigned rows,       \
                                              unsigned width, unsigned vocab, float scale) {              \
-        pdl_entry();                                                                                     \
         embedding<T>(ids, table, out, rows, width, vocab, scale);                                        \
     }                                                                                                   \
     extern "C" __global__ void sinusoidal_##S(const T* t, T* out, unsigned rows, unsigned half,           \
                                               float min_period, float max_period) {                      \
-        pdl_entry();                                                                                     \
         sinusoidal<T>(t, out, rows, half, min_period, max_period);                                       \
     }
 FOR_FLOATS(POSITIONAL)

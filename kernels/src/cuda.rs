@@ -34,10 +34,6 @@ pub(crate) struct CudaOps {
     pub sms: u32,
     /// Most dynamic shared memory a block may opt into (bytes).
     pub max_shared: u32,
-    /// Kernels are launched with programmatic stream serialization (`FRT_PDL=1`, sm_90 and
-    /// later; see `pdl_entry` in `cuda/common.cuh`): each may start launching while the
-    /// kernel before it still runs, and waits for it before touching memory.
-    pdl: bool,
     /// cuBLASLt workspace of each stream that ran a GEMM outside a capture.
     workspaces: std::sync::Mutex<Vec<(Stream, frt_exec::Buffer)>>,
     /// cuBLASLt workspace of each graph with a GEMM, by graph id; held by the graph's
@@ -49,7 +45,10 @@ pub(crate) struct CudaOps {
     /// another layer, or inside a capture) gets the same algorithm without timing again.
     /// (With the workspace bytes it uses.)
     pub(crate) tuned: std::sync::Mutex<
-        HashMap<String, (frt_exec::cudarc::cublaslt::sys::cublasLtMatmulAlgo_t, usize)>,
+        HashMap<
+            crate::ops::gemm::TuneKey,
+            (frt_exec::cudarc::cublaslt::sys::cublasLtMatmulAlgo_t, usize),
+        >,
     >,
 }
 
@@ -305,7 +304,6 @@ impl CudaOps {
         Ok(CudaOps {
             ctx: ctx.clone(),
             funcs,
-            pdl: maj >= 9 && std::env::var("FRT_PDL").is_ok_and(|v| v == "1"),
             arch,
             sms,
             max_shared,
@@ -403,50 +401,14 @@ impl CudaOps {
             })?;
         }
         let raw = self.ctx.raw_stream(s)? as sys::CUstream;
-        if !self.pdl {
-            // SAFETY: the caller's contract.
-            return unsafe { dr::launch_kernel(f, grid, block, shared, raw, params) }.map_err(
-                |e| {
-                    frt_exec::Error::Driver {
-                        call: "cuLaunchKernel",
-                        code: frt_exec::DriverCode(e.0),
-                    }
-                    .into()
-                },
-            );
-        }
-        // SAFETY: a plain-data C union; zeroes are a valid value.
-        let mut value: sys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
-        value.programmaticStreamSerializationAllowed = 1;
-        let mut attr = sys::CUlaunchAttribute {
-            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
-            pad: [0; 4],
-            value,
-        };
-        let config = sys::CUlaunchConfig {
-            gridDimX: grid.0,
-            gridDimY: grid.1,
-            gridDimZ: grid.2,
-            blockDimX: block.0,
-            blockDimY: block.1,
-            blockDimZ: block.2,
-            sharedMemBytes: shared,
-            hStream: raw,
-            attrs: &mut attr,
-            numAttrs: 1,
-        };
-        // SAFETY: the caller's contract; `config` and its attribute outlive the call; every
-        // kernel begins with `pdl_entry` (checked by a test over the sources).
-        let r =
-            unsafe { sys::cuLaunchKernelEx(&config, f, params.as_mut_ptr(), std::ptr::null_mut()) };
-        if r != sys::CUresult::CUDA_SUCCESS {
-            return Err(frt_exec::Error::Driver {
-                call: "cuLaunchKernelEx",
-                code: frt_exec::DriverCode(r),
+        // SAFETY: the caller's contract.
+        unsafe { dr::launch_kernel(f, grid, block, shared, raw, params) }.map_err(|e| {
+            frt_exec::Error::Driver {
+                call: "cuLaunchKernel",
+                code: frt_exec::DriverCode(e.0),
             }
-            .into());
-        }
-        Ok(())
+            .into()
+        })
     }
 }
 
@@ -459,41 +421,6 @@ pub(crate) use args;
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Kernels may be launched with programmatic stream serialization, so each must wait for
-    /// the kernel before it before touching memory: its first statement is `pdl_entry()`.
-    #[test]
-    fn every_kernel_begins_with_pdl_entry() {
-        let mut kernels = 0;
-        for (file, source) in SOURCES {
-            let mut rest = *source;
-            while let Some(at) = rest.find("__global__") {
-                rest = &rest[at..];
-                let body = rest.find('{').expect("a kernel body");
-                let name: String = rest[..body]
-                    .split('(')
-                    .next()
-                    .unwrap_or_default()
-                    .split_whitespace()
-                    .last()
-                    .unwrap_or_default()
-                    .to_string();
-                let first = rest[body + 1..]
-                    .trim_start_matches(|c: char| c.is_whitespace() || c == '\\')
-                    .split(';')
-                    .next()
-                    .unwrap_or_default()
-                    .trim();
-                assert_eq!(
-                    first, "pdl_entry()",
-                    "{file}: kernel {name} begins with `{first}`"
-                );
-                kernels += 1;
-                rest = &rest[body..];
-            }
-        }
-        assert!(kernels >= 20, "found {kernels} kernels");
-    }
 
     #[test]
     fn kernel_names_split_into_op_and_dtype() {

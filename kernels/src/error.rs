@@ -38,6 +38,10 @@ pub enum Error {
     #[error("cuBLASLt call {call} failed with status {status}")]
     Cublas { call: &'static str, status: i32 },
 
+    /// Kernel options that do not parse (an environment variable's value).
+    #[error("kernel options: {reason}")]
+    Options { reason: String },
+
     /// No cuBLASLt algorithm for a GEMM shape.
     #[error("cuBLASLt has no algorithm for {what}")]
     NoAlgorithm { what: String },

@@ -34,6 +34,7 @@ mod cuda;
 mod dtype;
 mod error;
 mod ops;
+pub mod options;
 mod pool;
 mod tensor;
 
@@ -44,6 +45,7 @@ pub use ops::attention::{AttentionMask, AttentionPlan, GEMM_MIN_KEYS, GEMM_MIN_Q
 pub use ops::conv::{Conv1d, PatchEmbed};
 pub use ops::gemm::{Epilogue, Gemm};
 pub use ops::mlp::{GEGLU_LINEAR_MAX_ROWS, GegluLinear};
+pub use options::{AttentionPath, KernelOptions};
 pub use tensor::{MAX_RANK, Tensor};
 
 use frt_exec::{BackendKind, Ctx, HostOpError, Stream};
@@ -54,12 +56,18 @@ use std::sync::Arc;
 pub struct Kernels {
     ctx: Ctx,
     cuda: Option<Arc<cuda::CudaOps>>,
+    options: KernelOptions,
 }
 
 impl Kernels {
     /// Binds the ops to `ctx`; on CUDA this compiles (or loads from the disk cache) every
     /// kernel source once.
     pub fn new(ctx: &Ctx) -> Result<Kernels> {
+        Kernels::with_options(ctx, KernelOptions::default())
+    }
+
+    /// [`new`](Self::new) with tunables other than the defaults.
+    pub fn with_options(ctx: &Ctx, options: KernelOptions) -> Result<Kernels> {
         let cuda = match ctx.backend() {
             BackendKind::Cuda { .. } => Some(Arc::new(cuda::CudaOps::load(ctx)?)),
             BackendKind::Host => None,
@@ -67,7 +75,13 @@ impl Kernels {
         Ok(Kernels {
             ctx: ctx.clone(),
             cuda,
+            options,
         })
+    }
+
+    /// The tunables these ops were bound with.
+    pub fn options(&self) -> &KernelOptions {
+        &self.options
     }
 
     pub fn ctx(&self) -> &Ctx {

@@ -1239,12 +1239,10 @@ fn attention_paths(b: &Backend) {
                 (1..=13).contains(&prefix_splits),
                 "prefix: {prefix_splits} splits"
             );
-            if std::env::var_os("FRT_FLASH_ATTENTION").is_none() {
-                // The default: the tensor-core kernel for few queries, the GEMM path for
-                // Gemma's long prefix.
-                assert!(expert_default.flash_splits().is_some_and(|n| n > 1));
-                assert!(prefix_default.uses_gemm());
-            }
+            // The default: the tensor-core kernel for few queries, the GEMM path for Gemma's
+            // long prefix.
+            assert!(expert_default.flash_splits().is_some_and(|n| n > 1));
+            assert!(prefix_default.uses_gemm());
         } else {
             assert!(expert.is_err() && prefix.is_err(), "no tensor-core plan");
             assert_eq!(expert_default.flash_splits(), None);

@@ -39,6 +39,10 @@ pub struct Config {
     pub execution: ExecutionConfig,
     #[serde(default)]
     pub streams: StreamsConfig,
+    /// The op library's tunables (`attention: auto | flash | gemm`, `gemm_tuning`, `split_k`,
+    /// `tuning_log`); absent: the defaults.
+    #[serde(default)]
+    pub kernels: frt_kernels::KernelOptions,
     /// Microphone input; absent: no audio.
     #[serde(default)]
     pub audio: Option<AudioConfig>,

@@ -123,6 +123,13 @@ fn check(path: &Path) -> Result<(), String> {
         p.target()
     );
     println!("  {}", p.summary());
+    let k = &cfg.kernels;
+    println!(
+        "  kernels: attention {:?}, GEMM tuning {}, split-K {}",
+        k.attention,
+        if k.gemm_tuning { "on" } else { "off" },
+        if k.split_k { "on" } else { "off" }
+    );
     println!(
         "  {} views of {} px, prompt ≤ {} tokens ({:?} mode), {} steps, chunk {} × {} (robot uses {})",
         c.views,

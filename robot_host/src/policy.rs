@@ -9,8 +9,8 @@ use frt_exec::{Ctx, Stream};
 use frt_kernels::DType;
 use frt_vla::inputs::Normalization;
 use frt_vla::{
-    ChunkShape, ModelImage, Observation, Pi05, Pi05Config, Pi05Weights, PolicySpec, PromptScratch,
-    Stage, Tokenizer, pi05_tokens, pi05_tokens_into,
+    ChunkShape, ModelImage, Observation, Pi05, Pi05Config, Pi05Options, Pi05Weights, PolicySpec,
+    PromptScratch, Stage, Tokenizer, pi05_tokens, pi05_tokens_into,
 };
 use std::path::Path;
 use std::sync::Arc;
@@ -245,9 +245,12 @@ impl Policy {
                 &ctx,
                 s,
                 &weights,
-                dtype,
-                cfg.model.prompt_mode,
-                cfg.execution.inpaint_prefix,
+                &Pi05Options {
+                    dtype,
+                    prompt_mode: cfg.model.prompt_mode,
+                    inpaint_prefix: cfg.execution.inpaint_prefix,
+                    kernels: cfg.kernels,
+                },
             )?),
         };
         drop(weights);

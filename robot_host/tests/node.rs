@@ -612,3 +612,23 @@ fn the_loopback_transport_carries_a_live_run() {
         );
     }
 }
+
+#[test]
+fn kernel_options_come_from_the_config() {
+    let base = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../config/demo.yaml"))
+        .unwrap();
+    assert_eq!(
+        Config::parse(&base).unwrap().kernels,
+        frt_kernels::KernelOptions::default()
+    );
+    let cfg = Config::parse(&format!(
+        "{base}\nkernels:\n  attention: gemm\n  gemm_tuning: false\n"
+    ))
+    .unwrap();
+    assert_eq!(cfg.kernels.attention, frt_kernels::AttentionPath::Gemm);
+    assert!(!cfg.kernels.gemm_tuning && cfg.kernels.split_k);
+    for bad in ["  attention: fast\n", "  pdl: true\n"] {
+        let e = Config::parse(&format!("{base}\nkernels:\n{bad}")).unwrap_err();
+        assert_eq!(e.field, "config", "{bad}: {e}");
+    }
+}

@@ -29,7 +29,17 @@ fn actions(dtype: DType, mode: PromptMode, frozen_rows: usize) -> Vec<f32> {
     let ctx = Ctx::host().unwrap();
     let s = ctx.stream(0).unwrap();
     let w = Pi05Weights::random(&c, 11);
-    let m = Pi05::build(&ctx, s, &w, dtype, mode, frozen_rows > 0).unwrap();
+    let m = Pi05::build(
+        &ctx,
+        s,
+        &w,
+        &frt_vla::Pi05Options {
+            prompt_mode: mode,
+            inpaint_prefix: frozen_rows > 0,
+            ..frt_vla::Pi05Options::new(dtype)
+        },
+    )
+    .unwrap();
     let px = c.siglip.image_size * c.siglip.image_size * 3;
     let images: Vec<ModelImage> = (0..c.views as u32)
         .map(|v| ModelImage::new(rand(5 + v, px, 1.0)).unwrap())

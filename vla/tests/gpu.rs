@@ -118,7 +118,17 @@ fn frozen_prefix_on_cuda_matches_the_host() {
     let (k, d) = (7, c.action_dim);
     let run = |ctx: Ctx, dt: DType, inpaint: bool, rows: usize| -> Vec<f32> {
         let s = ctx.stream(0).unwrap();
-        let m = Pi05::build(&ctx, s, &w, dt, PromptMode::Fixed, inpaint).unwrap();
+        let m = Pi05::build(
+            &ctx,
+            s,
+            &w,
+            &frt_vla::Pi05Options {
+                prompt_mode: PromptMode::Fixed,
+                inpaint_prefix: inpaint,
+                ..frt_vla::Pi05Options::new(dt)
+            },
+        )
+        .unwrap();
         if inpaint {
             m.set_frozen_prefix(rows, &frozen).unwrap();
         }

@@ -308,7 +308,17 @@ pub fn frozen_prefix_on(ctx: &Ctx, dtype: DType) -> (Vec<f32>, Vec<f32>) {
     let w = Pi05Weights::random(&c, 9);
     let s = ctx.stream(0).unwrap();
     let plain = Pi05::with_mode(ctx, s, &w, dtype, PromptMode::Fixed).unwrap();
-    let m = Pi05::build(ctx, s, &w, dtype, PromptMode::Fixed, true).unwrap();
+    let m = Pi05::build(
+        ctx,
+        s,
+        &w,
+        &frt_vla::Pi05Options {
+            prompt_mode: PromptMode::Fixed,
+            inpaint_prefix: true,
+            ..frt_vla::Pi05Options::new(dtype)
+        },
+    )
+    .unwrap();
     assert!(m.inpaints() && !plain.inpaints());
     let i = inputs(&c, 4);
     let all = [true, true, true];

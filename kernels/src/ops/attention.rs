@@ -9,7 +9,7 @@ use crate::cuda::args;
 use crate::dtype::with_float;
 use crate::error::{Error, Result};
 use crate::pool::Pool;
-use crate::{DType, Kernels, Tensor};
+use crate::{AttentionPath, DType, Kernels, Tensor};
 use frt_exec::Stream;
 
 /// Which keys a query sees. Key `j` is visible to query `i` when
@@ -470,7 +470,8 @@ enum Path {
 ///
 /// The tensor-core kernel is not the default for head dims above 128 with at least 128 queries
 /// (Gemma's prefix: cuBLASLt's products are faster there on an H100) nor when a key/value head
-/// has fewer than 64 query rows; `FRT_FLASH_ATTENTION=1` / `0` forces the choice.
+/// has fewer than 64 query rows; [`KernelOptions::attention`](crate::KernelOptions) forces the
+/// choice.
 pub struct AttentionPlan {
     q: Tensor,
     k: Tensor,
@@ -513,16 +514,16 @@ const FLASH_BM: usize = 64;
 const FLASH_BN: usize = 64;
 
 /// Whether [`Kernels::attention_plan`] takes the tensor-core kernel (when it can run) rather
-/// than the GEMM path. `FRT_FLASH_ATTENTION=1` / `0` forces the choice; otherwise it is taken
-/// except for long sequences of wide heads (head dim above 128 and at least 128 queries, e.g.
-/// Gemma's prefix), where cuBLASLt's products around the softmax are faster on an H100
-/// (`frt-kernels-bench`: 30.6 against 57.6 µs at 800 tokens), and when a key/value head has
-/// fewer than one block of query rows.
-fn flash_preferred(dims: &Dims, dp: usize) -> bool {
-    match std::env::var("FRT_FLASH_ATTENTION").as_deref() {
-        Ok("1") => true,
-        Ok("0") => false,
-        _ => {
+/// than the GEMM path. [`AttentionPath::Flash`] / [`AttentionPath::Gemm`] force the choice;
+/// with [`AttentionPath::Auto`] it is taken except for long sequences of wide heads (head dim
+/// above 128 and at least 128 queries, e.g. Gemma's prefix), where cuBLASLt's products around
+/// the softmax are faster on an H100 (`frt-kernels-bench`: 30.6 against 57.6 µs at 800
+/// tokens), and when a key/value head has fewer than one block of query rows.
+fn flash_preferred(path: AttentionPath, dims: &Dims, dp: usize) -> bool {
+    match path {
+        AttentionPath::Flash => true,
+        AttentionPath::Gemm => false,
+        AttentionPath::Auto => {
             let rows = dims.hq / dims.hkv * dims.sq_len;
             rows >= FLASH_BM && !(dp > 128 && dims.sq_len >= 128)
         }
@@ -614,7 +615,7 @@ impl Kernels {
             if let Some(dp) = gemm
                 .then(|| self.flash_head_dim(q, k, v, out, dims))
                 .flatten()
-                .filter(|&dp| flash_preferred(dims, dp))
+                .filter(|&dp| flash_preferred(self.options.attention, dims, dp))
             {
                 return self.attention_flash_path(dims, dp, 1, share.map(|p| &p.path), None);
             }

@@ -17,7 +17,7 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 /// What follows the product (after bias).
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Epilogue {
     None,
     /// GELU, tanh approximation.
@@ -26,7 +26,7 @@ pub enum Epilogue {
 
 /// The layout of one operand: `batch × rows × cols`, row stride `ld`, batch stride (0 =
 /// shared by every batch).
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 struct Layout {
     batch: usize,
     rows: usize,
@@ -82,6 +82,38 @@ struct Spec {
     beta: f32,
     bias: bool,
     epilogue: Epilogue,
+}
+
+/// What the GEMM tuning cache is keyed by: a [`Spec`] with its scalars as bits.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct TuneKey {
+    a: Layout,
+    b: Layout,
+    c: Layout,
+    a_dt: DType,
+    c_dt: DType,
+    trans: (bool, bool),
+    mnk_batch: [usize; 4],
+    alpha_beta: (u32, u32),
+    bias: bool,
+    epilogue: Epilogue,
+}
+
+impl Spec {
+    fn key(&self) -> TuneKey {
+        TuneKey {
+            a: self.a,
+            b: self.b,
+            c: self.c,
+            a_dt: self.a_dt,
+            c_dt: self.c_dt,
+            trans: (self.trans_a, self.trans_b),
+            mnk_batch: [self.m, self.n, self.k, self.batch],
+            alpha_beta: (self.alpha.to_bits(), self.beta.to_bits()),
+            bias: self.bias,
+            epilogue: self.epilogue,
+        }
+    }
 }
 
 /// cuBLASLt objects of one plan.
@@ -267,9 +299,9 @@ impl LtPlan {
             algo: candidates[0],
             workspace_bytes: workspace_sizes[0],
         };
-        if tuning_enabled() && worth_tuning(sp) {
+        if k.options.gemm_tuning && worth_tuning(sp) {
             let cuda = k.cuda.as_ref().expect("CUDA plans exist on CUDA");
-            let key = format!("{sp:?}");
+            let key = sp.key();
             let known = cuda
                 .tuned
                 .lock()
@@ -279,7 +311,7 @@ impl LtPlan {
             (plan.algo, plan.workspace_bytes) = match known {
                 Some(chosen) => chosen,
                 None => {
-                    if split_k_enabled() {
+                    if k.options.split_k {
                         for (algo, ws) in plan.split_k_variants(&candidates) {
                             candidates.push(algo);
                             workspace_sizes.push(ws);
@@ -547,7 +579,7 @@ impl LtPlan {
         let (best_ms, i) = best.ok_or_else(|| Error::NoAlgorithm {
             what: format!("{sp:?} (no candidate ran)"),
         })?;
-        if std::env::var_os("FRT_GEMM_TUNING_LOG").is_some() {
+        if k.options.tuning_log {
             eprintln!(
                 "gemm m={} n={} k={} batch={} {:?}: heuristic {:.2} µs, chosen #{i} {:.2} µs (of {:?})",
                 sp.m,
@@ -592,20 +624,8 @@ const SPLIT_K_BASES: usize = 3;
 /// The splits tried for each of those.
 const SPLIT_K: [u32; 4] = [2, 3, 4, 8];
 
-/// Whether tuning also times split-reduction forms of the first candidates (default;
-/// `FRT_GEMM_SPLIT_K=0` leaves them out).
-fn split_k_enabled() -> bool {
-    std::env::var("FRT_GEMM_SPLIT_K").map_or(true, |v| v != "0")
-}
-
 /// Launches in a candidate's timing graph (each reading the next copy of `b`).
 const TUNING_RUNS: usize = 20;
-
-/// Whether plans time the heuristic's candidates (default) or take its first choice
-/// (`FRT_GEMM_TUNING=0`, e.g. for runs that must choose the same algorithms every time).
-fn tuning_enabled() -> bool {
-    std::env::var("FRT_GEMM_TUNING").map_or(true, |v| v != "0")
-}
 
 /// A GEMM planned for one shape and layout (see the module docs).
 #[derive(Clone)]

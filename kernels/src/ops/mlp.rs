@@ -8,8 +8,8 @@
 //! the gate in registers. It is not the default: on an H100 it takes 10.6 µs for the action
 //! expert's shape (50×1024 → 2×4096, weights from memory) against 9.8 µs for cuBLASLt's GEMM
 //! and the geglu kernel (`frt-kernels-bench`), as each block also streams all of `x`.
-//! `FRT_FUSED_MLP=1` makes plans take it where it can run; [`Kernels::geglu_linear_fused`]
-//! asks for it.
+//! Plans take the GEMM path; [`Kernels::geglu_linear_fused`] asks for the kernel (benchmarks,
+//! tests).
 
 use super::{Rows, rows};
 use crate::cuda::args;
@@ -48,11 +48,9 @@ const OP: &str = "geglu_linear";
 impl Kernels {
     /// Plans `h = gelu_tanh(x·Wgᵀ) ⊙ (x·Wuᵀ)` for `x` `[M, K]`, `w` `[2F, K]` (gate rows then
     /// up rows) and `h` `[M, F]`, all of one float dtype, rows with unit column stride: a GEMM
-    /// and geglu, or with `FRT_FUSED_MLP=1` the fused CUDA kernel where it can run (see the
-    /// module).
+    /// and geglu (see the module).
     pub fn geglu_linear(&self, x: &Tensor, w: &Tensor, h: &Tensor) -> Result<GegluLinear> {
-        let fused = std::env::var("FRT_FUSED_MLP").as_deref() == Ok("1");
-        self.plan_geglu_linear(x, w, h, fused)
+        self.plan_geglu_linear(x, w, h, false)
     }
 
     /// [`geglu_linear`](Self::geglu_linear) on the fused CUDA kernel, or an error naming why it

@@ -7,7 +7,7 @@
 //! warm-up, and the GPU memory in use.
 //!
 //! `pi05-bench --canonical`: the 64-token row only (for A/B runs of settings such as
-//! `FRT_PDL` or `FRT_GEMM_TUNING`, one process per setting).
+//! `FRT_GEMM_TUNING` or `FRT_ATTENTION`, one process per setting).
 //!
 //! `pi05-bench --inpaint`: the cost of frozen-prefix denoising: the 64-token model built
 //! twice without it (the second build shows how much two builds of one model differ: each
@@ -24,7 +24,34 @@
 
 use frt_exec::Ctx;
 use frt_kernels::DType;
-use frt_vla::{ModelImage, Observation, Pi05, Pi05Config, Pi05Weights, PromptMode, Stage};
+use frt_kernels::KernelOptions;
+use frt_vla::{
+    ModelImage, Observation, Pi05, Pi05Config, Pi05Options, Pi05Weights, PromptMode, Stage,
+};
+
+/// The kernel options of every model built here: the defaults, overridden from the
+/// environment (`FRT_ATTENTION`, `FRT_GEMM_TUNING`, `FRT_GEMM_SPLIT_K`, `FRT_GEMM_TUNING_LOG`),
+/// read once.
+static KERNEL_OPTIONS: std::sync::OnceLock<KernelOptions> = std::sync::OnceLock::new();
+
+/// Builds the model with the benchmark's kernel options.
+fn build(
+    ctx: &Ctx,
+    s: frt_exec::Stream,
+    w: &Pi05Weights,
+    dtype: DType,
+    prompt_mode: PromptMode,
+    inpaint_prefix: bool,
+) -> Pi05 {
+    let kernels = *KERNEL_OPTIONS.get().expect("read in main");
+    let o = Pi05Options {
+        dtype,
+        prompt_mode,
+        inpaint_prefix,
+        kernels,
+    };
+    Pi05::build(ctx, s, w, &o).unwrap()
+}
 
 fn pct(v: &mut [f64], q: f64) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -70,13 +97,18 @@ fn main() {
     let profile = args.iter().any(|a| a == "--profile");
     let inpaint = args.iter().any(|a| a == "--inpaint");
     let canonical = profile || args.iter().any(|a| a == "--canonical");
+    let options = KernelOptions::from_env().unwrap_or_else(|e| {
+        eprintln!("pi05-bench: {e}");
+        std::process::exit(2)
+    });
+    KERNEL_OPTIONS.set(options).expect("set once");
     let ctx = Ctx::cuda(0).unwrap_or_else(|e| {
         eprintln!("pi05-bench needs a CUDA GPU: {e}");
         std::process::exit(1)
     });
     let cu = ctx.cuda_context().unwrap().clone();
     println!(
-        "device: {}; bf16; {iters} iterations after 10 warm-ups\n",
+        "device: {}; bf16; {iters} iterations after 10 warm-ups; {options:?}\n",
         cu.name().unwrap_or_default()
     );
     if inpaint {
@@ -104,7 +136,7 @@ fn main() {
         c.max_token_len = max_tokens;
         let w = Pi05Weights::random(&c, 1);
         let s = ctx.stream(0).unwrap();
-        let m = Pi05::with_mode(&ctx, s, &w, DType::BF16, mode).unwrap();
+        let m = build(&ctx, s, &w, DType::BF16, mode, false);
         drop(w);
         let (img, tokens, noise) = canonical_inputs(&c);
         m.set_inputs(&Observation {
@@ -166,9 +198,9 @@ fn inpaint_cost(ctx: &Ctx, iters: usize) {
     c.max_token_len = 64;
     let w = Pi05Weights::random(&c, 1);
     let s = ctx.stream(0).unwrap();
-    let plain = Pi05::with_mode(ctx, s, &w, DType::BF16, PromptMode::Fixed).unwrap();
-    let frozen = Pi05::build(ctx, s, &w, DType::BF16, PromptMode::Fixed, true).unwrap();
-    let again = Pi05::with_mode(ctx, s, &w, DType::BF16, PromptMode::Fixed).unwrap();
+    let plain = build(ctx, s, &w, DType::BF16, PromptMode::Fixed, false);
+    let frozen = build(ctx, s, &w, DType::BF16, PromptMode::Fixed, true);
+    let again = build(ctx, s, &w, DType::BF16, PromptMode::Fixed, false);
     drop(w);
     let (img, tokens, noise) = canonical_inputs(&c);
     let prefix_actions: Vec<f32> = (0..c.action_horizon * c.action_dim)
@@ -236,8 +268,8 @@ fn precision(ctx: &Ctx) {
     c.max_token_len = 64;
     let w = Pi05Weights::random(&c, 1);
     let s = ctx.stream(0).unwrap();
-    let f32_model = Pi05::new(ctx, s, &w, DType::F32).unwrap();
-    let bf16_model = Pi05::new(ctx, s, &w, DType::BF16).unwrap();
+    let f32_model = build(ctx, s, &w, DType::F32, PromptMode::Fixed, false);
+    let bf16_model = build(ctx, s, &w, DType::BF16, PromptMode::Fixed, false);
     drop(w);
     let px = c.siglip.image_size * c.siglip.image_size * 3;
     let n = c.action_horizon * c.action_dim;

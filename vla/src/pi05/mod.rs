@@ -29,7 +29,9 @@ use crate::inputs::ModelImage;
 use crate::policy::{Policy, PolicySpec};
 use crate::weights::{EXPERT, LLM, PROJECTOR, Pi05Weights, VISION};
 use frt_exec::{Buffer, Ctx, Graph, Plan, ShapeKey, Stream};
-use frt_kernels::{AttentionMask, AttentionPlan, DType, Epilogue, Kernels, PatchEmbed, Tensor};
+use frt_kernels::{
+    AttentionMask, AttentionPlan, DType, Epilogue, KernelOptions, Kernels, PatchEmbed, Tensor,
+};
 
 const SIGLIP_EPS: f32 = 1e-6;
 const GEMMA_EPS: f32 = 1e-6;
@@ -188,6 +190,32 @@ pub enum PromptMode {
     Exact,
 }
 
+/// How a [`Pi05`] is built.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Pi05Options {
+    /// The precision of the weights and activations (the actions stay in f32).
+    pub dtype: DType,
+    pub prompt_mode: PromptMode,
+    /// Frozen-prefix denoising in the step graph (see
+    /// [`set_frozen_prefix`](Pi05::set_frozen_prefix); with 0 frozen rows its output equals
+    /// the model's without it, bit for bit).
+    pub inpaint_prefix: bool,
+    /// The op library's tunables.
+    pub kernels: KernelOptions,
+}
+
+impl Pi05Options {
+    /// `dtype`, a fixed prompt, no frozen prefix, the default kernel options.
+    pub fn new(dtype: DType) -> Pi05Options {
+        Pi05Options {
+            dtype,
+            prompt_mode: PromptMode::Fixed,
+            inpaint_prefix: false,
+            kernels: KernelOptions::default(),
+        }
+    }
+}
+
 /// Prefix graphs (prompt lengths) exact mode keeps.
 pub const EXACT_PREFIX_VARIANTS: usize = 8;
 
@@ -296,7 +324,7 @@ impl Pi05 {
     /// Uploads the weights in `options.dtype`, allocates every buffer, computes the per-step
     /// adaptive-norm conditions, and captures the vision, prefix, step and halt graphs on `s`.
     pub fn new(ctx: &Ctx, s: Stream, w: &Pi05Weights, dtype: DType) -> Result<Pi05> {
-        Pi05::with_mode(ctx, s, w, dtype, PromptMode::Fixed)
+        Pi05::build(ctx, s, w, &Pi05Options::new(dtype))
     }
 
     /// [`new`](Self::new) with the prompt laid out as `mode` says. In exact mode no prefix
@@ -308,23 +336,18 @@ impl Pi05 {
         dtype: DType,
         mode: PromptMode,
     ) -> Result<Pi05> {
-        Pi05::build(ctx, s, w, dtype, mode, false)
+        let mut o = Pi05Options::new(dtype);
+        o.prompt_mode = mode;
+        Pi05::build(ctx, s, w, &o)
     }
 
-    /// [`with_mode`](Self::with_mode), with frozen-prefix denoising in the step graph when
-    /// `inpaint_prefix` (see [`set_frozen_prefix`](Self::set_frozen_prefix); with 0 frozen
-    /// rows its output equals the model's without it, bit for bit).
-    pub fn build(
-        ctx: &Ctx,
-        s: Stream,
-        w: &Pi05Weights,
-        dtype: DType,
-        mode: PromptMode,
-        inpaint_prefix: bool,
-    ) -> Result<Pi05> {
+    /// The model as `options` say (see [`Pi05Options`]).
+    pub fn build(ctx: &Ctx, s: Stream, w: &Pi05Weights, options: &Pi05Options) -> Result<Pi05> {
+        let (dtype, mode, inpaint_prefix) =
+            (options.dtype, options.prompt_mode, options.inpaint_prefix);
         let c = w.config.clone();
         c.validate().map_err(|reason| Error::Config { reason })?;
-        let k = Kernels::new(ctx)?;
+        let k = Kernels::with_options(ctx, options.kernels)?;
         let dt = dtype;
         let up = Uploader { k: &k, s, w, dt };
         let (sg, lg, eg) = (&c.siglip, &c.llm, &c.expert);

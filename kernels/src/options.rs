@@ -1,0 +1,132 @@
+//! The op library's tunables, in one struct set once per [`Kernels`](crate::Kernels): from a
+//! configuration (the robot host's `kernels:` section) or, for benchmarks, from the
+//! environment ([`KernelOptions::from_env`]). Nothing reads the environment inside an op.
+
+use crate::error::{Error, Result};
+
+/// Which attention path an attention plan takes where both can run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum AttentionPath {
+    /// The tensor-core kernel, except for long sequences of wide heads (see
+    /// `Kernels::attention_plan`).
+    #[default]
+    Auto,
+    /// The tensor-core kernel (`flash.cu`) wherever it can run.
+    Flash,
+    /// Two batched GEMMs around a masked softmax.
+    Gemm,
+}
+
+/// See the module docs. `Default` is what every model runs with unless told otherwise.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+pub struct KernelOptions {
+    /// The attention path.
+    pub attention: AttentionPath,
+    /// GEMM plans time cuBLASLt's candidates for large shapes and keep the fastest (`false`:
+    /// the heuristic's first choice, the same algorithms every run).
+    pub gemm_tuning: bool,
+    /// Tuning also times split-reduction forms of the first candidates.
+    pub split_k: bool,
+    /// Tuning prints its timings on stderr.
+    pub tuning_log: bool,
+}
+
+impl Default for KernelOptions {
+    fn default() -> Self {
+        KernelOptions {
+            attention: AttentionPath::Auto,
+            gemm_tuning: true,
+            split_k: true,
+            tuning_log: false,
+        }
+    }
+}
+
+/// The environment variables [`KernelOptions::from_env`] reads.
+pub const ENV_VARS: [&str; 4] = [
+    "FRT_ATTENTION",
+    "FRT_GEMM_TUNING",
+    "FRT_GEMM_SPLIT_K",
+    "FRT_GEMM_TUNING_LOG",
+];
+
+impl KernelOptions {
+    /// The defaults, overridden by `FRT_ATTENTION` (`auto`, `flash`, `gemm`),
+    /// `FRT_GEMM_TUNING`, `FRT_GEMM_SPLIT_K` and `FRT_GEMM_TUNING_LOG` (`0` or `1`), for
+    /// benchmarks. A value outside those is an error naming the variable.
+    pub fn from_env() -> Result<KernelOptions> {
+        Self::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// [`from_env`](Self::from_env) over any lookup (tests).
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<KernelOptions> {
+        let mut o = KernelOptions::default();
+        let bad = |name: &str, value: &str, allowed: &str| Error::Options {
+            reason: format!("{name}={value:?}: expected {allowed}"),
+        };
+        let flag = |name: &str, default: bool| -> Result<bool> {
+            match var(name).as_deref() {
+                None => Ok(default),
+                Some("1") => Ok(true),
+                Some("0") => Ok(false),
+                Some(v) => Err(bad(name, v, "0 or 1")),
+            }
+        };
+        if let Some(v) = var("FRT_ATTENTION") {
+            o.attention = match v.as_str() {
+                "auto" => AttentionPath::Auto,
+                "flash" => AttentionPath::Flash,
+                "gemm" => AttentionPath::Gemm,
+                _ => return Err(bad("FRT_ATTENTION", &v, "auto, flash or gemm")),
+            };
+        }
+        o.gemm_tuning = flag("FRT_GEMM_TUNING", o.gemm_tuning)?;
+        o.split_k = flag("FRT_GEMM_SPLIT_K", o.split_k)?;
+        o.tuning_log = flag("FRT_GEMM_TUNING_LOG", o.tuning_log)?;
+        Ok(o)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_environment_sets_options_and_bad_values_are_named() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert_eq!(
+            KernelOptions::from_vars(env(&[])).unwrap(),
+            KernelOptions::default()
+        );
+        let o = KernelOptions::from_vars(env(&[
+            ("FRT_ATTENTION", "gemm"),
+            ("FRT_GEMM_TUNING", "0"),
+            ("FRT_GEMM_TUNING_LOG", "1"),
+        ]))
+        .unwrap();
+        assert_eq!(o.attention, AttentionPath::Gemm);
+        assert!(!o.gemm_tuning && o.split_k && o.tuning_log);
+        let e = KernelOptions::from_vars(env(&[("FRT_GEMM_SPLIT_K", "yes")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("FRT_GEMM_SPLIT_K") && e.contains("0 or 1"),
+            "{e}"
+        );
+        let e = KernelOptions::from_vars(env(&[("FRT_ATTENTION", "1")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("FRT_ATTENTION"), "{e}");
+    }
+}
