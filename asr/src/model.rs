@@ -18,6 +18,10 @@ use crate::mel::{LogMel, N_FRAMES};
 use crate::weights::{HostTensor, Linear, Norm, WhisperWeights};
 use frt_exec::{Buffer, Ctx, Graph, ShapeKey, Stream};
 use frt_kernels::{AttentionMask, AttentionPlan, Conv1d, DType, Kernels, Tensor};
+use frt_nn::blocks::LayerNorm;
+use frt_nn::blocks::encoder::{
+    Activation, EncoderActs, EncoderAttention, EncoderLayer, EncoderStack,
+};
 
 /// LayerNorm epsilon of Whisper (PyTorch's default).
 const LN_EPS: f32 = 1e-5;
@@ -30,15 +34,6 @@ struct DLinear {
 struct DNorm {
     g: Tensor,
     b: Tensor,
-}
-
-struct DEncoderLayer {
-    attn_ln: DNorm,
-    qkv: DLinear,
-    out: DLinear,
-    mlp_ln: DNorm,
-    fc1: DLinear,
-    fc2: DLinear,
 }
 
 struct DDecoderLayer {
@@ -178,19 +173,27 @@ impl WhisperModel {
         let conv1 = linear(&k, s, "conv1", &w.conv1, dt)?;
         let conv2 = linear(&k, s, "conv2", &w.conv2, dt)?;
         let enc_pos = upload(&k, s, "enc_pos", &w.enc_pos, dt)?;
-        let enc: Vec<DEncoderLayer> = w
+        let enc: Vec<EncoderLayer> = w
             .enc_layers
             .iter()
             .enumerate()
             .map(|(i, l)| -> Result<_> {
                 let n = |x: &str| format!("enc{i}.{x}");
-                Ok(DEncoderLayer {
-                    attn_ln: norm(&k, s, &n("attn_ln"), &l.attn_ln, dt)?,
-                    qkv: linear(&k, s, &n("qkv"), &l.qkv, dt)?,
-                    out: linear(&k, s, &n("out"), &l.out, dt)?,
-                    mlp_ln: norm(&k, s, &n("mlp_ln"), &l.mlp_ln, dt)?,
-                    fc1: linear(&k, s, &n("fc1"), &l.fc1, dt)?,
-                    fc2: linear(&k, s, &n("fc2"), &l.fc2, dt)?,
+                let ln = |name: &str, x: &Norm| -> Result<LayerNorm> {
+                    let d = norm(&k, s, &n(name), x, dt)?;
+                    Ok(LayerNorm { g: d.g, b: d.b })
+                };
+                let lin = |name: &str, x: &Linear| -> Result<frt_nn::blocks::Linear> {
+                    let d = linear(&k, s, &n(name), x, dt)?;
+                    Ok(frt_nn::blocks::Linear { w: d.w, b: d.b })
+                };
+                Ok(EncoderLayer {
+                    ln1: ln("attn_ln", &l.attn_ln)?,
+                    qkv: lin("qkv", &l.qkv)?,
+                    out: lin("out", &l.out)?,
+                    ln2: ln("mlp_ln", &l.mlp_ln)?,
+                    fc1: lin("fc1", &l.fc1)?,
+                    fc2: lin("fc2", &l.fc2)?,
                 })
             })
             .collect::<Result<_>>()?;
@@ -241,10 +244,23 @@ impl WhisperModel {
             &AttentionMask::full(),
             1.0 / (dha as f32).sqrt(),
         )?;
-        let g_qkv = k.linear(&ln, &enc[0].qkv.w, &qkv, true, false)?;
-        let g_out = k.linear(&attn, &enc[0].out.w, &x, true, true)?;
-        let g_fc1 = k.linear(&ln, &enc[0].fc1.w, &hidden, true, false)?;
-        let g_fc2 = k.linear(&hidden, &enc[0].fc2.w, &x, true, true)?;
+        let stack = EncoderStack::new(
+            &k,
+            EncoderActs {
+                x: x.clone(),
+                ln: ln.clone(),
+                qkv,
+                attn,
+                h: hidden,
+            },
+            &enc[0],
+            EncoderAttention {
+                plans: vec![enc_attn],
+                batch: None,
+            },
+            Activation::Gelu,
+            LN_EPS,
+        )?;
         let g_cross = k.linear(&ln, &dec[0].cross_kv.w, &dec[0].cross, true, false)?;
         let encoder = Graph::new(ctx, "whisper.encoder", 1);
         encoder.capture(ShapeKey(0), |cs| {
@@ -255,14 +271,7 @@ impl WhisperModel {
                 k.gelu(cs, &x, &x)?;
                 k.add(cs, &x, &enc_pos, &x)?;
                 for l in &enc {
-                    k.layer_norm(cs, &x, &l.attn_ln.g, &l.attn_ln.b, &ln, LN_EPS)?;
-                    g_qkv.run(cs, &ln, &l.qkv.w, &qkv, Some(&l.qkv.b))?;
-                    enc_attn.run(&k, cs)?;
-                    g_out.run(cs, &attn, &l.out.w, &x, Some(&l.out.b))?;
-                    k.layer_norm(cs, &x, &l.mlp_ln.g, &l.mlp_ln.b, &ln, LN_EPS)?;
-                    g_fc1.run(cs, &ln, &l.fc1.w, &hidden, Some(&l.fc1.b))?;
-                    k.gelu(cs, &hidden, &hidden)?;
-                    g_fc2.run(cs, &hidden, &l.fc2.w, &x, Some(&l.fc2.b))?;
+                    stack.record(&k, cs, l)?;
                 }
                 k.layer_norm(cs, &x, &enc_ln.g, &enc_ln.b, &ln, LN_EPS)?;
                 for l in &dec {

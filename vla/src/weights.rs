@@ -455,6 +455,15 @@ impl Pi05Weights {
         Ok(self.store.view(&format!("{}{name}", self.prefix))?)
     }
 
+    /// The root of the hierarchical lookup in openpi naming (under `model.` for LeRobot
+    /// checkpoints).
+    pub fn root(&self) -> frt_nn::Path<'_> {
+        match self.prefix {
+            "" => self.store.root(),
+            p => self.store.pp(p.trim_end_matches('.')),
+        }
+    }
+
     /// The store the weights come from (with the `model.` prefix of LeRobot checkpoints).
     pub fn store(&self) -> &Store {
         &self.store

@@ -23,17 +23,16 @@
 //! them — one upload), the noise. A new prompt is a buffer write; nothing is recaptured (in
 //! [`PromptMode::Exact`], a prompt of a length not seen yet captures that length's prefix).
 
+mod siglip;
+
 use crate::config::Pi05Config;
 use crate::error::{Error, Result};
 use crate::inputs::ModelImage;
 use crate::policy::{Policy, PolicySpec};
-use crate::weights::{EXPERT, LLM, PROJECTOR, Pi05Weights, VISION};
+use crate::weights::{EXPERT, LLM, Pi05Weights};
 use frt_exec::{Buffer, Ctx, Graph, Plan, ShapeKey, Stream};
-use frt_kernels::{
-    AttentionMask, AttentionPlan, DType, Epilogue, KernelOptions, Kernels, PatchEmbed, Tensor,
-};
+use frt_kernels::{AttentionMask, AttentionPlan, DType, KernelOptions, Kernels, Tensor};
 
-const SIGLIP_EPS: f32 = 1e-6;
 const GEMMA_EPS: f32 = 1e-6;
 const ROPE_WAVELENGTH: f32 = 10_000.0;
 
@@ -88,6 +87,8 @@ pub struct Pi05 {
     pub config: Pi05Config,
     pub dtype: DType,
     images: Tensor,
+    /// SigLIP and the projector (what the vision graph runs; kept with the model).
+    _vision_model: siglip::Vision,
     x: Tensor,
     out: Tensor,
     hold: Tensor,
@@ -144,21 +145,6 @@ impl Uploader<'_> {
             self.dt,
         )?)
     }
-    /// A `[out, ...]` weight seen as `[out, in]`.
-    fn flat(&self, name: &str) -> Result<Tensor> {
-        let t = self.t(name)?;
-        let out = t.dim(0);
-        Ok(t.reshape(&[out, t.numel() / out])?)
-    }
-}
-
-struct SiglipLayer {
-    ln1: (Tensor, Tensor),
-    qkv: (Tensor, Tensor),
-    out: (Tensor, Tensor),
-    ln2: (Tensor, Tensor),
-    fc1: (Tensor, Tensor),
-    fc2: (Tensor, Tensor),
 }
 
 #[derive(Clone)]
@@ -357,15 +343,6 @@ impl Pi05 {
         let kv_width = kvh * hd;
 
         // ---- buffers
-        // The host writes f32 pixels (no conversion on the control thread); a model in another
-        // precision casts them on the device at the start of the vision graph.
-        let img_shape = [c.views, sg.image_size, sg.image_size, 3];
-        let images = Tensor::alloc(ctx, "images", DType::F32, &img_shape)?;
-        let images_dt = if dt == DType::F32 {
-            images.clone()
-        } else {
-            Tensor::alloc(ctx, "images.model", dt, &img_shape)?
-        };
         // Everything a prompt change writes lives in one buffer (one upload per change):
         // tokens, prefix and suffix positions (i32), then the prefix and full key masks (u8).
         let prompt_bytes = 4 * (c.max_token_len + p_len + s_len) + p_len + (p_len + s_len);
@@ -393,118 +370,12 @@ impl Pi05 {
         hold.write_f32(s, &vec![0.0; s_len * c.action_dim])?;
         let prefix_x = Tensor::alloc(ctx, "prefix.x", dt, &[p_len, lg.width])?;
 
-        // ---- vision: SigLIP over all views at once (attention per view), then the projector
-        let patches = Tensor::alloc(ctx, "vision.patches", dt, &[n_img, 3 * sg.patch * sg.patch])?;
-        let vx = Tensor::alloc(ctx, "vision.x", dt, &[n_img, sg.width])?;
-        let vln = Tensor::alloc(ctx, "vision.ln", dt, &[n_img, sg.width])?;
-        let vqkv = Tensor::alloc(ctx, "vision.qkv", dt, &[n_img, 3 * sg.width])?;
-        let vattn = Tensor::alloc(ctx, "vision.attn", dt, &[n_img, sg.width])?;
-        let vh = Tensor::alloc(ctx, "vision.mlp", dt, &[n_img, sg.mlp])?;
-        let patch_w = up.flat(&format!("{VISION}.embeddings.patch_embedding.weight"))?;
-        let patch_b = up.t(&format!("{VISION}.embeddings.patch_embedding.bias"))?;
-        let pos = up.t(&format!("{VISION}.embeddings.position_embedding.weight"))?;
-        let pe = PatchEmbed::new(&k, &images_dt, &patches, &patch_w, &vx, sg.patch)?;
-        let vl: Vec<SiglipLayer> = (0..sg.depth)
-            .map(|i| -> Result<SiglipLayer> {
-                let p = format!("{VISION}.encoder.layers.{i}");
-                let pair = |a: &str| -> Result<(Tensor, Tensor)> {
-                    Ok((
-                        up.t(&format!("{p}.{a}.weight"))?,
-                        up.t(&format!("{p}.{a}.bias"))?,
-                    ))
-                };
-                let names = |kind: &str| {
-                    ["q_proj", "k_proj", "v_proj"]
-                        .map(|n| format!("{p}.self_attn.{n}.{kind}"))
-                        .to_vec()
-                };
-                let qkv_w = up.stacked(&names("weight"))?;
-                let qkv_b = up.stacked(&names("bias"))?.reshape(&[3 * sg.width])?;
-                Ok(SiglipLayer {
-                    ln1: pair("layer_norm1")?,
-                    qkv: (qkv_w, qkv_b),
-                    out: pair("self_attn.out_proj")?,
-                    ln2: pair("layer_norm2")?,
-                    fc1: pair("mlp.fc1")?,
-                    fc2: pair("mlp.fc2")?,
-                })
-            })
-            .collect::<Result<_>>()?;
-        let post = (
-            up.t(&format!("{VISION}.post_layernorm.weight"))?,
-            up.t(&format!("{VISION}.post_layernorm.bias"))?,
-        );
-        let proj = (
-            up.t(&format!("{PROJECTOR}.weight"))?,
-            up.t(&format!("{PROJECTOR}.bias"))?,
-        );
-        let img_rows = prefix_x.narrow(0, 0, n_img)?;
-        let vg_qkv = k.linear(&vln, &vl[0].qkv.0, &vqkv, true, false)?;
-        let vg_out = k.linear(&vattn, &vl[0].out.0, &vx, true, true)?;
-        let vg_fc1 = k.gemm(
-            &vln,
-            &vl[0].fc1.0,
-            &vh,
-            false,
-            true,
-            1.0,
-            0.0,
-            true,
-            Epilogue::Gelu,
-        )?;
-        let vg_fc2 = k.linear(&vh, &vl[0].fc2.0, &vx, true, true)?;
-        let vg_proj = k.linear(&vln, &proj.0, &img_rows, true, false)?;
-        let (vt, vhd) = (sg.tokens(), sg.head_dim());
-        let mut vattn_plans: Vec<AttentionPlan> = Vec::new();
-        for v in 0..c.views {
-            let rows = |t: &Tensor, col: usize| -> Result<Tensor> {
-                let width = t.shape()[1];
-                Ok(Tensor::with_layout(
-                    t.buffer(),
-                    dt,
-                    &[vt, sg.heads, vhd],
-                    &[width, vhd, 1],
-                    t.offset() + v * vt * width + col,
-                )?)
-            };
-            let plan = k.attention_plan_sharing(
-                &rows(&vqkv, 0)?,
-                &rows(&vqkv, sg.width)?,
-                &rows(&vqkv, 2 * sg.width)?,
-                &rows(&vattn, 0)?,
-                &AttentionMask::full(),
-                1.0 / (vhd as f32).sqrt(),
-                vattn_plans.first(),
-            )?;
-            vattn_plans.push(plan);
-        }
-        // On the tensor-core path the views' attentions run as one launch.
-        let vattn_batch = k.attention_plan_batch(&vattn_plans)?;
+        // ---- vision: SigLIP over all views at once, then the projector
+        let vision_model =
+            siglip::Vision::build(&k, s, &w.root(), &c, dt, prefix_x.narrow(0, 0, n_img)?)?;
+        let images = vision_model.images().clone();
         let vision = Graph::new(ctx, "pi05.vision", 1);
-        vision.capture(ShapeKey(0), |cs| {
-            (|| -> Result<()> {
-                if dt != DType::F32 {
-                    k.cast(cs, &images, &images_dt)?;
-                }
-                pe.run(&k, cs, &images_dt, &patches, &patch_w, &patch_b, &pos, &vx)?;
-                for l in &vl {
-                    k.layer_norm(cs, &vx, &l.ln1.0, &l.ln1.1, &vln, SIGLIP_EPS)?;
-                    vg_qkv.run(cs, &vln, &l.qkv.0, &vqkv, Some(&l.qkv.1))?;
-                    match &vattn_batch {
-                        Some(batch) => batch.run(&k, cs)?,
-                        None => vattn_plans.iter().try_for_each(|p| p.run(&k, cs))?,
-                    }
-                    vg_out.run(cs, &vattn, &l.out.0, &vx, Some(&l.out.1))?;
-                    k.layer_norm(cs, &vx, &l.ln2.0, &l.ln2.1, &vln, SIGLIP_EPS)?;
-                    vg_fc1.run(cs, &vln, &l.fc1.0, &vh, Some(&l.fc1.1))?;
-                    vg_fc2.run(cs, &vh, &l.fc2.0, &vx, Some(&l.fc2.1))?;
-                }
-                k.layer_norm(cs, &vx, &post.0, &post.1, &vln, SIGLIP_EPS)?;
-                vg_proj.run(cs, &vln, &proj.0, &img_rows, Some(&proj.1))?;
-                Ok(())
-            })()
-            .map_err(err)
-        })?;
+        vision.capture(ShapeKey(0), |cs| vision_model.record(&k, cs).map_err(err))?;
 
         // ---- the two Gemma stacks' weights and caches
         // Cache rows no prompt has filled yet (exact mode) are zeros, never NaN: masked keys
@@ -853,6 +724,7 @@ impl Pi05 {
             config: c,
             dtype: dt,
             images,
+            _vision_model: vision_model,
             x,
             out,
             hold,
