@@ -3,6 +3,7 @@
 //! any layer's ops into the stream being captured.
 
 pub mod encoder;
+pub mod gemma;
 
 use frt_kernels::Tensor;
 

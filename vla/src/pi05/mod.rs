@@ -32,6 +32,7 @@ use crate::policy::{Policy, PolicySpec};
 use crate::weights::{EXPERT, LLM, Pi05Weights};
 use frt_exec::{Buffer, Ctx, Graph, Plan, ShapeKey, Stream};
 use frt_kernels::{AttentionMask, AttentionPlan, DType, KernelOptions, Kernels, Tensor};
+use frt_nn::blocks::gemma::GemmaDims;
 
 const GEMMA_EPS: f32 = 1e-6;
 const ROPE_WAVELENGTH: f32 = 10_000.0;
@@ -135,31 +136,22 @@ impl Uploader<'_> {
     fn t_as(&self, name: &str, dt: DType) -> Result<Tensor> {
         Ok(self.w.get(name)?.upload(self.k.ctx(), self.s, dt)?)
     }
-    /// Several `[rows_i, cols]` weights stacked into one `[Σ rows_i, cols]` tensor.
-    fn stacked(&self, names: &[String]) -> Result<Tensor> {
-        let views: Vec<_> = names.iter().map(|n| self.w.get(n)).collect::<Result<_>>()?;
-        Ok(frt_nn::upload_stacked(
-            &views,
-            self.k.ctx(),
-            self.s,
-            self.dt,
-        )?)
-    }
 }
 
+/// A Gemma layer with the key/value cache it fills (the language model's layer `i` and the
+/// expert's layer `i` share one: the expert writes its rows behind the prefix's).
 #[derive(Clone)]
 struct GemmaLayer {
-    /// RMSNorm (1+w) weights (language model) — the expert's adaptive norms use modulations.
-    ln1: Option<Tensor>,
-    ln2: Option<Tensor>,
-    /// `[q; k; v]` projections stacked (one GEMM; heads split by `rope_qkv`).
-    qkv: Tensor,
-    o: Tensor,
-    /// `[gate; up]`
-    gate_up: Tensor,
-    down: Tensor,
+    w: frt_nn::blocks::gemma::GemmaLayer,
     k_cache: Tensor,
     v_cache: Tensor,
+}
+
+impl std::ops::Deref for GemmaLayer {
+    type Target = frt_nn::blocks::gemma::GemmaLayer;
+    fn deref(&self) -> &Self::Target {
+        &self.w
+    }
 }
 
 /// How the prompt sits in the prefix (`fixed` / `exact` in configs).
@@ -385,45 +377,33 @@ impl Pi05 {
             t.write_f32(s, &vec![0.0; t.numel()])?;
             Ok(t)
         };
-        let gemma = |prefix: &str,
-                     g: &crate::config::GemmaConfig,
-                     adaptive: bool|
-         -> Result<Vec<GemmaLayer>> {
-            (0..g.depth)
-                .map(|i| -> Result<GemmaLayer> {
-                    let p = format!("{prefix}.layers.{i}");
-                    let norm = |n: &str| -> Result<Option<Tensor>> {
-                        if adaptive {
-                            Ok(None)
-                        } else {
-                            Ok(Some(up.t(&format!("{p}.{n}.weight"))?))
-                        }
-                    };
-                    Ok(GemmaLayer {
-                        ln1: norm("input_layernorm")?,
-                        ln2: norm("post_attention_layernorm")?,
-                        qkv: up.stacked(
-                            &["q_proj", "k_proj", "v_proj"]
-                                .map(|n| format!("{p}.self_attn.{n}.weight")),
-                        )?,
-                        o: up.t(&format!("{p}.self_attn.o_proj.weight"))?,
-                        gate_up: up.stacked(&[
-                            format!("{p}.mlp.gate_proj.weight"),
-                            format!("{p}.mlp.up_proj.weight"),
-                        ])?,
-                        down: up.t(&format!("{p}.mlp.down_proj.weight"))?,
-                        k_cache: zeroed(&format!("{p}.k_cache"))?,
-                        v_cache: zeroed(&format!("{p}.v_cache"))?,
-                    })
-                })
-                .collect()
+        let root = w.root();
+        let dims = |g: &crate::config::GemmaConfig| GemmaDims {
+            width: g.width,
+            mlp: g.mlp,
+            heads: g.heads,
+            kv_heads: g.kv_heads,
+            head_dim: g.head_dim,
         };
-        let ll = gemma(LLM, lg, false)?;
-        let mut el = gemma(EXPERT, eg, true)?;
-        // The expert writes its keys/values behind the prefix in the same caches.
-        for (e, l) in el.iter_mut().zip(&ll) {
-            e.k_cache = l.k_cache.clone();
-            e.v_cache = l.v_cache.clone();
+        let mut ll = Vec::with_capacity(lg.depth);
+        let mut el = Vec::with_capacity(eg.depth);
+        for i in 0..lg.depth {
+            let (lp, ep) = (
+                root.pp(LLM).pp("layers").pp(i),
+                root.pp(EXPERT).pp("layers").pp(i),
+            );
+            let l = GemmaLayer {
+                w: frt_nn::blocks::gemma::GemmaLayer::load(&lp, &dims(lg), false, ctx, s, dt)?,
+                k_cache: zeroed(&lp.name("k_cache"))?,
+                v_cache: zeroed(&lp.name("v_cache"))?,
+            };
+            // The expert writes its keys/values behind the prefix in the same caches.
+            el.push(GemmaLayer {
+                w: frt_nn::blocks::gemma::GemmaLayer::load(&ep, &dims(eg), true, ctx, s, dt)?,
+                k_cache: l.k_cache.clone(),
+                v_cache: l.v_cache.clone(),
+            });
+            ll.push(l);
         }
         let embed = up.t(&format!("{LLM}.embed_tokens.weight"))?;
 

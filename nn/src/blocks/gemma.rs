@@ -1,0 +1,84 @@
+//! The Gemma decoder layer's weights (openpi `gemma.py` `Block`; Hugging Face
+//! `GemmaDecoderLayer` names): RMSNorm (1 + w) before attention and before the MLP — or, in an
+//! adaptive-norm layer (Pi0.5's action expert), norms whose scale, shift and gate come from a
+//! condition (`{norm}.dense`, see the model) — grouped-query attention with `q; k; v` as one
+//! fused projection, and the gated GELU MLP with `gate; up` fused.
+
+use crate::error::Result;
+use crate::store::{Path, upload_stacked};
+use frt_exec::{Ctx, Stream};
+use frt_kernels::{DType, Tensor};
+
+/// A Gemma stack's sizes (openpi `gemma.Config`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemmaDims {
+    pub width: usize,
+    /// `mlp_dim`
+    pub mlp: usize,
+    /// `num_heads`
+    pub heads: usize,
+    /// `num_kv_heads`
+    pub kv_heads: usize,
+    pub head_dim: usize,
+}
+
+/// One layer's weights.
+#[derive(Clone)]
+pub struct GemmaLayer {
+    /// RMSNorm (1 + w) weights; `None` in an adaptive-norm layer.
+    pub ln1: Option<Tensor>,
+    pub ln2: Option<Tensor>,
+    /// `[(heads + 2·kv_heads)·head_dim, width]`: q, k, v rows (one GEMM; heads split by
+    /// `rope_qkv`).
+    pub qkv: Tensor,
+    /// `[width, heads·head_dim]`
+    pub o: Tensor,
+    /// `[2·mlp, width]`: gate rows, then up rows.
+    pub gate_up: Tensor,
+    /// `[width, mlp]`
+    pub down: Tensor,
+}
+
+impl GemmaLayer {
+    /// Loads the layer under `p` (`input_layernorm`, `self_attn.{q,k,v,o}_proj`,
+    /// `post_attention_layernorm`, `mlp.{gate,up,down}_proj`) in `dt`; an adaptive-norm layer
+    /// has no norm weights here.
+    pub fn load(
+        p: &Path,
+        d: &GemmaDims,
+        adaptive: bool,
+        ctx: &Ctx,
+        s: Stream,
+        dt: DType,
+    ) -> Result<GemmaLayer> {
+        let (w, q_rows, kv_rows) = (d.width, d.heads * d.head_dim, d.kv_heads * d.head_dim);
+        let norm = |name: &str| -> Result<Option<Tensor>> {
+            if adaptive {
+                Ok(None)
+            } else {
+                Ok(Some(p.pp(name).upload("weight", &[w], ctx, s, dt)?))
+            }
+        };
+        let a = p.pp("self_attn");
+        let m = p.pp("mlp");
+        let qkv = [
+            a.pp("q_proj").get("weight", &[q_rows, w])?,
+            a.pp("k_proj").get("weight", &[kv_rows, w])?,
+            a.pp("v_proj").get("weight", &[kv_rows, w])?,
+        ];
+        let gate_up = [
+            m.pp("gate_proj").get("weight", &[d.mlp, w])?,
+            m.pp("up_proj").get("weight", &[d.mlp, w])?,
+        ];
+        Ok(GemmaLayer {
+            ln1: norm("input_layernorm")?,
+            ln2: norm("post_attention_layernorm")?,
+            qkv: upload_stacked(&qkv, ctx, s, dt)?,
+            o: a.pp("o_proj").upload("weight", &[w, q_rows], ctx, s, dt)?,
+            gate_up: upload_stacked(&gate_up, ctx, s, dt)?,
+            down: m
+                .pp("down_proj")
+                .upload("weight", &[w, d.mlp], ctx, s, dt)?,
+        })
+    }
+}
