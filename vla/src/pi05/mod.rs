@@ -23,6 +23,8 @@
 //! them — one upload), the noise. A new prompt is a buffer write; nothing is recaptured (in
 //! [`PromptMode::Exact`], a prompt of a length not seen yet captures that length's prefix).
 
+mod expert;
+mod prefix;
 mod siglip;
 
 use crate::config::Pi05Config;
@@ -30,9 +32,11 @@ use crate::error::{Error, Result};
 use crate::inputs::ModelImage;
 use crate::policy::{Policy, PolicySpec};
 use crate::weights::{EXPERT, LLM, Pi05Weights};
+use expert::Inpaint;
 use frt_exec::{Buffer, Ctx, Graph, Plan, ShapeKey, Stream};
-use frt_kernels::{AttentionMask, AttentionPlan, DType, KernelOptions, Kernels, Tensor};
+use frt_kernels::{DType, KernelOptions, Kernels, Tensor};
 use frt_nn::blocks::gemma::GemmaDims;
+use prefix::{GemmaLayer, PrefixParts};
 
 const GEMMA_EPS: f32 = 1e-6;
 const ROPE_WAVELENGTH: f32 = 10_000.0;
@@ -113,15 +117,6 @@ pub struct Pi05 {
     stages: Vec<Stage>,
 }
 
-/// The buffers of frozen-prefix denoising (real-time chunking's hard mask): the first
-/// `rows[0]` rows of every step's update are set to the flow's interpolation between the
-/// tick's noise (`x1`, copied at the start of the first step) and `frozen`.
-struct Inpaint {
-    x1: Tensor,
-    frozen: Tensor,
-    rows: Tensor,
-}
-
 struct Uploader<'a> {
     k: &'a Kernels,
     s: Stream,
@@ -135,22 +130,6 @@ impl Uploader<'_> {
     }
     fn t_as(&self, name: &str, dt: DType) -> Result<Tensor> {
         Ok(self.w.get(name)?.upload(self.k.ctx(), self.s, dt)?)
-    }
-}
-
-/// A Gemma layer with the key/value cache it fills (the language model's layer `i` and the
-/// expert's layer `i` share one: the expert writes its rows behind the prefix's).
-#[derive(Clone)]
-struct GemmaLayer {
-    w: frt_nn::blocks::gemma::GemmaLayer,
-    k_cache: Tensor,
-    v_cache: Tensor,
-}
-
-impl std::ops::Deref for GemmaLayer {
-    type Target = frt_nn::blocks::gemma::GemmaLayer;
-    fn deref(&self) -> &Self::Target {
-        &self.w
     }
 }
 
@@ -196,107 +175,6 @@ impl Pi05Options {
 
 /// Prefix graphs (prompt lengths) exact mode keeps.
 pub const EXACT_PREFIX_VARIANTS: usize = 8;
-
-/// What the prefix graph is recorded from: the language model's layers and the prefix
-/// buffers (allocated for `max_token_len` prompt rows).
-struct PrefixParts {
-    layers: Vec<GemmaLayer>,
-    embed: Tensor,
-    tokens: Tensor,
-    x: Tensor,
-    ln: Tensor,
-    q: Tensor,
-    qkv: Tensor,
-    attn: Tensor,
-    gate_up: Tensor,
-    mlp: Tensor,
-    pos: Tensor,
-    mask: Tensor,
-    n_img: usize,
-    width: usize,
-    mlp_width: usize,
-    heads: usize,
-    kv_heads: usize,
-    head_dim: usize,
-}
-
-impl PrefixParts {
-    /// Captures the prefix for `prompt_rows` prompt rows (the image rows, then those) as
-    /// variant `key` of `graph`: the prompt embedded (×√width) behind the images, then the
-    /// language model over those rows, filling each layer's cache rows.
-    fn capture(&self, k: &Kernels, graph: &Graph, key: ShapeKey, prompt_rows: usize) -> Result<()> {
-        let rows = self.n_img + prompt_rows;
-        let (hd, heads, kvh) = (self.head_dim, self.heads, self.kv_heads);
-        let first = |t: &Tensor| -> Result<Tensor> { Ok(t.narrow(0, 0, rows)?) };
-        let heads_of = |t: &Tensor, n: usize| -> Result<Tensor> { Ok(t.reshape(&[rows, n, hd])?) };
-        let (x, ln, q, qkv, attn, gu, h) = (
-            first(&self.x)?,
-            first(&self.ln)?,
-            first(&self.q)?,
-            first(&self.qkv)?,
-            first(&self.attn)?,
-            first(&self.gate_up)?,
-            first(&self.mlp)?,
-        );
-        let (pos, mask) = (first(&self.pos)?, first(&self.mask)?);
-        let tokens = self.tokens.narrow(0, 0, prompt_rows)?;
-        let prompt = self.x.narrow(0, self.n_img, prompt_rows)?;
-        let l0 = &self.layers[0];
-        let g_qkv = k.linear(&ln, &l0.qkv, &qkv, false, false)?;
-        let g_o = k.linear(&attn, &l0.o, &x, false, true)?;
-        let g_gu = k.linear(&ln, &l0.gate_up, &gu, false, false)?;
-        let g_down = k.linear(&h, &l0.down, &x, false, true)?;
-        let cache = |l: &GemmaLayer| -> Result<(Tensor, Tensor)> {
-            Ok((first(&l.k_cache)?, first(&l.v_cache)?))
-        };
-        let mut plans: Vec<AttentionPlan> = Vec::new();
-        for l in &self.layers {
-            let (kc, vc) = cache(l)?;
-            let plan = k.attention_plan_sharing(
-                &heads_of(&q, heads)?,
-                &heads_of(&kc, kvh)?,
-                &heads_of(&vc, kvh)?,
-                &heads_of(&attn, heads)?,
-                &AttentionMask::keys(&mask),
-                1.0 / (hd as f32).sqrt(),
-                plans.first(),
-            )?;
-            plans.push(plan);
-        }
-        graph.capture(key, |cs| {
-            (|| -> Result<()> {
-                k.embedding(
-                    cs,
-                    &tokens,
-                    &self.embed,
-                    &prompt,
-                    (self.width as f32).sqrt(),
-                )?;
-                for (i, (l, plan)) in self.layers.iter().zip(&plans).enumerate() {
-                    let (kc, vc) = cache(l)?;
-                    let ln1 = l.ln1.as_ref().expect("language model norms");
-                    k.rms_norm(cs, &x, ln1, &ln, GEMMA_EPS)?;
-                    g_qkv.run(cs, &ln, &l.qkv, &qkv, None)?;
-                    k.rope_qkv(cs, &qkv, &pos, &q, &kc, &vc, hd, ROPE_WAVELENGTH)?;
-                    plan.run(k, cs)?;
-                    g_o.run(cs, &attn, &l.o, &x, None)?;
-                    if i + 1 == self.layers.len() {
-                        break; // the last MLP only feeds the prefix output, which nothing reads
-                    }
-                    let ln2 = l.ln2.as_ref().expect("language model norms");
-                    k.rms_norm(cs, &x, ln2, &ln, GEMMA_EPS)?;
-                    g_gu.run(cs, &ln, &l.gate_up, &gu, None)?;
-                    let mw = self.mlp_width;
-                    k.geglu(cs, &gu.narrow(1, 0, mw)?, &gu.narrow(1, mw, mw)?, &h)?;
-                    g_down.run(cs, &h, &l.down, &x, None)?;
-                }
-                Ok(())
-            })()
-            .map_err(err)
-        })?;
-        Ok(())
-    }
-}
 
 impl Pi05 {
     /// Uploads the weights in `options.dtype`, allocates every buffer, computes the per-step
@@ -408,9 +286,6 @@ impl Pi05 {
         let embed = up.t(&format!("{LLM}.embed_tokens.weight"))?;
 
         // ---- prefix: prompt embedding, language model filling the caches
-        let heads_of = |t: &Tensor, rows: usize, n: usize| -> Result<Tensor> {
-            Ok(t.reshape(&[rows, n, hd])?)
-        };
         let px_ln = Tensor::alloc(ctx, "prefix.ln", dt, &[p_len, lg.width])?;
         let pq = Tensor::alloc(ctx, "prefix.q", dt, &[p_len, heads * hd])?;
         let pqkv = Tensor::alloc(ctx, "prefix.qkv", dt, &[p_len, (heads + 2 * kvh) * hd])?;
@@ -449,229 +324,26 @@ impl Pi05 {
             prefix_parts.capture(&k, &prefix, ShapeKey(0), c.max_token_len)?;
         }
 
-        // ---- per-step adaptive-norm conditions (depend only on the step's time)
-        let ew = eg.width;
-        let n_mods = 2 * eg.depth + 1;
-        let mods = Tensor::alloc(ctx, "expert.modulations", dt, &[c.steps, n_mods, 3 * ew])?;
-        {
-            // The time values, their sine-cosine embedding and the time MLP in f32 whatever the
-            // model's precision (openpi keeps the time and the conditioning in f32: the
-            // embedding's shortest period is 4 ms, so a time rounded to bf16 — 0.9 becoming
-            // 0.8984375 — is a phase error); the condition is rounded to the model's precision
-            // for the modulation projections, as openpi's `Dense(dtype=x.dtype)` does.
-            let times: Vec<f32> = (0..c.steps)
-                .map(|i| 1.0 - i as f32 / c.steps as f32)
-                .collect();
-            let f = DType::F32;
-            let t = Tensor::alloc(ctx, "time", f, &[c.steps])?;
-            t.write_f32(s, &times)?;
-            let temb = Tensor::alloc(ctx, "time_emb", f, &[c.steps, ew])?;
-            let h = Tensor::alloc(ctx, "time_h", f, &[c.steps, ew])?;
-            k.sinusoidal(s, &t, &temb, 4e-3, 4.0)?;
-            let (wi, bi, wo, bo) = (
-                up.t_as("time_mlp_in.weight", f)?,
-                up.t_as("time_mlp_in.bias", f)?,
-                up.t_as("time_mlp_out.weight", f)?,
-                up.t_as("time_mlp_out.bias", f)?,
-            );
-            k.linear(&temb, &wi, &h, true, false)?
-                .run(s, &temb, &wi, &h, Some(&bi))?;
-            k.silu(s, &h, &h)?;
-            k.linear(&h, &wo, &temb, true, false)?
-                .run(s, &h, &wo, &temb, Some(&bo))?;
-            k.silu(s, &temb, &temb)?;
-            let cond = if dt == f {
-                temb
-            } else {
-                let cond = Tensor::alloc(ctx, "time_cond", dt, &[c.steps, ew])?;
-                k.cast(s, &temb, &cond)?;
-                cond
-            };
-            let temb = cond;
-            let mut dense: Vec<String> = Vec::new();
-            for i in 0..eg.depth {
-                dense.push(format!("{EXPERT}.layers.{i}.input_layernorm.dense"));
-                dense.push(format!(
-                    "{EXPERT}.layers.{i}.post_attention_layernorm.dense"
-                ));
-            }
-            dense.push(format!("{EXPERT}.norm.dense"));
-            for (j, name) in dense.iter().enumerate() {
-                let (wd, bd) = (
-                    up.t(&format!("{name}.weight"))?,
-                    up.t(&format!("{name}.bias"))?,
-                );
-                let dst = Tensor::with_layout(
-                    mods.buffer(),
-                    dt,
-                    &[c.steps, 3 * ew],
-                    &[n_mods * 3 * ew, 1],
-                    j * 3 * ew,
-                )?;
-                k.linear(&temb, &wd, &dst, true, false)?
-                    .run(s, &temb, &wd, &dst, Some(&bd))?;
-            }
-            ctx.sync_stream(s)?;
-        }
-        let modulation = |step: usize, j: usize| -> Result<Tensor> {
-            Ok(Tensor::with_layout(
-                mods.buffer(),
-                dt,
-                &[1, 3 * ew],
-                &[3 * ew, 1],
-                (step * n_mods + j) * 3 * ew,
-            )?)
-        };
-
-        // ---- one denoising step
-        // The noisy actions, the action input projection, the output projection and the Euler
-        // update stay in f32 (as openpi computes them: f32 parameters promote the product);
-        // only the tokens the expert sees are rounded to the model's precision, and only the
-        // expert's final normed output is widened back for the output projection.
-        let f = DType::F32;
-        let narrow = dt != f;
-        let a32 = Tensor::alloc(ctx, "step.tokens.f32", f, &[s_len, ew])?;
-        let a = if narrow {
-            Tensor::alloc(ctx, "step.tokens", dt, &[s_len, ew])?
-        } else {
-            a32.clone()
-        };
-        let aln = Tensor::alloc(ctx, "step.ln", dt, &[s_len, ew])?;
-        let aln32 = if narrow {
-            Tensor::alloc(ctx, "step.ln.f32", f, &[s_len, ew])?
-        } else {
-            aln.clone()
-        };
-        let sq = Tensor::alloc(ctx, "step.q", dt, &[s_len, heads * hd])?;
-        let sqkv = Tensor::alloc(ctx, "step.qkv", dt, &[s_len, (heads + 2 * kvh) * hd])?;
-        let sattn = Tensor::alloc(ctx, "step.attn", dt, &[s_len, heads * hd])?;
-        let so = Tensor::alloc(ctx, "step.o", dt, &[s_len, ew])?;
-        let sh = Tensor::alloc(ctx, "step.mlp", dt, &[s_len, eg.mlp])?;
-        let v32 = Tensor::alloc(ctx, "step.v32", f, &[s_len, c.action_dim])?;
-        let (win, bin, wout, bout) = (
-            up.t_as("action_in_proj.weight", f)?,
-            up.t_as("action_in_proj.bias", f)?,
-            up.t_as("action_out_proj.weight", f)?,
-            up.t_as("action_out_proj.bias", f)?,
-        );
-        // Frozen-prefix denoising writes each update's rows in another dtype too: a scratch
-        // for the steps before the last (the output only ever holds a whole chunk).
-        let x_scratch = if inpaint_prefix {
-            Some(Tensor::alloc(
-                ctx,
-                "step.x.scratch",
-                f,
-                &[s_len, c.action_dim],
-            )?)
-        } else {
-            None
-        };
-        let sk_rows = |l: &GemmaLayer| -> Result<(Tensor, Tensor)> {
-            Ok((
-                l.k_cache.narrow(0, p_len, s_len)?,
-                l.v_cache.narrow(0, p_len, s_len)?,
-            ))
-        };
-        let sg_in = k.linear(&x, &win, &a32, true, false)?;
-        let sg_qkv = k.linear(&aln, &el[0].qkv, &sqkv, false, false)?;
-        let sg_o = k.linear(&sattn, &el[0].o, &so, false, false)?;
-        // The MLP's gate and up projections with the gate applied (one kernel on CUDA).
-        let sg_gu = k.geglu_linear(&aln, &el[0].gate_up, &sh)?;
-        let sg_down = k.linear(&sh, &el[0].down, &so, false, false)?;
-        let sg_out = k.linear(&aln32, &wout, &v32, true, false)?;
-        let mut sattn_plans: Vec<AttentionPlan> = Vec::new();
-        for l in &el {
-            let plan = k.attention_plan_sharing(
-                &heads_of(&sq, s_len, heads)?,
-                &heads_of(&l.k_cache, p_len + s_len, kvh)?,
-                &heads_of(&l.v_cache, p_len + s_len, kvh)?,
-                &heads_of(&sattn, s_len, heads)?,
-                &AttentionMask::keys(&full_mask),
-                1.0 / (hd as f32).sqrt(),
-                sattn_plans.first(),
-            )?;
-            sattn_plans.push(plan);
-        }
-        let dt_step = -1.0 / c.steps as f32;
-        let inpaint = if inpaint_prefix {
-            let (b, shape, strides) = (x.buffer(), [s_len, c.action_dim], [c.action_dim, 1]);
-            let i = Inpaint {
-                x1: Tensor::with_layout(b, DType::F32, &shape, &strides, chunk_n)?,
-                frozen: Tensor::with_layout(b, DType::F32, &shape, &strides, 2 * chunk_n)?,
-                rows: Tensor::with_layout(b, DType::I32, &[1], &[1], 3 * chunk_n)?,
-            };
-            i.frozen.write_f32(s, &vec![0.0; s_len * c.action_dim])?;
-            i.rows.write_i32(s, &[0])?;
-            Some(i)
-        } else {
-            None
-        };
+        // ---- the action expert: one denoising step per graph variant
+        let expert = expert::Expert::build(
+            &k,
+            s,
+            w,
+            dt,
+            el,
+            expert::Io {
+                x: x.clone(),
+                out: out.clone(),
+                suffix_pos,
+                full_mask,
+                inpaint_prefix,
+            },
+        )?;
+        let inpaint = expert.inpaint().cloned();
         let step = Graph::new(ctx, "pi05.step", c.steps);
         for i in 0..c.steps {
             step.capture(ShapeKey(i as u64), |cs| {
-                (|| -> Result<()> {
-                    if i == 0 {
-                        if let Some(p) = &inpaint {
-                            let bytes = chunk_n * 4;
-                            Buffer::copy(x.buffer(), p.x1.offset() * 4, x.buffer(), 0, bytes, cs)?;
-                        }
-                    }
-                    sg_in.run(cs, &x, &win, &a32, Some(&bin))?;
-                    if narrow {
-                        k.cast(cs, &a32, &a)?;
-                    }
-                    // Each residual is fused with the norm that follows it (the next layer's
-                    // input norm, or the final norm).
-                    let mut gate = k.ada_rms_norm(cs, &a, &modulation(i, 0)?, &aln, GEMMA_EPS)?;
-                    for (j, (l, plan)) in el.iter().zip(&sattn_plans).enumerate() {
-                        let (kc, vc) = sk_rows(l)?;
-                        sg_qkv.run(cs, &aln, &l.qkv, &sqkv, None)?;
-                        k.rope_qkv(cs, &sqkv, &suffix_pos, &sq, &kc, &vc, hd, ROPE_WAVELENGTH)?;
-                        plan.run(&k, cs)?;
-                        sg_o.run(cs, &sattn, &l.o, &so, None)?;
-                        gate = k.residual_ada_rms_norm(
-                            cs,
-                            &a,
-                            &so,
-                            &gate,
-                            &modulation(i, 2 * j + 1)?,
-                            &aln,
-                            GEMMA_EPS,
-                        )?;
-                        sg_gu.run(&k, cs, &aln, &l.gate_up, &sh)?;
-                        sg_down.run(cs, &sh, &l.down, &so, None)?;
-                        // modulation 2·depth is the final norm's
-                        gate = k.residual_ada_rms_norm(
-                            cs,
-                            &a,
-                            &so,
-                            &gate,
-                            &modulation(i, 2 * j + 2)?,
-                            &aln,
-                            GEMMA_EPS,
-                        )?;
-                    }
-                    if narrow {
-                        k.cast(cs, &aln, &aln32)?;
-                    }
-                    sg_out.run(cs, &aln32, &wout, &v32, Some(&bout))?;
-                    // After the last step the update also writes the output chunk.
-                    let last = i + 1 == c.steps;
-                    match (&inpaint, &x_scratch) {
-                        // The time the update reaches (exactly 0 after the last step).
-                        (Some(p), Some(scratch)) => {
-                            let t_next = 1.0 - (i + 1) as f32 / c.steps as f32;
-                            let next = if last { &out } else { scratch };
-                            k.euler_step_inpaint_cast(
-                                cs, &x, &v32, dt_step, &p.x1, &p.frozen, &p.rows, t_next, next,
-                            )?
-                        }
-                        _ if last => k.euler_step_cast(cs, &x, &v32, dt_step, &out)?,
-                        _ => k.euler_step(cs, &x, &v32, dt_step)?,
-                    }
-                    Ok(())
-                })()
-                .map_err(err)
+                expert.record(&k, cs, i).map_err(err)
             })?;
         }
         let halt = Graph::new(ctx, "pi05.halt", 1);
