@@ -279,7 +279,7 @@ impl WhisperModel {
                 }
                 Ok(())
             })();
-            r.map_err(capture_error)
+            r
         })?;
 
         // The decoder steps.
@@ -385,7 +385,7 @@ impl WhisperModel {
             Ok(())
         };
         for p in 0..positions {
-            decoder.capture(ShapeKey(p as u64), |cs| step(cs, p).map_err(capture_error))?;
+            decoder.capture(ShapeKey(p as u64), |cs| step(cs, p))?;
         }
         ctx.sync_stream(s)?;
         Ok(WhisperModel {
@@ -472,15 +472,5 @@ impl WhisperModel {
         let id = i32::from_le_bytes(b[0..4].try_into().unwrap());
         let lp = f32::from_le_bytes(b[4..8].try_into().unwrap());
         Ok((id.max(0) as u32, lp))
-    }
-}
-
-fn capture_error(e: Error) -> frt_exec::Error {
-    match e {
-        Error::Exec(e) => e,
-        other => frt_exec::Error::Invalid {
-            op: "whisper capture",
-            reason: other.to_string(),
-        },
     }
 }

@@ -237,22 +237,30 @@ impl Graph {
     /// instantiate and upload; host: the enqueued operations are recorded). Replaces an
     /// existing variant for `key`; evicts the least recently used one when the table is full.
     /// One capture at a time per context (others wait); a capture inside a capture is an error.
-    pub fn capture<F>(&self, key: ShapeKey, record: F) -> Result<()>
+    ///
+    /// The closure's error type is the caller's ([`CaptureError`]): `exec`'s own errors are
+    /// converted into it, and an error the closure returns comes back with its cause (an
+    /// `exec` error wrapped in [`Error::Capture`] naming the graph and key; another crate's
+    /// error as it decides, by default unchanged).
+    pub fn capture<F, E>(&self, key: ShapeKey, record: F) -> std::result::Result<(), E>
     where
-        F: FnOnce(Stream) -> Result<()>,
+        F: FnOnce(Stream) -> std::result::Result<(), E>,
+        E: CaptureError,
     {
         if key.is_inherit() {
             return Err(Error::invalid(
                 "Graph::capture",
                 "ShapeKey::INHERIT cannot name a variant",
-            ));
+            )
+            .into());
         }
         let ctx = &self.inner.ctx;
         if CAPTURING_CTX.with(|c| c.get()) == ctx.inner.id {
             return Err(Error::invalid(
                 "Graph::capture",
                 "a capture cannot start inside another capture",
-            ));
+            )
+            .into());
         }
         let _one_at_a_time = ctx
             .inner
@@ -295,7 +303,7 @@ impl Graph {
             Ok(r) => r,
             Err(panic) => resume_unwind(panic),
         };
-        user.map_err(|e| capture_err("the record closure failed".into(), Some(e)))?;
+        user.map_err(|e| e.in_capture(&self.inner.name, key))?;
         let exec = exec
             .map_err(|e| capture_err("the backend rejected the captured work".into(), Some(e)))?;
         let mut buffers = session.buffers;
@@ -464,6 +472,26 @@ impl Graph {
     /// included). Lets callers prove that something needed no recapture.
     pub fn capture_count(&self) -> u64 {
         self.lock().captures
+    }
+}
+
+/// An error type a capture's record closure may return (see [`Graph::capture`]).
+pub trait CaptureError: From<Error> {
+    /// `self`, returned by the record closure while `graph`'s variant `key` was captured.
+    fn in_capture(self, graph: &str, key: ShapeKey) -> Self {
+        let _ = (graph, key);
+        self
+    }
+}
+
+impl CaptureError for Error {
+    fn in_capture(self, graph: &str, key: ShapeKey) -> Self {
+        Error::Capture {
+            graph: graph.to_string(),
+            key,
+            reason: "the record closure failed".into(),
+            source: Some(Box::new(self)),
+        }
     }
 }
 

@@ -56,7 +56,7 @@ pub use buffer::{Buffer, Pod, WeakBuffer};
 pub use ctx::{BackendKind, Ctx, MAX_STREAMS, Stream};
 pub use error::{DriverCode, Error, HostOpError, Result, Status};
 pub use event::Event;
-pub use graph::Graph;
+pub use graph::{CaptureError, Graph};
 pub use key::ShapeKey;
 pub use plan::{NodeId, Plan};
 

@@ -62,7 +62,7 @@ fn high_priority_gets_between_operations_of_a_low_priority_graph() {
         for tag in ["g1", "g2", "g3"] {
             log_op(&ctx, cs, &log, tag);
         }
-        Ok(())
+        Ok::<(), frt_exec::Error>(())
     })
     .unwrap();
     let open = gate(&ctx, lo);
@@ -203,4 +203,32 @@ fn stream_limit_is_an_error() {
         }
     }
     assert_eq!(n, frt_exec::MAX_STREAMS);
+}
+
+/// A record closure may fail with the caller's own error type: it comes back unchanged (the
+/// caller's cause, not a string), and `exec`'s errors inside the closure convert into it.
+#[test]
+fn a_capture_returns_the_callers_own_error() {
+    #[derive(Debug)]
+    enum Mine {
+        Exec(Error),
+        Model { layer: usize },
+    }
+    impl From<Error> for Mine {
+        fn from(e: Error) -> Self {
+            Mine::Exec(e)
+        }
+    }
+    impl frt_exec::CaptureError for Mine {}
+    let ctx = Ctx::host().unwrap();
+    let g = Graph::new(&ctx, "g", 0);
+    let e = g
+        .capture(ShapeKey(0), |_| Err(Mine::Model { layer: 7 }))
+        .unwrap_err();
+    assert!(matches!(e, Mine::Model { layer: 7 }), "{e:?}");
+    let e = g
+        .capture(ShapeKey(0), |cs| Ok(ctx.sync_stream(cs)?))
+        .unwrap_err();
+    assert!(matches!(e, Mine::Exec(Error::Invalid { .. })), "{e:?}");
+    assert_eq!(g.variant_count(), 0);
 }

@@ -62,3 +62,6 @@ impl Error {
         }
     }
 }
+
+/// A record closure's error comes back from `Graph::capture` unchanged, with its cause.
+impl frt_exec::CaptureError for Error {}

@@ -968,7 +968,7 @@ fn graphs_on_two_streams(b: &Backend) {
                             .map_err(err)?;
                     g.run(cs, &a, &w, &o, None).map_err(err)?;
                 }
-                Ok(())
+                Ok::<(), frt_exec::Error>(())
             })
             .unwrap();
         sides.push((graph, c, want));

@@ -37,3 +37,6 @@ pub enum Error {
         source: std::io::Error,
     },
 }
+
+/// A record closure's error comes back from `Graph::capture` unchanged, with its cause.
+impl frt_exec::CaptureError for Error {}

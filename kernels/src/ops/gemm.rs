@@ -507,16 +507,9 @@ impl LtPlan {
                             workspace.ptr(),
                             raw,
                         )
-                    }
-                    .map_err(|e| match e {
-                        Error::Exec(e) => e,
-                        e => frt_exec::Error::Invalid {
-                            op: "gemm tuning",
-                            reason: e.to_string(),
-                        },
-                    })?;
+                    }?;
                 }
-                Ok(())
+                Ok::<(), Error>(())
             })?;
             // Once untimed: first-launch costs, and a candidate that fails to run.
             g.replay(key, s)?;

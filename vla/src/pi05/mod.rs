@@ -78,13 +78,6 @@ pub struct Observation<'a> {
     pub noise: &'a [f32],
 }
 
-fn err(e: impl std::fmt::Display) -> frt_exec::Error {
-    frt_exec::Error::Invalid {
-        op: "pi05 capture",
-        reason: e.to_string(),
-    }
-}
-
 /// The policy on a stream of a context (see the module docs).
 pub struct Pi05 {
     k: Kernels,
@@ -245,7 +238,7 @@ impl Pi05 {
             siglip::Vision::build(&k, s, &w.root(), &c, dt, prefix_x.narrow(0, 0, n_img)?)?;
         let images = vision_model.images().clone();
         let vision = Graph::new(ctx, "pi05.vision", 1);
-        vision.capture(ShapeKey(0), |cs| vision_model.record(&k, cs).map_err(err))?;
+        vision.capture(ShapeKey(0), |cs| vision_model.record(&k, cs))?;
 
         // ---- the two Gemma stacks' weights and caches
         // Cache rows no prompt has filled yet (exact mode) are zeros, never NaN: masked keys
@@ -342,9 +335,7 @@ impl Pi05 {
         let inpaint = expert.inpaint().cloned();
         let step = Graph::new(ctx, "pi05.step", c.steps);
         for i in 0..c.steps {
-            step.capture(ShapeKey(i as u64), |cs| {
-                expert.record(&k, cs, i).map_err(err)
-            })?;
+            step.capture(ShapeKey(i as u64), |cs| expert.record(&k, cs, i))?;
         }
         let halt = Graph::new(ctx, "pi05.halt", 1);
         halt.capture(ShapeKey(0), |cs| {

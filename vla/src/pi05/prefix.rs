@@ -3,7 +3,7 @@
 //! each layer's key/value cache; its last MLP, whose output nothing reads, is skipped. Captured
 //! once for the prompt capacity (fixed mode) or once per prompt length (exact mode).
 
-use super::{GEMMA_EPS, ROPE_WAVELENGTH, err};
+use super::{GEMMA_EPS, ROPE_WAVELENGTH};
 use crate::error::Result;
 use frt_exec::{Graph, ShapeKey};
 use frt_kernels::{AttentionMask, AttentionPlan, Kernels, Tensor};
@@ -96,8 +96,8 @@ impl PrefixParts {
             )?;
             plans.push(plan);
         }
-        graph.capture(key, |cs| {
-            (|| -> Result<()> {
+        graph.capture(key, |cs| -> Result<()> {
+            {
                 k.embedding(
                     cs,
                     &tokens,
@@ -124,8 +124,7 @@ impl PrefixParts {
                     g_down.run(cs, &h, &l.down, &x, None)?;
                 }
                 Ok(())
-            })()
-            .map_err(err)
+            }
         })?;
         Ok(())
     }
