@@ -152,11 +152,18 @@ fn lt_err(call: &'static str) -> impl Fn(lt::CublasError) -> Error {
     }
 }
 
-fn cuda_type(dt: DType) -> lts::cudaDataType {
+/// cuBLASLt's name of a float dtype; other dtypes are an error naming the operand.
+fn cuda_type(dt: DType, arg: &'static str) -> Result<lts::cudaDataType> {
     match dt {
-        DType::BF16 => lts::cudaDataType::CUDA_R_16BF,
-        DType::F16 => lts::cudaDataType::CUDA_R_16F,
-        _ => lts::cudaDataType::CUDA_R_32F,
+        DType::BF16 => Ok(lts::cudaDataType::CUDA_R_16BF),
+        DType::F16 => Ok(lts::cudaDataType::CUDA_R_16F),
+        DType::F32 => Ok(lts::cudaDataType::CUDA_R_32F),
+        DType::I32 | DType::U8 => Err(Error::DType {
+            op: "gemm",
+            arg,
+            got: dt,
+            expected: "f32, bf16 or f16",
+        }),
     }
 }
 
@@ -203,7 +210,7 @@ impl LtPlan {
             size_of_val(&epi),
         )?;
         if sp.bias {
-            let bt = cuda_type(sp.c_dt);
+            let bt = cuda_type(sp.c_dt, "bias")?;
             set(
                 lts::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                 &bt as *const _ as *const c_void,
@@ -212,9 +219,13 @@ impl LtPlan {
         }
         // Column-major views: our row-major X[r, c] with row stride ld is Xᵀ[c, r] with ld.
         let mk = |l: &Layout, dt: DType| -> Result<lts::cublasLtMatrixLayout_t> {
-            let ml =
-                lt::create_matrix_layout(cuda_type(dt), l.cols as u64, l.rows as u64, l.ld as i64)
-                    .map_err(lt_err("cublasLtMatrixLayoutCreate"))?;
+            let ml = lt::create_matrix_layout(
+                cuda_type(dt, "operand")?,
+                l.cols as u64,
+                l.rows as u64,
+                l.ld as i64,
+            )
+            .map_err(lt_err("cublasLtMatrixLayoutCreate"))?;
             if sp.batch > 1 {
                 let (count, stride) = (sp.batch as i32, l.batch_stride as i64);
                 // SAFETY: `ml` is live; the values have the attributes' types.
