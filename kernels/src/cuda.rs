@@ -3,8 +3,8 @@
 //! NVRTC version), loaded once, and its entry points are looked up by `(name, dtype)` in a
 //! fixed table built at start-up. Nothing is compiled or searched per call.
 
-use crate::DType;
 use crate::error::{Error, Result};
+use crate::{DType, Tensor};
 use frt_exec::cudarc::driver::{result as dr, sys};
 use frt_exec::cudarc::nvrtc::sys as nv;
 use frt_exec::{Ctx, Stream};
@@ -366,13 +366,72 @@ impl CudaOps {
             })
     }
 
-    /// Launches `name_{dtype}` (or `name` for `None`) on `s`.
+    /// Launches `name_{dtype}` (or `name` for `None`) on `s` with `params` in the kernel's
+    /// order. Device memory reaches a kernel only as a [`Param::Mem`] of the tensor it lies
+    /// in: the launch checks the address is inside that tensor's buffer and retains the
+    /// buffer for a capture in progress on `s`, so a captured graph keeps alive everything
+    /// its kernels touch.
+    ///
+    /// # Safety
+    /// `params` match the kernel's signature (count, types, order), and the kernel touches
+    /// each tensor only within the bounds the op checked.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn launch(
+        &self,
+        s: Stream,
+        name: &'static str,
+        dt: Option<DType>,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        shared: u32,
+        params: &[Param],
+    ) -> Result<()> {
+        if params.len() > MAX_PARAMS {
+            return Err(Error::shape(
+                name,
+                format!("{} kernel parameters (at most {MAX_PARAMS})", params.len()),
+            ));
+        }
+        // Each parameter's value, in an 8-byte slot (4-byte values in its first bytes: the
+        // kernel reads its own size from the slot's start; little-endian).
+        let mut slots = [0u64; MAX_PARAMS];
+        for (slot, p) in slots.iter_mut().zip(params) {
+            *slot = match *p {
+                Param::Mem(t, addr) => {
+                    let b = t.buffer();
+                    let (lo, hi) = (b.ptr(), b.ptr() + b.bytes() as u64);
+                    if !(lo..hi).contains(&addr) {
+                        return Err(Error::shape(
+                            name,
+                            format!("address {addr:#x} is outside the buffer of {t:?}"),
+                        ));
+                    }
+                    self.ctx.retain(s, b);
+                    addr
+                }
+                Param::Null => 0,
+                Param::U32(v) => v as u64,
+                Param::I32(v) => v as u32 as u64,
+                Param::F32(v) => v.to_bits() as u64,
+                Param::U64(v) => v,
+            };
+        }
+        let mut ptrs = [std::ptr::null_mut::<c_void>(); MAX_PARAMS];
+        for (p, slot) in ptrs.iter_mut().zip(slots.iter_mut()) {
+            *p = slot as *mut u64 as *mut c_void;
+        }
+        // SAFETY: the caller's contract; `ptrs` point into `slots`, alive through the call.
+        unsafe { self.launch_raw(s, name, dt, grid, block, shared, &mut ptrs[..params.len()]) }
+    }
+
+    /// [`launch`](Self::launch) with a parameter array built by the caller; for kernels that
+    /// take a struct by value, whose caller retains what the struct points to.
     ///
     /// # Safety
     /// `params` match the kernel's signature and every pointer in them is a live device
-    /// address the kernel may touch within the bounds the op checked.
+    /// address the kernel may touch within the bounds the op checked, retained for a capture.
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn launch(
+    pub unsafe fn launch_raw(
         &self,
         s: Stream,
         name: &'static str,
@@ -409,6 +468,54 @@ impl CudaOps {
             }
             .into()
         })
+    }
+}
+
+/// Most parameters a kernel launched through [`CudaOps::launch`] takes.
+pub(crate) const MAX_PARAMS: usize = 24;
+
+/// One kernel parameter (see [`CudaOps::launch`]).
+#[derive(Clone, Copy)]
+pub(crate) enum Param<'a> {
+    /// A device address inside the tensor's buffer.
+    Mem(&'a Tensor, u64),
+    /// A null pointer (an absent optional tensor).
+    Null,
+    U32(u32),
+    I32(i32),
+    F32(f32),
+    U64(u64),
+}
+
+impl<'a> Param<'a> {
+    /// The tensor's first element.
+    pub(crate) fn of(t: &'a Tensor) -> Param<'a> {
+        Param::Mem(t, t.ptr())
+    }
+    /// An optional tensor's first element, or null.
+    pub(crate) fn opt(t: Option<&'a Tensor>) -> Param<'a> {
+        t.map_or(Param::Null, Param::of)
+    }
+}
+
+impl From<u32> for Param<'_> {
+    fn from(v: u32) -> Self {
+        Param::U32(v)
+    }
+}
+impl From<i32> for Param<'_> {
+    fn from(v: i32) -> Self {
+        Param::I32(v)
+    }
+}
+impl From<f32> for Param<'_> {
+    fn from(v: f32) -> Self {
+        Param::F32(v)
+    }
+}
+impl From<u64> for Param<'_> {
+    fn from(v: u64) -> Self {
+        Param::U64(v)
     }
 }
 

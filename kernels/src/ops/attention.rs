@@ -5,7 +5,7 @@
 //! CUDA twin: `kernels/cuda/attention.cu`.
 
 use super::P;
-use crate::cuda::args;
+use crate::cuda::{Param, args};
 use crate::dtype::with_float;
 use crate::error::{Error, Result};
 use crate::pool::Pool;
@@ -210,28 +210,16 @@ impl Kernels {
                         ),
                     ));
                 }
-                self.retain(s, &[q, k, v, out]);
-                let mut vlp = 0u64;
-                if let Some(vl) = &mask.valid_len {
-                    self.retain(s, &[vl]);
-                    vlp = vl.ptr();
-                }
-                let mut kmp = 0u64;
-                if let Some(km) = &mask.key_mask {
-                    self.retain(s, &[km]);
-                    kmp = km.ptr();
-                }
-                let (mut qp, mut kp, mut vp, mut op_) = (q.ptr(), k.ptr(), v.ptr(), out.ptr());
-                let (mut a, mut b, mut hq_, mut hkv_, mut d_) = (
+                let (qp, kp, vp, op_) = (q.ptr(), k.ptr(), v.ptr(), out.ptr());
+                let (a, b, hq_, hkv_, d_) = (
                     sq_len as u32,
                     sk_len as u32,
                     hq as u32,
                     hkv as u32,
                     d as u32,
                 );
-                let (mut sq_, mut sk_, mut sv_, mut so_) =
-                    (sq as u64, sk as u64, sv as u64, so as u64);
-                let (mut af, mut causal, mut co, mut sc) = (
+                let (sq_, sk_, sv_, so_) = (sq as u64, sk as u64, sv as u64, so as u64);
+                let (af, causal, co, sc) = (
                     always_from as u32,
                     mask.causal_offset.is_some() as i32,
                     mask.causal_offset.unwrap_or(0) as u32,
@@ -247,10 +235,27 @@ impl Kernels {
                         (sq_len as u32, hq as u32, 1),
                         (128, 1, 1),
                         shared,
-                        &mut args!(
-                            qp, kp, vp, op_, vlp, kmp, a, b, hq_, hkv_, d_, sq_, sk_, sv_, so_, af,
-                            causal, co, sc
-                        ),
+                        &[
+                            Param::Mem(q, qp),
+                            Param::Mem(k, kp),
+                            Param::Mem(v, vp),
+                            Param::Mem(out, op_),
+                            Param::opt(mask.valid_len.as_ref()),
+                            Param::opt(mask.key_mask.as_ref()),
+                            a.into(),
+                            b.into(),
+                            hq_.into(),
+                            hkv_.into(),
+                            d_.into(),
+                            sq_.into(),
+                            sk_.into(),
+                            sv_.into(),
+                            so_.into(),
+                            af.into(),
+                            causal.into(),
+                            co.into(),
+                            sc.into(),
+                        ],
                     )
                 }
             }
@@ -1112,7 +1117,7 @@ impl AttentionPlan {
         // entry of a batch); the partial tensors hold splits · batch · Hq · Sq rows; shared
         // memory is the queries and two staged tiles.
         unsafe {
-            c.launch(
+            c.launch_raw(
                 s,
                 name,
                 dt,
@@ -1136,7 +1141,7 @@ impl AttentionPlan {
                     9..=16 => "flash_combine16",
                     _ => "flash_combine",
                 };
-                c.launch(
+                c.launch_raw(
                     s,
                     name,
                     dt,
@@ -1174,29 +1179,18 @@ impl AttentionPlan {
                     st.gemm.run(s, &st.a, &st.b, &st.c, None)?;
                 }
                 let c = k.cuda.as_ref().expect("GEMM path only on CUDA");
-                k.retain(s, &[&**scores, &**probs]);
-                let mut vlp = 0u64;
-                if let Some(vl) = &self.mask.valid_len {
-                    k.retain(s, &[vl]);
-                    vlp = vl.ptr();
-                }
-                let mut kmp = 0u64;
-                if let Some(km) = &self.mask.key_mask {
-                    k.retain(s, &[km]);
-                    kmp = km.ptr();
-                }
                 let d = self.dims;
                 let n_rows = d.hq * d.sq_len;
                 // Row r is query r / heads (token-major rows) or r % sq_len (head-major).
-                let mut heads_inner = if *rows_by_token { d.hq as u32 } else { 0 };
-                let (mut sp, mut pp, mut nr, mut a, mut b) = (
+                let heads_inner = if *rows_by_token { d.hq as u32 } else { 0 };
+                let (sp, pp, nr, a, b) = (
                     scores.ptr(),
                     probs.ptr(),
                     n_rows as u32,
                     d.sq_len as u32,
                     d.sk_len as u32,
                 );
-                let (mut af, mut causal, mut co, mut sc) = (
+                let (af, causal, co, sc) = (
                     self.always_from as u32,
                     self.mask.causal_offset.is_some() as i32,
                     self.mask.causal_offset.unwrap_or(0) as u32,
@@ -1212,7 +1206,20 @@ impl AttentionPlan {
                         (n_rows.div_ceil(8) as u32, 1, 1),
                         (256, 1, 1),
                         0,
-                        &mut args!(sp, pp, nr, a, b, heads_inner, vlp, kmp, af, causal, co, sc),
+                        &[
+                            Param::Mem(scores, sp),
+                            Param::Mem(probs, pp),
+                            nr.into(),
+                            a.into(),
+                            b.into(),
+                            heads_inner.into(),
+                            Param::opt(self.mask.valid_len.as_ref()),
+                            Param::opt(self.mask.key_mask.as_ref()),
+                            af.into(),
+                            causal.into(),
+                            co.into(),
+                            sc.into(),
+                        ],
                     )?;
                 }
                 for st in pv {

@@ -4,7 +4,7 @@
 //! CUDA twin: `kernels/cuda/conv.cu`.
 
 use super::{P, grid_1d};
-use crate::cuda::args;
+use crate::cuda::Param;
 use crate::dtype::with_float;
 use crate::error::{Error, Result};
 use crate::{Epilogue, Gemm, Kernels, Tensor};
@@ -58,9 +58,8 @@ impl Kernels {
         let dt = x.dtype();
         match &self.cuda {
             Some(c) => {
-                self.retain(s, &[x, w, b, out]);
-                let (mut xp, mut wp, mut bp, mut op_) = (x.ptr(), w.ptr(), b.ptr(), out.ptr());
-                let (mut a, mut ci, mut to, mut co, mut k, mut st, mut pd) = (
+                let (xp, wp, bp, op_) = (x.ptr(), w.ptr(), b.ptr(), out.ptr());
+                let (a, ci, to, co, k, st, pd) = (
                     t_in as u32,
                     c_in as u32,
                     t_out as u32,
@@ -78,7 +77,19 @@ impl Kernels {
                         (grid_1d(t_out * c_out), 1, 1),
                         (256, 1, 1),
                         0,
-                        &mut args!(xp, wp, bp, op_, a, ci, to, co, k, st, pd),
+                        &[
+                            Param::Mem(x, xp),
+                            Param::Mem(w, wp),
+                            Param::Mem(b, bp),
+                            Param::Mem(out, op_),
+                            a.into(),
+                            ci.into(),
+                            to.into(),
+                            co.into(),
+                            k.into(),
+                            st.into(),
+                            pd.into(),
+                        ],
                     )
                 }
             }
@@ -140,10 +151,8 @@ impl Kernels {
         let dt = images.dtype();
         match &self.cuda {
             Some(cu) => {
-                self.retain(s, &[images, out]);
-                let (mut ip, mut op_) = (images.ptr(), out.ptr());
-                let (mut n_, mut h_, mut w_, mut c_, mut p_) =
-                    (n as u32, h as u32, w as u32, c as u32, p as u32);
+                let (ip, op_) = (images.ptr(), out.ptr());
+                let (n_, h_, w_, c_, p_) = (n as u32, h as u32, w as u32, c as u32, p as u32);
                 // SAFETY: sizes checked.
                 unsafe {
                     cu.launch(
@@ -153,7 +162,15 @@ impl Kernels {
                         (grid_1d(patches * len), 1, 1),
                         (256, 1, 1),
                         0,
-                        &mut args!(ip, op_, n_, h_, w_, c_, p_),
+                        &[
+                            Param::Mem(images, ip),
+                            Param::Mem(out, op_),
+                            n_.into(),
+                            h_.into(),
+                            w_.into(),
+                            c_.into(),
+                            p_.into(),
+                        ],
                     )
                 }
             }
@@ -219,9 +236,8 @@ impl Kernels {
         let dt = x.dtype();
         match &self.cuda {
             Some(c) => {
-                self.retain(s, &[x, cols]);
-                let (mut xp, mut cp) = (x.ptr(), cols.ptr());
-                let (mut a, mut ci, mut to, mut k, mut st, mut pd) = (
+                let (xp, cp) = (x.ptr(), cols.ptr());
+                let (a, ci, to, k, st, pd) = (
                     t_in as u32,
                     c_in as u32,
                     t_out as u32,
@@ -238,7 +254,16 @@ impl Kernels {
                         (grid_1d(t_out * c_in * kw), 1, 1),
                         (256, 1, 1),
                         0,
-                        &mut args!(xp, cp, a, ci, to, k, st, pd),
+                        &[
+                            Param::Mem(x, xp),
+                            Param::Mem(cols, cp),
+                            a.into(),
+                            ci.into(),
+                            to.into(),
+                            k.into(),
+                            st.into(),
+                            pd.into(),
+                        ],
                     )
                 }
             }

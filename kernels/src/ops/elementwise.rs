@@ -3,7 +3,7 @@
 //! CUDA twin: `kernels/cuda/elementwise.cu`.
 
 use super::{P, broadcast_rows, gelu_tanh, grid_1d, rows, same_rows, vec8};
-use crate::cuda::args;
+use crate::cuda::Param;
 use crate::dtype::with_float;
 use crate::error::{Error, Result};
 use crate::{DType, Kernels, Tensor};
@@ -69,10 +69,8 @@ impl Kernels {
         let (dt, n) = (x.dtype(), x.numel());
         match &self.cuda {
             Some(c) => {
-                self.retain(s, &[x, out]);
-                let (mut xp, mut op_, mut n64, mut code, mut a) =
-                    (x.ptr(), out.ptr(), n as u64, kind as i32, alpha);
-                let mut v8 = vec8(&[xp, op_], n, &[]);
+                let (xp, op_, n64, code, a) = (x.ptr(), out.ptr(), n as u64, kind as i32, alpha);
+                let v8 = vec8(&[xp, op_], n, &[]);
                 let units = if v8 != 0 { n / 8 } else { n };
                 // SAFETY: both tensors hold `n` contiguous elements of `dt` (checked above);
                 // the 8-wide path only when aligned and n % 8 == 0.
@@ -84,7 +82,14 @@ impl Kernels {
                         (grid_1d(units), 1, 1),
                         (256, 1, 1),
                         0,
-                        &mut args!(xp, op_, n64, code, a, v8),
+                        &[
+                            Param::Mem(x, xp),
+                            Param::Mem(out, op_),
+                            n64.into(),
+                            code.into(),
+                            a.into(),
+                            v8.into(),
+                        ],
                     )
                 }
             }
@@ -125,13 +130,11 @@ impl Kernels {
         let dt = a.dtype();
         match &self.cuda {
             Some(c) => {
-                self.retain(s, &[a, b, out]);
-                let (mut ap, mut bp, mut op_) = (a.ptr(), b.ptr(), out.ptr());
-                let (mut r, mut cols) = (ra.rows as u32, ra.cols as u32);
-                let (mut sa, mut sb, mut so) =
-                    (ra.stride as u64, rb.stride as u64, ro.stride as u64);
-                let (mut code, mut al) = (kind as i32, alpha);
-                let mut v8 = vec8(&[ap, bp, op_], ra.cols, &[ra.stride, rb.stride, ro.stride]);
+                let (ap, bp, op_) = (a.ptr(), b.ptr(), out.ptr());
+                let (r, cols) = (ra.rows as u32, ra.cols as u32);
+                let (sa, sb, so) = (ra.stride as u64, rb.stride as u64, ro.stride as u64);
+                let (code, al) = (kind as i32, alpha);
+                let v8 = vec8(&[ap, bp, op_], ra.cols, &[ra.stride, rb.stride, ro.stride]);
                 let units = ra.rows * ra.cols / if v8 != 0 { 8 } else { 1 };
                 // SAFETY: the three row layouts were checked against their tensors.
                 unsafe {
@@ -142,7 +145,19 @@ impl Kernels {
                         (grid_1d(units), 1, 1),
                         (256, 1, 1),
                         0,
-                        &mut args!(ap, bp, op_, r, cols, sa, sb, so, code, al, v8),
+                        &[
+                            Param::Mem(a, ap),
+                            Param::Mem(b, bp),
+                            Param::Mem(out, op_),
+                            r.into(),
+                            cols.into(),
+                            sa.into(),
+                            sb.into(),
+                            so.into(),
+                            code.into(),
+                            al.into(),
+                            v8.into(),
+                        ],
                     )
                 }
             }
@@ -245,9 +260,7 @@ impl Kernels {
         let (dd, n) = (x_cast.dtype(), x.numel());
         match &self.cuda {
             Some(c) => {
-                self.retain(s, &[x, v, x_cast]);
-                let (mut xp, mut vp, mut cp, mut n64, mut dt) =
-                    (x.ptr(), v.ptr(), x_cast.ptr(), n as u64, dt);
+                let (xp, vp, cp, n64, dt) = (x.ptr(), v.ptr(), x_cast.ptr(), n as u64, dt);
                 // SAFETY: the three tensors hold `n` contiguous elements of their dtypes.
                 unsafe {
                     c.launch(
@@ -257,7 +270,13 @@ impl Kernels {
                         (grid_1d(n), 1, 1),
                         (256, 1, 1),
                         0,
-                        &mut args!(xp, vp, cp, n64, dt),
+                        &[
+                            Param::Mem(x, xp),
+                            Param::Mem(v, vp),
+                            Param::Mem(x_cast, cp),
+                            n64.into(),
+                            dt.into(),
+                        ],
                     )
                 }
             }
@@ -326,10 +345,8 @@ impl Kernels {
         let (dd, row_len) = (x_cast.dtype(), x.dim(1));
         match &self.cuda {
             Some(c) => {
-                self.retain(s, &[x, v, x1, frozen, frozen_rows, x_cast]);
-                let (mut xp, mut vp, mut cp, mut n64, mut dt) =
-                    (x.ptr(), v.ptr(), x_cast.ptr(), n as u64, dt);
-                let (mut x1p, mut fp, mut rp, mut rl, mut tn) = (
+                let (xp, vp, cp, n64, dt) = (x.ptr(), v.ptr(), x_cast.ptr(), n as u64, dt);
+                let (x1p, fp, rp, rl, tn) = (
                     x1.ptr(),
                     frozen.ptr(),
                     frozen_rows.ptr(),
@@ -346,7 +363,18 @@ impl Kernels {
                         (grid_1d(n), 1, 1),
                         (256, 1, 1),
                         0,
-                        &mut args!(xp, vp, cp, n64, dt, x1p, fp, rp, rl, tn),
+                        &[
+                            Param::Mem(x, xp),
+                            Param::Mem(v, vp),
+                            Param::Mem(x_cast, cp),
+                            n64.into(),
+                            dt.into(),
+                            Param::Mem(x1, x1p),
+                            Param::Mem(frozen, fp),
+                            Param::Mem(frozen_rows, rp),
+                            rl.into(),
+                            tn.into(),
+                        ],
                     )
                 }
             }
@@ -408,16 +436,15 @@ impl Kernels {
         let dt = x.dtype();
         match &self.cuda {
             Some(c) => {
-                self.retain(s, &[x, y, gate, out]);
-                let (mut xp, mut yp, mut gp, mut op_) = (x.ptr(), y.ptr(), gate.ptr(), out.ptr());
-                let (mut r, mut cols) = (rx.rows as u32, rx.cols as u32);
-                let (mut sx, mut sy, mut sg, mut so) = (
+                let (xp, yp, gp, op_) = (x.ptr(), y.ptr(), gate.ptr(), out.ptr());
+                let (r, cols) = (rx.rows as u32, rx.cols as u32);
+                let (sx, sy, sg, so) = (
                     rx.stride as u64,
                     ry.stride as u64,
                     rg.stride as u64,
                     ro.stride as u64,
                 );
-                let mut v8 = vec8(
+                let v8 = vec8(
                     &[xp, yp, gp, op_],
                     rx.cols,
                     &[rx.stride, ry.stride, rg.stride, ro.stride],
@@ -432,7 +459,19 @@ impl Kernels {
                         (grid_1d(units), 1, 1),
                         (256, 1, 1),
                         0,
-                        &mut args!(xp, yp, gp, op_, r, cols, sx, sy, sg, so, v8),
+                        &[
+                            Param::Mem(x, xp),
+                            Param::Mem(y, yp),
+                            Param::Mem(gate, gp),
+                            Param::Mem(out, op_),
+                            r.into(),
+                            cols.into(),
+                            sx.into(),
+                            sy.into(),
+                            sg.into(),
+                            so.into(),
+                            v8.into(),
+                        ],
                     )
                 }
             }
@@ -476,13 +515,12 @@ impl Kernels {
         let (sd, dd, n) = (x.dtype(), out.dtype(), x.numel());
         match &self.cuda {
             Some(c) => {
-                self.retain(s, &[x, out]);
                 let name = match sd {
                     DType::F32 => "cast_f32",
                     DType::BF16 => "cast_bf16",
                     _ => "cast_f16",
                 };
-                let (mut xp, mut op_, mut n64) = (x.ptr(), out.ptr(), n as u64);
+                let (xp, op_, n64) = (x.ptr(), out.ptr(), n as u64);
                 // SAFETY: both tensors hold `n` contiguous elements of their dtypes.
                 unsafe {
                     c.launch(
@@ -492,7 +530,7 @@ impl Kernels {
                         (grid_1d(n), 1, 1),
                         (256, 1, 1),
                         0,
-                        &mut args!(xp, op_, n64),
+                        &[Param::Mem(x, xp), Param::Mem(out, op_), n64.into()],
                     )
                 }
             }

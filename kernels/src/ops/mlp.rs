@@ -12,7 +12,7 @@
 //! tests).
 
 use super::{Rows, rows};
-use crate::cuda::args;
+use crate::cuda::Param;
 use crate::error::{Error, Result};
 use crate::{DType, Gemm, Kernels, Tensor};
 use frt_exec::Stream;
@@ -161,11 +161,9 @@ impl GegluLinear {
                         format!("x {x:?}, w {w:?}, h {h:?}: not aligned as planned"),
                     ));
                 }
-                k.retain(s, &[x, w, h]);
-                let (mut xp, mut wp, mut hp) = (x.ptr(), w.ptr(), h.ptr());
-                let (mut m, mut kk, mut ff) = (xr.rows as u32, xr.cols as u32, f as u32);
-                let (mut sx, mut sw, mut sh) =
-                    (xr.stride as u64, wr.stride as u64, hr.stride as u64);
+                let (xp, wp, hp) = (x.ptr(), w.ptr(), h.ptr());
+                let (m, kk, ff) = (xr.rows as u32, xr.cols as u32, f as u32);
+                let (sx, sw, sh) = (xr.stride as u64, wr.stride as u64, hr.stride as u64);
                 // SAFETY: layouts, alignment and sizes checked above: x holds m ≤ 64 rows of K,
                 // w 2F rows of K, h m rows of F (F a multiple of the block's 32 features).
                 unsafe {
@@ -176,7 +174,17 @@ impl GegluLinear {
                         ((f / FEATURES_PER_BLOCK) as u32, 1, 1),
                         (128, 1, 1),
                         SHARED_BYTES,
-                        &mut args!(xp, wp, hp, m, kk, ff, sx, sw, sh),
+                        &[
+                            Param::Mem(x, xp),
+                            Param::Mem(w, wp),
+                            Param::Mem(h, hp),
+                            m.into(),
+                            kk.into(),
+                            ff.into(),
+                            sx.into(),
+                            sw.into(),
+                            sh.into(),
+                        ],
                     )
                 }
             }

@@ -3,7 +3,7 @@
 //! CUDA twin: `kernels/cuda/norm.cu`.
 
 use super::{P, Rows, broadcast_rows, row_block, rows, same_rows, vec8};
-use crate::cuda::args;
+use crate::cuda::Param;
 use crate::dtype::with_float;
 use crate::error::{Error, Result};
 use crate::{Kernels, Tensor};
@@ -84,19 +84,15 @@ impl Kernels {
                 let (mut w, mut m, mut sm) = (0u64, 0u64, 0u64);
                 match &affine {
                     Affine::OnePlusW(wt) => {
-                        self.retain(s, &[wt]);
                         w = wt.ptr();
                     }
                     Affine::Modulation(mt, rm) => {
-                        self.retain(s, &[mt]);
                         m = mt.ptr();
                         sm = rm.stride as u64;
                     }
                 }
-                self.retain(s, &[x, out]);
                 let (mut yp, mut gp, mut sy, mut sg) = (0u64, 0u64, 0u64, 0u64);
                 if let Some(r) = &residual {
-                    self.retain(s, &[&r.y, &r.gate]);
                     (yp, gp, sy, sg) = (
                         r.y.ptr(),
                         r.gate.ptr(),
@@ -104,7 +100,7 @@ impl Kernels {
                         r.rg.stride as u64,
                     );
                 }
-                let (mut xp, mut op_, mut n, mut sx, mut so, mut e) = (
+                let (xp, op_, n, sx, so, e) = (
                     x.ptr(),
                     out.ptr(),
                     cols as u32,
@@ -113,7 +109,7 @@ impl Kernels {
                     eps,
                 );
                 let aff = if w != 0 { w } else { m };
-                let mut v8 = vec8(
+                let v8 = vec8(
                     &[xp, op_, aff, yp, gp],
                     cols,
                     &[rx.stride, ro.stride, sm as usize, sy as usize, sg as usize],
@@ -128,7 +124,28 @@ impl Kernels {
                         (rx.rows as u32, 1, 1),
                         (row_block(cols, v8), 1, 1),
                         0,
-                        &mut args!(xp, w, m, yp, gp, op_, n, sx, sm, sy, sg, so, e, v8),
+                        &[
+                            Param::Mem(x, xp),
+                            match &affine {
+                                Affine::OnePlusW(t) => Param::of(t),
+                                _ => Param::Null,
+                            },
+                            match &affine {
+                                Affine::Modulation(t, _) => Param::of(t),
+                                _ => Param::Null,
+                            },
+                            Param::opt(residual.as_ref().map(|r| &r.y)),
+                            Param::opt(residual.as_ref().map(|r| &r.gate)),
+                            Param::Mem(out, op_),
+                            n.into(),
+                            sx.into(),
+                            sm.into(),
+                            sy.into(),
+                            sg.into(),
+                            so.into(),
+                            e.into(),
+                            v8.into(),
+                        ],
                     )
                 }
             }
@@ -284,11 +301,9 @@ impl Kernels {
         let (dt, cols) = (x.dtype(), rx.cols);
         match &self.cuda {
             Some(c) => {
-                self.retain(s, &[x, w, b, out]);
-                let (mut xp, mut wp, mut bp, mut op_) = (x.ptr(), w.ptr(), b.ptr(), out.ptr());
-                let (mut n, mut sx, mut so, mut e) =
-                    (cols as u32, rx.stride as u64, ro.stride as u64, eps);
-                let mut v8 = vec8(&[xp, wp, bp, op_], cols, &[rx.stride, ro.stride]);
+                let (xp, wp, bp, op_) = (x.ptr(), w.ptr(), b.ptr(), out.ptr());
+                let (n, sx, so, e) = (cols as u32, rx.stride as u64, ro.stride as u64, eps);
+                let v8 = vec8(&[xp, wp, bp, op_], cols, &[rx.stride, ro.stride]);
                 // SAFETY: one block per checked row; `w`, `b` have `cols` elements.
                 unsafe {
                     c.launch(
@@ -298,7 +313,17 @@ impl Kernels {
                         (rx.rows as u32, 1, 1),
                         (row_block(cols, v8), 1, 1),
                         0,
-                        &mut args!(xp, wp, bp, op_, n, sx, so, e, v8),
+                        &[
+                            Param::Mem(x, xp),
+                            Param::Mem(w, wp),
+                            Param::Mem(b, bp),
+                            Param::Mem(out, op_),
+                            n.into(),
+                            sx.into(),
+                            so.into(),
+                            e.into(),
+                            v8.into(),
+                        ],
                     )
                 }
             }
@@ -341,15 +366,14 @@ impl Kernels {
         let (dt, cols) = (x.dtype(), rx.cols);
         match &self.cuda {
             Some(c) => {
-                self.retain(s, &[x, out]);
-                let (mut xp, mut op_, mut n, mut sx, mut so) = (
+                let (xp, op_, n, sx, so) = (
                     x.ptr(),
                     out.ptr(),
                     cols as u32,
                     rx.stride as u64,
                     ro.stride as u64,
                 );
-                let mut v8 = vec8(&[xp, op_], cols, &[rx.stride, ro.stride]);
+                let v8 = vec8(&[xp, op_], cols, &[rx.stride, ro.stride]);
                 // SAFETY: one block per checked row.
                 unsafe {
                     c.launch(
@@ -359,7 +383,14 @@ impl Kernels {
                         (rx.rows as u32, 1, 1),
                         (row_block(cols, v8), 1, 1),
                         0,
-                        &mut args!(xp, op_, n, sx, so, v8),
+                        &[
+                            Param::Mem(x, xp),
+                            Param::Mem(out, op_),
+                            n.into(),
+                            sx.into(),
+                            so.into(),
+                            v8.into(),
+                        ],
                     )
                 }
             }
@@ -429,17 +460,13 @@ impl Kernels {
         }
         match &self.cuda {
             Some(c) => {
-                self.retain(s, &[logits, index, logprob]);
-                if let Some(m) = mask {
-                    self.retain(s, &[m]);
-                }
-                let (mut lp, mut mp, mut ip, mut pp) = (
+                let (lp, _mp, ip, pp) = (
                     logits.ptr(),
                     mask.map_or(0, |m| m.ptr()),
                     index.ptr(),
                     logprob.ptr(),
                 );
-                let (mut n, mut sx) = (rl.cols as u32, rl.stride as u64);
+                let (n, sx) = (rl.cols as u32, rl.stride as u64);
                 // SAFETY: one block per checked row; the mask has `cols` elements.
                 unsafe {
                     c.launch(
@@ -449,7 +476,14 @@ impl Kernels {
                         (rl.rows as u32, 1, 1),
                         (1024, 1, 1),
                         0,
-                        &mut args!(lp, mp, ip, pp, n, sx),
+                        &[
+                            Param::Mem(logits, lp),
+                            Param::opt(mask),
+                            Param::Mem(index, ip),
+                            Param::Mem(logprob, pp),
+                            n.into(),
+                            sx.into(),
+                        ],
                     )
                 }
             }

@@ -3,7 +3,7 @@
 //! CUDA twin: `kernels/cuda/rope.cu`.
 
 use super::{P, grid_1d, rows, same_rows};
-use crate::cuda::args;
+use crate::cuda::Param;
 use crate::dtype::with_float;
 use crate::error::{Error, Result};
 use crate::{DType, Kernels, Tensor};
@@ -43,9 +43,8 @@ impl Kernels {
         let dt = x.dtype();
         match &self.cuda {
             Some(c) => {
-                self.retain(s, &[x, positions, out]);
-                let (mut xp, mut pp, mut op_) = (x.ptr(), positions.ptr(), out.ptr());
-                let (mut r, mut h, mut d, mut sx, mut so, mut mw) = (
+                let (xp, pp, op_) = (x.ptr(), positions.ptr(), out.ptr());
+                let (r, h, d, sx, so, mw) = (
                     rx.rows as u32,
                     heads as u32,
                     dim as u32,
@@ -62,7 +61,17 @@ impl Kernels {
                         (grid_1d(rx.rows * dim / 2), 1, 1),
                         (256, 1, 1),
                         0,
-                        &mut args!(xp, pp, op_, r, h, d, sx, so, mw),
+                        &[
+                            Param::Mem(x, xp),
+                            Param::Mem(positions, pp),
+                            Param::Mem(out, op_),
+                            r.into(),
+                            h.into(),
+                            d.into(),
+                            sx.into(),
+                            so.into(),
+                            mw.into(),
+                        ],
                     )
                 }
             }
@@ -157,12 +166,9 @@ impl Kernels {
                 let head_groups = 65_536usize
                     .div_ceil(pairs.max(1))
                     .clamp(1, (hq + 2 * hk).max(1));
-                self.retain(s, &[qkv, positions, q, k, v]);
-                let (mut ip, mut pp, mut qp, mut kp, mut vp) =
-                    (qkv.ptr(), positions.ptr(), q.ptr(), k.ptr(), v.ptr());
-                let (mut t, mut a, mut b, mut d) =
-                    (tokens as u32, hq as u32, hk as u32, head_dim as u32);
-                let (mut si, mut sq, mut sk, mut sv, mut mw) = (
+                let (ip, pp, qp, kp, vp) = (qkv.ptr(), positions.ptr(), q.ptr(), k.ptr(), v.ptr());
+                let (t, a, b, d) = (tokens as u32, hq as u32, hk as u32, head_dim as u32);
+                let (si, sq, sk, sv, mw) = (
                     ri.stride as u64,
                     rq.stride as u64,
                     rk.stride as u64,
@@ -178,7 +184,22 @@ impl Kernels {
                         (grid_1d(pairs), head_groups as u32, 1),
                         (256, 1, 1),
                         0,
-                        &mut args!(ip, pp, qp, kp, vp, t, a, b, d, si, sq, sk, sv, mw),
+                        &[
+                            Param::Mem(qkv, ip),
+                            Param::Mem(positions, pp),
+                            Param::Mem(q, qp),
+                            Param::Mem(k, kp),
+                            Param::Mem(v, vp),
+                            t.into(),
+                            a.into(),
+                            b.into(),
+                            d.into(),
+                            si.into(),
+                            sq.into(),
+                            sk.into(),
+                            sv.into(),
+                            mw.into(),
+                        ],
                     )
                 }
             }
@@ -262,9 +283,8 @@ impl Kernels {
         let (n, vocab, width, dt) = (ids.numel(), table.dim(0), table.dim(1), table.dtype());
         match &self.cuda {
             Some(c) => {
-                self.retain(s, &[ids, table, out]);
-                let (mut ip, mut tp, mut op_) = (ids.ptr(), table.ptr(), out.ptr());
-                let (mut r, mut w, mut v, mut sc) = (n as u32, width as u32, vocab as u32, scale);
+                let (ip, tp, op_) = (ids.ptr(), table.ptr(), out.ptr());
+                let (r, w, v, sc) = (n as u32, width as u32, vocab as u32, scale);
                 // SAFETY: sizes checked; ids are bounds-checked in the kernel.
                 unsafe {
                     c.launch(
@@ -274,7 +294,15 @@ impl Kernels {
                         (grid_1d(n * width), 1, 1),
                         (256, 1, 1),
                         0,
-                        &mut args!(ip, tp, op_, r, w, v, sc),
+                        &[
+                            Param::Mem(ids, ip),
+                            Param::Mem(table, tp),
+                            Param::Mem(out, op_),
+                            r.into(),
+                            w.into(),
+                            v.into(),
+                            sc.into(),
+                        ],
                     )
                 }
             }
@@ -336,8 +364,7 @@ impl Kernels {
         let (half, dt) = (out.dim(1) / 2, t.dtype());
         match &self.cuda {
             Some(c) => {
-                self.retain(s, &[t, out]);
-                let (mut tp, mut op_, mut r, mut h, mut lo, mut hi) = (
+                let (tp, op_, r, h, lo, hi) = (
                     t.ptr(),
                     out.ptr(),
                     n as u32,
@@ -354,7 +381,14 @@ impl Kernels {
                         (grid_1d(n * half), 1, 1),
                         (256, 1, 1),
                         0,
-                        &mut args!(tp, op_, r, h, lo, hi),
+                        &[
+                            Param::Mem(t, tp),
+                            Param::Mem(out, op_),
+                            r.into(),
+                            h.into(),
+                            lo.into(),
+                            hi.into(),
+                        ],
                     )
                 }
             }
