@@ -5,17 +5,8 @@ use frt_exec::Ctx;
 use frt_kernels::DType;
 use frt_vla::{ModelImage, Observation, Pi05, Pi05Config, Pi05Weights, PromptMode};
 
-fn rand(seed: u32, n: usize, scale: f32) -> Vec<f32> {
-    let mut x = seed.wrapping_mul(2_654_435_761) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            (x as f32 / u32::MAX as f32 * 2.0 - 1.0) * scale
-        })
-        .collect()
-}
+mod common;
+use common::rand;
 
 fn cosine(a: &[f32], b: &[f32]) -> f64 {
     let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
