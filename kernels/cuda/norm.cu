@@ -38,10 +38,13 @@ __device__ __forceinline__ void load_w(const T* p, float* v, int w) {
 // With a residual (y != 0) the row is first updated in place, x = x + y * g (g row stride sg;
 // 0 = one row for all), and normalized as stored: the same values as a gated_residual launch
 // followed by rms_norm, in one launch.
+// With x32 (f32, x's row stride; no residual) the row is first set from it, rounded to T: the
+// same values as a cast into x followed by rms_norm. With out32 (f32, out's row stride) the
+// output is also written widened from its stored (rounded) values: as a cast of out.
 template <typename T>
 __device__ void rms_norm(T* x, const T* w, const T* mod, const T* y, const T* g, T* out, unsigned cols,
                          unsigned long long sx, unsigned long long sm, unsigned long long sy, unsigned long long sg,
-                         unsigned long long so, float eps, int vec8) {
+                         unsigned long long so, float eps, int vec8, const float* x32, float* out32) {
     const unsigned long long row = blockIdx.x;
     T* xr = x + row * sx;
     T* o = out + row * so;
@@ -60,16 +63,28 @@ __device__ void rms_norm(T* x, const T* w, const T* mod, const T* y, const T* g,
             load_w(xr + c, v, W);
             for (int k = 0; k < W; ++k) ss += v[k] * v[k];
         })
+    } else if (x32) {
+        const float* x32r = x32 + row * sx;
+        ROW_LOOP(x32r, {
+            store_w(xr + c, v, W);
+            load_w(xr + c, v, W);
+            for (int k = 0; k < W; ++k) ss += v[k] * v[k];
+        })
     } else {
         ROW_LOOP(xr, for (int k = 0; k < W; ++k) ss += v[k] * v[k];)
     }
     const float inv = rsqrtf(block_sum(ss) / cols + eps);
+    float* o32 = out32 ? out32 + row * so : nullptr;
     if (w) {
         ROW_LOOP(xr, {
             float g8[8];
             load_w(w + c, g8, W);
             for (int k = 0; k < W; ++k) v[k] = v[k] * inv * (1.f + g8[k]);
             store_w(o + c, v, W);
+            if (o32) {
+                load_w(o + c, v, W);
+                store_w(o32 + c, v, W);
+            }
         })
     } else {
         const T* m = mod + row * sm;
@@ -80,6 +95,10 @@ __device__ void rms_norm(T* x, const T* w, const T* mod, const T* y, const T* g,
             load_w(m + cols + c, sh, W);
             for (int k = 0; k < W; ++k) v[k] = v[k] * inv * (1.f + sc[k]) + sh[k];
             store_w(o + c, v, W);
+            if (o32) {
+                load_w(o + c, v, W);
+                store_w(o32 + c, v, W);
+            }
         })
     }
 }
@@ -129,8 +148,8 @@ __device__ void softmax(const T* x, T* out, unsigned cols, unsigned long long sx
                                             T* out, unsigned cols, unsigned long long sx,               \
                                             unsigned long long sm, unsigned long long sy,               \
                                             unsigned long long sg, unsigned long long so, float eps,    \
-                                            int vec8) {                                                 \
-        rms_norm<T>(x, w, mod, y, g, out, cols, sx, sm, sy, sg, so, eps, vec8);                        \
+                                            int vec8, const float* x32, float* out32) {                 \
+        rms_norm<T>(x, w, mod, y, g, out, cols, sx, sm, sy, sg, so, eps, vec8, x32, out32);            \
     }                                                                                                  \
     extern "C" __global__ void layer_norm_##S(const T* x, const T* w, const T* b, T* out, unsigned cols, \
                                               unsigned long long sx, unsigned long long so, float eps,  \

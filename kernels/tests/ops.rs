@@ -1578,6 +1578,59 @@ fn fused_ops(b: &Backend) {
             }
         }
     }
+    // ada_rms_norm_from = cast of x32 into x, then ada_rms_norm; residual_ada_rms_norm_widened
+    // = residual_ada_rms_norm, then a cast of its output to f32: bit for bit.
+    for &(rows, cols, big) in ROW_SHAPES {
+        if !size_ok(b, big) {
+            continue;
+        }
+        for dt in FLOATS {
+            let x32v = rng.vec(rows * cols, 2.0);
+            let m = rng.vec(3 * cols, 0.5);
+            let x32 = up(DType::F32, &[rows, cols], &x32v);
+            let mt = up(dt, &[1, 3 * cols], &m);
+            let (x1, x2) = (up(dt, &[rows, cols], &x32v), up(dt, &[rows, cols], &x32v));
+            let (o1, o2) = (up(dt, &[rows, cols], &x32v), up(dt, &[rows, cols], &x32v));
+            x1.write_f32(s, &vec![0.0; rows * cols]).unwrap();
+            x2.write_f32(s, &vec![0.0; rows * cols]).unwrap();
+            k.cast(s, &x32, &x1).unwrap();
+            k.ada_rms_norm(s, &x1, &mt, &o1, 1e-6).unwrap();
+            k.ada_rms_norm_from(s, &x32, &x2, &mt, &o2, 1e-6).unwrap();
+            let what = format!("ada_rms_norm_from {rows}x{cols} {dt:?}");
+            assert_eq!(bits(&x1, s), bits(&x2, s), "{what}: x");
+            assert_eq!(bits(&o1, s), bits(&o2, s), "{what}: normalized");
+            let y = up(dt, &[rows, cols], &rng.vec(rows * cols, 2.0));
+            let gate = mt.narrow(1, 2 * cols, cols).unwrap();
+            let (w1, w2) = (
+                up(DType::F32, &[rows, cols], &x32v),
+                up(DType::F32, &[rows, cols], &x32v),
+            );
+            k.residual_ada_rms_norm(s, &x1, &y, &gate, &mt, &o1, 1e-6)
+                .unwrap();
+            k.cast(s, &o1, &w1).unwrap();
+            k.residual_ada_rms_norm_widened(s, &x2, &y, &gate, &mt, &o2, &w2, 1e-6)
+                .unwrap();
+            let what = format!("residual_ada_rms_norm_widened {rows}x{cols} {dt:?}");
+            assert_eq!(bits(&x1, s), bits(&x2, s), "{what}: residual");
+            assert_eq!(bits(&o1, s), bits(&o2, s), "{what}: normalized");
+            assert_eq!(bits(&w1, s), bits(&w2, s), "{what}: widened");
+        }
+    }
+    // The f32 twins must be f32 with their partner's row layout.
+    if size_ok(b, false) {
+        let x = up(DType::BF16, &[4, 8], &[0.5; 32]);
+        let mt = up(DType::BF16, &[1, 24], &[0.1; 24]);
+        let bad = [
+            up(DType::BF16, &[4, 8], &[0.5; 32]),
+            up(DType::F32, &[2, 16], &[0.5; 32]),
+        ];
+        for x32 in &bad {
+            assert!(
+                k.ada_rms_norm_from(s, x32, &x, &mt, &x, 1e-6).is_err(),
+                "{x32:?}"
+            );
+        }
+    }
     // rope_qkv = rope of the q and k heads, and a copy of the v heads; outputs are row views
     // of larger tensors (as a key/value cache is).
     for &(tokens, hq, hk, d) in &[

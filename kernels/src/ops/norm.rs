@@ -24,6 +24,15 @@ struct Residual {
     rg: Rows,
 }
 
+/// f32 twins of a norm's input and output (see [`Kernels::ada_rms_norm_from`] and
+/// [`Kernels::residual_ada_rms_norm_widened`]): `x32` sets `x` (rounded) before the norm, `out32`
+/// receives the output widened from its stored values. Each has its partner's row layout.
+#[derive(Default)]
+struct Wide {
+    x32: Option<Tensor>,
+    out32: Option<Tensor>,
+}
+
 /// A modulation `[scale | shift | gate]` as rows for `x`'s rows: one row (stride 0, shared by
 /// every row) or one per row.
 fn modulation_rows(op: &'static str, modulation: &Tensor, rx: Rows) -> Result<Rows> {
@@ -73,10 +82,27 @@ impl Kernels {
         residual: Option<Residual>,
         out: &Tensor,
         eps: f32,
+        wide: Wide,
     ) -> Result<()> {
         let (rx, ro) = (rows(op, x)?, rows(op, out)?);
         same_rows(op, rx, ro, "x vs out")?;
         out.expect_dtype(op, "out", x.dtype())?;
+        for (t, partner, name) in [(&wide.x32, x, "x32"), (&wide.out32, out, "out32")] {
+            if let Some(t) = t {
+                t.expect_dtype(op, name, crate::DType::F32)?;
+                let (rt, rp) = (rows(op, t)?, rows(op, partner)?);
+                if (rt.rows, rt.cols, rt.stride) != (rp.rows, rp.cols, rp.stride) {
+                    return Err(Error::shape(
+                        op,
+                        format!("`{name}` {t:?} must have the row layout of {partner:?}"),
+                    ));
+                }
+                self.check_ctx(op, &[t])?;
+            }
+        }
+        if wide.x32.is_some() && residual.is_some() {
+            return Err(Error::shape(op, "x32 with a residual"));
+        }
         let dt = x.dtype();
         let cols = rx.cols;
         match &self.cuda {
@@ -109,8 +135,17 @@ impl Kernels {
                     eps,
                 );
                 let aff = if w != 0 { w } else { m };
+                let wide_ptr = |t: &Option<Tensor>| t.as_ref().map_or(0, |t| t.ptr());
                 let v8 = vec8(
-                    &[xp, op_, aff, yp, gp],
+                    &[
+                        xp,
+                        op_,
+                        aff,
+                        yp,
+                        gp,
+                        wide_ptr(&wide.x32),
+                        wide_ptr(&wide.out32),
+                    ],
                     cols,
                     &[rx.stride, ro.stride, sm as usize, sy as usize, sg as usize],
                 );
@@ -145,6 +180,8 @@ impl Kernels {
                             so.into(),
                             e.into(),
                             v8.into(),
+                            Param::opt(wide.x32.as_ref()),
+                            Param::opt(wide.out32.as_ref()),
                         ],
                     )
                 }
@@ -158,6 +195,13 @@ impl Kernels {
                         for r in 0..rx.rows {
                             // SAFETY: indices inside the checked layouts.
                             unsafe {
+                                if let Some(x32) = &wide.x32 {
+                                    let x32 = P::of(x32);
+                                    for c in 0..cols {
+                                        let i = r * rx.stride + c;
+                                        xp.st::<T>(i, x32.ld::<f32>(i));
+                                    }
+                                }
                                 if let Some(res) = &residual {
                                     let (yp, gp) = (P::of(&res.y), P::of(&res.gate));
                                     for c in 0..cols {
@@ -182,7 +226,11 @@ impl Kernels {
                                             v * (1.0 + row.ld::<T>(c)) + row.ld::<T>(cols + c)
                                         }
                                     };
-                                    op_.st::<T>(r * ro.stride + c, y);
+                                    let i = r * ro.stride + c;
+                                    op_.st::<T>(i, y);
+                                    if let Some(o32) = &wide.out32 {
+                                        P::of(o32).st::<f32>(i, op_.ld::<T>(i));
+                                    }
                                 }
                             }
                         }
@@ -205,7 +253,16 @@ impl Kernels {
         self.check_ctx(op, &[x, w, out])?;
         x.expect_float(op, "x")?;
         Self::check_vector(op, "w", w, x, rows(op, x)?.cols)?;
-        self.rms_common(s, op, x, Affine::OnePlusW(w.clone()), None, out, eps)
+        self.rms_common(
+            s,
+            op,
+            x,
+            Affine::OnePlusW(w.clone()),
+            None,
+            out,
+            eps,
+            Wide::default(),
+        )
     }
 
     /// Adaptive RMSNorm (pi05's action expert): `out = norm(x)·(1 + scale) + shift`, where
@@ -218,6 +275,37 @@ impl Kernels {
         modulation: &Tensor,
         out: &Tensor,
         eps: f32,
+    ) -> Result<Tensor> {
+        self.ada_impl(s, x, modulation, out, eps, Wide::default())
+    }
+
+    /// [`ada_rms_norm`](Self::ada_rms_norm) of `x` after `x` is set from the f32 `x32`
+    /// (rounded to `x`'s dtype; same row layout): the same values as a
+    /// [`cast`](Self::cast) of `x32` into `x` followed by `ada_rms_norm`, in one launch.
+    pub fn ada_rms_norm_from(
+        &self,
+        s: Stream,
+        x32: &Tensor,
+        x: &Tensor,
+        modulation: &Tensor,
+        out: &Tensor,
+        eps: f32,
+    ) -> Result<Tensor> {
+        let wide = Wide {
+            x32: Some(x32.clone()),
+            out32: None,
+        };
+        self.ada_impl(s, x, modulation, out, eps, wide)
+    }
+
+    fn ada_impl(
+        &self,
+        s: Stream,
+        x: &Tensor,
+        modulation: &Tensor,
+        out: &Tensor,
+        eps: f32,
+        wide: Wide,
     ) -> Result<Tensor> {
         let op = "ada_rms_norm";
         self.check_ctx(op, &[x, modulation, out])?;
@@ -233,6 +321,7 @@ impl Kernels {
             None,
             out,
             eps,
+            wide,
         )?;
         modulation.narrow(modulation.rank() - 1, 2 * rx.cols, rx.cols)
     }
@@ -251,6 +340,39 @@ impl Kernels {
         modulation: &Tensor,
         out: &Tensor,
         eps: f32,
+    ) -> Result<Tensor> {
+        self.residual_ada_impl(s, x, y, gate, modulation, out, eps, None)
+    }
+
+    /// [`residual_ada_rms_norm`](Self::residual_ada_rms_norm) that also writes its output
+    /// widened to f32 into `out32` (same row layout as `out`): the same values as a
+    /// [`cast`](Self::cast) of `out` into `out32` afterwards, in one launch.
+    #[allow(clippy::too_many_arguments)]
+    pub fn residual_ada_rms_norm_widened(
+        &self,
+        s: Stream,
+        x: &Tensor,
+        y: &Tensor,
+        gate: &Tensor,
+        modulation: &Tensor,
+        out: &Tensor,
+        out32: &Tensor,
+        eps: f32,
+    ) -> Result<Tensor> {
+        self.residual_ada_impl(s, x, y, gate, modulation, out, eps, Some(out32))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn residual_ada_impl(
+        &self,
+        s: Stream,
+        x: &Tensor,
+        y: &Tensor,
+        gate: &Tensor,
+        modulation: &Tensor,
+        out: &Tensor,
+        eps: f32,
+        out32: Option<&Tensor>,
     ) -> Result<Tensor> {
         let op = "residual_ada_rms_norm";
         self.check_ctx(op, &[x, y, gate, modulation, out])?;
@@ -276,6 +398,10 @@ impl Kernels {
             Some(residual),
             out,
             eps,
+            Wide {
+                x32: None,
+                out32: out32.cloned(),
+            },
         )?;
         modulation.narrow(modulation.rank() - 1, 2 * rx.cols, rx.cols)
     }

@@ -338,13 +338,16 @@ impl Expert {
         }
         self.sg_in
             .run(cs, &self.x, &self.win, &self.a32, Some(&self.bin))?;
-        if self.narrow {
-            k.cast(cs, &self.a32, &self.a)?;
-        }
-        // Each residual is fused with the norm that follows it (the next layer's
-        // input norm, or the final norm).
-        let mut gate =
-            k.ada_rms_norm(cs, &self.a, &self.modulation(i, 0)?, &self.aln, GEMMA_EPS)?;
+        // Each residual is fused with the norm that follows it (the next layer's input norm,
+        // or the final norm); the first norm also rounds the f32 tokens into the residual
+        // stream, the final one also widens its output for the f32 output projection.
+        let m0 = self.modulation(i, 0)?;
+        let mut gate = if self.narrow {
+            k.ada_rms_norm_from(cs, &self.a32, &self.a, &m0, &self.aln, GEMMA_EPS)?
+        } else {
+            k.ada_rms_norm(cs, &self.a, &m0, &self.aln, GEMMA_EPS)?
+        };
+        let depth = self.el.len();
         for (j, (l, plan)) in self.el.iter().zip(&self.sattn_plans).enumerate() {
             let (kc, vc) = self.sk_rows(l)?;
             self.sg_qkv.run(cs, &self.aln, &l.qkv, &self.sqkv, None)?;
@@ -372,18 +375,21 @@ impl Expert {
             self.sg_gu.run(k, cs, &self.aln, &l.gate_up, &self.sh)?;
             self.sg_down.run(cs, &self.sh, &l.down, &self.so, None)?;
             // modulation 2·depth is the final norm's
-            gate = k.residual_ada_rms_norm(
-                cs,
-                &self.a,
-                &self.so,
-                &gate,
-                &self.modulation(i, 2 * j + 2)?,
-                &self.aln,
-                GEMMA_EPS,
-            )?;
-        }
-        if self.narrow {
-            k.cast(cs, &self.aln, &self.aln32)?;
+            let m = self.modulation(i, 2 * j + 2)?;
+            gate = if self.narrow && j + 1 == depth {
+                k.residual_ada_rms_norm_widened(
+                    cs,
+                    &self.a,
+                    &self.so,
+                    &gate,
+                    &m,
+                    &self.aln,
+                    &self.aln32,
+                    GEMMA_EPS,
+                )?
+            } else {
+                k.residual_ada_rms_norm(cs, &self.a, &self.so, &gate, &m, &self.aln, GEMMA_EPS)?
+            };
         }
         self.sg_out
             .run(cs, &self.aln32, &self.wout, &self.v32, Some(&self.bout))?;
