@@ -95,6 +95,8 @@ pub struct ModelOptions {
     pub dtype: DType,
     /// Most tokens generated per utterance (faster-whisper: 224, half the text context).
     pub max_new_tokens: usize,
+    /// The op library's tunables.
+    pub kernels: frt_kernels::KernelOptions,
 }
 
 /// What greedy decoding needs inside the step graphs: the tokens suppressed at every step,
@@ -111,6 +113,7 @@ impl Default for ModelOptions {
         ModelOptions {
             dtype: DType::F32,
             max_new_tokens: 224,
+            kernels: Default::default(),
         }
     }
 }
@@ -166,7 +169,7 @@ impl WhisperModel {
             });
         }
         let dt = options.dtype;
-        let k = Kernels::new(ctx)?;
+        let k = Kernels::with_options(ctx, options.kernels)?;
         let d = c.n_audio_state;
         let (t_audio, t_text) = (c.n_audio_ctx, c.n_text_ctx);
         // Weights.

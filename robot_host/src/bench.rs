@@ -165,6 +165,7 @@ pub fn run(o: &BenchOptions, tokenizer: Option<&Path>) -> Result<String> {
             s,
             frt_asr::ModelOptions {
                 dtype,
+                kernels: cfg.kernels,
                 ..Default::default()
             },
         )?;

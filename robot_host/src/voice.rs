@@ -215,7 +215,11 @@ pub fn spawn(
     };
     let (_, _, priority) = cfg.streams.resolve(ctx.priority_range());
     let s = ctx.stream(priority)?;
-    let mut whisper = frt_asr::Whisper::load(&ctx, &asr.model, s, Default::default())?;
+    let options = frt_asr::ModelOptions {
+        kernels: cfg.kernels,
+        ..Default::default()
+    };
+    let mut whisper = frt_asr::Whisper::load(&ctx, &asr.model, s, options)?;
     // On the shared GPU, Whisper enqueues its replays between ticks.
     if !host {
         whisper.model.set_gate(Some(node.asr_gate()));

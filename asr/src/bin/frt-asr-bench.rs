@@ -29,6 +29,11 @@ fn ms(d: Duration) -> f64 {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    // The op library's tunables from the environment (FRT_ATTENTION, FRT_GEMM_*), read once.
+    let kernels = frt_kernels::KernelOptions::from_env().unwrap_or_else(|e| {
+        eprintln!("frt-asr-bench: {e}");
+        std::process::exit(2)
+    });
     let arg = |k: &str| {
         args.iter()
             .position(|a| a == k)
@@ -66,6 +71,7 @@ fn main() {
             s,
             ModelOptions {
                 dtype: dt,
+                kernels,
                 ..Default::default()
             },
         )
@@ -152,6 +158,7 @@ fn main() {
                 s,
                 ModelOptions {
                     dtype: DType::F16,
+                    kernels,
                     ..Default::default()
                 },
             )
