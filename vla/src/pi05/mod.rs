@@ -110,22 +110,6 @@ pub struct Pi05 {
     stages: Vec<Stage>,
 }
 
-struct Uploader<'a> {
-    k: &'a Kernels,
-    s: Stream,
-    w: &'a Pi05Weights,
-    dt: DType,
-}
-
-impl Uploader<'_> {
-    fn t(&self, name: &str) -> Result<Tensor> {
-        self.t_as(name, self.dt)
-    }
-    fn t_as(&self, name: &str, dt: DType) -> Result<Tensor> {
-        Ok(self.w.get(name)?.upload(self.k.ctx(), self.s, dt)?)
-    }
-}
-
 /// How the prompt sits in the prefix (`fixed` / `exact` in configs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -198,7 +182,6 @@ impl Pi05 {
         c.validate().map_err(|reason| Error::Config { reason })?;
         let k = Kernels::with_options(ctx, options.kernels)?;
         let dt = dtype;
-        let up = Uploader { k: &k, s, w, dt };
         let (sg, lg, eg) = (&c.siglip, &c.llm, &c.expert);
         let n_img = c.views * sg.tokens();
         let (p_len, s_len) = (c.prefix_len(), c.action_horizon);
@@ -276,7 +259,9 @@ impl Pi05 {
             });
             ll.push(l);
         }
-        let embed = up.t(&format!("{LLM}.embed_tokens.weight"))?;
+        let embed = root
+            .pp(LLM)
+            .upload("embed_tokens.weight", &[c.vocab, lg.width], ctx, s, dt)?;
 
         // ---- prefix: prompt embedding, language model filling the caches
         let px_ln = Tensor::alloc(ctx, "prefix.ln", dt, &[p_len, lg.width])?;
