@@ -6,7 +6,9 @@
 mod common;
 
 use common::{Backend, Case, FLOATS, Input, OpFn, Rng, Vals, rel_err, run, size_ok};
-use frt_kernels::{AttentionMask, Conv1d, DType, Epilogue, Kernels, PatchEmbed, Tensor};
+use frt_kernels::{
+    AttentionMask, Conv1d, DType, Epilogue, GemmOptions, Kernels, PatchEmbed, Tensor,
+};
 
 fn gelu_tanh(x: f64) -> f64 {
     0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
@@ -689,7 +691,19 @@ fn gemm(b: &Backend) {
                 let op = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
                     // The output starts as C (for beta).
                     k.scale(s, &i[2], 1.0, o)?;
-                    let g = k.gemm(&i[0], &i[1], o, ta, tb, alpha, beta, bias, epi)?;
+                    let g = k.gemm(
+                        &i[0],
+                        &i[1],
+                        o,
+                        GemmOptions {
+                            trans_a: ta,
+                            trans_b: tb,
+                            alpha: alpha,
+                            beta: beta,
+                            bias: bias,
+                            epilogue: epi,
+                        },
+                    )?;
                     g.run(s, &i[0], &i[1], o, if bias { Some(&i[3]) } else { None })
                 };
                 let reference = |v: &Vals| {
@@ -740,12 +754,14 @@ fn gemm(b: &Backend) {
                 &i[0],
                 &i[1],
                 o,
-                false,
-                true,
-                1.0,
-                0.0,
-                false,
-                Epilogue::None,
+                GemmOptions {
+                    trans_a: false,
+                    trans_b: true,
+                    alpha: 1.0,
+                    beta: 0.0,
+                    bias: false,
+                    epilogue: Epilogue::None,
+                },
             )?;
             g.run(s, &i[0], &i[1], o, None)
         };
@@ -1788,12 +1804,7 @@ fn rejects_bad_arguments(b: &Backend) {
             &x,
             &t(DType::F32, &[9, 3]),
             &t(DType::F32, &[4, 3]),
-            false,
-            false,
-            1.0,
-            0.0,
-            false,
-            Epilogue::None
+            GemmOptions::default(),
         )
         .is_err(),
         "inner dims"
@@ -1803,12 +1814,7 @@ fn rejects_bad_arguments(b: &Backend) {
             &x,
             &t(DType::F32, &[8, 3]),
             &t(DType::F32, &[4, 3]),
-            false,
-            false,
-            1.0,
-            0.0,
-            false,
-            Epilogue::None,
+            GemmOptions::default(),
         )
         .unwrap();
     assert!(

@@ -12,7 +12,7 @@
 
 use frt_asr::{ModelOptions, Whisper, audio};
 use frt_exec::{Ctx, Graph, ShapeKey};
-use frt_kernels::{DType, Epilogue, Kernels, Tensor};
+use frt_kernels::{DType, Kernels, Tensor};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -115,7 +115,7 @@ fn main() {
     a.write_f32(hi, &vec![0.01; m * kk]).unwrap();
     b.write_f32(hi, &vec![0.01; n * kk]).unwrap();
     let g = k
-        .gemm(&a, &b, &c, false, true, 1.0, 0.0, false, Epilogue::None)
+        .gemm(&a, &b, &c, frt_kernels::GemmOptions::weight())
         .unwrap();
     let policy = Graph::new(&ctx, "policy", 1);
     policy

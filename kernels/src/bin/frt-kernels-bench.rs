@@ -12,7 +12,7 @@
 //! large-GEMM rate; attention both, with its FLOP and byte floors.
 
 use frt_exec::{Buffer, Ctx, Graph, ShapeKey, Stream};
-use frt_kernels::{AttentionMask, DType, Epilogue, Kernels, PatchEmbed, Result, Tensor};
+use frt_kernels::{AttentionMask, DType, Kernels, PatchEmbed, Result, Tensor};
 
 struct Bench {
     k: Kernels,
@@ -127,10 +127,7 @@ impl Bench {
         let w = self.tensor("w", dt, &[n, kk]);
         let c = self.tensor("c", dt, &[m, n]);
         let b = self.tensor("bias", dt, &[n]);
-        let g = self
-            .k
-            .gemm(&a, &w, &c, false, true, 1.0, 0.0, bias, Epilogue::None)
-            .unwrap();
+        let g = self.k.linear(&a, &w, &c, bias, false).unwrap();
         let (med, p) = self.time(what, &|s| g.run(s, &a, &w, &c, bias.then_some(&b)));
         let tf = 2.0 * (m * n * kk) as f64 / (med * 1e-3) / 1e12;
         println!(
@@ -202,9 +199,7 @@ fn main() {
         b.tensor("w", DType::BF16, &[n, n]),
         b.tensor("c", DType::BF16, &[n, n]),
     );
-    let g =
-        b.k.gemm(&a, &w, &c, false, true, 1.0, 0.0, false, Epilogue::None)
-            .unwrap();
+    let g = b.k.linear(&a, &w, &c, false, false).unwrap();
     let (m, _) = b.time("gemm ceiling", &|s| g.run(s, &a, &w, &c, None));
     b.gemm_tflops = 2.0 * (n * n * n) as f64 / (m * 1e-3) / 1e12;
     drop((a, w, c, g));

@@ -9,7 +9,7 @@ use crate::cuda::{Param, args};
 use crate::dtype::with_float;
 use crate::error::{Error, Result};
 use crate::pool::Pool;
-use crate::{AttentionPath, DType, Kernels, Tensor};
+use crate::{AttentionPath, DType, GemmOptions, Kernels, Tensor};
 use frt_exec::Stream;
 
 /// Which keys a query sees. Key `j` is visible to query `i` when
@@ -1011,10 +1011,9 @@ impl Kernels {
             }
         }
         let (mut qk, mut pv) = (Vec::new(), Vec::new());
-        let none = crate::Epilogue::None;
         for [qv, kv, vv, sc, pr, ov] in products {
-            let g1 = self.gemm(&qv, &kv, &sc, false, true, 1.0, 0.0, false, none)?;
-            let g2 = self.gemm(&pr, &vv, &ov, false, false, 1.0, 0.0, false, none)?;
+            let g1 = self.gemm(&qv, &kv, &sc, GemmOptions::weight())?;
+            let g2 = self.gemm(&pr, &vv, &ov, GemmOptions::default())?;
             qk.push(Step {
                 gemm: g1,
                 a: qv,

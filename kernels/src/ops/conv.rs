@@ -7,7 +7,7 @@ use super::{P, grid_1d};
 use crate::cuda::Param;
 use crate::dtype::with_float;
 use crate::error::{Error, Result};
-use crate::{Epilogue, Gemm, Kernels, Tensor};
+use crate::{Gemm, Kernels, Tensor};
 use frt_exec::Stream;
 
 impl Kernels {
@@ -324,7 +324,7 @@ impl Conv1d {
         let (c_in, c_out, kw) = (x.dim(1), w.dim(0), w.dim(2));
         let cols = Tensor::alloc(k.ctx(), "conv1d.cols", x.dtype(), &[out.dim(0), c_in * kw])?;
         let w2 = w.reshape(&[c_out, c_in * kw])?;
-        let gemm = k.gemm(&cols, &w2, out, false, true, 1.0, 0.0, true, Epilogue::None)?;
+        let gemm = k.linear(&cols, &w2, out, true, false)?;
         Ok(Conv1d {
             gemm,
             cols,
@@ -377,7 +377,7 @@ impl PatchEmbed {
                 format!("images {images:?} must be [n, h, w, c]"),
             ));
         }
-        let gemm = k.gemm(patches, w, out, false, true, 1.0, 0.0, true, Epilogue::None)?;
+        let gemm = k.linear(patches, w, out, true, false)?;
         let per_image = (images.dim(1) / patch) * (images.dim(2) / patch);
         Ok(PatchEmbed {
             gemm,

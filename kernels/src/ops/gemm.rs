@@ -639,25 +639,58 @@ pub struct Gemm {
     kernels: Kernels,
 }
 
+/// What a GEMM computes besides the product (see [`Kernels::gemm`]); `Default` is
+/// `C = A·B`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GemmOptions {
+    /// `op(A) = Aᵀ`.
+    pub trans_a: bool,
+    /// `op(B) = Bᵀ` (a PyTorch/safetensors weight `[out, in]` as `b`).
+    pub trans_b: bool,
+    pub alpha: f32,
+    /// `beta = 1` accumulates into `C` (a residual).
+    pub beta: f32,
+    /// A bias `[n]` (`c`'s dtype) is given to [`Gemm::run`].
+    pub bias: bool,
+    pub epilogue: Epilogue,
+}
+
+impl Default for GemmOptions {
+    fn default() -> Self {
+        GemmOptions {
+            trans_a: false,
+            trans_b: false,
+            alpha: 1.0,
+            beta: 0.0,
+            bias: false,
+            epilogue: Epilogue::None,
+        }
+    }
+}
+
+impl GemmOptions {
+    /// `A·Bᵀ`: activations times a PyTorch/safetensors weight `[out, in]`.
+    pub fn weight() -> GemmOptions {
+        GemmOptions {
+            trans_b: true,
+            ..Default::default()
+        }
+    }
+}
+
 impl Kernels {
     /// Plans `C = act(alpha·op(A)·op(B) + beta·C + bias)` for tensors laid out like `a`, `b`,
     /// `c` (each `[rows, cols]` or `[batch, rows, cols]`, unit column stride, any row stride;
-    /// a 2-D `a` or `b` is shared by every batch). `op(X)` is `Xᵀ` when its flag is set — a
-    /// PyTorch/safetensors weight `[out, in]` is `b` with `trans_b`. `bias` (`[n]`, `c`'s
-    /// dtype) is given to [`Gemm::run`] when `with_bias`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn gemm(
-        &self,
-        a: &Tensor,
-        b: &Tensor,
-        c: &Tensor,
-        trans_a: bool,
-        trans_b: bool,
-        alpha: f32,
-        beta: f32,
-        with_bias: bool,
-        epilogue: Epilogue,
-    ) -> Result<Gemm> {
+    /// a 2-D `a` or `b` is shared by every batch), as `o` says.
+    pub fn gemm(&self, a: &Tensor, b: &Tensor, c: &Tensor, o: GemmOptions) -> Result<Gemm> {
+        let GemmOptions {
+            trans_a,
+            trans_b,
+            alpha,
+            beta,
+            bias: with_bias,
+            epilogue,
+        } = o;
         let op = "gemm";
         self.check_ctx(op, &[a, b, c])?;
         a.expect_float(op, "a")?;
@@ -743,17 +776,12 @@ impl Kernels {
         bias: bool,
         accumulate: bool,
     ) -> Result<Gemm> {
-        self.gemm(
-            x,
-            w,
-            out,
-            false,
-            true,
-            1.0,
-            if accumulate { 1.0 } else { 0.0 },
+        let o = GemmOptions {
+            beta: if accumulate { 1.0 } else { 0.0 },
             bias,
-            Epilogue::None,
-        )
+            ..GemmOptions::weight()
+        };
+        self.gemm(x, w, out, o)
     }
 }
 

@@ -13,7 +13,7 @@ use super::{LayerNorm, Linear};
 use crate::error::Result;
 use crate::store::{Path, upload_stacked};
 use frt_exec::{Ctx, Stream};
-use frt_kernels::{AttentionPlan, DType, Epilogue, Gemm, Kernels, Tensor};
+use frt_kernels::{AttentionPlan, DType, Epilogue, Gemm, GemmOptions, Kernels, Tensor};
 
 /// One layer's weights.
 #[derive(Clone)]
@@ -166,17 +166,14 @@ impl EncoderStack {
     ) -> Result<EncoderStack> {
         let a = &acts;
         let fc1 = match act {
-            Activation::GeluTanh => k.gemm(
-                &a.ln,
-                &first.fc1.w,
-                &a.h,
-                false,
-                true,
-                1.0,
-                0.0,
-                true,
-                Epilogue::Gelu,
-            )?,
+            Activation::GeluTanh => {
+                let o = GemmOptions {
+                    bias: true,
+                    epilogue: Epilogue::Gelu,
+                    ..GemmOptions::weight()
+                };
+                k.gemm(&a.ln, &first.fc1.w, &a.h, o)?
+            }
             Activation::Gelu => k.linear(&a.ln, &first.fc1.w, &a.h, true, false)?,
         };
         Ok(EncoderStack {
