@@ -802,8 +802,10 @@ impl Target for VlaCheckpointTarget {
     }
     fn run(&mut self, input: &[u8]) -> Result<(), String> {
         std::fs::write(self.dir.join("model.safetensors"), input).map_err(|e| e.to_string())?;
+        // Opening checks names and shapes; the values are read by the finite check (as an
+        // upload reads them).
         frt_vla::weights::Pi05Weights::load(&self.dir, &self.config)
-            .map(|_| ())
+            .and_then(|w| w.check_finite())
             .map_err(|e| e.to_string())
     }
     fn hot(&self) -> usize {
