@@ -11,7 +11,7 @@
 //!
 //! Lookup is hierarchical (`store.pp("layers").pp(3).get("q_proj.weight", &[out, in])`) and
 //! every error carries the tensor's full name and the shape the model expected. An upload
-//! converts in slices of [`SLICE`] values through one scratch buffer and [`Buffer::load`]:
+//! converts in slices of [`SLICE`] values through one scratch buffer and [`Buffer::load`](frt_exec::Buffer::load):
 //! loading a model needs no host copy of it in f32 (nor any second copy at all).
 
 use crate::error::{Error, Result};

@@ -3,17 +3,17 @@
 //!
 //! The graphs are cut where the robot host may need to act between them:
 //!
-//! * **vision** (key 0): every view through SigLIP and the projector, straight into the
-//!   image rows of the prefix embeddings;
-//! * **prefix** (key 0; in exact prompt mode, key = the prompt's token count): the prompt
-//!   embedded (×√width) behind the images, then the language model over the prefix, filling
-//!   each layer's key/value cache (its last MLP, whose output nothing reads, is skipped);
-//! * **step** (key = step index): one Euler step of flow matching — the action expert over
-//!   `[prefix cache ; its own tokens]`, adaptive norms conditioned on the step's time (those
-//!   conditions are computed once, when the model is built); the actions stay in f32, the
-//!   output projection writes f32 velocities, and the Euler update also writes the next
-//!   step's input in the model's precision (step 0 casts the noise itself) or, after the
-//!   last step, the output chunk; so the steps of one inference run in order;
+//! * **vision** (key 0, `siglip.rs`): every view through SigLIP and the projector, straight
+//!   into the image rows of the prefix embeddings;
+//! * **prefix** (key 0; in exact prompt mode, key = the prompt's token count; `prefix.rs`): the
+//!   prompt embedded (×√width) behind the images, then the language model over the prefix,
+//!   filling each layer's key/value cache (its last MLP, whose output nothing reads, is
+//!   skipped);
+//! * **step** (key = step index, `expert.rs`): one Euler step of flow matching — the action
+//!   expert over `[prefix cache ; its own tokens]`, adaptive norms conditioned on the step's
+//!   time (those conditions are computed once, when the model is built); the noisy actions,
+//!   the input and output projections and the update stay in f32, and after the last step
+//!   the update also writes the output chunk; so the steps of one inference run in order;
 //! * **halt** (key 0): writes the configured hold chunk into the output, for the
 //!   highest-priority stream.
 //!
