@@ -431,8 +431,9 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// A place in the store's name hierarchy (`a.b.c`, or `a/b/c` where the checkpoint uses
-/// slashes: see [`Path::sep`]).
+/// A place in the store's name hierarchy: parts joined with `.` (`a.b.c`). Checkpoints that
+/// name with slashes (CTranslate2: `encoder/layer_0/...`) are looked up by whole names from the
+/// root.
 #[derive(Clone)]
 pub struct Path<'a> {
     store: &'a Store,
