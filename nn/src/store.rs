@@ -53,17 +53,26 @@ impl Stored {
 
 enum Bytes {
     Mapped(memmap2::Mmap),
-    Owned(Vec<u8>),
+    /// One generated tensor's values, held as they were made (no copy).
+    F32(Vec<f32>),
 }
 
 impl Bytes {
     fn get(&self) -> &[u8] {
         match self {
             Bytes::Mapped(m) => m,
-            Bytes::Owned(v) => v,
+            // SAFETY: plain numbers, no padding; u8 has no alignment requirement. Read as
+            // little-endian f32 (the stores' byte order), which is the host's (checked below).
+            Bytes::F32(v) => unsafe {
+                std::slice::from_raw_parts(v.as_ptr() as *const u8, v.len() * 4)
+            },
         }
     }
 }
+
+// Generated tensors are read in place as little-endian bytes.
+#[cfg(target_endian = "big")]
+compile_error!("frt-nn reads host f32 values as little-endian bytes");
 
 #[derive(Clone, Debug)]
 struct Entry {
@@ -274,20 +283,17 @@ impl Store {
         tensors: impl IntoIterator<Item = (String, Vec<usize>, Vec<f32>)>,
     ) -> Store {
         let mut store = Store::empty(FsPath::new(origin));
-        let mut bytes = Vec::new();
         for (name, shape, values) in tensors {
-            let start = bytes.len();
-            bytes.extend(values.iter().flat_map(|v| v.to_le_bytes()));
             let entry = Entry {
-                source: 0,
+                source: store.sources.len(),
                 stored: Stored::F32,
                 shape,
-                start,
-                len: bytes.len() - start,
+                start: 0,
+                len: values.len() * 4,
             };
+            store.sources.push(Bytes::F32(values));
             store.entries.insert(name, entry);
         }
-        store.sources.push(Bytes::Owned(bytes));
         store
     }
 
@@ -558,28 +564,14 @@ impl<'a> View<'a> {
         }
     }
 
-    /// Whether every value is finite (no copy).
-    fn finite(&self) -> bool {
-        match self.stored {
-            Stored::F32 => self
-                .bytes
-                .chunks_exact(4)
-                .all(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]).is_finite()),
-            // All-ones exponent: an infinity or a NaN.
-            Stored::BF16 => self
-                .bytes
-                .chunks_exact(2)
-                .all(|c| u16::from_le_bytes([c[0], c[1]]) & 0x7f80 != 0x7f80),
-            Stored::F16 => self
-                .bytes
-                .chunks_exact(2)
-                .all(|c| u16::from_le_bytes([c[0], c[1]]) & 0x7c00 != 0x7c00),
-        }
-    }
-
     /// An error naming the tensor when a value is NaN or infinite.
     pub fn check_finite(&self) -> Result<()> {
-        if self.finite() {
+        self.check_bytes(self.bytes)
+    }
+
+    /// [`check_finite`](Self::check_finite) of a part of this tensor's bytes.
+    fn check_bytes(&self, bytes: &[u8]) -> Result<()> {
+        if all_finite(self.stored, bytes) {
             Ok(())
         } else {
             Err(Error::NonFinite {
@@ -620,11 +612,7 @@ impl<'a> View<'a> {
             // Same precision: straight from the source, a slice at a time.
             let step = SLICE * dt.size();
             for (i, part) in self.bytes.chunks(step).enumerate() {
-                let v = View {
-                    bytes: part,
-                    ..self.clone()
-                };
-                v.check_finite()?;
+                self.check_bytes(part)?;
                 buffer.load(s, base + i * step, part)?;
             }
             return Ok(());
@@ -654,6 +642,22 @@ impl<'a> View<'a> {
             from += len;
         }
         Ok(())
+    }
+}
+
+/// Whether every value stored as `stored` in `bytes` is finite (no copy).
+fn all_finite(stored: Stored, bytes: &[u8]) -> bool {
+    match stored {
+        Stored::F32 => bytes
+            .chunks_exact(4)
+            .all(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]).is_finite()),
+        // All-ones exponent: an infinity or a NaN.
+        Stored::BF16 => bytes
+            .chunks_exact(2)
+            .all(|c| u16::from_le_bytes([c[0], c[1]]) & 0x7f80 != 0x7f80),
+        Stored::F16 => bytes
+            .chunks_exact(2)
+            .all(|c| u16::from_le_bytes([c[0], c[1]]) & 0x7c00 != 0x7c00),
     }
 }
 
