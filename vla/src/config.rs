@@ -1,5 +1,5 @@
-//! Pi0.5 dimensions (openpi `pi0_config.Pi0Config` with `pi05=True`, `gemma.get_config`,
-//! `siglip` So400m/14), with the full-size preset and a tiny one for CI.
+//! Dimensions of openpi's Pi0 family (`pi0_config.Pi0Config`, `gemma.get_config`, `siglip`
+//! So400m/14): Pi0.5 (`pi05=True`) and Pi0, with full-size presets and tiny ones for CI.
 
 use serde::{Deserialize, Serialize};
 
@@ -44,9 +44,38 @@ pub struct GemmaConfig {
 /// The most camera views a model may have (inputs are gathered on the stack).
 pub const MAX_VIEWS: usize = 8;
 
+/// Which model of openpi's Pi0 family (`pi05` in openpi's `Pi0Config`). The two share the
+/// vision tower, the language model and the flow-matching loop; they differ in the action
+/// expert's input and norms.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Variant {
+    /// Pi0.5: the state discretized into the prompt, the expert's norms adaptive (scale,
+    /// shift and gate from the flow-matching time).
+    #[default]
+    Pi05,
+    /// Pi0: the state as one continuous token in front of the action tokens (`state_proj`),
+    /// the time mixed into each action token by an MLP (`action_time_mlp_{in,out}`), plain
+    /// RMSNorm in the expert, the prompt without the state.
+    Pi0,
+}
+
+impl Variant {
+    /// The model's name for people.
+    pub fn name(self) -> &'static str {
+        match self {
+            Variant::Pi05 => "Pi0.5",
+            Variant::Pi0 => "Pi0",
+        }
+    }
+}
+
 /// The whole policy.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pi05Config {
+    /// Pi0.5 or Pi0 (absent in a `config.json`: Pi0.5).
+    #[serde(default)]
+    pub variant: Variant,
     pub siglip: SiglipConfig,
     /// The PaliGemma language model (`paligemma_variant`, "gemma_2b").
     pub llm: GemmaConfig,
@@ -71,6 +100,7 @@ impl Pi05Config {
     /// openpi's `pi05` at full size.
     pub fn base() -> Pi05Config {
         Pi05Config {
+            variant: Variant::Pi05,
             siglip: SiglipConfig {
                 image_size: 224,
                 patch: 14,
@@ -116,6 +146,7 @@ impl Pi05Config {
             head_dim: 16,
         };
         Pi05Config {
+            variant: Variant::Pi05,
             siglip: SiglipConfig {
                 image_size: 224,
                 patch: 14,
@@ -133,6 +164,28 @@ impl Pi05Config {
             views: 3,
             steps: 10,
         }
+    }
+
+    /// openpi's `pi0` at full size (Pi0's prompt capacity is 48 tokens: no state in it).
+    pub fn pi0_base() -> Pi05Config {
+        Pi05Config {
+            variant: Variant::Pi0,
+            max_token_len: 48,
+            ..Pi05Config::base()
+        }
+    }
+
+    /// [`tiny`](Self::tiny) as a Pi0.
+    pub fn pi0_tiny() -> Pi05Config {
+        Pi05Config {
+            variant: Variant::Pi0,
+            ..Pi05Config::tiny()
+        }
+    }
+
+    /// Rows the action expert runs over: the action tokens, behind Pi0's state token.
+    pub fn suffix_len(&self) -> usize {
+        self.action_horizon + usize::from(self.variant == Variant::Pi0)
     }
 
     /// Prefix capacity: every view's image tokens and the prompt.

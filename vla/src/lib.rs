@@ -13,10 +13,10 @@ pub mod policy;
 pub mod tokenizer;
 pub mod weights;
 
-pub use config::{GemmaConfig, MAX_VIEWS, Pi05Config, SiglipConfig};
+pub use config::{GemmaConfig, MAX_VIEWS, Pi05Config, SiglipConfig, Variant};
 pub use error::{Error, Result};
 pub use inputs::ModelImage;
 pub use pi05::{EXACT_PREFIX_VARIANTS, Observation, Pi05, Pi05Options, PromptMode, Stage};
-pub use policy::{Policy, PolicySpec};
+pub use policy::{Policy, PolicySpec, StateInput};
 pub use tokenizer::{EncodeScratch, PromptScratch, Tokenizer, pi05_tokens, pi05_tokens_into};
 pub use weights::{ChunkShape, Pi05Weights};

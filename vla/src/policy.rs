@@ -9,11 +9,23 @@ use crate::error::Result;
 use crate::pi05::{Observation, Stage};
 use frt_exec::Stream;
 
+/// How a policy takes the robot state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StateInput {
+    /// Discretized into the prompt tokens (Pi0.5: `pi05_tokens`).
+    Prompt,
+    /// As a continuous input ([`Observation::state`], normalized); the prompt is the task
+    /// alone (Pi0: `pi0_tokens`).
+    Token,
+}
+
 /// What a policy takes and gives.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PolicySpec {
-    /// The model's name for people (`Pi0.5`).
+    /// The model's name for people (`Pi0.5`, `Pi0`).
     pub name: &'static str,
+    /// How the robot state goes in.
+    pub state: StateInput,
     /// Camera views, in the model's order.
     pub views: usize,
     /// Each view's side in pixels (square, after resize-with-pad).

@@ -1,14 +1,15 @@
-//! Pi0.5 weights by hierarchical name, in openpi's PyTorch-converted naming
+//! Pi0.5 and Pi0 weights by hierarchical name, in openpi's PyTorch-converted naming
 //! (`paligemma_with_expert.paligemma.model.vision_tower.vision_model...`,
 //! `...language_model...`, `paligemma_with_expert.gemma_expert.model.layers.{i}...`,
-//! `action_in_proj`, `action_out_proj`, `time_mlp_in`, `time_mlp_out`). LeRobot's `pi05`
+//! `action_in_proj`, `action_out_proj`, and Pi0.5's `time_mlp_in`, `time_mlp_out` or Pi0's
+//! `state_proj`, `action_time_mlp_in`, `action_time_mlp_out`). LeRobot's `pi05` and `pi0`
 //! checkpoints use the same names under `model.`; the loader detects which.
 //!
 //! [`expected`] lists every tensor a configuration needs with its shape: the loader checks
 //! against it (a missing or mis-shaped tensor is an error naming it and the expected shape),
 //! the deterministic random generator fills it, and the writer writes it.
 
-use crate::config::Pi05Config;
+use crate::config::{Pi05Config, Variant};
 use crate::error::{Error, Result};
 use frt_nn::{Store, View};
 use half::bf16;
@@ -117,7 +118,8 @@ pub fn expected(c: &Pi05Config) -> Vec<(String, Vec<usize>, Init)> {
         vec![c.vocab, g.width],
         Init::Normal(1.0 / (g.width as f32).sqrt()),
     );
-    for (prefix, g, adaptive) in [(LLM, &c.llm, false), (EXPERT, &c.expert, true)] {
+    let adaptive_expert = c.variant == Variant::Pi05;
+    for (prefix, g, adaptive) in [(LLM, &c.llm, false), (EXPERT, &c.expert, adaptive_expert)] {
         for i in 0..g.depth {
             let p = format!("{prefix}.layers.{i}");
             for n in ["input_layernorm", "post_attention_layernorm"] {
@@ -208,12 +210,51 @@ pub fn expected(c: &Pi05Config) -> Vec<(String, Vec<usize>, Init)> {
         vec![c.action_dim],
         Init::Normal(0.02),
     );
-    for n in ["time_mlp_in", "time_mlp_out"] {
-        t(format!("{n}.weight"), vec![e, e], Init::Linear);
-        t(format!("{n}.bias"), vec![e], Init::Normal(0.02));
+    match c.variant {
+        Variant::Pi05 => {
+            for n in ["time_mlp_in", "time_mlp_out"] {
+                t(format!("{n}.weight"), vec![e, e], Init::Linear);
+                t(format!("{n}.bias"), vec![e], Init::Normal(0.02));
+            }
+        }
+        Variant::Pi0 => {
+            t(
+                "state_proj.weight".into(),
+                vec![e, c.action_dim],
+                Init::Linear,
+            );
+            t("state_proj.bias".into(), vec![e], Init::Normal(0.02));
+            // `[action; time]` in, one token out.
+            t(
+                "action_time_mlp_in.weight".into(),
+                vec![e, 2 * e],
+                Init::Linear,
+            );
+            t(
+                "action_time_mlp_in.bias".into(),
+                vec![e],
+                Init::Normal(0.02),
+            );
+            t(
+                "action_time_mlp_out.weight".into(),
+                vec![e, e],
+                Init::Linear,
+            );
+            t(
+                "action_time_mlp_out.bias".into(),
+                vec![e],
+                Init::Normal(0.02),
+            );
+        }
     }
     v
 }
+
+/// A tensor only one variant has, and that variant: what tells a checkpoint's model.
+const VARIANT_MARKS: [(&str, Variant); 2] = [
+    ("time_mlp_in.weight", Variant::Pi05),
+    ("state_proj.weight", Variant::Pi0),
+];
 
 /// The weights of a Pi0.5 model: a [`Store`] whose every tensor [`expected`] names is there
 /// with its shape (checked when it is opened), looked up by openpi name.
@@ -522,6 +563,19 @@ impl Pi05Weights {
                 &embed,
                 &format!("{prefix}paligemma_with_expert.paligemma.lm_head.weight"),
             );
+        }
+        // A checkpoint of the other variant is named as such, not by its first missing tensor.
+        for (mark, variant) in VARIANT_MARKS {
+            if variant != config.variant && store.contains(&format!("{prefix}{mark}")) {
+                return Err(Error::Config {
+                    reason: format!(
+                        "the checkpoint in {} is a {} model (it has `{mark}`), not a {}",
+                        dir.display(),
+                        variant.name(),
+                        config.variant.name()
+                    ),
+                });
+            }
         }
         let root = store.root();
         for (name, shape, _) in expected(config) {

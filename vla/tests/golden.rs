@@ -53,6 +53,7 @@ fn actions(dtype: DType, mode: PromptMode, frozen_rows: usize) -> Vec<f32> {
         let noise = rand(100 + k as u32, n, 1.3);
         out.extend(
             m.infer(&Observation {
+                state: &[],
                 images: &imgs,
                 tokens,
                 noise: &noise,

@@ -34,6 +34,7 @@ fn compare(c: &Pi05Config, cuda_dtype: DType, min_cos: f64) {
         .collect();
     let noise = rand(7, c.action_horizon * c.action_dim, 1.7);
     let obs = Observation {
+        state: &[],
         images: &imgs,
         tokens: &tokens,
         noise: &noise,
@@ -101,6 +102,7 @@ fn frozen_prefix_on_cuda_matches_the_host() {
     let tokens = [2u32, 17, 99, 301, 5, 42, 7, 108];
     let noise = rand(8, c.action_horizon * c.action_dim, 1.7);
     let obs = Observation {
+        state: &[],
         images: &imgs,
         tokens: &tokens,
         noise: &noise,

@@ -80,6 +80,7 @@ fn tiny_matches_openpi_pytorch() {
                 .collect();
             let a = m
                 .infer(&Observation {
+                    state: &[],
                     images: &views,
                     tokens: &case.tokens,
                     noise: &noise(c.action_horizon * c.action_dim, case.noise_seed),

@@ -36,6 +36,7 @@ fn infer(m: &Pi05, i: &Inputs, present: &[bool]) -> Vec<f32> {
         .map(|(im, p)| p.then_some(im))
         .collect();
     m.infer(&Observation {
+        state: &[],
         images: &imgs,
         tokens: &i.tokens,
         noise: &i.noise,
@@ -78,6 +79,7 @@ fn end_to_end_is_deterministic_and_masks_work() {
     );
     // ... nor do the padded prompt slots (written here behind the model's back).
     m.set_inputs(&Observation {
+        state: &[],
         images: &[Some(&i.images[0]), None, Some(&i.images[2])],
         tokens: &i.tokens,
         noise: &i.noise,
@@ -137,6 +139,7 @@ fn stages_replay_one_by_one_and_halt_overrides() {
     let whole = infer(&m, &i, &[true, true, false]);
     let imgs = [Some(&i.images[0]), Some(&i.images[1]), None];
     m.set_inputs(&Observation {
+        state: &[],
         images: &imgs,
         tokens: &i.tokens,
         noise: &i.noise,
@@ -173,6 +176,7 @@ fn bad_inputs_are_rejected() {
     let img = &i.images[0];
     let obs = |images: &[Option<&ModelImage>], tokens: &[u32], noise: &[f32]| {
         m.set_inputs(&Observation {
+            state: &[],
             images,
             tokens,
             noise,
@@ -277,6 +281,7 @@ fn exact_prompt_mode_matches_fixed_mode() {
         .collect();
     exact
         .set_inputs(&Observation {
+            state: &[],
             images: &imgs,
             tokens: &short.tokens,
             noise: &short.noise,

@@ -140,6 +140,7 @@ fn main() {
         drop(w);
         let (img, tokens, noise) = canonical_inputs(&c);
         m.set_inputs(&Observation {
+            state: &[],
             images: &[Some(&img), Some(&img)],
             tokens: &tokens,
             noise: &noise,
@@ -210,6 +211,7 @@ fn inpaint_cost(ctx: &Ctx, iters: usize) {
     let models = [&plain, &frozen, &again];
     for m in models {
         m.set_inputs(&Observation {
+            state: &[],
             images: &[Some(&img), Some(&img)],
             tokens: &tokens,
             noise: &noise,
@@ -311,6 +313,7 @@ fn precision(ctx: &Ctx) {
     }
     for (name, views, tokens, noise) in &sets {
         let obs = Observation {
+            state: &[],
             images: &[Some(&views[0]), Some(&views[1])],
             tokens,
             noise,

@@ -3,47 +3,21 @@
 //! `gemma_expert` names) over `[prefix cache ; its own tokens]`, its norms adaptive: scale,
 //! shift and gate from the step's time, computed once when the model is built.
 //!
-//! The noisy actions, the input and output projections and the update stay in f32; the
-//! expert's tokens are rounded to the model's precision once per step, its final normed
-//! output widened once. After the last step the update also writes the output chunk. With
-//! frozen-prefix denoising, each update's first rows are set from the frozen actions.
+//! The noisy actions, the input and output projections and the update stay in f32
+//! (`flow.rs`); the expert's tokens are rounded to the model's precision once per step, its
+//! final normed output widened once.
 
+use super::flow::{Flow, Inpaint, Io, time_embedding};
 use super::prefix::GemmaLayer;
 use super::{GEMMA_EPS, ROPE_WAVELENGTH};
 use crate::error::Result;
 use crate::weights::{EXPERT, Pi05Weights};
-use frt_exec::{Buffer, Stream};
+use frt_exec::Stream;
 use frt_kernels::{AttentionMask, AttentionPlan, DType, GegluLinear, Gemm, Kernels, Tensor};
-
-/// The buffers of frozen-prefix denoising (real-time chunking's hard mask): the first
-/// `rows[0]` rows of every step's update are set to the flow's interpolation between the
-/// tick's noise (`x1`, copied at the start of the first step) and `frozen`.
-#[derive(Clone)]
-pub(crate) struct Inpaint {
-    pub(crate) x1: Tensor,
-    pub(crate) frozen: Tensor,
-    pub(crate) rows: Tensor,
-}
-
-/// What the expert shares with the rest of the model.
-pub(crate) struct Io {
-    /// The noisy actions `[horizon, action_dim]` (f32; with frozen-prefix denoising the first
-    /// quarter of a buffer that also holds the noise copy, the frozen actions and their row
-    /// count).
-    pub(crate) x: Tensor,
-    /// The output chunk (f32).
-    pub(crate) out: Tensor,
-    /// The action tokens' positions (i32, written with the prompt).
-    pub(crate) suffix_pos: Tensor,
-    /// Which of `[prefix ; suffix]` keys are valid (u8, written with the prompt).
-    pub(crate) full_mask: Tensor,
-    pub(crate) inpaint_prefix: bool,
-}
 
 /// The action expert, planned (see the module docs).
 pub(crate) struct Expert {
     el: Vec<GemmaLayer>,
-    steps: usize,
     p_len: usize,
     s_len: usize,
     hd: usize,
@@ -53,10 +27,7 @@ pub(crate) struct Expert {
     /// Per step, per norm (two a layer, then the final one): `[scale; shift; gate]`.
     mods: Tensor,
     narrow: bool,
-    chunk_n: usize,
-    dt_step: f32,
-    x: Tensor,
-    out: Tensor,
+    flow: Flow,
     suffix_pos: Tensor,
     a32: Tensor,
     a: Tensor,
@@ -67,19 +38,10 @@ pub(crate) struct Expert {
     sattn: Tensor,
     so: Tensor,
     sh: Tensor,
-    v32: Tensor,
-    win: Tensor,
-    bin: Tensor,
-    wout: Tensor,
-    bout: Tensor,
-    x_scratch: Option<Tensor>,
-    inpaint: Option<Inpaint>,
-    sg_in: Gemm,
     sg_qkv: Gemm,
     sg_o: Gemm,
     sg_gu: GegluLinear,
     sg_down: Gemm,
-    sg_out: Gemm,
     sattn_plans: Vec<AttentionPlan>,
 }
 
@@ -97,16 +59,8 @@ impl Expert {
         let ctx = k.ctx();
         let c = &w.config;
         let (lg, eg) = (&c.llm, &c.expert);
-        let Io {
-            x,
-            out,
-            suffix_pos,
-            full_mask,
-            inpaint_prefix,
-        } = io;
         let (p_len, s_len) = (c.prefix_len(), c.action_horizon);
         let (hd, heads, kvh) = (lg.head_dim, lg.heads, lg.kv_heads);
-        let chunk_n = s_len * c.action_dim;
         let t_as =
             |name: &str, dt: DType| -> Result<Tensor> { Ok(w.get(name)?.upload(ctx, s, dt)?) };
         let model_dt = |name: &str| t_as(name, dt);
@@ -123,15 +77,9 @@ impl Expert {
             // embedding's shortest period is 4 ms, so a time rounded to bf16 — 0.9 becoming
             // 0.8984375 — is a phase error); the condition is rounded to the model's precision
             // for the modulation projections, as openpi's `Dense(dtype=x.dtype)` does.
-            let times: Vec<f32> = (0..c.steps)
-                .map(|i| 1.0 - i as f32 / c.steps as f32)
-                .collect();
             let f = DType::F32;
-            let t = Tensor::alloc(ctx, "time", f, &[c.steps])?;
-            t.write_f32(s, &times)?;
-            let temb = Tensor::alloc(ctx, "time_emb", f, &[c.steps, ew])?;
+            let temb = time_embedding(k, s, c.steps, ew)?;
             let h = Tensor::alloc(ctx, "time_h", f, &[c.steps, ew])?;
-            k.sinusoidal(s, &t, &temb, 4e-3, 4.0)?;
             let (wi, bi, wo, bo) = (
                 t_as("time_mlp_in.weight", f)?,
                 t_as("time_mlp_in.bias", f)?,
@@ -201,32 +149,12 @@ impl Expert {
         let sattn = Tensor::alloc(ctx, "step.attn", dt, &[s_len, heads * hd])?;
         let so = Tensor::alloc(ctx, "step.o", dt, &[s_len, ew])?;
         let sh = Tensor::alloc(ctx, "step.mlp", dt, &[s_len, eg.mlp])?;
-        let v32 = Tensor::alloc(ctx, "step.v32", f, &[s_len, c.action_dim])?;
-        let (win, bin, wout, bout) = (
-            t_as("action_in_proj.weight", f)?,
-            t_as("action_in_proj.bias", f)?,
-            t_as("action_out_proj.weight", f)?,
-            t_as("action_out_proj.bias", f)?,
-        );
-        // Frozen-prefix denoising writes each update's rows in another dtype too: a scratch
-        // for the steps before the last (the output only ever holds a whole chunk).
-        let x_scratch = if inpaint_prefix {
-            Some(Tensor::alloc(
-                ctx,
-                "step.x.scratch",
-                f,
-                &[s_len, c.action_dim],
-            )?)
-        } else {
-            None
-        };
-        let sg_in = k.linear(&x, &win, &a32, true, false)?;
         let sg_qkv = k.linear(&aln, &el[0].qkv, &sqkv, false, false)?;
         let sg_o = k.linear(&sattn, &el[0].o, &so, false, false)?;
         // The MLP's gate and up projections with the gate applied (one kernel on CUDA).
         let sg_gu = k.geglu_linear(&aln, &el[0].gate_up, &sh)?;
         let sg_down = k.linear(&sh, &el[0].down, &so, false, false)?;
-        let sg_out = k.linear(&aln32, &wout, &v32, true, false)?;
+        let flow = Flow::build(k, s, w, &io, &a32, &aln32)?;
         let mut sattn_plans: Vec<AttentionPlan> = Vec::new();
         for l in &el {
             let plan = k.attention_plan_sharing(
@@ -234,29 +162,14 @@ impl Expert {
                 &heads_of(&l.k_cache, p_len + s_len, kvh)?,
                 &heads_of(&l.v_cache, p_len + s_len, kvh)?,
                 &heads_of(&sattn, s_len, heads)?,
-                &AttentionMask::keys(&full_mask),
+                &AttentionMask::keys(&io.full_mask),
                 1.0 / (hd as f32).sqrt(),
                 sattn_plans.first(),
             )?;
             sattn_plans.push(plan);
         }
-        let dt_step = -1.0 / c.steps as f32;
-        let inpaint = if inpaint_prefix {
-            let (b, shape, strides) = (x.buffer(), [s_len, c.action_dim], [c.action_dim, 1]);
-            let i = Inpaint {
-                x1: Tensor::with_layout(b, DType::F32, &shape, &strides, chunk_n)?,
-                frozen: Tensor::with_layout(b, DType::F32, &shape, &strides, 2 * chunk_n)?,
-                rows: Tensor::with_layout(b, DType::I32, &[1], &[1], 3 * chunk_n)?,
-            };
-            i.frozen.write_f32(s, &vec![0.0; s_len * c.action_dim])?;
-            i.rows.write_i32(s, &[0])?;
-            Some(i)
-        } else {
-            None
-        };
         Ok(Expert {
             el,
-            steps: c.steps,
             p_len,
             s_len,
             hd,
@@ -265,11 +178,8 @@ impl Expert {
             dt,
             mods,
             narrow,
-            chunk_n,
-            dt_step,
-            x,
-            out,
-            suffix_pos,
+            flow,
+            suffix_pos: io.suffix_pos,
             a32,
             a,
             aln,
@@ -279,26 +189,17 @@ impl Expert {
             sattn,
             so,
             sh,
-            v32,
-            win,
-            bin,
-            wout,
-            bout,
-            x_scratch,
-            inpaint,
-            sg_in,
             sg_qkv,
             sg_o,
             sg_gu,
             sg_down,
-            sg_out,
             sattn_plans,
         })
     }
 
     /// The frozen-prefix buffers, when built with them.
     pub(crate) fn inpaint(&self) -> Option<&Inpaint> {
-        self.inpaint.as_ref()
+        self.flow.inpaint()
     }
 
     /// Norm `j`'s `[scale; shift; gate]` at step `step`.
@@ -323,21 +224,7 @@ impl Expert {
 
     /// Records step `i` on `cs`.
     pub(crate) fn record(&self, k: &Kernels, cs: Stream, i: usize) -> Result<()> {
-        if i == 0 {
-            if let Some(p) = &self.inpaint {
-                let bytes = self.chunk_n * 4;
-                Buffer::copy(
-                    self.x.buffer(),
-                    p.x1.offset() * 4,
-                    self.x.buffer(),
-                    0,
-                    bytes,
-                    cs,
-                )?;
-            }
-        }
-        self.sg_in
-            .run(cs, &self.x, &self.win, &self.a32, Some(&self.bin))?;
+        self.flow.record_in(cs, i)?;
         // Each residual is fused with the norm that follows it (the next layer's input norm,
         // or the final norm); the first norm also rounds the f32 tokens into the residual
         // stream, the final one also widens its output for the f32 output projection.
@@ -391,30 +278,6 @@ impl Expert {
                 k.residual_ada_rms_norm(cs, &self.a, &self.so, &gate, &m, &self.aln, GEMMA_EPS)?
             };
         }
-        self.sg_out
-            .run(cs, &self.aln32, &self.wout, &self.v32, Some(&self.bout))?;
-        // After the last step the update also writes the output chunk.
-        let last = i + 1 == self.steps;
-        match (&self.inpaint, &self.x_scratch) {
-            // The time the update reaches (exactly 0 after the last step).
-            (Some(p), Some(scratch)) => {
-                let t_next = 1.0 - (i + 1) as f32 / self.steps as f32;
-                let next = if last { &self.out } else { scratch };
-                k.euler_step_inpaint_cast(
-                    cs,
-                    &self.x,
-                    &self.v32,
-                    self.dt_step,
-                    &p.x1,
-                    &p.frozen,
-                    &p.rows,
-                    t_next,
-                    next,
-                )?
-            }
-            _ if last => k.euler_step_cast(cs, &self.x, &self.v32, self.dt_step, &self.out)?,
-            _ => k.euler_step(cs, &self.x, &self.v32, self.dt_step)?,
-        }
-        Ok(())
+        self.flow.record_out(k, cs, i)
     }
 }

@@ -1,5 +1,7 @@
-//! Pi0.5 as exec graphs (mirrors openpi `pi0.py` `Pi0.sample_actions` with `pi05=True`,
-//! `gemma.py` `Module`/`Block`/`Attention`/`RMSNorm`/`FeedForward`, `siglip.py` So400m/14).
+//! Pi0.5 and Pi0 as exec graphs (mirrors openpi `pi0.py` `Pi0.sample_actions` with `pi05=True`
+//! or `False`, `gemma.py` `Module`/`Block`/`Attention`/`RMSNorm`/`FeedForward`, `siglip.py`
+//! So400m/14). The two share everything but the action expert's step (see
+//! [`Variant`](crate::Variant)).
 //!
 //! The graphs are cut where the robot host may need to act between them:
 //!
@@ -9,30 +11,34 @@
 //!   prompt embedded (×√width) behind the images, then the language model over the prefix,
 //!   filling each layer's key/value cache (its last MLP, whose output nothing reads, is
 //!   skipped);
-//! * **step** (key = step index, `expert.rs`): one Euler step of flow matching — the action
-//!   expert over `[prefix cache ; its own tokens]`, adaptive norms conditioned on the step's
-//!   time (those conditions are computed once, when the model is built); the noisy actions,
-//!   the input and output projections and the update stay in f32, and after the last step
-//!   the update also writes the output chunk; so the steps of one inference run in order;
+//! * **step** (key = step index): one Euler step of flow matching — the action expert over
+//!   `[prefix cache ; its own tokens]`: Pi0.5's with adaptive norms conditioned on the step's
+//!   time (`expert.rs`), Pi0's with a state token in front of action tokens that carry the
+//!   time (`pi0.rs`); the step-dependent time terms are computed once, when the model is
+//!   built. The noisy actions, the input and output projections and the update stay in f32
+//!   (`flow.rs`), and after the last step the update also writes the output chunk; so the
+//!   steps of one inference run in order;
 //! * **halt** (key 0): writes the configured hold chunk into the output, for the
 //!   highest-priority stream.
 //!
 //! Everything that changes between inferences lives in buffers written before a replay:
 //! images (f32; the vision graph casts them to the model's precision), the prompt buffer
 //! (tokens, the key masks for missing views and prompt padding, and the positions derived from
-//! them — one upload), the noise. A new prompt is a buffer write; nothing is recaptured (in
+//! them — one upload), the noise, Pi0's state. A new prompt is a buffer write; nothing is recaptured (in
 //! [`PromptMode::Exact`], a prompt of a length not seen yet captures that length's prefix).
 
 mod expert;
+mod flow;
+mod pi0;
 mod prefix;
 mod siglip;
 
-use crate::config::Pi05Config;
+use crate::config::{Pi05Config, Variant};
 use crate::error::{Error, Result};
 use crate::inputs::ModelImage;
-use crate::policy::{Policy, PolicySpec};
+use crate::policy::{Policy, PolicySpec, StateInput};
 use crate::weights::{EXPERT, LLM, Pi05Weights};
-use expert::Inpaint;
+use flow::Inpaint;
 use frt_exec::{Buffer, Ctx, Graph, Plan, ShapeKey, Stream};
 use frt_kernels::{DType, KernelOptions, Kernels, Tensor};
 use frt_nn::blocks::gemma::GemmaDims;
@@ -72,8 +78,13 @@ impl Stage {
 pub struct Observation<'a> {
     /// Per view, 224×224×3 values (HWC), or `None` for a missing view.
     pub images: &'a [Option<&'a ModelImage>],
-    /// Prompt tokens (BOS first), at most `max_token_len`.
+    /// Prompt tokens (BOS first), at most `max_token_len`. Pi0.5's carry the discretized state
+    /// (see [`PolicySpec::state`](crate::PolicySpec)).
     pub tokens: &'a [u32],
+    /// The normalized robot state, at most `action_dim` finite values (padded with zeros, as
+    /// openpi pads it): Pi0's state token. Pi0.5 takes the state in its prompt tokens and does
+    /// not read this.
+    pub state: &'a [f32],
     /// `action_horizon × action_dim` standard normal noise.
     pub noise: &'a [f32],
 }
@@ -106,8 +117,32 @@ pub struct Pi05 {
     prompt_bytes: std::sync::Mutex<Vec<u8>>,
     /// Frozen-prefix denoising, when built with it.
     inpaint: Option<Inpaint>,
+    /// Pi0's state input (`[1, action_dim]`, f32), and the zeros that pad a shorter state.
+    state: Option<Tensor>,
+    state_pad: Vec<f32>,
     spec: PolicySpec,
     stages: Vec<Stage>,
+}
+
+/// The step graph's model: Pi0.5's adaptive-norm expert or Pi0's state-token expert.
+enum StepModel {
+    Pi05(expert::Expert),
+    Pi0(pi0::Expert),
+}
+
+impl StepModel {
+    fn record(&self, k: &Kernels, cs: Stream, i: usize) -> Result<()> {
+        match self {
+            StepModel::Pi05(e) => e.record(k, cs, i),
+            StepModel::Pi0(e) => e.record(k, cs, i),
+        }
+    }
+    fn inpaint(&self) -> Option<&Inpaint> {
+        match self {
+            StepModel::Pi05(e) => e.inpaint(),
+            StepModel::Pi0(e) => e.inpaint(),
+        }
+    }
 }
 
 /// How the prompt sits in the prefix (`fixed` / `exact` in configs).
@@ -184,7 +219,8 @@ impl Pi05 {
         let dt = dtype;
         let (sg, lg, eg) = (&c.siglip, &c.llm, &c.expert);
         let n_img = c.views * sg.tokens();
-        let (p_len, s_len) = (c.prefix_len(), c.action_horizon);
+        // The suffix: the action rows (`horizon`), behind Pi0's state token.
+        let (p_len, s_len, horizon) = (c.prefix_len(), c.suffix_len(), c.action_horizon);
         let (hd, heads, kvh) = (lg.head_dim, lg.heads, lg.kv_heads);
         let kv_width = kvh * hd;
 
@@ -204,16 +240,16 @@ impl Pi05 {
         // With frozen-prefix denoising, x_t shares its buffer with the noise copy, the frozen
         // actions and their row count (the update reads them after the expert's weights went
         // through the caches: one neighbourhood, not three cold allocations).
-        let chunk_n = s_len * c.action_dim;
+        let chunk_n = horizon * c.action_dim;
         let x = if inpaint_prefix {
             let b = Buffer::alloc(ctx, "x_t+inpaint", (3 * chunk_n + 1) * 4)?;
-            Tensor::new(&b, DType::F32, &[s_len, c.action_dim])?
+            Tensor::new(&b, DType::F32, &[horizon, c.action_dim])?
         } else {
-            Tensor::alloc(ctx, "x_t", DType::F32, &[s_len, c.action_dim])?
+            Tensor::alloc(ctx, "x_t", DType::F32, &[horizon, c.action_dim])?
         };
-        let out = Tensor::alloc(ctx, "actions", DType::F32, &[s_len, c.action_dim])?;
-        let hold = Tensor::alloc(ctx, "hold", DType::F32, &[s_len, c.action_dim])?;
-        hold.write_f32(s, &vec![0.0; s_len * c.action_dim])?;
+        let out = Tensor::alloc(ctx, "actions", DType::F32, &[horizon, c.action_dim])?;
+        let hold = Tensor::alloc(ctx, "hold", DType::F32, &[horizon, c.action_dim])?;
+        hold.write_f32(s, &vec![0.0; chunk_n])?;
         let prefix_x = Tensor::alloc(ctx, "prefix.x", dt, &[p_len, lg.width])?;
 
         // ---- vision: SigLIP over all views at once, then the projector
@@ -251,9 +287,11 @@ impl Pi05 {
                 k_cache: zeroed(&lp.name("k_cache"))?,
                 v_cache: zeroed(&lp.name("v_cache"))?,
             };
-            // The expert writes its keys/values behind the prefix in the same caches.
+            // The expert writes its keys/values behind the prefix in the same caches; Pi0.5's
+            // expert norms are adaptive, Pi0's plain.
+            let adaptive = c.variant == Variant::Pi05;
             el.push(GemmaLayer {
-                w: frt_nn::blocks::gemma::GemmaLayer::load(&ep, &dims(eg), true, ctx, s, dt)?,
+                w: frt_nn::blocks::gemma::GemmaLayer::load(&ep, &dims(eg), adaptive, ctx, s, dt)?,
                 k_cache: l.k_cache.clone(),
                 v_cache: l.v_cache.clone(),
             });
@@ -303,21 +341,22 @@ impl Pi05 {
         }
 
         // ---- the action expert: one denoising step per graph variant
-        let expert = expert::Expert::build(
-            &k,
-            s,
-            w,
-            dt,
-            el,
-            expert::Io {
-                x: x.clone(),
-                out: out.clone(),
-                suffix_pos,
-                full_mask,
-                inpaint_prefix,
-            },
-        )?;
+        let io = flow::Io {
+            x: x.clone(),
+            out: out.clone(),
+            suffix_pos,
+            full_mask,
+            inpaint_prefix,
+        };
+        let expert = match c.variant {
+            Variant::Pi05 => StepModel::Pi05(expert::Expert::build(&k, s, w, dt, el, io)?),
+            Variant::Pi0 => StepModel::Pi0(pi0::Expert::build(&k, s, w, dt, el, io)?),
+        };
         let inpaint = expert.inpaint().cloned();
+        let state = match &expert {
+            StepModel::Pi05(_) => None,
+            StepModel::Pi0(e) => Some(e.state().clone()),
+        };
         let step = Graph::new(ctx, "pi05.step", c.steps);
         for i in 0..c.steps {
             step.capture(ShapeKey(i as u64), |cs| expert.record(&k, cs, i))?;
@@ -335,7 +374,11 @@ impl Pi05 {
         ctx.sync_stream(s)?;
         let zero_view = vec![0.0; c.siglip.image_size * c.siglip.image_size * 3];
         let spec = PolicySpec {
-            name: "Pi0.5",
+            name: c.variant.name(),
+            state: match c.variant {
+                Variant::Pi05 => StateInput::Prompt,
+                Variant::Pi0 => StateInput::Token,
+            },
             views: c.views,
             image_size: c.siglip.image_size,
             max_token_len: c.max_token_len,
@@ -367,6 +410,8 @@ impl Pi05 {
             zero_view,
             prompt_bytes: Default::default(),
             inpaint,
+            state,
+            state_pad: vec![0.0; spec.action_dim],
             spec,
             stages,
         })
@@ -447,13 +492,13 @@ impl Pi05 {
             n += i32::from(valid(i));
             put((n - 1).max(0));
         }
-        for i in 0..c.action_horizon as i32 {
+        for i in 0..c.suffix_len() as i32 {
             put(n + i);
         }
         for _ in 0..2 {
             bytes.extend((0..c.prefix_len()).map(|i| u8::from(valid(i))));
         }
-        bytes.extend(std::iter::repeat_n(1u8, c.action_horizon));
+        bytes.extend(std::iter::repeat_n(1u8, c.suffix_len()));
         self.prefix_parts
             .tokens
             .buffer()
@@ -521,6 +566,20 @@ impl Pi05 {
                     c.action_horizon * c.action_dim
                 ),
             });
+        }
+        if let Some(state) = &self.state {
+            if obs.state.len() > c.action_dim || obs.state.iter().any(|x| !x.is_finite()) {
+                return Err(Error::BadInput {
+                    what: "state".into(),
+                    reason: format!(
+                        "{} values (need at most {} finite)",
+                        obs.state.len(),
+                        c.action_dim
+                    ),
+                });
+            }
+            let pad = &self.state_pad[obs.state.len()..];
+            state.write_f32_parts(self.s, &[obs.state, pad])?;
         }
         self.set_prompt(obs.tokens, &present[..c.views])?;
         self.images.write_f32_parts(self.s, &parts[..c.views])?;
@@ -643,7 +702,8 @@ impl Policy for Pi05 {
         let c = &self.config;
         let side = c.siglip.image_size / c.siglip.patch;
         format!(
-            "SigLIP {side}×{side} patches of {} px, width {}, {} layers; language model width {}, {} layers; expert width {}, {} layers",
+            "{}: SigLIP {side}×{side} patches of {} px, width {}, {} layers; language model width {}, {} layers; expert width {}, {} layers",
+            c.variant.name(),
             c.siglip.patch,
             c.siglip.width,
             c.siglip.depth,

@@ -1,0 +1,327 @@
+//! The step graph's model for Pi0 (openpi `pi0.py` with `pi05=False`; `PI0Pytorch`'s
+//! `embed_suffix` and `denoise_step`): the suffix is one state token (`state_proj` of the
+//! continuous, normalized state) in front of the action tokens, each the embedded noisy
+//! action mixed with the step's time by an MLP (`action_time_mlp_in` over `[action; time]`,
+//! swish, `action_time_mlp_out`). The action expert — plain RMSNorm, no adaptive norms — runs
+//! over `[prefix cache ; suffix]` with openpi's block-causal mask: the state token sees the
+//! valid prefix and itself, the action tokens see the valid prefix and the whole suffix. The
+//! velocity comes from the action rows.
+//!
+//! `action_time_mlp_in`'s time half applied to a step's time embedding is the same for every
+//! action token of that step: it is computed once, when the model is built, as the step's
+//! bias, so a step multiplies only the action half. The state token, the time MLP and the
+//! projections run in f32 (as openpi's f32 parameters compute them); the suffix is rounded to
+//! the model's precision once per step, the final normed action rows widened once.
+
+use super::flow::{Flow, Inpaint, Io, time_embedding};
+use super::prefix::GemmaLayer;
+use super::{GEMMA_EPS, ROPE_WAVELENGTH};
+use crate::error::{Error, Result};
+use crate::weights::{EXPERT, Pi05Weights};
+use frt_exec::Stream;
+use frt_kernels::{AttentionMask, AttentionPlan, DType, GegluLinear, Gemm, Kernels, Tensor};
+
+/// The Pi0 action expert, planned (see the module docs).
+pub(crate) struct Expert {
+    el: Vec<GemmaLayer>,
+    final_norm: Tensor,
+    p_len: usize,
+    /// The action rows (the suffix has one more: the state token).
+    horizon: usize,
+    ew: usize,
+    hd: usize,
+    narrow: bool,
+    flow: Flow,
+    suffix_pos: Tensor,
+    /// The normalized state, padded with zeros to `[1, action_dim]` (f32, written with the
+    /// inputs).
+    state: Tensor,
+    w_state: Tensor,
+    b_state: Tensor,
+    /// `action_time_mlp_in`'s action half `[width, width]`, and per step its time half applied
+    /// to the step's time plus its bias: `[steps, width]` (all f32).
+    w_action: Tensor,
+    step_bias: Tensor,
+    w_mlp_out: Tensor,
+    b_mlp_out: Tensor,
+    /// The embedded noisy actions and the time MLP's hidden rows (`[horizon, width]`, f32).
+    embedded: Tensor,
+    hidden: Tensor,
+    /// The suffix `[1 + horizon, width]` in f32, and the residual stream in the model's
+    /// precision (the same tensor in f32).
+    t32: Tensor,
+    a: Tensor,
+    aln: Tensor,
+    /// The final normed action rows in f32 (a view of `aln` in f32).
+    aln32: Tensor,
+    sq: Tensor,
+    sqkv: Tensor,
+    sattn: Tensor,
+    sh: Tensor,
+    sg_state: Gemm,
+    sg_action: Gemm,
+    sg_mlp_out: Gemm,
+    sg_qkv: Gemm,
+    sg_o: Gemm,
+    sg_gu: GegluLinear,
+    sg_down: Gemm,
+    /// Per layer: the state token's attention (keys up to and including its own row) and the
+    /// action tokens' (every key).
+    state_plans: Vec<AttentionPlan>,
+    action_plans: Vec<AttentionPlan>,
+}
+
+impl Expert {
+    /// Uploads the expert's own weights (its layers `el` are loaded, sharing the language
+    /// model's caches), computes every step's time bias, and plans a step's ops.
+    pub(crate) fn build(
+        k: &Kernels,
+        s: Stream,
+        w: &Pi05Weights,
+        dt: DType,
+        el: Vec<GemmaLayer>,
+        io: Io,
+    ) -> Result<Expert> {
+        let ctx = k.ctx();
+        let c = &w.config;
+        let (lg, eg) = (&c.llm, &c.expert);
+        let (p_len, horizon, s_len) = (c.prefix_len(), c.action_horizon, c.suffix_len());
+        let (hd, heads, kvh) = (lg.head_dim, lg.heads, lg.kv_heads);
+        let ew = eg.width;
+        let f = DType::F32;
+        let narrow = dt != f;
+        let t32_of = |name: &str| -> Result<Tensor> { Ok(w.get(name)?.upload(ctx, s, f)?) };
+        let final_norm = w
+            .root()
+            .pp(EXPERT)
+            .pp("norm")
+            .upload("weight", &[ew], ctx, s, dt)?;
+
+        // ---- action_time_mlp_in split into its action and time halves (columns)
+        let w_in = w.get("action_time_mlp_in.weight")?.to_f32();
+        if w_in.len() != ew * 2 * ew {
+            return Err(Error::Config {
+                reason: format!(
+                    "action_time_mlp_in.weight has {} values, expected {ew}×{}",
+                    w_in.len(),
+                    2 * ew
+                ),
+            });
+        }
+        let (mut wa, mut wt) = (Vec::with_capacity(ew * ew), Vec::with_capacity(ew * ew));
+        for row in w_in.chunks_exact(2 * ew) {
+            wa.extend_from_slice(&row[..ew]);
+            wt.extend_from_slice(&row[ew..]);
+        }
+        drop(w_in);
+        let w_action = Tensor::alloc(ctx, "action_time_mlp_in.action", f, &[ew, ew])?;
+        w_action.write_f32(s, &wa)?;
+        let step_bias = {
+            let w_time = Tensor::alloc(ctx, "action_time_mlp_in.time", f, &[ew, ew])?;
+            w_time.write_f32(s, &wt)?;
+            let temb = time_embedding(k, s, c.steps, ew)?;
+            let bias = Tensor::alloc(ctx, "step.time_bias", f, &[c.steps, ew])?;
+            let b_in = t32_of("action_time_mlp_in.bias")?;
+            k.linear(&temb, &w_time, &bias, true, false)?.run(
+                s,
+                &temb,
+                &w_time,
+                &bias,
+                Some(&b_in),
+            )?;
+            ctx.sync_stream(s)?;
+            bias
+        };
+        let (w_state, b_state, w_mlp_out, b_mlp_out) = (
+            t32_of("state_proj.weight")?,
+            t32_of("state_proj.bias")?,
+            t32_of("action_time_mlp_out.weight")?,
+            t32_of("action_time_mlp_out.bias")?,
+        );
+
+        // ---- one denoising step
+        let state = Tensor::alloc(ctx, "state", f, &[1, c.action_dim])?;
+        state.write_f32(s, &vec![0.0; c.action_dim])?;
+        let embedded = Tensor::alloc(ctx, "step.action_emb", f, &[horizon, ew])?;
+        let hidden = Tensor::alloc(ctx, "step.action_time_h", f, &[horizon, ew])?;
+        let t32 = Tensor::alloc(ctx, "step.tokens.f32", f, &[s_len, ew])?;
+        let a = if narrow {
+            Tensor::alloc(ctx, "step.tokens", dt, &[s_len, ew])?
+        } else {
+            t32.clone()
+        };
+        let aln = Tensor::alloc(ctx, "step.ln", dt, &[s_len, ew])?;
+        let aln32 = if narrow {
+            Tensor::alloc(ctx, "step.ln.f32", f, &[horizon, ew])?
+        } else {
+            aln.narrow(0, 1, horizon)?
+        };
+        let sq = Tensor::alloc(ctx, "step.q", dt, &[s_len, heads * hd])?;
+        let sqkv = Tensor::alloc(ctx, "step.qkv", dt, &[s_len, (heads + 2 * kvh) * hd])?;
+        let sattn = Tensor::alloc(ctx, "step.attn", dt, &[s_len, heads * hd])?;
+        let sh = Tensor::alloc(ctx, "step.mlp", dt, &[s_len, eg.mlp])?;
+        let flow = Flow::build(k, s, w, &io, &embedded, &aln32)?;
+        let sg_state = k.linear(&state, &w_state, &t32.narrow(0, 0, 1)?, true, false)?;
+        let sg_action = k.linear(&embedded, &w_action, &hidden, true, false)?;
+        let sg_mlp_out = k.linear(
+            &hidden,
+            &w_mlp_out,
+            &t32.narrow(0, 1, horizon)?,
+            true,
+            false,
+        )?;
+        let sg_qkv = k.linear(&aln, &el[0].qkv, &sqkv, false, false)?;
+        let sg_o = k.linear(&sattn, &el[0].o, &a, false, true)?;
+        let sg_gu = k.geglu_linear(&aln, &el[0].gate_up, &sh)?;
+        let sg_down = k.linear(&sh, &el[0].down, &a, false, true)?;
+        // Block-causal attention as two plans a layer: the state query over the keys up to its
+        // own row, the action queries over every key; both behind the prefix's key mask.
+        let heads_of =
+            |t: &Tensor, n: usize| -> Result<Tensor> { Ok(t.reshape(&[t.dim(0), n, hd])?) };
+        let (mut state_plans, mut action_plans) = (Vec::new(), Vec::new());
+        let scale = 1.0 / (hd as f32).sqrt();
+        for l in &el {
+            let to_state = p_len + 1;
+            let plan = k.attention_plan_sharing(
+                &heads_of(&sq.narrow(0, 0, 1)?, heads)?,
+                &heads_of(&l.k_cache.narrow(0, 0, to_state)?, kvh)?,
+                &heads_of(&l.v_cache.narrow(0, 0, to_state)?, kvh)?,
+                &heads_of(&sattn.narrow(0, 0, 1)?, heads)?,
+                &AttentionMask::keys(&io.full_mask.narrow(0, 0, to_state)?),
+                scale,
+                state_plans.first(),
+            )?;
+            state_plans.push(plan);
+            let plan = k.attention_plan_sharing(
+                &heads_of(&sq.narrow(0, 1, horizon)?, heads)?,
+                &heads_of(&l.k_cache, kvh)?,
+                &heads_of(&l.v_cache, kvh)?,
+                &heads_of(&sattn.narrow(0, 1, horizon)?, heads)?,
+                &AttentionMask::keys(&io.full_mask),
+                scale,
+                action_plans.first(),
+            )?;
+            action_plans.push(plan);
+        }
+        Ok(Expert {
+            el,
+            final_norm,
+            p_len,
+            horizon,
+            ew,
+            hd,
+            narrow,
+            flow,
+            suffix_pos: io.suffix_pos,
+            state,
+            w_state,
+            b_state,
+            w_action,
+            step_bias,
+            w_mlp_out,
+            b_mlp_out,
+            embedded,
+            hidden,
+            t32,
+            a,
+            aln,
+            aln32,
+            sq,
+            sqkv,
+            sattn,
+            sh,
+            sg_state,
+            sg_action,
+            sg_mlp_out,
+            sg_qkv,
+            sg_o,
+            sg_gu,
+            sg_down,
+            state_plans,
+            action_plans,
+        })
+    }
+
+    /// The frozen-prefix buffers, when built with them.
+    pub(crate) fn inpaint(&self) -> Option<&Inpaint> {
+        self.flow.inpaint()
+    }
+
+    /// The state input (`[1, action_dim]`, f32).
+    pub(crate) fn state(&self) -> &Tensor {
+        &self.state
+    }
+
+    /// Records step `i` on `cs`.
+    pub(crate) fn record(&self, k: &Kernels, cs: Stream, i: usize) -> Result<()> {
+        let h = self.horizon;
+        self.flow.record_in(cs, i)?;
+        // The suffix: the state token, then each action token with the step's time mixed in.
+        let bias = Tensor::with_layout(
+            self.step_bias.buffer(),
+            DType::F32,
+            &[self.ew],
+            &[1],
+            i * self.ew,
+        )?;
+        self.sg_action.run(
+            cs,
+            &self.embedded,
+            &self.w_action,
+            &self.hidden,
+            Some(&bias),
+        )?;
+        k.silu(cs, &self.hidden, &self.hidden)?;
+        self.sg_mlp_out.run(
+            cs,
+            &self.hidden,
+            &self.w_mlp_out,
+            &self.t32.narrow(0, 1, h)?,
+            Some(&self.b_mlp_out),
+        )?;
+        self.sg_state.run(
+            cs,
+            &self.state,
+            &self.w_state,
+            &self.t32.narrow(0, 0, 1)?,
+            Some(&self.b_state),
+        )?;
+        if self.narrow {
+            k.cast(cs, &self.t32, &self.a)?;
+        }
+        let rows = h + 1;
+        for (l, (sp, ap)) in self
+            .el
+            .iter()
+            .zip(self.state_plans.iter().zip(&self.action_plans))
+        {
+            let kc = l.k_cache.narrow(0, self.p_len, rows)?;
+            let vc = l.v_cache.narrow(0, self.p_len, rows)?;
+            let ln1 = l.ln1.as_ref().expect("plain expert norms");
+            k.rms_norm(cs, &self.a, ln1, &self.aln, GEMMA_EPS)?;
+            self.sg_qkv.run(cs, &self.aln, &l.qkv, &self.sqkv, None)?;
+            k.rope_qkv(
+                cs,
+                &self.sqkv,
+                &self.suffix_pos,
+                &self.sq,
+                &kc,
+                &vc,
+                self.hd,
+                ROPE_WAVELENGTH,
+            )?;
+            sp.run(k, cs)?;
+            ap.run(k, cs)?;
+            self.sg_o.run(cs, &self.sattn, &l.o, &self.a, None)?;
+            let ln2 = l.ln2.as_ref().expect("plain expert norms");
+            k.rms_norm(cs, &self.a, ln2, &self.aln, GEMMA_EPS)?;
+            self.sg_gu.run(k, cs, &self.aln, &l.gate_up, &self.sh)?;
+            self.sg_down.run(cs, &self.sh, &l.down, &self.a, None)?;
+        }
+        k.rms_norm(cs, &self.a, &self.final_norm, &self.aln, GEMMA_EPS)?;
+        if self.narrow {
+            k.cast(cs, &self.aln.narrow(0, 1, h)?, &self.aln32)?;
+        }
+        self.flow.record_out(k, cs, i)
+    }
+}
