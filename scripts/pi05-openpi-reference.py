@@ -1,7 +1,9 @@
-"""Regenerates vla/tests/data/pi05_tiny_openpi.json (development only): actions of openpi's own
-PyTorch Pi0.5 (`openpi.models_pytorch.pi0_pytorch.PI0Pytorch`, pi05=True, float32) on the tiny
-configuration, with the weights frt's generator writes and inputs defined by formulas that
-`vla/tests/openpi_reference.rs` computes the same way.
+"""Regenerates vla/tests/data/pi05_tiny_openpi.json, or pi0_tiny_openpi.json for a Pi0 checkpoint
+(development only): actions of openpi's own PyTorch model
+(`openpi.models_pytorch.pi0_pytorch.PI0Pytorch`, pi05=True or False as the checkpoint's
+`config.json` says, float32) on the tiny configuration, with the weights frt's generator
+writes and inputs defined by formulas that `vla/tests/openpi_reference.rs` computes the same
+way.
 
 openpi's PyTorch model needs transformers 4.53.2 with openpi's `transformers_replace` files
 copied over it (openpi's install instructions), and an openpi source tree:
@@ -11,6 +13,8 @@ copied over it (openpi's install instructions), and an openpi source tree:
         /tmp/ref/lib/python3.11/site-packages/transformers/
     cargo run --release -p frt-vla --example pi05-reference-checkpoint -- /tmp/pi05-tiny
     OPENPI=... /tmp/ref/bin/python scripts/pi05-openpi-reference.py /tmp/pi05-tiny
+    cargo run --release -p frt-vla --example pi05-reference-checkpoint -- /tmp/pi0-tiny 7 pi0
+    OPENPI=... /tmp/ref/bin/python scripts/pi05-openpi-reference.py /tmp/pi0-tiny
 
 The tiny SigLIP (width 64, depth 2) is not one of the tower sizes openpi's PyTorch wrapper
 hard-codes, so the vision config is set to the checkpoint's sizes when the PaliGemma model is
@@ -30,6 +34,7 @@ import torch
 
 ckpt = sys.argv[1]
 cfg = json.load(open(os.path.join(ckpt, "config.json")))
+PI05 = cfg.get("variant", "pi05") == "pi05"
 sys.path.insert(0, os.path.join(os.environ["OPENPI"], "src"))
 
 
@@ -84,7 +89,7 @@ gemma_pytorch.PaliGemmaForConditionalGeneration = paligemma_with_checkpoint_size
 
 @dataclasses.dataclass
 class ModelConfig:
-    pi05: bool = True
+    pi05: bool = PI05
     paligemma_variant: str = "dummy"
     action_expert_variant: str = "dummy"
     dtype: str = "float32"
@@ -111,20 +116,32 @@ def image(view):
     return v.astype(np.float32)  # [h, w, c]
 
 
+def robot_state(n, seed):
+    """`n` normalized joint values, padded with zeros to action_dim (as openpi pads the state)."""
+    i = np.arange(adim, dtype=np.float64)
+    v = np.where(i < n, 0.8 * np.sin(0.7 * i + seed) - 0.1 * seed, 0.0)
+    return v.astype(np.float32)
+
+
 def noise(seed):
     i = np.arange(horizon * adim, dtype=np.float64)
     v = 1.3 * np.sin(0.37 * i + seed) + 0.4 * np.cos(0.11 * i * (seed + 1))
     return v.astype(np.float32).reshape(horizon, adim)
 
 
+# Pi0.5 reads the state from its prompt tokens (the model is given zeros); Pi0 from the state
+# input: `state_len` values, 0 for none.
 CASES = [
     {"name": "all views, 10 tokens", "present": [True, True, True], "noise_seed": 1,
-     "tokens": [2, 17, 99, 301, 5, 42, 7, 108, 900, 33]},
+     "tokens": [2, 17, 99, 301, 5, 42, 7, 108, 900, 33], "state_len": 8},
     {"name": "second view missing, 25 tokens", "present": [True, False, True], "noise_seed": 2,
-     "tokens": [(37 * k + 11) % cfg["vocab"] for k in range(25)]},
+     "tokens": [(37 * k + 11) % cfg["vocab"] for k in range(25)], "state_len": adim},
     {"name": "first view only, 1 token", "present": [True, False, False], "noise_seed": 3,
-     "tokens": [1000]},
+     "tokens": [1000], "state_len": 0},
 ]
+if PI05:
+    for case in CASES:
+        case["state_len"] = 0
 
 keys = ["base_0_rgb", "left_wrist_0_rgb", "right_wrist_0_rgb"]
 assert views == len(keys)
@@ -136,7 +153,7 @@ for case in CASES:
     obs = types.SimpleNamespace(
         images={k: torch.from_numpy(image(v)).permute(2, 0, 1)[None] for v, k in enumerate(keys)},
         image_masks={k: torch.tensor([p]) for k, p in zip(keys, case["present"])},
-        state=torch.zeros(1, adim),
+        state=torch.from_numpy(robot_state(case["state_len"], case["noise_seed"]))[None],
         tokenized_prompt=torch.from_numpy(tok),
         tokenized_prompt_mask=torch.from_numpy(mask),
         token_ar_mask=None,
@@ -148,10 +165,11 @@ for case in CASES:
     case["actions"] = [float(f"{a:.9g}") for a in actions[0].flatten().tolist()]
     print(case["name"], "| max |a|", max(abs(a) for a in case["actions"]))
 
-out = os.path.join(os.path.dirname(__file__), "..", "vla", "tests", "data", "pi05_tiny_openpi.json")
+name = "pi05_tiny_openpi.json" if PI05 else "pi0_tiny_openpi.json"
+out = os.path.join(os.path.dirname(__file__), "..", "vla", "tests", "data", name)
 with open(out, "w") as f:
     json.dump({
-        "source": "openpi PI0Pytorch (pi05=True, float32), transformers 4.53.2 + openpi transformers_replace",
+        "source": f"openpi PI0Pytorch (pi05={PI05}, float32), transformers 4.53.2 + openpi transformers_replace",
         "seed": 7,
         "cases": CASES,
     }, f)

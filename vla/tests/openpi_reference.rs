@@ -1,7 +1,8 @@
-//! The tiny Pi0.5 on the host backend against openpi's own implementation: the actions of
-//! openpi's PyTorch model (`PI0Pytorch`, pi05, float32) for the same weights, inputs and noise,
-//! recorded in `data/pi05_tiny_openpi.json` by `scripts/pi05-openpi-reference.py`. The weights
-//! go through the real loader, from the checkpoint file the reference read.
+//! The tiny Pi0.5 and the tiny Pi0 on the host backend against openpi's own implementation:
+//! the actions of openpi's PyTorch model (`PI0Pytorch`, pi05=True / False, float32) for the
+//! same weights, inputs and noise, recorded in `data/{pi05,pi0}_tiny_openpi.json` by
+//! `scripts/pi05-openpi-reference.py`. The weights go through the real loader, from the
+//! checkpoint file the reference read.
 
 use frt_exec::Ctx;
 use frt_kernels::DType;
@@ -20,6 +21,9 @@ struct Case {
     present: Vec<bool>,
     noise_seed: u32,
     tokens: Vec<u32>,
+    /// Pi0's state: this many values of [`robot_state`] (absent for Pi0.5: none).
+    #[serde(default)]
+    state_len: usize,
     actions: Vec<f32>,
 }
 
@@ -38,6 +42,15 @@ fn image(size: usize, view: usize) -> Vec<f32> {
     v
 }
 
+/// `n` normalized joint values (the reference pads them with zeros to `action_dim`; the model
+/// does that itself).
+fn robot_state(n: usize, seed: u32) -> Vec<f32> {
+    let s = seed as f64;
+    (0..n)
+        .map(|i| (0.8 * (0.7 * i as f64 + s).sin() - 0.1 * s) as f32)
+        .collect()
+}
+
 fn noise(n: usize, seed: u32) -> Vec<f32> {
     let s = seed as f64;
     (0..n)
@@ -50,9 +63,22 @@ fn noise(n: usize, seed: u32) -> Vec<f32> {
 
 #[test]
 fn tiny_matches_openpi_pytorch() {
-    let text = include_str!("data/pi05_tiny_openpi.json");
-    let r: Reference = serde_json::from_str(text).unwrap();
-    let c = Pi05Config::tiny();
+    check(
+        include_str!("data/pi05_tiny_openpi.json"),
+        &Pi05Config::tiny(),
+    );
+}
+
+#[test]
+fn tiny_pi0_matches_openpi_pytorch() {
+    check(
+        include_str!("data/pi0_tiny_openpi.json"),
+        &Pi05Config::pi0_tiny(),
+    );
+}
+
+fn check(reference: &str, c: &Pi05Config) {
+    let r: Reference = serde_json::from_str(reference).unwrap();
     // The checkpoint goes through a folder of its own, removed however the loading ends.
     struct Scratch(std::path::PathBuf);
     impl Drop for Scratch {
@@ -60,11 +86,15 @@ fn tiny_matches_openpi_pytorch() {
             let _ = std::fs::remove_dir_all(&self.0);
         }
     }
-    let dir = Scratch(std::env::temp_dir().join(format!("frt-vla-openpi-{}", std::process::id())));
-    Pi05Weights::random(&c, r.seed)
+    let dir = Scratch(std::env::temp_dir().join(format!(
+        "frt-vla-openpi-{:?}-{}",
+        c.variant,
+        std::process::id()
+    )));
+    Pi05Weights::random(c, r.seed)
         .write(&dir.0, false, 1, false)
         .unwrap();
-    let w = Pi05Weights::load(&dir.0, &c).unwrap();
+    let w = Pi05Weights::load(&dir.0, c).unwrap();
     drop(dir);
     let ctx = Ctx::host().unwrap();
     let images: Vec<ModelImage> = (0..c.views)
@@ -80,7 +110,7 @@ fn tiny_matches_openpi_pytorch() {
                 .collect();
             let a = m
                 .infer(&Observation {
-                    state: &[],
+                    state: &robot_state(case.state_len, case.noise_seed),
                     images: &views,
                     tokens: &case.tokens,
                     noise: &noise(c.action_horizon * c.action_dim, case.noise_seed),
@@ -97,7 +127,8 @@ fn tiny_matches_openpi_pytorch() {
             }
             let cos = dot / (na.sqrt() * nb.sqrt());
             eprintln!(
-                "{mode:?}, {}: cosine {cos:.9}, max |Δ| {max:.3e}",
+                "{} {mode:?}, {}: cosine {cos:.9}, max |Δ| {max:.3e}",
+                c.variant.name(),
                 case.name
             );
             assert!(

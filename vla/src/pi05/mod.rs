@@ -126,8 +126,8 @@ pub struct Pi05 {
 
 /// The step graph's model: Pi0.5's adaptive-norm expert or Pi0's state-token expert.
 enum StepModel {
-    Pi05(expert::Expert),
-    Pi0(pi0::Expert),
+    Pi05(Box<expert::Expert>),
+    Pi0(Box<pi0::Expert>),
 }
 
 impl StepModel {
@@ -349,8 +349,10 @@ impl Pi05 {
             inpaint_prefix,
         };
         let expert = match c.variant {
-            Variant::Pi05 => StepModel::Pi05(expert::Expert::build(&k, s, w, dt, el, io)?),
-            Variant::Pi0 => StepModel::Pi0(pi0::Expert::build(&k, s, w, dt, el, io)?),
+            Variant::Pi05 => {
+                StepModel::Pi05(Box::new(expert::Expert::build(&k, s, w, dt, el, io)?))
+            }
+            Variant::Pi0 => StepModel::Pi0(Box::new(pi0::Expert::build(&k, s, w, dt, el, io)?)),
         };
         let inpaint = expert.inpaint().cloned();
         let state = match &expert {
