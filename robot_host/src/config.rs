@@ -163,7 +163,7 @@ pub use frt_vla::PromptMode;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
-    /// Which model (`pi05`, the default).
+    /// Which model (`pi05`, the default, or `pi0`).
     #[serde(default)]
     pub kind: ModelKind,
     /// A checkpoint folder (openpi or LeRobot naming).
@@ -221,6 +221,9 @@ pub enum ModelKind {
     /// openpi `pi05` (Pi0.5: discretized state in the prompt, adaptive-norm action expert).
     #[default]
     Pi05,
+    /// openpi `pi0` (Pi0: the state as a continuous token in front of the actions, the prompt
+    /// without it; at most `action_dim` state values).
+    Pi0,
 }
 
 fn default_backend() -> Backend {

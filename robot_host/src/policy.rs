@@ -10,7 +10,8 @@ use frt_kernels::DType;
 use frt_vla::inputs::Normalization;
 use frt_vla::{
     ChunkShape, ModelImage, Observation, Pi05, Pi05Config, Pi05Options, Pi05Weights, PolicySpec,
-    PromptScratch, Stage, Tokenizer, pi05_tokens, pi05_tokens_into,
+    PromptScratch, Stage, StateInput, Tokenizer, Variant, pi0_tokens_into, pi05_tokens,
+    pi05_tokens_into,
 };
 use std::path::Path;
 use std::sync::Arc;
@@ -88,6 +89,24 @@ pub fn model_config(cfg: &Config) -> Result<Pi05Config> {
         (_, Some(m)) => m.clone(),
         _ => Pi05Config::base(),
     };
+    let variant = match cfg.model.kind {
+        ModelKind::Pi05 => Variant::Pi05,
+        ModelKind::Pi0 => Variant::Pi0,
+    };
+    if let Some(m) = &file.model {
+        if m.variant != variant {
+            return Err(crate::config::ConfigError {
+                field: "model.kind".into(),
+                problem: format!(
+                    "{}, but the checkpoint's config.json describes a {} model",
+                    variant.name(),
+                    m.variant.name()
+                ),
+            }
+            .into());
+        }
+    }
+    c.variant = variant;
     c.views = cfg.views();
     c.max_token_len = cfg.model.max_token_len;
     match (cfg.model.action_horizon, file.action_horizon) {
@@ -114,8 +133,46 @@ pub fn model_config(cfg: &Config) -> Result<Pi05Config> {
         }
         .into());
     }
+    if variant == Variant::Pi0 && cfg.state.joints.len() > c.action_dim {
+        return Err(crate::config::ConfigError {
+            field: "state.joints".into(),
+            problem: format!(
+                "{} joints; Pi0 takes at most {} state values (its action_dim)",
+                cfg.state.joints.len(),
+                c.action_dim
+            ),
+        }
+        .into());
+    }
     cfg.validate_horizon(c.action_horizon)?;
     Ok(c)
+}
+
+/// The prompt's token ids for a task and a normalized state, as the model takes them: Pi0.5's
+/// prompt carries the state, Pi0's is the task alone.
+fn prompt_into(
+    state_input: StateInput,
+    tokenizer: &Tokenizer,
+    task: &str,
+    normalized_state: &[f32],
+    max_len: usize,
+    ids: &mut Vec<u32>,
+    scratch: &mut PromptScratch,
+) -> frt_vla::Result<()> {
+    match state_input {
+        StateInput::Prompt => {
+            pi05_tokens_into(tokenizer, task, normalized_state, max_len, ids, scratch)
+        }
+        StateInput::Token => pi0_tokens_into(tokenizer, task, max_len, ids, scratch),
+    }
+}
+
+/// How the configured model takes the state.
+fn state_input(c: &Pi05Config) -> StateInput {
+    match c.variant {
+        Variant::Pi05 => StateInput::Prompt,
+        Variant::Pi0 => StateInput::Token,
+    }
 }
 
 /// The normalized state of `n` values whose pi05 prompt has the most tokens: all values in
@@ -156,11 +213,15 @@ impl HostSide {
         // prompt must tokenize within the prompt capacity (with the longest state) and the
         // model's vocabulary.
         let worst_state = worst_state(&tokenizer, cfg.state.joints.len())?;
-        let probe = pi05_tokens(
+        let mut probe = Vec::new();
+        prompt_into(
+            state_input(mc),
             &tokenizer,
             &cfg.control.initial_subgoal,
             &worst_state,
             mc.max_token_len,
+            &mut probe,
+            &mut PromptScratch::default(),
         )?;
         if let Some(t) = probe.iter().find(|t| **t as usize >= mc.vocab) {
             return Err(Error::bad(
@@ -240,8 +301,9 @@ impl Policy {
             Precision::Bf16 => DType::BF16,
             Precision::F16 => DType::F16,
         };
+        // Pi0.5 and Pi0 are one model type; `mc.variant` (from `model.kind`) picks.
         let model: Box<dyn frt_vla::Policy> = match cfg.model.kind {
-            ModelKind::Pi05 => Box::new(Pi05::build(
+            ModelKind::Pi05 | ModelKind::Pi0 => Box::new(Pi05::build(
                 &ctx,
                 s,
                 &weights,
@@ -330,11 +392,26 @@ impl Policy {
         let tokenizer = self.tokenizer.clone();
         let state = self.worst_state.clone();
         let (max_len, vocab) = (self.spec().max_token_len, self.spec().vocab);
+        let state_input = self.spec().state;
         Arc::new(move |text: &str| {
-            let ids = pi05_tokens(&tokenizer, text, &state, max_len).map_err(|e| match e {
-                frt_vla::Error::BadInput { reason, .. } => {
-                    format!("the prompt would have {reason} (with the longest state)")
-                }
+            let mut ids = Vec::new();
+            let mut scratch = PromptScratch::default();
+            prompt_into(
+                state_input,
+                &tokenizer,
+                text,
+                &state,
+                max_len,
+                &mut ids,
+                &mut scratch,
+            )
+            .map_err(|e| match e {
+                frt_vla::Error::BadInput { reason, .. } => match state_input {
+                    StateInput::Prompt => {
+                        format!("the prompt would have {reason} (with the longest state)")
+                    }
+                    StateInput::Token => format!("the prompt would have {reason}"),
+                },
                 e => e.to_string(),
             })?;
             match ids.iter().find(|t| **t as usize >= vocab) {
@@ -370,11 +447,12 @@ impl Policy {
         if let Some(n) = &self.norm {
             n.state.normalize(&mut self.state_buf, n.quantiles)?;
         }
-        pi05_tokens_into(
+        prompt_into(
+            self.model.spec().state,
             &self.tokenizer,
             subgoal,
             &self.state_buf,
-            self.spec().max_token_len,
+            self.model.spec().max_token_len,
             &mut self.tokens,
             &mut self.prompt,
         )?;
@@ -385,6 +463,7 @@ impl Policy {
         self.model.set_inputs(&Observation {
             images: frames,
             tokens: &self.tokens,
+            state: &self.state_buf,
             noise: &self.noise_buf,
         })?;
         Ok(())
@@ -406,12 +485,17 @@ impl Policy {
         if let Some(n) = &self.norm {
             n.state.normalize(&mut st, n.quantiles)?;
         }
-        Ok(pi05_tokens(
+        let mut ids = Vec::new();
+        prompt_into(
+            self.spec().state,
             &self.tokenizer,
             subgoal,
             &st,
             self.spec().max_token_len,
-        )?)
+            &mut ids,
+            &mut PromptScratch::default(),
+        )?;
+        Ok(ids)
     }
 
     /// Enqueues one stage on the policy stream.

@@ -632,3 +632,66 @@ fn kernel_options_come_from_the_config() {
         assert_eq!(e.field, "config", "{bad}: {e}");
     }
 }
+
+/// `model.kind: pi0` runs Pi0 through the same node: guarded chunks are published, the prompt
+/// is the task alone, and the state reaches the model as its own input (two robots at
+/// different joint positions, same frames and task, get different chunks).
+#[test]
+fn pi0_runs_from_the_config() {
+    let text =
+        config_text("pick up the red block", "").replace("  random: {", "  kind: pi0\n  random: {");
+    let cfg = Config::parse(&text).unwrap();
+    let (mut a, mut b) = (rig_with(cfg.clone()), rig_with(cfg));
+    let p = a.node.policy();
+    assert_eq!(p.spec().name, "Pi0");
+    assert_eq!(
+        p.prompt_tokens("pick up the red block", &[0.1; 7]).unwrap(),
+        p.prompt_tokens("pick up the red block", &[0.7; 7]).unwrap(),
+        "Pi0's prompt does not carry the state"
+    );
+    for (r, k) in [(&mut a, 0), (&mut b, 9)] {
+        r.clock.set(1.0);
+        r.inputs.frame("base", 1.0, &frame(0)).unwrap();
+        r.inputs.frame("wrist", 1.0, &frame(100)).unwrap();
+        r.inputs.state(&state(1.0, k)).unwrap();
+        r.clock.set(1.05);
+        assert_eq!(r.node.tick(), TickOutcome::Published);
+    }
+    let (ca, cb) = (a.chunks(), b.chunks());
+    assert_eq!((ca.len(), cb.len()), (1, 1));
+    assert_eq!((ca[0].horizon, ca[0].action_dim), (50, 7));
+    assert!(
+        ca[0]
+            .actions
+            .iter()
+            .all(|x| x.is_finite() && x.abs() <= 2.0)
+    );
+    assert_ne!(ca[0].actions, cb[0].actions, "the state reaches Pi0");
+}
+
+/// A checkpoint of one model kind with the other configured is refused, naming `model.kind`.
+#[test]
+fn a_checkpoint_of_the_other_kind_is_refused() {
+    let dir = std::env::temp_dir().join(format!("frt-node-kind-{}", std::process::id()));
+    frt_vla::Pi05Weights::random(&frt_vla::Pi05Config::tiny(), 1)
+        .write(&dir, false, 1, false)
+        .unwrap();
+    let text = config_text("pick up the red block", "").replace(
+        "  random: { size: tiny, seed: 3 }",
+        &format!(
+            "  kind: pi0\n  checkpoint: {}\n  tokenizer: {}/assets/demo-tokenizer.json",
+            dir.display(),
+            env!("CARGO_MANIFEST_DIR")
+        ),
+    );
+    let err = Node::new(
+        Config::parse(&text).unwrap(),
+        Arc::new(ManualClock::default()),
+        None,
+    )
+    .err()
+    .expect("refused");
+    let _ = std::fs::remove_dir_all(&dir);
+    let msg = err.to_string();
+    assert!(msg.contains("model.kind") && msg.contains("Pi0.5"), "{msg}");
+}

@@ -204,10 +204,7 @@ pub fn write_pi05_prompt(task: &str, normalized_state: &[f32], out: &mut String)
         });
     }
     out.push_str("Task: ");
-    out.extend(
-        task.chars()
-            .map(|c| if c == '_' || c == '\n' { ' ' } else { c }),
-    );
+    push_cleaned(task, out);
     out.push_str(", State: ");
     for (i, &x) in normalized_state.iter().enumerate() {
         if i > 0 {
@@ -217,6 +214,29 @@ pub fn write_pi05_prompt(task: &str, normalized_state: &[f32], out: &mut String)
     }
     out.push_str(";\nAction: ");
     Ok(())
+}
+
+/// The task as Pi0's prompt holds it (trimmed, underscores and newlines made spaces), written
+/// into `out` (replacing its contents).
+pub fn write_pi0_task(task: &str, out: &mut String) -> Result<()> {
+    out.clear();
+    let task = task.trim();
+    if task.is_empty() {
+        return Err(Error::BadInput {
+            what: "task".into(),
+            reason: "empty".into(),
+        });
+    }
+    push_cleaned(task, out);
+    Ok(())
+}
+
+/// openpi's task cleaning: underscores and newlines become spaces.
+fn push_cleaned(task: &str, out: &mut String) {
+    out.extend(
+        task.chars()
+            .map(|c| if c == '_' || c == '\n' { ' ' } else { c }),
+    );
 }
 
 /// Normalization statistics of one quantity (openpi `NormStats`).

@@ -18,5 +18,8 @@ pub use error::{Error, Result};
 pub use inputs::ModelImage;
 pub use pi05::{EXACT_PREFIX_VARIANTS, Observation, Pi05, Pi05Options, PromptMode, Stage};
 pub use policy::{Policy, PolicySpec, StateInput};
-pub use tokenizer::{EncodeScratch, PromptScratch, Tokenizer, pi05_tokens, pi05_tokens_into};
+pub use tokenizer::{
+    EncodeScratch, PromptScratch, Tokenizer, pi0_tokens, pi0_tokens_into, pi05_tokens,
+    pi05_tokens_into,
+};
 pub use weights::{ChunkShape, Pi05Weights};

@@ -15,7 +15,7 @@
 //! PaliGemma tokenizer does (`add_bos=True`).
 
 use crate::error::{Error, Result};
-use crate::inputs::write_pi05_prompt;
+use crate::inputs::{write_pi0_task, write_pi05_prompt};
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -851,6 +851,43 @@ pub fn pi05_tokens_into(
                 "{} tokens with the state, the model takes at most {max_len}",
                 ids.len()
             ),
+        });
+    }
+    Ok(())
+}
+
+/// Token ids of the Pi0 prompt for `task`: BOS, the task (trimmed, underscores and newlines
+/// made spaces), then `\n` encoded on its own — openpi's PaliGemma tokenizer without a state
+/// (its "start of answer" token). Pi0 takes the state as an input of its own. More than
+/// `max_len` tokens is an error (openpi would truncate).
+pub fn pi0_tokens(tokenizer: &Tokenizer, task: &str, max_len: usize) -> Result<Vec<u32>> {
+    let mut ids = Vec::new();
+    let mut scratch = PromptScratch::default();
+    pi0_tokens_into(tokenizer, task, max_len, &mut ids, &mut scratch)?;
+    Ok(ids)
+}
+
+/// [`pi0_tokens`] into `ids` (replacing its contents), with `scratch`'s buffers reused.
+pub fn pi0_tokens_into(
+    tokenizer: &Tokenizer,
+    task: &str,
+    max_len: usize,
+    ids: &mut Vec<u32>,
+    scratch: &mut PromptScratch,
+) -> Result<()> {
+    let bos = tokenizer.bos().ok_or_else(|| Error::BadTokenizer {
+        path: tokenizer.path.clone(),
+        reason: "no <bos> token".into(),
+    })?;
+    write_pi0_task(task, &mut scratch.prompt)?;
+    ids.clear();
+    ids.push(bos);
+    tokenizer.encode_into(&scratch.prompt, ids, &mut scratch.encode)?;
+    tokenizer.encode_into("\n", ids, &mut scratch.encode)?;
+    if ids.len() > max_len {
+        return Err(Error::BadInput {
+            what: "prompt".into(),
+            reason: format!("{} tokens, the model takes at most {max_len}", ids.len()),
         });
     }
     Ok(())

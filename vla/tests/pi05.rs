@@ -1,5 +1,5 @@
-//! The tiny Pi0.5 on the host backend: end to end, masks, determinism, subgoals without
-//! recapture, replay by replay, halting.
+//! The tiny Pi0.5 (and the tiny Pi0) on the host backend: end to end, masks, determinism,
+//! subgoals without recapture, replay by replay, halting, the state input.
 
 use frt_exec::{Ctx, Stream};
 use frt_kernels::DType;
@@ -300,7 +300,12 @@ fn exact_prompt_mode_matches_fixed_mode() {
 /// the given actions (the flow ends at t = 0 on them) and the rest still moves; a new count
 /// and new actions take effect without recapture. Returns (plain, frozen) actions.
 pub fn frozen_prefix_on(ctx: &Ctx, dtype: DType) -> (Vec<f32>, Vec<f32>) {
-    let c = Pi05Config::tiny();
+    frozen_prefix_with(ctx, dtype, &Pi05Config::tiny())
+}
+
+/// [`frozen_prefix_on`] for the model `c` describes.
+fn frozen_prefix_with(ctx: &Ctx, dtype: DType, c: &Pi05Config) -> (Vec<f32>, Vec<f32>) {
+    let c = c.clone();
     let w = Pi05Weights::random(&c, 9);
     let s = ctx.stream(0).unwrap();
     let plain = Pi05::with_mode(ctx, s, &w, dtype, PromptMode::Fixed).unwrap();
@@ -348,4 +353,112 @@ pub fn frozen_prefix_on(ctx: &Ctx, dtype: DType) -> (Vec<f32>, Vec<f32>) {
 #[test]
 fn frozen_prefix_rows_are_the_given_actions_and_disabled_changes_nothing() {
     frozen_prefix_on(&Ctx::host().unwrap(), DType::F32);
+}
+
+#[test]
+fn pi0_frozen_prefix_rows_are_the_given_actions_and_disabled_changes_nothing() {
+    frozen_prefix_with(&Ctx::host().unwrap(), DType::F32, &Pi05Config::pi0_tiny());
+}
+
+/// The tiny Pi0: its stages one by one give the whole inference; the state is an input of its
+/// own (padded with zeros: a short state equals the same values padded explicitly, bit for
+/// bit; another state gives other actions; non-finite or too long is refused); halting works;
+/// bf16 (the suffix rounded, the action path in f32) stays close to f32.
+#[test]
+fn pi0_stages_state_input_and_precision() {
+    let ctx = Ctx::host().unwrap();
+    let c = Pi05Config::pi0_tiny();
+    let w = Pi05Weights::random(&c, 5);
+    let s = ctx.stream(0).unwrap();
+    let m = Pi05::new(&ctx, s, &w, DType::F32).unwrap();
+    use frt_vla::Policy as _;
+    assert_eq!(m.spec().name, "Pi0");
+    assert_eq!(m.spec().state, frt_vla::StateInput::Token);
+    let i = inputs(&c, 31);
+    let imgs = [Some(&i.images[0]), None, Some(&i.images[2])];
+    let state: Vec<f32> = (0..7).map(|j| 0.3 - 0.1 * j as f32).collect();
+    let mut padded = state.clone();
+    padded.resize(c.action_dim, 0.0);
+    fn with_state<'a>(
+        images: &'a [Option<&'a ModelImage>],
+        i: &'a Inputs,
+        state: &'a [f32],
+    ) -> Observation<'a> {
+        Observation {
+            images,
+            tokens: &i.tokens,
+            noise: &i.noise,
+            state,
+        }
+    }
+    let obs = |state| with_state(&imgs, &i, state);
+    let whole = m.infer(&obs(&state)).unwrap();
+    assert!(whole.iter().all(|x| x.is_finite()));
+    assert_eq!(m.infer(&obs(&padded)).unwrap(), whole, "padding");
+    let other: Vec<f32> = state.iter().map(|x| x + 0.5).collect();
+    assert_ne!(m.infer(&obs(&other)).unwrap(), whole, "the state matters");
+    // Stage by stage.
+    m.set_inputs(&obs(&state)).unwrap();
+    assert_eq!(m.stages().len(), 2 + c.steps);
+    for st in m.stages() {
+        m.replay(*st).unwrap();
+    }
+    let mut one_by_one = vec![0f32; whole.len()];
+    m.read_actions(s, &mut one_by_one).unwrap();
+    assert_eq!(one_by_one, whole);
+    // Refused states.
+    let mut nan = state.clone();
+    nan[2] = f32::NAN;
+    let long = vec![0.1f32; c.action_dim + 1];
+    for (bad, what) in [(&nan, "NaN"), (&long, "too long")] {
+        let e = m.set_inputs(&obs(bad)).unwrap_err();
+        assert!(e.to_string().contains("state"), "{what}: {e}");
+    }
+    // The halt.
+    let hi = ctx.stream(ctx.priority_range().1).unwrap();
+    let hold: Vec<f32> = (0..whole.len()).map(|n| n as f32 * 0.002).collect();
+    m.set_hold(hi, &hold).unwrap();
+    m.halt(hi).unwrap();
+    let mut out = vec![0f32; whole.len()];
+    m.read_actions(hi, &mut out).unwrap();
+    assert_eq!(out, hold);
+    // bf16 against f32.
+    let b = Pi05::new(&ctx, s, &w, DType::BF16).unwrap();
+    let a16 = b.infer(&obs(&state)).unwrap();
+    let dot: f64 = a16
+        .iter()
+        .zip(&whole)
+        .map(|(x, y)| (*x as f64) * (*y as f64))
+        .sum();
+    let norm = |v: &[f32]| v.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+    let cos = dot / (norm(&a16) * norm(&whole));
+    assert!(cos > 0.999, "bf16 vs f32 cosine {cos}");
+}
+
+/// A Pi0 checkpoint opened as Pi0.5 (and the reverse) is named as the other model.
+#[test]
+fn a_checkpoint_of_the_other_variant_is_named() {
+    for (written, opened) in [
+        (Pi05Config::pi0_tiny(), Pi05Config::tiny()),
+        (Pi05Config::tiny(), Pi05Config::pi0_tiny()),
+    ] {
+        let dir = std::env::temp_dir().join(format!(
+            "frt-vla-variant-{:?}-{}",
+            written.variant,
+            std::process::id()
+        ));
+        Pi05Weights::random(&written, 2)
+            .write(&dir, false, 1, false)
+            .unwrap();
+        let e = Pi05Weights::load(&dir, &opened).unwrap_err().to_string();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            e.contains(&format!("is a {} model", written.variant.name())),
+            "{e}"
+        );
+        assert!(
+            e.contains(&format!("not a {}", opened.variant.name())),
+            "{e}"
+        );
+    }
 }

@@ -287,3 +287,20 @@ fn corrupt_tokenizers_are_refused_without_a_crash() {
     .to_string();
     assert!(e.contains("empty pattern"), "{e}");
 }
+
+/// Pi0's prompt (openpi's tokenizer without a state): BOS, the cleaned task, then `\n`
+/// encoded on its own, and no state.
+#[test]
+fn pi0_prompt_is_the_cleaned_task_then_a_newline_token() {
+    let tok = Tokenizer::load(&gemma_path()).unwrap();
+    let ids = frt_vla::pi0_tokens(&tok, "  pick_up the\ncup ", 48).unwrap();
+    let mut want = vec![2];
+    want.extend(tok.encode("pick up the cup").unwrap());
+    want.extend(tok.encode("\n").unwrap());
+    assert_eq!(ids, want);
+    assert_eq!(tok.encode("\n").unwrap().len(), 1);
+    // The capacity is checked, an empty task refused.
+    let err = frt_vla::pi0_tokens(&tok, "pick up the cup", ids.len() - 1).unwrap_err();
+    assert!(err.to_string().contains("at most"), "{err}");
+    assert!(frt_vla::pi0_tokens(&tok, " \n ", 48).is_err());
+}
