@@ -1,4 +1,4 @@
-//! Pi0.5 on CUDA against the host backend (same weights, inputs, noise).
+//! Pi0.5 and Pi0 on CUDA against the host backend (same weights, inputs, noise).
 //! `cargo test -p frt-vla --test gpu -- --ignored --nocapture` on a machine with a GPU.
 
 use frt_exec::Ctx;
@@ -33,8 +33,10 @@ fn compare(c: &Pi05Config, cuda_dtype: DType, min_cos: f64) {
         .map(|i| 2 + (i * 7919) % (c.vocab as u32 - 2))
         .collect();
     let noise = rand(7, c.action_horizon * c.action_dim, 1.7);
+    // Pi0's state input (Pi0.5 does not read it).
+    let state = rand(3, 14, 0.8);
     let obs = Observation {
-        state: &[],
+        state: &state,
         images: &imgs,
         tokens: &tokens,
         noise: &noise,
@@ -63,8 +65,9 @@ fn compare(c: &Pi05Config, cuda_dtype: DType, min_cos: f64) {
             .map(|(a, b)| (a - b).abs())
             .fold(0f32, f32::max);
         println!(
-            "CUDA {} ({mode:?} prompt) vs host f32: cosine {cos:.6}, max |Δ| {max_abs:.4} over {} actions",
+            "CUDA {} ({mode:?} prompt) vs host f32: cosine {cos:.7} (1 − cos {:.2e}), max |Δ| {max_abs:.4} over {} actions",
             cuda_dtype.name(),
+            1.0 - cos,
             host.len()
         );
         assert!(cos >= min_cos, "{mode:?}: cosine {cos} < {min_cos}");
@@ -83,6 +86,20 @@ fn full_size_cuda_bf16_matches_host_f32() {
     let mut c = Pi05Config::base();
     c.views = 2;
     c.max_token_len = 64;
+    compare(&c, DType::BF16, 0.999);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn tiny_pi0_cuda_f32_matches_the_host() {
+    compare(&Pi05Config::pi0_tiny(), DType::F32, 0.9999);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (and ~50 GB of host memory: the host reference runs at full size)"]
+fn full_size_pi0_cuda_bf16_matches_host_f32() {
+    let mut c = Pi05Config::pi0_base();
+    c.views = 2;
     compare(&c, DType::BF16, 0.999);
 }
 

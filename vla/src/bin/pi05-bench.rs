@@ -6,6 +6,8 @@
 //! replay) and end to end (the Plan, events around it), p50 and p99 over N iterations after
 //! warm-up, and the GPU memory in use.
 //!
+//! `pi05-bench --pi0 [--canonical]`: the same rows for Pi0 (openpi `pi0`, a 14-value state).
+//!
 //! `pi05-bench --canonical`: the 64-token row only (for A/B runs of settings such as
 //! `FRT_GEMM_TUNING` or `FRT_ATTENTION`, one process per setting).
 //!
@@ -97,6 +99,7 @@ fn main() {
     let profile = args.iter().any(|a| a == "--profile");
     let inpaint = args.iter().any(|a| a == "--inpaint");
     let canonical = profile || args.iter().any(|a| a == "--canonical");
+    let pi0 = args.iter().any(|a| a == "--pi0");
     let options = KernelOptions::from_env().unwrap_or_else(|e| {
         eprintln!("pi05-bench: {e}");
         std::process::exit(2)
@@ -119,6 +122,7 @@ fn main() {
         precision(&ctx);
         return;
     }
+    println!("model: {}", if pi0 { "Pi0" } else { "Pi0.5" });
     println!(
         "| prompt max | vision p50 / p99 ms | prefix p50 / p99 ms | one step p50 / p99 ms | end to end p50 / p99 ms | GPU memory in use |"
     );
@@ -131,7 +135,11 @@ fn main() {
         if canonical && (max_tokens, mode) != (64, PromptMode::Fixed) {
             break;
         }
-        let mut c = Pi05Config::base();
+        let mut c = if pi0 {
+            Pi05Config::pi0_base()
+        } else {
+            Pi05Config::base()
+        };
         c.views = 2;
         c.max_token_len = max_tokens;
         let w = Pi05Weights::random(&c, 1);
@@ -139,8 +147,9 @@ fn main() {
         let m = build(&ctx, s, &w, DType::BF16, mode, false);
         drop(w);
         let (img, tokens, noise) = canonical_inputs(&c);
+        let state: Vec<f32> = (0..14).map(|j| 0.05 * j as f32 - 0.3).collect();
         m.set_inputs(&Observation {
-            state: &[],
+            state: &state,
             images: &[Some(&img), Some(&img)],
             tokens: &tokens,
             noise: &noise,
