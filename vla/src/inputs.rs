@@ -196,15 +196,8 @@ pub fn pi05_prompt(task: &str, normalized_state: &[f32]) -> Result<String> {
 pub fn write_pi05_prompt(task: &str, normalized_state: &[f32], out: &mut String) -> Result<()> {
     use std::fmt::Write;
     out.clear();
-    let task = task.trim();
-    if task.is_empty() {
-        return Err(Error::BadInput {
-            what: "task".into(),
-            reason: "empty".into(),
-        });
-    }
     out.push_str("Task: ");
-    push_cleaned(task, out);
+    push_cleaned(task, out)?;
     out.push_str(", State: ");
     for (i, &x) in normalized_state.iter().enumerate() {
         if i > 0 {
@@ -220,6 +213,12 @@ pub fn write_pi05_prompt(task: &str, normalized_state: &[f32], out: &mut String)
 /// into `out` (replacing its contents).
 pub fn write_pi0_task(task: &str, out: &mut String) -> Result<()> {
     out.clear();
+    push_cleaned(task, out)
+}
+
+/// Appends the task as openpi cleans it: trimmed, underscores and newlines made spaces. An
+/// empty task is an error.
+fn push_cleaned(task: &str, out: &mut String) -> Result<()> {
     let task = task.trim();
     if task.is_empty() {
         return Err(Error::BadInput {
@@ -227,16 +226,11 @@ pub fn write_pi0_task(task: &str, out: &mut String) -> Result<()> {
             reason: "empty".into(),
         });
     }
-    push_cleaned(task, out);
-    Ok(())
-}
-
-/// openpi's task cleaning: underscores and newlines become spaces.
-fn push_cleaned(task: &str, out: &mut String) {
     out.extend(
         task.chars()
             .map(|c| if c == '_' || c == '\n' { ' ' } else { c }),
     );
+    Ok(())
 }
 
 /// Normalization statistics of one quantity (openpi `NormStats`).

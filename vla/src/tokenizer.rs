@@ -836,10 +836,7 @@ pub fn pi05_tokens_into(
     ids: &mut Vec<u32>,
     scratch: &mut PromptScratch,
 ) -> Result<()> {
-    let bos = tokenizer.bos().ok_or_else(|| Error::BadTokenizer {
-        path: tokenizer.path.clone(),
-        reason: "no <bos> token".into(),
-    })?;
+    let bos = required_bos(tokenizer)?;
     write_pi05_prompt(task, normalized_state, &mut scratch.prompt)?;
     ids.clear();
     ids.push(bos);
@@ -867,6 +864,14 @@ pub fn pi0_tokens(tokenizer: &Tokenizer, task: &str, max_len: usize) -> Result<V
     Ok(ids)
 }
 
+/// The tokenizer's BOS id, which every prompt starts with.
+fn required_bos(tokenizer: &Tokenizer) -> Result<u32> {
+    tokenizer.bos().ok_or_else(|| Error::BadTokenizer {
+        path: tokenizer.path.clone(),
+        reason: "no <bos> token".into(),
+    })
+}
+
 /// [`pi0_tokens`] into `ids` (replacing its contents), with `scratch`'s buffers reused.
 pub fn pi0_tokens_into(
     tokenizer: &Tokenizer,
@@ -875,10 +880,7 @@ pub fn pi0_tokens_into(
     ids: &mut Vec<u32>,
     scratch: &mut PromptScratch,
 ) -> Result<()> {
-    let bos = tokenizer.bos().ok_or_else(|| Error::BadTokenizer {
-        path: tokenizer.path.clone(),
-        reason: "no <bos> token".into(),
-    })?;
+    let bos = required_bos(tokenizer)?;
     write_pi0_task(task, &mut scratch.prompt)?;
     ids.clear();
     ids.push(bos);
