@@ -15,7 +15,7 @@
 use crate::config::WhisperConfig;
 use crate::error::{Error, Result};
 use crate::mel::{LogMel, N_FRAMES};
-use crate::weights::{HostTensor, Linear, Norm, WhisperWeights};
+use crate::weights::{Linear, Norm, WhisperWeights};
 use frt_exec::{Buffer, Ctx, Graph, ShapeKey, Stream};
 use frt_kernels::{AttentionMask, AttentionPlan, Conv1d, DType, Kernels, Tensor};
 use frt_nn::blocks::LayerNorm;
@@ -54,24 +54,32 @@ struct DDecoderLayer {
     cross: Tensor,
 }
 
-fn upload(k: &Kernels, s: Stream, name: &str, t: &HostTensor, dt: DType) -> Result<Tensor> {
-    let x = Tensor::alloc(k.ctx(), name, dt, &t.shape)?;
-    x.write_f32(s, &t.data)?;
-    Ok(x)
+/// What the model's weights are uploaded from and how.
+struct Upload<'a> {
+    w: &'a WhisperWeights,
+    ctx: &'a Ctx,
+    s: Stream,
+    dt: DType,
 }
 
-fn linear(k: &Kernels, s: Stream, name: &str, l: &Linear, dt: DType) -> Result<DLinear> {
-    Ok(DLinear {
-        w: upload(k, s, &format!("{name}.w"), &l.w, dt)?,
-        b: upload(k, s, &format!("{name}.b"), &l.b, dt)?,
-    })
-}
+impl Upload<'_> {
+    fn tensor(&self, t: &crate::weights::Weight) -> Result<Tensor> {
+        self.w.upload(t, self.ctx, self.s, self.dt)
+    }
 
-fn norm(k: &Kernels, s: Stream, name: &str, n: &Norm, dt: DType) -> Result<DNorm> {
-    Ok(DNorm {
-        g: upload(k, s, &format!("{name}.g"), &n.g, dt)?,
-        b: upload(k, s, &format!("{name}.b"), &n.b, dt)?,
-    })
+    fn linear(&self, l: &Linear) -> Result<DLinear> {
+        Ok(DLinear {
+            w: self.tensor(&l.w)?,
+            b: self.tensor(&l.b)?,
+        })
+    }
+
+    fn norm(&self, n: &Norm) -> Result<DNorm> {
+        Ok(DNorm {
+            g: self.tensor(&n.g)?,
+            b: self.tensor(&n.b)?,
+        })
+    }
 }
 
 /// `[rows, heads, head_dim]` view of columns `col..col + heads·head_dim` of a row-major
@@ -172,37 +180,36 @@ impl WhisperModel {
         let k = Kernels::with_options(ctx, options.kernels)?;
         let d = c.n_audio_state;
         let (t_audio, t_text) = (c.n_audio_ctx, c.n_text_ctx);
-        // Weights.
-        let conv1 = linear(&k, s, "conv1", &w.conv1, dt)?;
-        let conv2 = linear(&k, s, "conv2", &w.conv2, dt)?;
-        let enc_pos = upload(&k, s, "enc_pos", &w.enc_pos, dt)?;
+        // Weights, each converted from the checkpoint straight into its device tensor.
+        let up = Upload { w, ctx, s, dt };
+        let conv1 = up.linear(&w.conv1)?;
+        let conv2 = up.linear(&w.conv2)?;
+        let enc_pos = up.tensor(&w.enc_pos)?;
         let enc: Vec<EncoderLayer> = w
             .enc_layers
             .iter()
-            .enumerate()
-            .map(|(i, l)| -> Result<_> {
-                let n = |x: &str| format!("enc{i}.{x}");
-                let ln = |name: &str, x: &Norm| -> Result<LayerNorm> {
-                    let d = norm(&k, s, &n(name), x, dt)?;
+            .map(|l| -> Result<_> {
+                let ln = |x: &Norm| -> Result<LayerNorm> {
+                    let d = up.norm(x)?;
                     Ok(LayerNorm { g: d.g, b: d.b })
                 };
-                let lin = |name: &str, x: &Linear| -> Result<frt_nn::blocks::Linear> {
-                    let d = linear(&k, s, &n(name), x, dt)?;
+                let lin = |x: &Linear| -> Result<frt_nn::blocks::Linear> {
+                    let d = up.linear(x)?;
                     Ok(frt_nn::blocks::Linear { w: d.w, b: d.b })
                 };
                 Ok(EncoderLayer {
-                    ln1: ln("attn_ln", &l.attn_ln)?,
-                    qkv: lin("qkv", &l.qkv)?,
-                    out: lin("out", &l.out)?,
-                    ln2: ln("mlp_ln", &l.mlp_ln)?,
-                    fc1: lin("fc1", &l.fc1)?,
-                    fc2: lin("fc2", &l.fc2)?,
+                    ln1: ln(&l.attn_ln)?,
+                    qkv: lin(&l.qkv)?,
+                    out: lin(&l.out)?,
+                    ln2: ln(&l.mlp_ln)?,
+                    fc1: lin(&l.fc1)?,
+                    fc2: lin(&l.fc2)?,
                 })
             })
             .collect::<Result<_>>()?;
-        let enc_ln = norm(&k, s, "enc_ln", &w.enc_ln, dt)?;
-        let tok_emb = upload(&k, s, "tok_emb", &w.tok_emb, dt)?;
-        let dec_pos = upload(&k, s, "dec_pos", &w.dec_pos, dt)?;
+        let enc_ln = up.norm(&w.enc_ln)?;
+        let tok_emb = up.tensor(&w.tok_emb)?;
+        let dec_pos = up.tensor(&w.dec_pos)?;
         let dec: Vec<DDecoderLayer> = w
             .dec_layers
             .iter()
@@ -210,23 +217,23 @@ impl WhisperModel {
             .map(|(i, l)| -> Result<_> {
                 let n = |x: &str| format!("dec{i}.{x}");
                 Ok(DDecoderLayer {
-                    self_ln: norm(&k, s, &n("self_ln"), &l.self_ln, dt)?,
-                    self_qkv: linear(&k, s, &n("self_qkv"), &l.self_qkv, dt)?,
-                    self_out: linear(&k, s, &n("self_out"), &l.self_out, dt)?,
-                    cross_ln: norm(&k, s, &n("cross_ln"), &l.cross_ln, dt)?,
-                    cross_q: linear(&k, s, &n("cross_q"), &l.cross_q, dt)?,
-                    cross_kv: linear(&k, s, &n("cross_kv"), &l.cross_kv, dt)?,
-                    cross_out: linear(&k, s, &n("cross_out"), &l.cross_out, dt)?,
-                    mlp_ln: norm(&k, s, &n("mlp_ln"), &l.mlp_ln, dt)?,
-                    fc1: linear(&k, s, &n("fc1"), &l.fc1, dt)?,
-                    fc2: linear(&k, s, &n("fc2"), &l.fc2, dt)?,
+                    self_ln: up.norm(&l.self_ln)?,
+                    self_qkv: up.linear(&l.self_qkv)?,
+                    self_out: up.linear(&l.self_out)?,
+                    cross_ln: up.norm(&l.cross_ln)?,
+                    cross_q: up.linear(&l.cross_q)?,
+                    cross_kv: up.linear(&l.cross_kv)?,
+                    cross_out: up.linear(&l.cross_out)?,
+                    mlp_ln: up.norm(&l.mlp_ln)?,
+                    fc1: up.linear(&l.fc1)?,
+                    fc2: up.linear(&l.fc2)?,
                     k_cache: Tensor::alloc(ctx, &n("k_cache"), dt, &[t_text, d])?,
                     v_cache: Tensor::alloc(ctx, &n("v_cache"), dt, &[t_text, d])?,
                     cross: Tensor::alloc(ctx, &n("cross_kv"), dt, &[t_audio, 2 * d])?,
                 })
             })
             .collect::<Result<_>>()?;
-        let dec_ln = norm(&k, s, "dec_ln", &w.dec_ln, dt)?;
+        let dec_ln = up.norm(&w.dec_ln)?;
 
         // Activations of the encoder.
         let mel = Tensor::alloc(ctx, "mel", dt, &[N_FRAMES, c.n_mels])?;

@@ -1,5 +1,8 @@
 //! Whisper checkpoints: CTranslate2 `model.bin` (faster-whisper's format) and Hugging Face
-//! safetensors (`openai/whisper-*` layout), loaded into one host-side representation in f32.
+//! safetensors (`openai/whisper-*` layout), opened through one [`frt_nn::Store`] (memory-mapped)
+//! and described in one layout of [`Weight`]s: names, shapes and finiteness are checked when
+//! the checkpoint is opened; values are read when the model uploads them, converted straight
+//! into the device tensor's precision (no host copy of the model).
 //!
 //! CTranslate2 fuses projections: the self-attention `linear_0` is `[q; k; v]` (with a zero
 //! key bias), the cross-attention `linear_0` is the query and `linear_1` is `[k; v]`. The
@@ -7,27 +10,40 @@
 
 use crate::config::WhisperConfig;
 use crate::error::{Error, Result};
+use frt_exec::{Ctx, Stream};
+use frt_kernels::{DType, Tensor};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-/// A tensor in host memory (f32).
+/// A weight as the checkpoint holds it: the rows of one or more stored tensors (a fused
+/// projection stacks several) and of zeros (a bias the checkpoint leaves out), read only when
+/// uploaded ([`WhisperWeights::upload`]) or asked for in f32 ([`WhisperWeights::to_f32`]).
 #[derive(Clone, Debug)]
-pub struct HostTensor {
+pub struct Weight {
     pub shape: Vec<usize>,
-    pub data: Vec<f32>,
+    parts: Vec<Part>,
+}
+
+#[derive(Clone, Debug)]
+enum Part {
+    /// A stored tensor, by name.
+    Stored(String),
+    /// This many zero values.
+    Zeros(usize),
 }
 
 #[derive(Clone, Debug)]
 pub struct Linear {
     /// `[out, in]`
-    pub w: HostTensor,
+    pub w: Weight,
     /// `[out]`
-    pub b: HostTensor,
+    pub b: Weight,
 }
 
 #[derive(Clone, Debug)]
 pub struct Norm {
-    pub g: HostTensor,
-    pub b: HostTensor,
+    pub g: Weight,
+    pub b: Weight,
 }
 
 #[derive(Clone, Debug)]
@@ -66,31 +82,31 @@ pub struct WhisperWeights {
     /// `[d, d, 3]`
     pub conv2: Linear,
     /// `[n_audio_ctx, d]`
-    pub enc_pos: HostTensor,
+    pub enc_pos: Weight,
     pub enc_layers: Vec<EncoderLayer>,
     pub enc_ln: Norm,
     /// `[n_vocab, d]`, also the output projection
-    pub tok_emb: HostTensor,
+    pub tok_emb: Weight,
     /// `[n_text_ctx, d]`
-    pub dec_pos: HostTensor,
+    pub dec_pos: Weight,
     pub dec_layers: Vec<DecoderLayer>,
     pub dec_ln: Norm,
+    /// Where the values are.
+    store: Arc<frt_nn::Store>,
 }
 
-/// The checkpoint's tensors, taken by name with shape checks, as f32 (Whisper's upload
-/// builds fused projections from them).
+/// The checkpoint's tensors, taken by name with shape and finiteness checks.
 struct Store {
     file: PathBuf,
     store: frt_nn::Store,
 }
 
 impl Store {
-    fn take(&mut self, name: &str, shape: &[usize]) -> Result<HostTensor> {
-        let v = self.store.root().get(name, shape)?;
-        v.check_finite()?;
-        Ok(HostTensor {
+    fn take(&mut self, name: &str, shape: &[usize]) -> Result<Weight> {
+        self.store.root().get(name, shape)?.check_finite()?;
+        Ok(Weight {
             shape: shape.to_vec(),
-            data: v.to_f32(),
+            parts: vec![Part::Stored(name.to_string())],
         })
     }
 
@@ -111,26 +127,69 @@ impl Store {
     }
 }
 
-fn zeros(n: usize) -> HostTensor {
-    HostTensor {
+fn zeros(n: usize) -> Weight {
+    Weight {
         shape: vec![n],
-        data: vec![0.0; n],
+        parts: vec![Part::Zeros(n)],
     }
 }
 
-fn concat_rows(parts: &[&HostTensor]) -> HostTensor {
-    let cols: usize = parts[0].shape[1..].iter().product();
-    let rows: usize = parts.iter().map(|p| p.shape[0]).sum();
+/// The weights stacked along their first dimension (their trailing dimensions agree).
+fn concat_rows(parts: &[&Weight]) -> Weight {
     let mut shape = parts[0].shape.clone();
-    shape[0] = rows;
-    let mut data = Vec::with_capacity(rows * cols);
-    for p in parts {
-        data.extend_from_slice(&p.data);
+    shape[0] = parts.iter().map(|p| p.shape[0]).sum();
+    Weight {
+        shape,
+        parts: parts.iter().flat_map(|p| p.parts.iter().cloned()).collect(),
     }
-    HostTensor { shape, data }
 }
 
 impl WhisperWeights {
+    /// Uploads `w` as a new tensor of `dtype` (f32, bf16 or f16), each stored part converted
+    /// straight from the checkpoint into its rows, ordered on `s`.
+    pub fn upload(&self, w: &Weight, ctx: &Ctx, s: Stream, dtype: DType) -> Result<Tensor> {
+        let t = Tensor::alloc(ctx, &self.label(w), dtype, &w.shape)?;
+        let mut at = 0;
+        for part in &w.parts {
+            match part {
+                Part::Stored(name) => {
+                    let v = self.store.view(name)?;
+                    v.write_into(&t, s, at)?;
+                    at += v.numel();
+                }
+                Part::Zeros(n) => {
+                    let flat = t.reshape(&[t.numel()])?;
+                    flat.narrow(0, at, *n)?.write_f32(s, &vec![0.0; *n])?;
+                    at += n;
+                }
+            }
+        }
+        Ok(t)
+    }
+
+    /// `w`'s values in f32 (reads the checkpoint; for tools and tests).
+    pub fn to_f32(&self, w: &Weight) -> Result<Vec<f32>> {
+        let mut out = Vec::with_capacity(w.shape.iter().product());
+        for part in &w.parts {
+            match part {
+                Part::Stored(name) => out.extend(self.store.view(name)?.to_f32()),
+                Part::Zeros(n) => out.extend(std::iter::repeat_n(0.0, *n)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// A device tensor's name for `w`: its first stored part's.
+    fn label(&self, w: &Weight) -> String {
+        w.parts
+            .iter()
+            .find_map(|p| match p {
+                Part::Stored(n) => Some(n.clone()),
+                Part::Zeros(_) => None,
+            })
+            .unwrap_or_else(|| "zeros".into())
+    }
+
     /// Loads a model folder: CTranslate2 (`model.bin`) or Hugging Face (`model.safetensors` +
     /// `config.json`), whichever is there.
     pub fn load(dir: &Path) -> Result<WhisperWeights> {
@@ -270,6 +329,7 @@ impl WhisperWeights {
             enc_layers,
             dec_layers,
             config,
+            store: Arc::new(st.store),
         })
     }
 
@@ -401,6 +461,7 @@ impl WhisperWeights {
             enc_layers,
             dec_layers,
             config,
+            store: Arc::new(st.store),
         })
     }
 
@@ -412,105 +473,110 @@ impl WhisperWeights {
             source,
         })?;
         let d = self.config.n_audio_state;
-        let mut out: Vec<(String, HostTensor)> = Vec::new();
-        let split = |l: &Linear, n: usize| -> Vec<Linear> {
-            (0..n)
-                .map(|k| Linear {
-                    w: HostTensor {
-                        shape: vec![d, d],
-                        data: l.w.data[k * d * d..(k + 1) * d * d].to_vec(),
-                    },
-                    b: HostTensor {
-                        shape: vec![d],
-                        data: l.b.data[k * d..(k + 1) * d].to_vec(),
-                    },
+        // (name, shape, values) in f32.
+        type Out = Vec<(String, Vec<usize>, Vec<f32>)>;
+        let mut out: Out = Vec::new();
+        let values = |w: &Weight| self.to_f32(w);
+        // A fused projection's `n` parts: (weight, bias) values of `d` rows each.
+        let split = |l: &Linear, n: usize| -> Result<Vec<(Vec<f32>, Vec<f32>)>> {
+            let (w, b) = (values(&l.w)?, values(&l.b)?);
+            Ok((0..n)
+                .map(|k| {
+                    (
+                        w[k * d * d..(k + 1) * d * d].to_vec(),
+                        b[k * d..(k + 1) * d].to_vec(),
+                    )
                 })
-                .collect()
+                .collect())
         };
-        let lin = |out: &mut Vec<(String, HostTensor)>, p: &str, l: &Linear, bias: bool| {
-            out.push((format!("{p}.weight"), l.w.clone()));
+        let part = |out: &mut Out, p: &str, (w, b): &(Vec<f32>, Vec<f32>), bias: bool| {
+            out.push((format!("{p}.weight"), vec![d, d], w.clone()));
             if bias {
-                out.push((format!("{p}.bias"), l.b.clone()));
+                out.push((format!("{p}.bias"), vec![d], b.clone()));
             }
         };
-        let norm = |out: &mut Vec<(String, HostTensor)>, p: &str, n: &Norm| {
-            out.push((format!("{p}.weight"), n.g.clone()));
-            out.push((format!("{p}.bias"), n.b.clone()));
+        let lin = |out: &mut Out, p: &str, l: &Linear, bias: bool| -> Result<()> {
+            out.push((format!("{p}.weight"), l.w.shape.clone(), values(&l.w)?));
+            if bias {
+                out.push((format!("{p}.bias"), l.b.shape.clone(), values(&l.b)?));
+            }
+            Ok(())
         };
-        lin(&mut out, "model.encoder.conv1", &self.conv1, true);
-        lin(&mut out, "model.encoder.conv2", &self.conv2, true);
-        out.push((
-            "model.encoder.embed_positions.weight".into(),
-            self.enc_pos.clone(),
-        ));
+        let one = |out: &mut Out, name: &str, w: &Weight| -> Result<()> {
+            out.push((name.into(), w.shape.clone(), values(w)?));
+            Ok(())
+        };
+        let norm = |out: &mut Out, p: &str, n: &Norm| -> Result<()> {
+            one(out, &format!("{p}.weight"), &n.g)?;
+            one(out, &format!("{p}.bias"), &n.b)
+        };
+        lin(&mut out, "model.encoder.conv1", &self.conv1, true)?;
+        lin(&mut out, "model.encoder.conv2", &self.conv2, true)?;
+        one(
+            &mut out,
+            "model.encoder.embed_positions.weight",
+            &self.enc_pos,
+        )?;
         for (i, l) in self.enc_layers.iter().enumerate() {
             let p = format!("model.encoder.layers.{i}");
-            norm(&mut out, &format!("{p}.self_attn_layer_norm"), &l.attn_ln);
-            let qkv = split(&l.qkv, 3);
-            lin(&mut out, &format!("{p}.self_attn.q_proj"), &qkv[0], true);
-            lin(&mut out, &format!("{p}.self_attn.k_proj"), &qkv[1], false);
-            lin(&mut out, &format!("{p}.self_attn.v_proj"), &qkv[2], true);
-            lin(&mut out, &format!("{p}.self_attn.out_proj"), &l.out, true);
-            norm(&mut out, &format!("{p}.final_layer_norm"), &l.mlp_ln);
-            lin(&mut out, &format!("{p}.fc1"), &l.fc1, true);
-            lin(&mut out, &format!("{p}.fc2"), &l.fc2, true);
+            norm(&mut out, &format!("{p}.self_attn_layer_norm"), &l.attn_ln)?;
+            let qkv = split(&l.qkv, 3)?;
+            part(&mut out, &format!("{p}.self_attn.q_proj"), &qkv[0], true);
+            part(&mut out, &format!("{p}.self_attn.k_proj"), &qkv[1], false);
+            part(&mut out, &format!("{p}.self_attn.v_proj"), &qkv[2], true);
+            lin(&mut out, &format!("{p}.self_attn.out_proj"), &l.out, true)?;
+            norm(&mut out, &format!("{p}.final_layer_norm"), &l.mlp_ln)?;
+            lin(&mut out, &format!("{p}.fc1"), &l.fc1, true)?;
+            lin(&mut out, &format!("{p}.fc2"), &l.fc2, true)?;
         }
-        norm(&mut out, "model.encoder.layer_norm", &self.enc_ln);
-        out.push((
-            "model.decoder.embed_tokens.weight".into(),
-            self.tok_emb.clone(),
-        ));
-        out.push((
-            "model.decoder.embed_positions.weight".into(),
-            self.dec_pos.clone(),
-        ));
+        norm(&mut out, "model.encoder.layer_norm", &self.enc_ln)?;
+        one(&mut out, "model.decoder.embed_tokens.weight", &self.tok_emb)?;
+        one(
+            &mut out,
+            "model.decoder.embed_positions.weight",
+            &self.dec_pos,
+        )?;
         for (i, l) in self.dec_layers.iter().enumerate() {
             let p = format!("model.decoder.layers.{i}");
-            norm(&mut out, &format!("{p}.self_attn_layer_norm"), &l.self_ln);
-            let qkv = split(&l.self_qkv, 3);
-            lin(&mut out, &format!("{p}.self_attn.q_proj"), &qkv[0], true);
-            lin(&mut out, &format!("{p}.self_attn.k_proj"), &qkv[1], false);
-            lin(&mut out, &format!("{p}.self_attn.v_proj"), &qkv[2], true);
+            norm(&mut out, &format!("{p}.self_attn_layer_norm"), &l.self_ln)?;
+            let qkv = split(&l.self_qkv, 3)?;
+            part(&mut out, &format!("{p}.self_attn.q_proj"), &qkv[0], true);
+            part(&mut out, &format!("{p}.self_attn.k_proj"), &qkv[1], false);
+            part(&mut out, &format!("{p}.self_attn.v_proj"), &qkv[2], true);
             lin(
                 &mut out,
                 &format!("{p}.self_attn.out_proj"),
                 &l.self_out,
                 true,
-            );
+            )?;
             norm(
                 &mut out,
                 &format!("{p}.encoder_attn_layer_norm"),
                 &l.cross_ln,
-            );
+            )?;
             lin(
                 &mut out,
                 &format!("{p}.encoder_attn.q_proj"),
                 &l.cross_q,
                 true,
-            );
-            let kv = split(&l.cross_kv, 2);
-            lin(&mut out, &format!("{p}.encoder_attn.k_proj"), &kv[0], false);
-            lin(&mut out, &format!("{p}.encoder_attn.v_proj"), &kv[1], true);
+            )?;
+            let kv = split(&l.cross_kv, 2)?;
+            part(&mut out, &format!("{p}.encoder_attn.k_proj"), &kv[0], false);
+            part(&mut out, &format!("{p}.encoder_attn.v_proj"), &kv[1], true);
             lin(
                 &mut out,
                 &format!("{p}.encoder_attn.out_proj"),
                 &l.cross_out,
                 true,
-            );
-            norm(&mut out, &format!("{p}.final_layer_norm"), &l.mlp_ln);
-            lin(&mut out, &format!("{p}.fc1"), &l.fc1, true);
-            lin(&mut out, &format!("{p}.fc2"), &l.fc2, true);
+            )?;
+            norm(&mut out, &format!("{p}.final_layer_norm"), &l.mlp_ln)?;
+            lin(&mut out, &format!("{p}.fc1"), &l.fc1, true)?;
+            lin(&mut out, &format!("{p}.fc2"), &l.fc2, true)?;
         }
-        norm(&mut out, "model.decoder.layer_norm", &self.dec_ln);
+        norm(&mut out, "model.decoder.layer_norm", &self.dec_ln)?;
         let bytes: Vec<(String, Vec<u8>, Vec<usize>)> = out
             .into_iter()
-            .map(|(n, t)| {
-                (
-                    n,
-                    t.data.iter().flat_map(|v| v.to_le_bytes()).collect(),
-                    t.shape,
-                )
-            })
+            .map(|(n, shape, v)| (n, v.iter().flat_map(|x| x.to_le_bytes()).collect(), shape))
             .collect();
         let views: Vec<(String, safetensors::tensor::TensorView)> = bytes
             .iter()
