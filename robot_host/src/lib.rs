@@ -33,6 +33,7 @@ pub mod policy;
 pub mod realtime;
 pub mod ros;
 pub mod safety;
+pub mod serve;
 pub mod timeline;
 pub mod transport;
 pub mod voice;

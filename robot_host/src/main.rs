@@ -20,6 +20,7 @@ const USAGE: &str = "usage:
   frt-robot-host demo [--trace FILE.json]
   frt-robot-host run --config FILE --sim SCRIPT [--trace FILE.json]
   frt-robot-host check --config FILE
+  frt-robot-host serve --config FILE [--port N]         (openpi's websocket policy protocol)
   frt-robot-host bench [--iters N] [--tiny] [--whisper DIR] [--tokenizer FILE] [--clip FILE.wav]
   frt-robot-host transcribe FILE.wav [--model DIR]
   frt-robot-host ros --ros-args -p config:=FILE [...]   (built with the `ros2` feature: rcl)
@@ -56,6 +57,10 @@ fn main() {
             None => Err(USAGE.to_string()),
         },
         Some("bench") => bench(&args),
+        Some("serve") => match arg(&args, "--config") {
+            Some(c) => serve(&c, arg(&args, "--port")),
+            None => Err(USAGE.to_string()),
+        },
         Some("ros") => ros(&args),
         Some("transcribe") => match args.get(1) {
             Some(f) => transcribe(Path::new(f), arg(&args, "--model")),
@@ -67,6 +72,29 @@ fn main() {
         eprintln!("{e}");
         std::process::exit(2);
     }
+}
+
+/// `serve`: openpi's websocket policy server for the configuration's model and preset, until
+/// the process is stopped.
+fn serve(path: &Path, port: Option<PathBuf>) -> Result<(), String> {
+    let cfg = Config::load(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let port = match port {
+        Some(p) => Some(
+            p.to_str()
+                .and_then(|p| p.parse::<u16>().ok())
+                .ok_or_else(|| format!("--port {}: not a port number", p.display()))?,
+        ),
+        None => None,
+    };
+    let server = frt_robot_host::serve::start(&cfg, port)?;
+    let s = cfg.serve.as_ref().expect("checked by start");
+    // The line a launcher waits for.
+    println!(
+        "serving openpi's websocket protocol on ws://{} (preset {})",
+        server.addr,
+        s.preset.name()
+    );
+    server.wait()
 }
 
 /// `check`: every load and validation `run` performs, and the summary. Exits non-zero on the

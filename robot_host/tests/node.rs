@@ -439,7 +439,13 @@ fn a_scripted_run_replayed_gives_byte_identical_chunks() {
 
 #[test]
 fn the_example_configs_are_valid() {
-    for f in ["demo.yaml", "dev_gpu.yaml", "pi05_thor.yaml"] {
+    for f in [
+        "demo.yaml",
+        "dev_gpu.yaml",
+        "pi05_thor.yaml",
+        "serve_droid.yaml",
+        "serve_demo.yaml",
+    ] {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../config")
             .join(f);

@@ -1,0 +1,240 @@
+//! The openpi websocket server (`frt-robot-host serve`) against the real `openpi-client` from
+//! PyPI (installed into `.cache/pip-openpi` by `scripts/fetch-models.sh`, or
+//! `$FRT_OPENPI_CLIENT`), on loopback, with the tiny random model on the host backend: the
+//! metadata, each preset's observation layout as openpi's examples send it, the actions'
+//! shape, dtype and limits, malformed observations (the client raises openpi's server error;
+//! a new connection works), concurrent clients, 1000 requests with flat memory, the health
+//! check.
+
+use frt_robot_host::Config;
+use frt_robot_host::serve::{self, Server};
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+fn config(preset: &str) -> Config {
+    let (joints, dims, views) = match preset {
+        "droid" => (8, 8, 2),
+        "libero" => (8, 7, 2),
+        "aloha" => (14, 14, 3),
+        _ => unreachable!(),
+    };
+    let cameras: Vec<String> = ["base", "left", "right"][..views]
+        .iter()
+        .enumerate()
+        .map(|(v, n)| {
+            format!(
+                "  - {{ name: {n}, topic: /{n}/image_raw, format: raw, view: {v}, required: {} }}",
+                v == 0
+            )
+        })
+        .collect();
+    let names: Vec<String> = (0..joints).map(|j| format!("j{j}")).collect();
+    Config::parse(&format!(
+        r#"
+model:
+  random: {{ size: tiny, seed: 3 }}
+  precision: f32
+  backend: host
+  max_token_len: 96
+cameras:
+{}
+state:
+  topic: /joint_states
+  joints: [{}]
+control:
+  rate_hz: 10
+  initial_subgoal: pick up the red block
+  action_dim: {dims}
+  dt: 0.02
+safety:
+  max_observation_age_ms: 200
+  missing_camera: degrade
+  action_space: position
+  action_min: [-1.5]
+  action_max: [1.5]
+serve:
+  preset: {preset}
+  port: 0
+"#,
+        cameras.join("\n"),
+        names.join(", ")
+    ))
+    .unwrap()
+}
+
+fn client_path() -> PathBuf {
+    std::env::var_os("FRT_OPENPI_CLIENT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.cache/pip-openpi"))
+}
+
+fn client(server: &Server, args: &[&str]) -> Command {
+    let dir = client_path();
+    assert!(
+        dir.join("openpi_client").is_dir(),
+        "openpi-client is not at {} — run scripts/fetch-models.sh (or set FRT_OPENPI_CLIENT)",
+        dir.display()
+    );
+    let mut c = Command::new("python3");
+    c.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openpi_peer.py"))
+        .arg(server.addr.port().to_string())
+        .args(args)
+        .env("PYTHONPATH", dir);
+    c
+}
+
+/// Runs a scenario to its end; its JSON findings.
+fn run(server: &Server, args: &[&str]) -> Value {
+    let out = client(server, args).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "openpi client {args:?}: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap()
+}
+
+fn start(preset: &str) -> Server {
+    serve::start(&config(preset), None).unwrap()
+}
+
+/// Checks one reply's summary: `[50, dims]` float32, finite, within the configured limits.
+fn check_actions(s: &Value, dims: u64) {
+    assert_eq!(s["shape"], serde_json::json!([50, dims]), "{s}");
+    assert_eq!(s["dtype"], "float32");
+    assert_eq!(s["finite"], true);
+    assert!(
+        s["min"].as_f64().unwrap() >= -1.5 && s["max"].as_f64().unwrap() <= 1.5,
+        "{s}"
+    );
+    assert_eq!(
+        s["keys"],
+        serde_json::json!(["actions", "policy_timing", "server_timing"])
+    );
+}
+
+fn preset_round_trip(preset: &str, dims: u64) -> Value {
+    let server = start(preset);
+    let r = run(&server, &[preset]);
+    let m = &r["metadata"];
+    assert_eq!(m["server"], "frt");
+    assert_eq!(m["model"], "Pi0.5");
+    assert_eq!(m["preset"], preset);
+    assert_eq!(m["action_horizon"], 50);
+    assert_eq!(m["action_dim"], dims);
+    check_actions(&r["first"], dims);
+    check_actions(&r["second"], dims);
+    // openpi's server reports the previous request's total time from the second one on.
+    assert_eq!(r["first"]["server_timing"], serde_json::json!(["infer_ms"]));
+    assert_eq!(
+        r["second"]["server_timing"],
+        serde_json::json!(["infer_ms", "prev_total_ms"])
+    );
+    server.stop().unwrap();
+    r
+}
+
+#[test]
+fn droid_observations_as_openpi_sends_them() {
+    let r = preset_round_trip("droid", 8);
+    // 640×480 frames (resized with padding), float CHW frames.
+    check_actions(&r["vga"], 8);
+    check_actions(&r["float_chw"], 8);
+}
+
+#[test]
+fn libero_observations_as_openpi_sends_them() {
+    preset_round_trip("libero", 7);
+}
+
+#[test]
+fn aloha_observations_as_openpi_sends_them() {
+    preset_round_trip("aloha", 14);
+}
+
+/// A malformed observation: the client raises openpi's server error with a message naming the
+/// key; the server closes that connection and serves the next.
+#[test]
+fn malformed_observations_are_named_errors_and_the_server_keeps_serving() {
+    let server = start("droid");
+    let r = run(&server, &["errors"]);
+    let want = [
+        ("missing key", "observation/wrist_image_left"),
+        ("short state", "observation/joint_position"),
+        ("NaN state", "non-finite"),
+        ("bad image shape", "observation/exterior_image_1_left"),
+        ("float image out of range", "[0, 1]"),
+        ("prompt not a string", "`prompt`"),
+    ];
+    let errors = r["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), want.len());
+    for (e, (case, needle)) in errors.iter().zip(want) {
+        assert_eq!(e["case"], case);
+        assert_eq!(e["raised"], true, "{case}: {e}");
+        let msg = e["message"].as_str().unwrap();
+        assert!(
+            msg.starts_with("Error in inference server:"),
+            "{case}: {msg}"
+        );
+        assert!(msg.contains(needle), "{case}: `{needle}` not in {msg}");
+        assert_eq!(e["after"], serde_json::json!([50, 8]), "{case}");
+    }
+}
+
+#[test]
+fn concurrent_clients_are_all_served() {
+    let server = start("droid");
+    let r = run(&server, &["concurrent"]);
+    assert_eq!(r["failures"], serde_json::json!([]));
+    assert_eq!(r["shapes"].as_array().unwrap().len(), 9);
+}
+
+#[test]
+fn the_health_check_answers() {
+    let server = start("droid");
+    let r = run(&server, &["health"]);
+    assert_eq!(r["status"], 200);
+    assert_eq!(r["body"], "OK\n");
+}
+
+/// This process's resident memory (the server runs in it), in KiB.
+fn rss_kib() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// 1000 requests on one connection: every reply a chunk, and the server's memory flat after
+/// warm-up (within 8 MiB).
+#[test]
+fn a_thousand_requests_keep_memory_flat() {
+    let server = start("droid");
+    let mut child = client(&server, &["sequential", "1000"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(line.contains("warm"), "{line}");
+    let warm = rss_kib();
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert!(child.wait().unwrap().success());
+    let r: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(r["ok"], 1000);
+    let after = rss_kib();
+    eprintln!("server RSS after 10 requests {warm} KiB, after 1000 {after} KiB");
+    assert!(
+        after <= warm + 8 * 1024,
+        "RSS grew from {warm} to {after} KiB"
+    );
+}
