@@ -58,7 +58,7 @@ fn main() {
         },
         Some("bench") => bench(&args),
         Some("serve") => match arg(&args, "--config") {
-            Some(c) => serve(&c, arg(&args, "--port")),
+            Some(c) => serve_openpi(&c, arg(&args, "--port")),
             None => Err(USAGE.to_string()),
         },
         Some("ros") => ros(&args),
@@ -76,7 +76,7 @@ fn main() {
 
 /// `serve`: openpi's websocket policy server for the configuration's model and preset, until
 /// the process is stopped.
-fn serve(path: &Path, port: Option<PathBuf>) -> Result<(), String> {
+fn serve_openpi(path: &Path, port: Option<PathBuf>) -> Result<(), String> {
     let cfg = Config::load(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let port = match port {
         Some(p) => Some(
