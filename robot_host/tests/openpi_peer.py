@@ -5,7 +5,9 @@ examples do, and prints one JSON line of findings for `openpi_server.rs` to chec
 
 Scenarios: `droid`, `libero`, `aloha` (metadata, observation layouts and dtypes of that
 preset), `errors` (malformed observations, then a new connection), `concurrent` (3 clients
-at once), `sequential N` (N requests on one connection), `health` (GET /healthz).
+at once), `stalls` (a silent socket, a client that never reads, a client that disconnects
+mid-request, beside a normal client), `sequential N` (N requests on one connection),
+`health` (GET /healthz).
 """
 import json
 import sys
@@ -129,6 +131,21 @@ elif scenario == "concurrent":
         t.join()
     result["shapes"] = shapes
     result["failures"] = failures
+elif scenario == "stalls":
+    import socket
+
+    from openpi_client import msgpack_numpy
+
+    silent = socket.create_connection(("127.0.0.1", port))  # sends nothing
+    never_reads = client()
+    for _ in range(3):
+        never_reads._ws.send(msgpack_numpy.packb(droid()))  # noqa: SLF001
+    gone = client()
+    gone._ws.send(msgpack_numpy.packb(droid()))  # noqa: SLF001
+    gone._ws.close()  # noqa: SLF001
+    normal = client()
+    result["shapes"] = [summary(normal.infer(droid()))["shape"] for _ in range(3)]
+    silent.close()
 elif scenario == "sequential":
     n = int(sys.argv[3])
     c = client()

@@ -3,8 +3,8 @@
 //! `$FRT_OPENPI_CLIENT`), on loopback, with the tiny random model on the host backend: the
 //! metadata, each preset's observation layout as openpi's examples send it, the actions'
 //! shape, dtype and limits, malformed observations (the client raises openpi's server error;
-//! a new connection works), concurrent clients, 1000 requests with flat memory, the health
-//! check.
+//! a new connection works), concurrent clients, stalled and dead clients beside a normal one,
+//! 1000 requests with flat memory, the health check.
 
 use frt_robot_host::Config;
 use frt_robot_host::serve::{self, Server};
@@ -191,6 +191,15 @@ fn concurrent_clients_are_all_served() {
     let r = run(&server, &["concurrent"]);
     assert_eq!(r["failures"], serde_json::json!([]));
     assert_eq!(r["shapes"].as_array().unwrap().len(), 9);
+}
+
+/// A silent socket, a client that never reads its replies and one that disconnects with a
+/// request in flight do not keep a normal client from being served.
+#[test]
+fn stalled_and_dead_clients_do_not_block_others() {
+    let server = start("droid");
+    let r = run(&server, &["stalls"]);
+    assert_eq!(r["shapes"], serde_json::json!([[50, 8], [50, 8], [50, 8]]));
 }
 
 #[test]

@@ -70,6 +70,11 @@ pub fn resize_with_pad(src: &[u8], h: usize, w: usize, th: usize, tw: usize) -> 
             reason: format!("{} bytes for {h}×{w}×3 (target {th}×{tw})", src.len()),
         });
     }
+    if (h, w) == (th, tw) {
+        // Already the size: the resize is the identity (openpi's client-side resize returns
+        // such images as they are).
+        return Ok(src.to_vec());
+    }
     let ratio = (w as f64 / tw as f64).max(h as f64 / th as f64);
     // As openpi: int() truncation; an extreme aspect ratio can leave 0 rows or columns, and
     // then the result is all padding.

@@ -76,6 +76,9 @@ struct Job {
     images: Vec<Option<frt_vla::ModelImage>>,
     state: Vec<f32>,
     prompt: String,
+    /// Where the worker writes the chunk (`horizon × dims`, allocated by the connection: the
+    /// worker allocates nothing per request).
+    out: Vec<f32>,
     reply: oneshot::Sender<Result<Reply, String>>,
 }
 
@@ -324,7 +327,7 @@ async fn connection(
             }
             Err(e) => return Err(e.to_string()),
         };
-        match infer(shared, &bytes).await {
+        match infer(shared, bytes).await {
             Ok((actions, infer_ms)) => {
                 let mut timing = vec![("infer_ms", Value::F64(infer_ms))];
                 if let Some(p) = prev_total_ms {
@@ -372,8 +375,10 @@ where
 }
 
 /// One observation: decoded, preprocessed (off the runtime's threads), through the policy.
-async fn infer(shared: &Shared, bytes: &[u8]) -> Result<(Vec<f32>, f64), String> {
-    let bytes = bytes.to_vec();
+async fn infer(
+    shared: &Shared,
+    bytes: tokio_tungstenite::tungstenite::Bytes,
+) -> Result<(Vec<f32>, f64), String> {
     let (preset, side, views, max_pixels) =
         (shared.preset, shared.side, shared.views, shared.max_pixels);
     let job = tokio::task::spawn_blocking(move || -> Result<_, String> {
@@ -407,6 +412,7 @@ async fn infer(shared: &Shared, bytes: &[u8]) -> Result<(Vec<f32>, f64), String>
             images,
             state,
             prompt,
+            out: vec![0.0; shared.horizon * shared.dims],
             reply: tx,
         })
         .map_err(|e| match e {
@@ -424,7 +430,8 @@ async fn infer(shared: &Shared, bytes: &[u8]) -> Result<(Vec<f32>, f64), String>
 }
 
 /// The policy thread: requests in order of arrival, each a whole inference, then the output
-/// transform and the guards.
+/// transform and the guards. Allocates nothing per request once warmed up (the chunk goes into
+/// the job's own buffer).
 fn worker(
     mut policy: Policy,
     jobs: crossbeam_channel::Receiver<Job>,
@@ -432,25 +439,29 @@ fn worker(
     dims: Vec<ActionDim>,
 ) -> Result<(), String> {
     let d = dims.len();
-    let horizon = policy.spec().action_horizon;
-    let mut chunk = vec![0f32; horizon * d];
     let mut anchor = vec![0f32; d];
-    for job in jobs {
+    for mut job in jobs {
         let t = Instant::now();
+        let chunk = &mut job.out;
         let r = (|| -> Result<(), String> {
-            let frames: Vec<Option<&frt_vla::ModelImage>> =
-                job.images.iter().map(Option::as_ref).collect();
+            let mut frames: [Option<&frt_vla::ModelImage>; frt_vla::MAX_VIEWS] =
+                [None; frt_vla::MAX_VIEWS];
+            let views = job.images.len().min(frt_vla::MAX_VIEWS);
+            for (f, im) in frames.iter_mut().zip(&job.images) {
+                *f = im.as_ref();
+            }
             policy
-                .prepare(&frames, &job.state, &job.prompt)
+                .prepare(&frames[..views], &job.state, &job.prompt)
                 .map_err(|e| e.to_string())?;
-            for stage in policy.stages().to_vec() {
+            for i in 0..policy.stages().len() {
+                let stage = policy.stages()[i];
                 policy.replay(stage).map_err(|e| e.to_string())?;
             }
-            policy.finish(&mut chunk, d).map_err(|e| e.to_string())?;
+            policy.finish(chunk, d).map_err(|e| e.to_string())?;
             if chunk.iter().any(|x| !x.is_finite()) {
                 return Err("the policy produced non-finite actions".into());
             }
-            preset.encode_actions(&mut chunk);
+            preset.encode_actions(chunk);
             // openpi's `AbsoluteActions`: delta dimensions relative to the observed state.
             for (k, dim) in dims.iter().enumerate() {
                 let x = job.state.get(dim.state_index).copied().unwrap_or_default();
@@ -462,11 +473,11 @@ fn worker(
                     _ => x,
                 };
             }
-            guard_chunk(&mut chunk, 0, &anchor, &dims);
+            guard_chunk(chunk, 0, &anchor, &dims);
             Ok(())
         })();
         let reply = r.map(|()| Reply {
-            actions: chunk.clone(),
+            actions: std::mem::take(&mut job.out),
             infer_ms: t.elapsed().as_secs_f64() * 1e3,
         });
         let _ = job.reply.send(reply);
