@@ -7,7 +7,8 @@ Scenarios: `droid`, `libero`, `aloha` (metadata, observation layouts and dtypes 
 preset), `errors` (malformed observations, then a new connection), `concurrent` (3 clients
 at once), `stalls` (a silent socket, a client that never reads, a client that disconnects
 mid-request, beside a normal client), `sequential N` (N requests on one connection),
-`health` (GET /healthz).
+`oversize` (a message over the server's size limit, then a new connection), `health`
+(GET /healthz).
 """
 import json
 import sys
@@ -159,6 +160,15 @@ elif scenario == "sequential":
             print(json.dumps({"warm": True}), flush=True)
             sys.stdin.readline()
     result["ok"] = ok
+elif scenario == "oversize":
+    c = client()
+    try:
+        c.infer(droid(480, 640))
+        result["refused"] = False
+    except Exception as e:  # noqa: BLE001 — the connection is closed under the client
+        result["refused"] = True
+        result["error"] = type(e).__name__
+    result["after"] = summary(client().infer(droid()))["shape"]
 elif scenario == "health":
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz") as r:
         result["status"] = r.status

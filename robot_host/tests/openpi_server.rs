@@ -4,6 +4,7 @@
 //! metadata, each preset's observation layout as openpi's examples send it, the actions'
 //! shape, dtype and limits, malformed observations (the client raises openpi's server error;
 //! a new connection works), concurrent clients, stalled and dead clients beside a normal one,
+//! an oversized message,
 //! 1000 requests with flat memory, the health check.
 
 use frt_robot_host::Config;
@@ -14,6 +15,11 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 fn config(preset: &str) -> Config {
+    config_with(preset, "")
+}
+
+/// [`config`] with more lines in its `serve:` section.
+fn config_with(preset: &str, serve_extra: &str) -> Config {
     let (joints, dims, views) = match preset {
         "droid" => (8, 8, 2),
         "libero" => (8, 7, 2),
@@ -57,6 +63,7 @@ safety:
 serve:
   preset: {preset}
   port: 0
+{serve_extra}
 "#,
         cameras.join("\n"),
         names.join(", ")
@@ -200,6 +207,17 @@ fn stalled_and_dead_clients_do_not_block_others() {
     let server = start("droid");
     let r = run(&server, &["stalls"]);
     assert_eq!(r["shapes"], serde_json::json!([[50, 8], [50, 8], [50, 8]]));
+}
+
+/// A message over `serve.max_message_bytes` ends its connection; the server serves the next.
+#[test]
+fn an_oversized_message_ends_only_its_connection() {
+    // Two 224×224 frames (~301 kB) fit, two 640×480 frames (~1.8 MB) do not.
+    let cfg = config_with("droid", "  max_message_bytes: 400000");
+    let server = serve::start(&cfg, None).unwrap();
+    let r = run(&server, &["oversize"]);
+    assert_eq!(r["refused"], true, "{r}");
+    assert_eq!(r["after"], serde_json::json!([50, 8]));
 }
 
 #[test]
