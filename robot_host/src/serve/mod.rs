@@ -217,11 +217,25 @@ pub fn start(cfg: &Config, port: Option<u16>) -> Result<Server, String> {
         .block_on(TcpListener::bind(&addr))
         .map_err(|e| format!("serve: cannot listen on {addr}: {e}"))?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
+    // The worker signals when it ends, however it ends (a panic included): the server stops
+    // with it rather than answering every request with an error.
+    let (ended_tx, ended_rx) = oneshot::channel::<()>();
+    struct Ended(Option<oneshot::Sender<()>>);
+    impl Drop for Ended {
+        fn drop(&mut self) {
+            if let Some(t) = self.0.take() {
+                let _ = t.send(());
+            }
+        }
+    }
     let worker = std::thread::Builder::new()
         .name("frt-serve-policy".into())
         .spawn({
             let (preset, dims) = (s.preset, dims_cfg);
-            move || worker(policy, rx, preset, dims)
+            move || {
+                let _ended = Ended(Some(ended_tx));
+                worker(policy, rx, preset, dims)
+            }
         })
         .map_err(|e| e.to_string())?;
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
@@ -234,6 +248,7 @@ pub fn start(cfg: &Config, port: Option<u16>) -> Result<Server, String> {
             rt.block_on(async move {
                 tokio::select! {
                     _ = stop_rx => {}
+                    _ = ended_rx => {}
                     _ = accept_loop(listener, shared, ws) => {}
                 }
             });
@@ -253,8 +268,14 @@ pub fn start(cfg: &Config, port: Option<u16>) -> Result<Server, String> {
 
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, ws: WebSocketConfig) {
     loop {
-        let Ok((stream, peer)) = listener.accept().await else {
-            continue;
+        let (stream, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                // Out of descriptors and the like: try again shortly, without spinning.
+                tracing::warn!(target: "frt::serve", "accept: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
         };
         let shared = shared.clone();
         tokio::spawn(async move {
