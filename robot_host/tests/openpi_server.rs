@@ -7,90 +7,12 @@
 //! an oversized message,
 //! 1000 requests with flat memory, the health check.
 
-use frt_robot_host::Config;
+mod serving;
 use frt_robot_host::serve::{self, Server};
 use serde_json::Value;
+use serving::{client, config, config_with};
 use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-
-fn config(preset: &str) -> Config {
-    config_with(preset, "")
-}
-
-/// [`config`] with more lines in its `serve:` section.
-fn config_with(preset: &str, serve_extra: &str) -> Config {
-    let (joints, dims, views) = match preset {
-        "droid" => (8, 8, 2),
-        "libero" => (8, 7, 2),
-        "aloha" => (14, 14, 3),
-        _ => unreachable!(),
-    };
-    let cameras: Vec<String> = ["base", "left", "right"][..views]
-        .iter()
-        .enumerate()
-        .map(|(v, n)| {
-            format!(
-                "  - {{ name: {n}, topic: /{n}/image_raw, format: raw, view: {v}, required: {} }}",
-                v == 0
-            )
-        })
-        .collect();
-    let names: Vec<String> = (0..joints).map(|j| format!("j{j}")).collect();
-    Config::parse(&format!(
-        r#"
-model:
-  random: {{ size: tiny, seed: 3 }}
-  precision: f32
-  backend: host
-  max_token_len: 96
-cameras:
-{}
-state:
-  topic: /joint_states
-  joints: [{}]
-control:
-  rate_hz: 10
-  initial_subgoal: pick up the red block
-  action_dim: {dims}
-  dt: 0.02
-safety:
-  max_observation_age_ms: 200
-  missing_camera: degrade
-  action_space: position
-  action_min: [-1.5]
-  action_max: [1.5]
-serve:
-  preset: {preset}
-  port: 0
-{serve_extra}
-"#,
-        cameras.join("\n"),
-        names.join(", ")
-    ))
-    .unwrap()
-}
-
-fn client_path() -> PathBuf {
-    std::env::var_os("FRT_OPENPI_CLIENT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.cache/pip-openpi"))
-}
-
-fn client(server: &Server, args: &[&str]) -> Command {
-    let dir = client_path();
-    assert!(
-        dir.join("openpi_client").is_dir(),
-        "openpi-client is not at {} — run scripts/fetch-models.sh (or set FRT_OPENPI_CLIENT)",
-        dir.display()
-    );
-    let mut c = Command::new("python3");
-    c.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openpi_peer.py"))
-        .arg(server.addr.port().to_string())
-        .args(args)
-        .env("PYTHONPATH", dir);
-    c
-}
+use std::process::Stdio;
 
 /// Runs a scenario to its end; its JSON findings.
 fn run(server: &Server, args: &[&str]) -> Value {

@@ -5,11 +5,12 @@
 //!
 //! One test in this file: nothing else runs on the worker while it is counted.
 
-use frt_robot_host::{Config, serve};
+mod serving;
+use frt_robot_host::serve;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 struct Counting;
@@ -72,52 +73,8 @@ static GLOBAL: Counting = Counting;
 
 #[test]
 fn the_policy_worker_allocates_nothing_per_request() {
-    let cfg = Config::parse(
-        r#"
-model:
-  random: { size: tiny, seed: 3 }
-  precision: f32
-  backend: host
-  max_token_len: 96
-cameras:
-  - { name: base, topic: /base/image_raw, format: raw, view: 0 }
-  - { name: wrist, topic: /wrist/image_raw, format: raw, view: 1 }
-state:
-  topic: /joint_states
-  joints: [j1, j2, j3, j4, j5, j6, j7, gripper]
-control:
-  rate_hz: 10
-  initial_subgoal: pick up the red block
-  action_dim: 8
-  dt: 0.02
-safety:
-  max_observation_age_ms: 200
-  missing_camera: degrade
-  action_space: position
-  action_min: [-1.5]
-  action_max: [1.5]
-serve:
-  preset: droid
-  port: 0
-"#,
-    )
-    .unwrap();
-    let server = serve::start(&cfg, None).unwrap();
-    let client = std::env::var_os("FRT_OPENPI_CLIENT")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.cache/pip-openpi")
-        });
-    assert!(
-        client.join("openpi_client").is_dir(),
-        "openpi-client is not at {} — run scripts/fetch-models.sh (or set FRT_OPENPI_CLIENT)",
-        client.display()
-    );
-    let mut child = Command::new("python3")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openpi_peer.py"))
-        .arg(server.addr.port().to_string())
-        .args(["sequential", "30"])
-        .env("PYTHONPATH", client)
+    let server = serve::start(&serving::config("droid"), None).unwrap();
+    let mut child = serving::client(&server, &["sequential", "30"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
