@@ -27,8 +27,54 @@ use std::sync::{Arc, Mutex};
 #[derive(Parser)]
 #[command(name = "frt-robot-host", version, about, long_about = None)]
 struct Cli {
+    /// Log level (error, warn, info, debug, trace) or a filter such as
+    /// `frt_robot_host=debug,info`. Default: `RUST_LOG`, else info. Under `ros`, ROS 2's own
+    /// `--ros-args --log-level LEVEL` sets it too.
+    #[arg(long, global = true, value_name = "LEVEL")]
+    log_level: Option<String>,
+    /// Log records as JSON lines (on stderr).
+    #[arg(long, global = true)]
+    log_json: bool,
     #[command(subcommand)]
     command: Command,
+}
+
+/// Installs the log subscriber (stderr): `level` (a level or a filter), else `RUST_LOG`, else
+/// info.
+fn init_logging(level: Option<&str>, json: bool) -> Result<(), String> {
+    use tracing_subscriber::EnvFilter;
+    const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+    let filter = match level {
+        // A bare word must be a level (the filter syntax would take it as a target's name).
+        Some(l) if !l.contains(['=', ',']) && !LEVELS.contains(&l.to_lowercase().as_str()) => {
+            return Err(format!(
+                "--log-level {l}: not a level ({}) nor a filter",
+                LEVELS.join(", ")
+            ));
+        }
+        Some(l) => EnvFilter::try_new(l).map_err(|e| format!("--log-level {l}: {e}"))?,
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+    };
+    use std::io::IsTerminal;
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false);
+    let r = if json {
+        b.json().try_init()
+    } else {
+        b.try_init()
+    };
+    r.map_err(|e| e.to_string())
+}
+
+/// ROS 2's `--ros-args ... --log-level LEVEL` (or `--log-level name:=LEVEL`: the level).
+fn ros_log_level(args: &[String]) -> Option<String> {
+    let ros = args.iter().position(|a| a == "--ros-args")?;
+    let i = args[ros..].iter().position(|a| a == "--log-level")? + ros;
+    let v = args.get(i + 1)?;
+    Some(v.rsplit(":=").next().unwrap_or(v).to_lowercase())
 }
 
 #[derive(Subcommand)]
@@ -123,6 +169,14 @@ fn main() {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     let cli = Cli::parse();
+    let level = cli.log_level.clone().or_else(|| match &cli.command {
+        Command::Ros { args } => ros_log_level(args),
+        _ => None,
+    });
+    if let Err(e) = init_logging(level.as_deref(), cli.log_json) {
+        eprintln!("{e}");
+        std::process::exit(2);
+    }
     let r = match cli.command {
         Command::Demo { trace } => demo(trace),
         Command::Run { config, sim, trace } => run_sim(&config, &sim, false, trace),
@@ -155,12 +209,34 @@ fn main() {
     }
 }
 
+/// The start-up's last log line: what runs, where, how fast.
+fn ready(node: &Node, cfg: &Config) {
+    let p = node.policy();
+    let spec = p.spec();
+    tracing::info!(
+        model = spec.name,
+        precision = ?cfg.model.precision,
+        device = %p.target(),
+        graphs = p.capture_count(),
+        chunk = format!("{}×{}", spec.action_horizon, cfg.control.action_dim),
+        rate_hz = cfg.control.rate_hz,
+        voice = cfg.asr.is_some(),
+        "ready"
+    );
+}
+
 /// `serve`: openpi's websocket policy server for the configuration's model and preset, until
 /// the process is stopped.
 fn serve_openpi(path: &Path, port: Option<u16>) -> Result<(), String> {
     let cfg = Config::load(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let server = frt_robot_host::serve::start(&cfg, port)?;
     let s = cfg.serve.as_ref().expect("checked by start");
+    tracing::info!(
+        address = %server.addr,
+        preset = s.preset.name(),
+        precision = ?cfg.model.precision,
+        "ready"
+    );
     // The line a launcher waits for.
     println!(
         "serving openpi's websocket protocol on ws://{} (preset {})",
@@ -508,8 +584,9 @@ fn serve(
     };
     let (atx, arx) = crossbeam_channel::bounded::<Audio>(512);
     let voice_ok = cfg.asr.is_some();
-    let (node, inputs, outputs) =
-        Node::new(cfg, clock.clone(), voice_ok.then_some(atx)).map_err(|e| e.to_string())?;
+    let (node, inputs, outputs) = Node::new(cfg.clone(), clock.clone(), voice_ok.then_some(atx))
+        .map_err(|e| e.to_string())?;
+    ready(&node, &cfg);
     // SAFETY: the handler only stores to an atomic.
     unsafe {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
@@ -615,6 +692,7 @@ fn run_sim(config: &Path, script: &Path, demo: bool, trace: Option<PathBuf>) -> 
         node.policy().capture_count(),
         node.policy().target()
     );
+    ready(&node, &cfg);
     if trace.is_some() {
         node.enable_trace(1 << 20);
     }

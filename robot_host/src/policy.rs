@@ -244,6 +244,15 @@ impl HostSide {
     }
 }
 
+/// Where the weights come from, for people.
+fn source_name(cfg: &Config) -> String {
+    match cfg.model.source() {
+        ModelSource::Checkpoint(dir) => format!("checkpoint {}", dir.display()),
+        ModelSource::RandomTiny { seed } => format!("random tiny weights (seed {seed})"),
+        ModelSource::RandomBase { seed } => format!("random full-size weights (seed {seed})"),
+    }
+}
+
 /// The checkpoint's weights (checked against the configuration), or generated ones.
 fn load_weights(cfg: &Config, mc: &Pi05Config) -> Result<Pi05Weights> {
     Ok(match &cfg.model.source() {
@@ -280,7 +289,18 @@ impl Policy {
             worst_state,
             norm,
         } = HostSide::load(cfg, &mc)?;
+        let t = std::time::Instant::now();
+        tracing::info!(
+            model = mc.variant.name(),
+            source = %source_name(cfg),
+            "loading the weights"
+        );
         let weights = load_weights(cfg, &mc)?;
+        tracing::info!(
+            seconds = format!("{:.2}", t.elapsed().as_secs_f64()),
+            "weights opened; building the graphs (uploads, GEMM tuning, captures)"
+        );
+        let t = std::time::Instant::now();
         let (lo, hi) = ctx.priority_range();
         let check = |field: &str, p: i32| {
             if p > lo || p < hi {
@@ -316,6 +336,12 @@ impl Policy {
             )?),
         };
         drop(weights);
+        tracing::info!(
+            graphs = model.capture_count(),
+            seconds = format!("{:.2}", t.elapsed().as_secs_f64()),
+            target = %model.target(),
+            "model built"
+        );
         let p = Policy {
             ctx,
             model,

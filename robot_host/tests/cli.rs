@@ -1,5 +1,6 @@
 //! The command line as a user meets it: help and version exit 0, unknown flags and missing
-//! arguments are errors (exit 2) that say what is wrong, and a closed stdout never panics.
+//! arguments are errors (exit 2) that say what is wrong, a closed stdout never panics, and the
+//! log level comes from `--log-level`, else `RUST_LOG`.
 
 use std::process::{Command, Stdio};
 
@@ -79,4 +80,43 @@ fn a_closed_stdout_never_panics() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!err.contains("panicked"), "{err}");
     assert_ne!(out.status.code(), Some(101), "{err}");
+}
+
+/// `check` logs its start-up phases at info on stderr; `--log-level warn` or `RUST_LOG=warn`
+/// silences them, `--log-json` writes JSON lines, a bad level is an error naming it.
+#[test]
+fn the_log_level_comes_from_the_flag_or_rust_log() {
+    // A configuration without voice: nothing but the tiny model to build.
+    let demo = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/serve_demo.yaml");
+    let run = |pre: &[&str], env: Option<&str>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_frt-robot-host"));
+        c.args(pre)
+            .args(["check", "--config", demo])
+            .env_remove("RUST_LOG");
+        if let Some(v) = env {
+            c.env("RUST_LOG", v);
+        }
+        let out = c.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(&[], None);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("INFO") && err.contains("model built"), "{err}");
+    let (code, err) = run(&["--log-level", "warn"], None);
+    assert_eq!(code, Some(0));
+    assert!(!err.contains("INFO"), "{err}");
+    let (_, err) = run(&[], Some("warn"));
+    assert!(!err.contains("INFO"), "{err}");
+    let (_, err) = run(&["--log-json"], None);
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with('{') && l.contains("\"message\":\"model built\"")),
+        "{err}"
+    );
+    let (code, err) = run(&["--log-level", "loud"], None);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("--log-level loud"), "{err}");
 }
