@@ -12,6 +12,61 @@ pub struct ConfigError {
     pub problem: String,
 }
 
+/// Sets the field at a dotted path (mapping keys; list items by index) in a YAML document,
+/// creating missing mapping levels.
+fn set_path(
+    doc: &mut serde_yaml::Value,
+    name: &str,
+    value: serde_yaml::Value,
+) -> Result<(), String> {
+    use serde_yaml::Value;
+    let parts: Vec<&str> = name.split('.').collect();
+    if parts.iter().any(|p| p.is_empty()) {
+        return Err("an empty name part".into());
+    }
+    let mut at = doc;
+    for (i, part) in parts.iter().enumerate() {
+        let last = i + 1 == parts.len();
+        let here = parts[..=i].join(".");
+        at = match at {
+            Value::Sequence(items) => {
+                let k: usize = part
+                    .parse()
+                    .map_err(|_| format!("`{here}`: a list, indexed by number"))?;
+                let len = items.len();
+                items
+                    .get_mut(k)
+                    .ok_or_else(|| format!("`{here}`: the list has {len} items"))?
+            }
+            Value::Mapping(m) => {
+                let key = Value::String((*part).to_string());
+                if !m.contains_key(&key) {
+                    m.insert(
+                        key.clone(),
+                        if last {
+                            Value::Null
+                        } else {
+                            Value::Mapping(Default::default())
+                        },
+                    );
+                }
+                m.get_mut(&key).expect("inserted")
+            }
+            Value::Null if !last => {
+                *at = Value::Mapping(Default::default());
+                let Value::Mapping(m) = at else {
+                    unreachable!()
+                };
+                m.insert(Value::String((*part).to_string()), Value::Null);
+                m.get_mut(*part).expect("inserted")
+            }
+            _ => return Err(format!("`{}` is not a section", parts[..i].join("."))),
+        };
+    }
+    *at = value;
+    Ok(())
+}
+
 fn bad(field: impl Into<String>, problem: impl Into<String>) -> ConfigError {
     ConfigError {
         field: field.into(),
@@ -615,6 +670,38 @@ impl Config {
         let text = std::fs::read_to_string(path)
             .map_err(|e| bad(path.display().to_string(), format!("cannot read: {e}")))?;
         let mut c = Config::parse(&text)?;
+        if let Some(dir) = path.parent() {
+            c.resolve_paths(dir);
+        }
+        Ok(c)
+    }
+
+    /// [`load`](Self::load) with fields overridden by name (ROS 2 parameters: `-p
+    /// control.rate_hz:=20`, `--params-file`): each `(dotted.name, value)` replaces that field,
+    /// the value read as YAML (`20`, `bf16`, `[-1.0, 1.0]`), list items by index
+    /// (`cameras.0.topic`). The result is validated as a whole; a name that is not a field or a
+    /// value of the wrong kind is an error naming the parameter.
+    pub fn load_with(path: &Path, overrides: &[(String, String)]) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| bad(path.display().to_string(), format!("cannot read: {e}")))?;
+        let mut doc: serde_yaml::Value = serde_yaml::from_str(&text)
+            .map_err(|e| bad(path.display().to_string(), e.to_string()))?;
+        for (name, value) in overrides {
+            let param = || format!("parameter `{name}`");
+            let v: serde_yaml::Value = serde_yaml::from_str(value)
+                .map_err(|e| bad(param(), format!("{value:?} is not a YAML value: {e}")))?;
+            set_path(&mut doc, name, v).map_err(|why| bad(param(), why))?;
+            // Each override is checked as it is applied, so that an error names its parameter.
+            serde_yaml::from_value::<Config>(doc.clone()).map_err(|e| {
+                bad(
+                    param(),
+                    format!("{e} (configuration fields are dotted names, e.g. control.rate_hz)"),
+                )
+            })?;
+        }
+        let mut c: Config =
+            serde_yaml::from_value(doc).map_err(|e| bad("config", e.to_string()))?;
+        c.validate()?;
         if let Some(dir) = path.parent() {
             c.resolve_paths(dir);
         }

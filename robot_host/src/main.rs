@@ -527,7 +527,8 @@ fn ros_r2r() -> Result<(), String> {
 
 /// The pure-Rust DDS node: `--config FILE` or the ROS 2 arguments (`--ros-args -p
 /// config:=FILE -p use_sim_time:=true -r __ns:=/robot1 -r __node:=name --params-file F
-/// -r topic:=other`); the domain from `ROS_DOMAIN_ID`.
+/// -r topic:=other`); any other parameter overrides the configuration field of its dotted name
+/// (`-p control.rate_hz:=20`); the domain from `ROS_DOMAIN_ID`.
 #[cfg(feature = "dds")]
 fn ros_dds(args: &[String]) -> Result<(), String> {
     use frt_robot_host::ros::args::RosArgs;
@@ -536,7 +537,18 @@ fn ros_dds(args: &[String]) -> Result<(), String> {
     let config = arg(args, "--config")
         .or_else(|| ra.params.get("config").map(PathBuf::from))
         .ok_or("no configuration: give --config FILE or --ros-args -p config:=FILE")?;
-    let cfg = Config::load(&config).map_err(|e| format!("{}: {e}", config.display()))?;
+    // Every other parameter overrides the configuration field of its dotted name.
+    let overrides: Vec<(String, String)> = ra
+        .params
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "config" | "use_sim_time"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let cfg =
+        Config::load_with(&config, &overrides).map_err(|e| format!("{}: {e}", config.display()))?;
+    for (k, v) in &overrides {
+        tracing::info!("parameter {k} = {v} (over the configuration file)");
+    }
     let mut opts = DdsOptions::from_env(&cfg).map_err(|e| e.to_string())?;
     opts.sim_time = ra.flag("use_sim_time").map_err(|e| e.to_string())?;
     if let Some(ns) = ra.namespace.clone().filter(|n| !n.is_empty()) {

@@ -173,3 +173,27 @@ fn the_summary_says_when_a_spoken_command_was_not_transcribed() {
         "{stdout}"
     );
 }
+
+/// `ros --dds`: a ROS 2 parameter that is not a configuration field stops the start-up with
+/// an error naming it (`-p rate_hz:=20` was once silently ignored; the field is
+/// `control.rate_hz`).
+#[cfg(feature = "dds")]
+#[test]
+fn ros_parameters_that_are_not_fields_are_refused() {
+    let demo = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/demo.yaml");
+    let out = frt(&[
+        "ros",
+        "--dds",
+        "--ros-args",
+        "-p",
+        &format!("config:={demo}"),
+        "-p",
+        "rate_hz:=20",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("parameter `rate_hz`") && err.contains("control.rate_hz"),
+        "{err}"
+    );
+}

@@ -701,3 +701,52 @@ fn a_checkpoint_of_the_other_kind_is_refused() {
     let msg = err.to_string();
     assert!(msg.contains("model.kind") && msg.contains("Pi0.5"), "{msg}");
 }
+
+/// Configuration fields overridden by dotted name (ROS 2 parameters): values read as YAML,
+/// list items by index, missing optional sections created; a name that is not a field or a
+/// value of the wrong kind is an error naming the parameter; the result is validated.
+#[test]
+fn config_fields_are_overridden_by_dotted_name() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/demo.yaml");
+    let o = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let c = Config::load_with(
+        &path,
+        &o(&[
+            ("control.rate_hz", "20"),
+            ("model.precision", "bf16"),
+            ("safety.action_min", "[-1.0]"),
+            ("cameras.1.required", "true"),
+            ("serve.preset", "droid"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(c.control.rate_hz, 20.0);
+    assert_eq!(c.model.precision, frt_robot_host::config::Precision::Bf16);
+    assert_eq!(c.safety.action_min, Some(vec![-1.0]));
+    assert!(c.cameras[1].required);
+    assert_eq!(
+        c.serve.as_ref().map(|s| s.preset),
+        Some(frt_robot_host::serve::preset::Preset::Droid)
+    );
+    // Relative paths still from the file's folder.
+    assert!(c.asr.as_ref().unwrap().model.is_absolute());
+    for (name, value, says) in [
+        ("rate_hz", "20", "unknown field `rate_hz`"),
+        ("control.rate_hz", "fast", "invalid type"),
+        ("cameras.5.topic", "/x", "the list has 2 items"),
+        ("control.rate_hz.x", "1", "not a section"),
+        ("control.rate_hz", "-1", "rate_hz"),
+    ] {
+        let e = Config::load_with(&path, &o(&[(name, value)])).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains(says), "{name}:={value}: {msg}");
+        if says != "rate_hz" {
+            assert_eq!(e.field, format!("parameter `{name}`"), "{msg}");
+        }
+    }
+}
