@@ -9,7 +9,10 @@
 //!
 //! `action_time_mlp_in`'s time half applied to a step's time embedding is the same for every
 //! action token of that step: it is computed once, when the model is built, as the step's
-//! bias, so a step multiplies only the action half. The state token, the time MLP and the
+//! bias, so a step multiplies only the action half. The state token sees only the prefix and
+//! itself, so its keys and values are the same in every step of an inference: the first step
+//! computes them (the whole suffix), the later steps run the action rows alone and read the
+//! state's keys and values from the cache. The state token, the time MLP and the
 //! projections run in f32 (as openpi's f32 parameters compute them); the suffix is rounded to
 //! the model's precision once per step, the final normed action rows widened once.
 
@@ -65,6 +68,11 @@ pub(crate) struct Expert {
     sg_o: Gemm,
     sg_gu: GegluLinear,
     sg_down: Gemm,
+    /// The same layer ops for the action rows alone (the steps after the first).
+    ag_qkv: Gemm,
+    ag_o: Gemm,
+    ag_gu: GegluLinear,
+    ag_down: Gemm,
     /// Per layer: the state token's attention (keys up to and including its own row) and the
     /// action tokens' (every key).
     state_plans: Vec<AttentionPlan>,
@@ -174,6 +182,11 @@ impl Expert {
         let sg_o = k.linear(&sattn, &el[0].o, &a, false, true)?;
         let sg_gu = k.geglu_linear(&aln, &el[0].gate_up, &sh)?;
         let sg_down = k.linear(&sh, &el[0].down, &a, false, true)?;
+        let rows = |t: &Tensor| t.narrow(0, 1, horizon);
+        let ag_qkv = k.linear(&rows(&aln)?, &el[0].qkv, &rows(&sqkv)?, false, false)?;
+        let ag_o = k.linear(&rows(&sattn)?, &el[0].o, &rows(&a)?, false, true)?;
+        let ag_gu = k.geglu_linear(&rows(&aln)?, &el[0].gate_up, &rows(&sh)?)?;
+        let ag_down = k.linear(&rows(&sh)?, &el[0].down, &rows(&a)?, false, true)?;
         // Block-causal attention as two plans a layer: the state query over the keys up to its
         // own row, the action queries over every key; both behind the prefix's key mask.
         let heads_of =
@@ -237,6 +250,10 @@ impl Expert {
             sg_o,
             sg_gu,
             sg_down,
+            ag_qkv,
+            ag_o,
+            ag_gu,
+            ag_down,
             state_plans,
             action_plans,
         })
@@ -252,11 +269,17 @@ impl Expert {
         &self.state
     }
 
-    /// Records step `i` on `cs`.
+    /// Records step `i` on `cs`: the whole suffix in the first step, the action rows alone in
+    /// the later ones (see the module docs).
     pub(crate) fn record(&self, k: &Kernels, cs: Stream, i: usize) -> Result<()> {
         let h = self.horizon;
+        let first = i == 0;
+        // The rows this step runs: all of the suffix, or the action rows.
+        let (r0, n) = if first { (0, h + 1) } else { (1, h) };
+        let rows = |t: &Tensor| t.narrow(0, r0, n);
         self.flow.record_in(cs, i)?;
-        // The suffix: the state token, then each action token with the step's time mixed in.
+        // The suffix: the state token (first step), then each action token with the step's
+        // time mixed in.
         let bias = Tensor::with_layout(
             self.step_bias.buffer(),
             DType::F32,
@@ -279,48 +302,58 @@ impl Expert {
             &self.t32.narrow(0, 1, h)?,
             Some(&self.b_mlp_out),
         )?;
-        self.sg_state.run(
-            cs,
-            &self.state,
-            &self.w_state,
-            &self.t32.narrow(0, 0, 1)?,
-            Some(&self.b_state),
-        )?;
-        if self.narrow {
-            k.cast(cs, &self.t32, &self.a)?;
+        if first {
+            self.sg_state.run(
+                cs,
+                &self.state,
+                &self.w_state,
+                &self.t32.narrow(0, 0, 1)?,
+                Some(&self.b_state),
+            )?;
         }
-        let rows = h + 1;
+        let (a, aln, sqkv, sq, sattn, sh) = (
+            rows(&self.a)?,
+            rows(&self.aln)?,
+            rows(&self.sqkv)?,
+            rows(&self.sq)?,
+            rows(&self.sattn)?,
+            rows(&self.sh)?,
+        );
+        if self.narrow {
+            k.cast(cs, &rows(&self.t32)?, &a)?;
+        }
+        let pos = rows(&self.suffix_pos)?;
+        let (qkv_op, o_op, gu_op, down_op) = if first {
+            (&self.sg_qkv, &self.sg_o, &self.sg_gu, &self.sg_down)
+        } else {
+            (&self.ag_qkv, &self.ag_o, &self.ag_gu, &self.ag_down)
+        };
         for (l, (sp, ap)) in self
             .el
             .iter()
             .zip(self.state_plans.iter().zip(&self.action_plans))
         {
-            let kc = l.k_cache.narrow(0, self.p_len, rows)?;
-            let vc = l.v_cache.narrow(0, self.p_len, rows)?;
+            let kc = l.k_cache.narrow(0, self.p_len + r0, n)?;
+            let vc = l.v_cache.narrow(0, self.p_len + r0, n)?;
             let ln1 = l.ln1.as_ref().expect("plain expert norms");
-            k.rms_norm(cs, &self.a, ln1, &self.aln, GEMMA_EPS)?;
-            self.sg_qkv.run(cs, &self.aln, &l.qkv, &self.sqkv, None)?;
-            k.rope_qkv(
-                cs,
-                &self.sqkv,
-                &self.suffix_pos,
-                &self.sq,
-                &kc,
-                &vc,
-                self.hd,
-                ROPE_WAVELENGTH,
-            )?;
-            sp.run(k, cs)?;
+            k.rms_norm(cs, &a, ln1, &aln, GEMMA_EPS)?;
+            qkv_op.run(cs, &aln, &l.qkv, &sqkv, None)?;
+            k.rope_qkv(cs, &sqkv, &pos, &sq, &kc, &vc, self.hd, ROPE_WAVELENGTH)?;
+            if first {
+                sp.run(k, cs)?;
+            }
             ap.run(k, cs)?;
-            self.sg_o.run(cs, &self.sattn, &l.o, &self.a, None)?;
+            o_op.run(cs, &sattn, &l.o, &a, None)?;
             let ln2 = l.ln2.as_ref().expect("plain expert norms");
-            k.rms_norm(cs, &self.a, ln2, &self.aln, GEMMA_EPS)?;
-            self.sg_gu.run(k, cs, &self.aln, &l.gate_up, &self.sh)?;
-            self.sg_down.run(cs, &self.sh, &l.down, &self.a, None)?;
+            k.rms_norm(cs, &a, ln2, &aln, GEMMA_EPS)?;
+            gu_op.run(k, cs, &aln, &l.gate_up, &sh)?;
+            down_op.run(cs, &sh, &l.down, &a, None)?;
         }
-        k.rms_norm(cs, &self.a, &self.final_norm, &self.aln, GEMMA_EPS)?;
+        // The final norm: the action rows (the state row's output is never read).
+        let (a_act, aln_act) = (self.a.narrow(0, 1, h)?, self.aln.narrow(0, 1, h)?);
+        k.rms_norm(cs, &a_act, &self.final_norm, &aln_act, GEMMA_EPS)?;
         if self.narrow {
-            k.cast(cs, &self.aln.narrow(0, 1, h)?, &self.aln32)?;
+            k.cast(cs, &aln_act, &self.aln32)?;
         }
         self.flow.record_out(k, cs, i)
     }
