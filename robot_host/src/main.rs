@@ -162,13 +162,19 @@ fn arg(args: &[String], name: &str) -> Option<PathBuf> {
 
 fn main() {
     install_panic_hook();
-    // A closed stdout (`| head`) ends the process quietly, as for other command-line tools,
-    // instead of a panic in `println!`.
-    // SAFETY: restores the default disposition of SIGPIPE; no handler runs.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
     let cli = Cli::parse();
+    // For the commands that drive no robot, a closed stdout (`| head`) ends the process quietly,
+    // as for other command-line tools, instead of a panic in `println!`. The node's commands
+    // (demo, run, ros, serve) keep SIGPIPE ignored: a signal would end them without their halt.
+    if matches!(
+        cli.command,
+        Command::Check { .. } | Command::Bench { .. } | Command::Transcribe { .. }
+    ) {
+        // SAFETY: restores the default disposition of SIGPIPE; no handler runs.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let level = cli.log_level.clone().or_else(|| match &cli.command {
         Command::Ros { args } => ros_log_level(args),
         _ => None,

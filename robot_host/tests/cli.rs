@@ -1,6 +1,6 @@
 //! The command line as a user meets it: help and version exit 0, unknown flags and missing
-//! arguments are errors (exit 2) that say what is wrong, a closed stdout never panics, and the
-//! log level comes from `--log-level`, else `RUST_LOG`.
+//! arguments are errors (exit 2) that say what is wrong, a closed stdout never panics a command
+//! that drives no robot, and the log level comes from `--log-level`, else `RUST_LOG`.
 
 use std::process::{Command, Stdio};
 

@@ -11,8 +11,6 @@ mod serving;
 use frt_robot_host::serve::{self, Server};
 use serde_json::Value;
 use serving::{client, config, config_with};
-use std::io::{BufRead, BufReader, Write};
-use std::process::Stdio;
 
 /// Runs a scenario to its end; its JSON findings.
 fn run(server: &Server, args: &[&str]) -> Value {
@@ -164,21 +162,8 @@ fn rss_kib() -> u64 {
 #[test]
 fn a_thousand_requests_keep_memory_flat() {
     let server = start("droid");
-    let mut child = client(&server, &["sequential", "1000"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert!(line.contains("warm"), "{line}");
-    let warm = rss_kib();
-    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
-    line.clear();
-    out.read_line(&mut line).unwrap();
-    assert!(child.wait().unwrap().success());
-    let r: Value = serde_json::from_str(&line).unwrap();
+    let mut warm = 0;
+    let r = serving::sequential(&server, 1000, || warm = rss_kib());
     assert_eq!(r["ok"], 1000);
     let after = rss_kib();
     eprintln!("server RSS after 10 requests {warm} KiB, after 1000 {after} KiB");

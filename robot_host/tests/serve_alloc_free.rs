@@ -9,8 +9,6 @@ mod serving;
 use frt_robot_host::serve;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::io::{BufRead, BufReader, Write};
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 struct Counting;
@@ -74,23 +72,12 @@ static GLOBAL: Counting = Counting;
 #[test]
 fn the_policy_worker_allocates_nothing_per_request() {
     let server = serve::start(&serving::config("droid"), None).unwrap();
-    let mut child = serving::client(&server, &["sequential", "30"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert!(line.contains("warm"), "{line}");
-    ALLOCATIONS.store(0, Ordering::SeqCst);
-    COUNTING.store(true, Ordering::SeqCst);
-    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
-    line.clear();
-    out.read_line(&mut line).unwrap();
+    let r = serving::sequential(&server, 30, || {
+        ALLOCATIONS.store(0, Ordering::SeqCst);
+        COUNTING.store(true, Ordering::SeqCst);
+    });
     COUNTING.store(false, Ordering::SeqCst);
-    assert!(child.wait().unwrap().success());
-    assert!(line.contains("\"ok\": 30"), "{line}");
+    assert_eq!(r["ok"], 30);
     let n = ALLOCATIONS.load(Ordering::SeqCst);
     assert_eq!(n, 0, "the policy worker allocated {n} times in 20 requests");
     server.stop().unwrap();

@@ -176,12 +176,7 @@ impl Preset {
                     image(v, "images/cam_low", max_pixels, true)?;
                 }
                 let mut state = vector(get("state")?, "state", Some(14))?;
-                for (x, f) in state.iter_mut().zip(ALOHA_FLIP) {
-                    *x *= f;
-                }
-                for g in ALOHA_GRIPPERS {
-                    state[g] = gripper_to_angular(state[g]);
-                }
+                aloha_decode_state(&mut state);
                 (views, state)
             }
         };
@@ -204,6 +199,17 @@ impl Preset {
                 }
             }
         }
+    }
+}
+
+/// openpi `_decode_state(adapt_to_pi=True)`: joints flipped, the grippers' linear positions
+/// made angles.
+fn aloha_decode_state(state: &mut [f32]) {
+    for (x, f) in state.iter_mut().zip(ALOHA_FLIP) {
+        *x *= f;
+    }
+    for g in ALOHA_GRIPPERS {
+        state[g] = gripper_to_angular(state[g]);
     }
 }
 
@@ -360,12 +366,7 @@ mod tests {
         let mut state = [
             0.1f32, -0.2, 0.3, 0.4, -0.5, 0.6, 0.03, -0.1, 0.2, -0.3, 0.4, 0.5, -0.6, 0.045,
         ];
-        for (x, f) in state.iter_mut().zip(ALOHA_FLIP) {
-            *x *= f;
-        }
-        for g in ALOHA_GRIPPERS {
-            state[g] = gripper_to_angular(state[g]);
-        }
+        aloha_decode_state(&mut state);
         let want_state = [
             0.1,
             0.2,

@@ -88,3 +88,25 @@ pub fn client(server: &Server, args: &[&str]) -> Command {
         .env("PYTHONPATH", dir);
     c
 }
+
+/// The peer's `sequential N` scenario: N requests on one connection; `at_warm` runs while the
+/// peer waits after its 10th (the server warmed up). The peer's findings.
+pub fn sequential(server: &Server, n: usize, at_warm: impl FnOnce()) -> serde_json::Value {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+    let mut child = client(server, &["sequential", &n.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(line.contains("warm"), "{line}");
+    at_warm();
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert!(child.wait().unwrap().success());
+    serde_json::from_str(&line).unwrap()
+}
