@@ -13,7 +13,6 @@
 //! `frt-robot-host help [COMMAND]` or `--help` after a command explains it.
 
 use clap::{Parser, Subcommand};
-use frt_robot_host::config::ModelSource;
 use frt_robot_host::messages::{Audio, Outbound};
 use frt_robot_host::safety::panic_message;
 use frt_robot_host::transport::{SimScript, Transport};
@@ -294,11 +293,7 @@ fn check(path: &Path) -> Result<(), String> {
         Node::new(cfg.clone(), Arc::new(SystemClock), None).map_err(|e| e.to_string())?;
     let p = node.policy();
     let c = p.spec();
-    let source = match cfg.model.source() {
-        ModelSource::Checkpoint(p) => format!("checkpoint {}", p.display()),
-        ModelSource::RandomTiny { seed } => format!("random tiny weights (seed {seed})"),
-        ModelSource::RandomBase { seed } => format!("random full-size weights (seed {seed})"),
-    };
+    let source = frt_robot_host::policy::source_name(&cfg);
     println!(
         "model: {}, {source}, {:?} on {}",
         c.name,

@@ -167,14 +167,6 @@ fn prompt_into(
     }
 }
 
-/// How the configured model takes the state.
-fn state_input(c: &Pi05Config) -> StateInput {
-    match c.variant {
-        Variant::Pi05 => StateInput::Prompt,
-        Variant::Pi0 => StateInput::Token,
-    }
-}
-
 /// The normalized state of `n` values whose pi05 prompt has the most tokens: all values in
 /// one bin (−1 to 255, `discretize_state`'s range), the bin whose number tokenizes longest.
 fn worst_state(tokenizer: &Tokenizer, n: usize) -> Result<Arc<[f32]>> {
@@ -215,7 +207,7 @@ impl HostSide {
         let worst_state = worst_state(&tokenizer, cfg.state.joints.len())?;
         let mut probe = Vec::new();
         prompt_into(
-            state_input(mc),
+            mc.variant.state_input(),
             &tokenizer,
             &cfg.control.initial_subgoal,
             &worst_state,
@@ -245,7 +237,7 @@ impl HostSide {
 }
 
 /// Where the weights come from, for people.
-fn source_name(cfg: &Config) -> String {
+pub fn source_name(cfg: &Config) -> String {
     match cfg.model.source() {
         ModelSource::Checkpoint(dir) => format!("checkpoint {}", dir.display()),
         ModelSource::RandomTiny { seed } => format!("random tiny weights (seed {seed})"),

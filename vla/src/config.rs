@@ -61,6 +61,14 @@ pub enum Variant {
 }
 
 impl Variant {
+    /// How the model takes the robot state.
+    pub fn state_input(self) -> crate::policy::StateInput {
+        match self {
+            Variant::Pi05 => crate::policy::StateInput::Prompt,
+            Variant::Pi0 => crate::policy::StateInput::Token,
+        }
+    }
+
     /// The model's name for people.
     pub fn name(self) -> &'static str {
         match self {

@@ -36,7 +36,7 @@ mod siglip;
 use crate::config::{Pi05Config, Variant};
 use crate::error::{Error, Result};
 use crate::inputs::ModelImage;
-use crate::policy::{Policy, PolicySpec, StateInput};
+use crate::policy::{Policy, PolicySpec};
 use crate::weights::{EXPERT, LLM, Pi05Weights};
 use flow::Inpaint;
 use frt_exec::{Buffer, Ctx, Graph, Plan, ShapeKey, Stream};
@@ -377,10 +377,7 @@ impl Pi05 {
         let zero_view = vec![0.0; c.siglip.image_size * c.siglip.image_size * 3];
         let spec = PolicySpec {
             name: c.variant.name(),
-            state: match c.variant {
-                Variant::Pi05 => StateInput::Prompt,
-                Variant::Pi0 => StateInput::Token,
-            },
+            state: c.variant.state_input(),
             views: c.views,
             image_size: c.siglip.image_size,
             max_token_len: c.max_token_len,
