@@ -55,7 +55,10 @@ CASES = {
     "frt_msgs/msg/Transcript": Transcript(H, "Stop.", -0.359375, 0.0625, "stop"),
     "frt_msgs/msg/HostStatus": HostStatus(H, True, "open the drawer", 4, 100, 90, 2, 3, 1, 5, 6, 7, 8, 9, 10, 11,
                                           "camera `base`: step 10 is below width × 3 bytes = 12",
-                                          [StageLatency("tick", 17.5, 18.25, 90), StageLatency("halt", 0.03125, 0.0625, 2)]),
+                                          [StageLatency("tick", 17.5, 18.25, 90), StageLatency("halt", 0.03125, 0.0625, 2)],
+                                          0.125, 9.5, 1, 2, 3, 4, 5,
+                                          [InputActivity("camera base", 271, 29.75, 0.0390625, False),
+                                           InputActivity("state", 0, 0.0, 1.5, True)]),
     "frt_msgs/srv/SetSubgoal_Request": SetSubgoalRequest("wipe the table"),
     "frt_msgs/srv/SetSubgoal_Response": SetSubgoalResponse(True, 5, ""),
 }

@@ -121,9 +121,17 @@ pub struct RosConfig {
     /// Also publish each chunk as a `trajectory_msgs/JointTrajectory` (for ros2_control).
     #[serde(default)]
     pub joint_trajectory: Option<TrajectoryConfig>,
-    /// Publish `/diagnostics` once per second.
+    /// Publish `/diagnostics` with the status (at most once per second).
     #[serde(default = "yes")]
     pub diagnostics: bool,
+    /// Seconds between two status messages (`~/status`, `/diagnostics`), on a timer of their
+    /// own: they keep coming when ticks are slow or stuck.
+    #[serde(default = "one")]
+    pub status_period_s: f64,
+    /// The span of the status's recent counts and input rates (seconds): levels derived from
+    /// them recover once a problem stops.
+    #[serde(default = "ten")]
+    pub status_window_s: f64,
 }
 
 impl Default for RosConfig {
@@ -132,8 +140,18 @@ impl Default for RosConfig {
             frame_id: default_frame(),
             joint_trajectory: None,
             diagnostics: true,
+            status_period_s: one(),
+            status_window_s: ten(),
         }
     }
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+fn ten() -> f64 {
+    10.0
 }
 
 fn default_frame() -> String {
@@ -920,6 +938,16 @@ impl Config {
         }
         if m.action_horizon.is_some_and(|h| !(1..=1000).contains(&h)) {
             return Err(bad("model.action_horizon", "1 to 1000 rows"));
+        }
+        let r = &self.ros;
+        if !(r.status_period_s >= 0.01 && r.status_period_s <= 60.0) {
+            return Err(bad("ros.status_period_s", "0.01 to 60 seconds"));
+        }
+        if !(r.status_window_s >= r.status_period_s && r.status_window_s <= 3600.0) {
+            return Err(bad(
+                "ros.status_window_s",
+                "from ros.status_period_s to 3600 seconds",
+            ));
         }
         if let Some(t) = &self.ros.joint_trajectory {
             if !valid_topic(&t.topic) {

@@ -16,6 +16,7 @@
 //!   (`ros::wire`), `--ros-args` parsing, the r2r transport (`ros2`) and the pure-Rust DDS
 //!   transport (`dds`);
 //! * [`observe`]: latency histograms and Chrome/Perfetto traces;
+//! * [`status`]: the status on its own timer (windows, input rates and ages);
 //! * [`safety`]: the stop latch, the hold, faults and the watchdog;
 //! * [`timeline`]: the chunk time model (rows due, hand-over between chunks, limits along the
 //!   timeline, the fixed-rate command clock);
@@ -34,6 +35,7 @@ pub mod realtime;
 pub mod ros;
 pub mod safety;
 pub mod serve;
+pub mod status;
 pub mod timeline;
 pub mod transport;
 pub mod voice;

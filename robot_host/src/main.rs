@@ -797,7 +797,7 @@ fn run_sim(config: &Path, script: &Path, demo: bool, trace: Option<PathBuf>) -> 
                         if s.halted { "halted" } else { "running" }
                     );
                 }
-                last_status = Some(s);
+                last_status = Some(*s);
             }
             Outbound::Plan(_) | Outbound::Command(_) => {}
         }

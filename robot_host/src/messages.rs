@@ -162,6 +162,79 @@ pub struct Status {
     pub last_error: String,
     /// Latency per stage (tick, prepare, device, finish, halt): name, p50 ms, p99 ms, count.
     pub latency: Vec<(String, f64, f64, u64)>,
+    /// Seconds since the control thread last finished a tick (∞: none yet). Large while ticks
+    /// are slow or stuck: the status keeps coming on its own timer.
+    pub since_tick_s: f64,
+    /// The span `recent` and the input rates cover (seconds; up to `ros.status_window_s`).
+    pub window_s: f64,
+    /// The counters over the last window.
+    pub recent: crate::status::Recent,
+    /// Each input's count, rate and age.
+    pub inputs: Vec<crate::status::InputActivity>,
+}
+
+impl Status {
+    /// Copies what the control thread owns: every counter and flag, the last error; not the
+    /// subgoal (the node keeps it apart), the latency, nor what the status thread fills in.
+    /// Allocates nothing once `last_error` has grown to its length.
+    pub fn copy_counters_from(&mut self, o: &Status) {
+        let Status {
+            stamp,
+            halted,
+            subgoal: _,
+            subgoal_id,
+            ticks,
+            chunks,
+            halts,
+            abandoned,
+            stale,
+            bad_frames,
+            bad_states,
+            bad_audio,
+            bad_commands,
+            bad_clock,
+            non_finite,
+            deadline_misses,
+            clamped,
+            holds_without_target,
+            clock_resets,
+            late_chunks,
+            outside_limits,
+            missed_commands,
+            last_chunk_before_stop,
+            last_error,
+            latency: _,
+            since_tick_s: _,
+            window_s: _,
+            recent: _,
+            inputs: _,
+        } = o;
+        self.stamp = *stamp;
+        self.halted = *halted;
+        self.subgoal_id = *subgoal_id;
+        self.ticks = *ticks;
+        self.chunks = *chunks;
+        self.halts = *halts;
+        self.abandoned = *abandoned;
+        self.stale = *stale;
+        self.bad_frames = *bad_frames;
+        self.bad_states = *bad_states;
+        self.bad_audio = *bad_audio;
+        self.bad_commands = *bad_commands;
+        self.bad_clock = *bad_clock;
+        self.non_finite = *non_finite;
+        self.deadline_misses = *deadline_misses;
+        self.clamped = *clamped;
+        self.holds_without_target = *holds_without_target;
+        self.clock_resets = *clock_resets;
+        self.late_chunks = *late_chunks;
+        self.outside_limits = *outside_limits;
+        self.missed_commands = *missed_commands;
+        self.last_chunk_before_stop = *last_chunk_before_stop;
+        if self.last_error != *last_error {
+            self.last_error.clone_from(last_error);
+        }
+    }
 }
 
 /// Everything the node publishes.
@@ -171,5 +244,6 @@ pub enum Outbound {
     Plan(Plan),
     Command(JointCommand),
     Transcript(Transcript),
-    Status(Status),
+    /// Boxed: far larger than the other messages.
+    Status(Box<Status>),
 }

@@ -209,6 +209,9 @@ pub struct Inputs {
     audio: Option<Sender<Audio>>,
     clock: Arc<dyn Clock>,
     counters: Arc<Counters>,
+    /// Each input's accepted messages and newest stamp: the cameras in configured order, the
+    /// state, then the microphone when one is configured.
+    meters: Arc<crate::status::Meters>,
     last_error: Arc<Mutex<String>>,
     bounds: Bounds,
     /// The model's square input size (frames are preprocessed to it on arrival).
@@ -247,7 +250,12 @@ impl Inputs {
 
     /// A camera image: decoded to RGB8 and stored as that camera's newest frame.
     pub fn frame(&self, camera: &str, stamp: Stamp, image: &Image) -> Result<()> {
-        let Some((_, slot)) = self.cameras.iter().find(|(n, _)| n == camera) else {
+        let Some((index, (_, slot))) = self
+            .cameras
+            .iter()
+            .enumerate()
+            .find(|(_, (n, _))| n == camera)
+        else {
             return Err(self.refuse(
                 &self.counters.bad_frames,
                 format!("frame from unknown camera `{camera}`"),
@@ -288,6 +296,7 @@ impl Inputs {
         let mut v = slot.lock();
         v.0 = Some((stamp, pixels));
         v.1 += 1;
+        self.meters.record(index, stamp);
         Ok(())
     }
 
@@ -322,6 +331,7 @@ impl Inputs {
         let mut s = self.state.lock();
         s.0 = Some((js.stamp, v));
         s.1 += 1;
+        self.meters.record(self.cameras.len(), js.stamp);
         Ok(())
     }
 
@@ -440,9 +450,34 @@ impl Inputs {
         {
             return bad("audio: samples outside [-1, 1]".into());
         }
+        let stamp = a.stamp;
         match &self.audio {
-            Some(tx) => tx.try_send(a).or_else(|_| bad("audio: queue full".into())),
-            None => Ok(()),
+            Some(tx) => tx
+                .try_send(a)
+                .or_else(|_| bad("audio: queue full".into()))?,
+            None => return Ok(()),
+        }
+        self.meters.record(self.cameras.len() + 1, stamp);
+        Ok(())
+    }
+
+    /// Fills in what the inputs count: refused inputs, missed commands, the last stop's last
+    /// chunk, each input's count and age, and the last refusal when the control thread has
+    /// no problem of its own to report.
+    fn fill_status(&self, s: &mut Status) {
+        let c = &self.counters;
+        s.bad_frames = c.bad_frames.load(Ordering::Relaxed);
+        s.bad_states = c.bad_states.load(Ordering::Relaxed);
+        s.bad_audio = c.bad_audio.load(Ordering::Relaxed);
+        s.bad_commands = c.bad_commands.load(Ordering::Relaxed);
+        s.bad_clock = c.bad_clock.load(Ordering::Relaxed);
+        s.missed_commands = c.missed_commands.load(Ordering::Relaxed);
+        s.last_chunk_before_stop = self.latch.last_chunk_before_stop();
+        s.inputs = self.meters.activity(self.clock.now(), self.bounds.max_age);
+        if let Ok(l) = self.last_error.lock() {
+            if !l.is_empty() && s.last_error.is_empty() {
+                s.last_error = l.clone();
+            }
         }
     }
 
@@ -691,6 +726,10 @@ pub struct Node {
     /// Counters and state; the subgoal and the counters of refused inputs are filled in by
     /// [`Node::status`].
     status: Status,
+    /// Where the control thread posts its status for the status thread.
+    board: Arc<crate::status::Board>,
+    /// When the last tick finished.
+    last_tick: Option<std::time::Instant>,
     /// The current subgoal, shared with the chunks that carry it.
     subgoal: Arc<str>,
     /// The action dimensions (kind, limits, hold rule), shared with the inputs.
@@ -796,6 +835,14 @@ impl Node {
             audio,
             clock: clock.clone(),
             counters: Arc::default(),
+            meters: Arc::new(crate::status::Meters::new(
+                cfg.cameras
+                    .iter()
+                    .map(|c| (format!("camera {}", c.name), true))
+                    .chain([("state".to_string(), true)])
+                    .chain(cfg.audio.iter().map(|_| ("audio".to_string(), false)))
+                    .collect(),
+            )),
             last_error: Arc::default(),
             bounds: Bounds {
                 max_age: s.max_observation_age_ms / 1000.0,
@@ -819,6 +866,8 @@ impl Node {
                 subgoal_id: INITIAL_SUBGOAL_ID,
                 ..Default::default()
             },
+            board: Arc::default(),
+            last_tick: None,
             subgoal: Arc::from(cfg.control.initial_subgoal.trim()),
             frames: vec![None; cfg.cameras.len()],
             chunk: vec![0.0; horizon * d],
@@ -919,30 +968,64 @@ impl Node {
     }
 
     /// A snapshot of the counters and state.
+    /// (Totals only: no window, input rates not measured.)
     pub fn status(&self) -> Status {
         let mut s = self.status.clone();
-        let c = &self.inputs.counters;
         s.stamp = self.clock.now();
         s.subgoal = self.subgoal.to_string();
-        s.bad_frames = c.bad_frames.load(Ordering::Relaxed);
-        s.bad_states = c.bad_states.load(Ordering::Relaxed);
-        s.bad_audio = c.bad_audio.load(Ordering::Relaxed);
-        s.bad_commands = c.bad_commands.load(Ordering::Relaxed);
-        s.bad_clock = c.bad_clock.load(Ordering::Relaxed);
-        s.missed_commands = c.missed_commands.load(Ordering::Relaxed);
-        s.last_chunk_before_stop = self.inputs.latch.last_chunk_before_stop();
         s.latency = self.rec.summary();
-        if let Ok(l) = self.inputs.last_error.lock() {
-            if !l.is_empty() && s.last_error.is_empty() {
-                s.last_error = l.clone();
-            }
-        }
+        s.since_tick_s = self
+            .last_tick
+            .map_or(f64::INFINITY, |t| t.elapsed().as_secs_f64());
+        self.inputs.fill_status(&mut s);
         s
+    }
+
+    /// Posts the control thread's status on the board the status thread reads.
+    fn post_status(&mut self, ticked: bool) {
+        if ticked {
+            self.last_tick = Some(std::time::Instant::now());
+        }
+        self.status.stamp = self.clock.now();
+        self.board.post(&self.status, &self.subgoal, ticked);
+    }
+
+    /// The status thread: every `ros.status_period_s` it publishes the posted status with the
+    /// inputs' counters, each input's rate and age, and the window's counts, until `ended`.
+    fn spawn_status(&self, ended: Arc<AtomicBool>) -> Option<std::thread::JoinHandle<()>> {
+        let (board, inputs, out) = (self.board.clone(), self.inputs.clone(), self.out.clone());
+        let r = &self.cfg.ros;
+        let period = std::time::Duration::from_secs_f64(r.status_period_s);
+        let mut window = crate::status::Window::new(
+            std::time::Duration::from_secs_f64(r.status_window_s),
+            std::time::Instant::now(),
+        );
+        let look = period.min(std::time::Duration::from_millis(50));
+        std::thread::Builder::new()
+            .name("frt-status".into())
+            .spawn(move || {
+                let mut next = std::time::Instant::now() + period;
+                while !ended.load(Ordering::SeqCst) {
+                    let now = std::time::Instant::now();
+                    if now < next {
+                        std::thread::sleep(look.min(next - now));
+                        continue;
+                    }
+                    next = (next + period).max(now);
+                    let (mut s, since_tick) = board.snapshot();
+                    s.since_tick_s = since_tick;
+                    s.stamp = inputs.clock.now();
+                    inputs.fill_status(&mut s);
+                    window.observe(now, &mut s);
+                    let _ = out.try_send(Outbound::Status(Box::new(s)));
+                }
+            })
+            .ok()
     }
 
     /// Publishes a status snapshot.
     pub fn publish_status(&self) {
-        let _ = self.out.try_send(Outbound::Status(self.status()));
+        let _ = self.out.try_send(Outbound::Status(Box::new(self.status())));
     }
 
     /// Acts on what arrived: a stop halts (after a resume that came after it, the node runs
@@ -1394,9 +1477,12 @@ impl Node {
         let ended = Arc::new(AtomicBool::new(false));
         let watchdog = self.spawn_watchdog(period, ended.clone());
         let commander = self.spawn_commander(ended.clone());
+        self.post_status(false);
+        self.board.post_latency(self.rec.summary());
+        let status = self.spawn_status(ended.clone());
         let r = self.run_ticks(stop, period);
         ended.store(true, Ordering::SeqCst);
-        for t in [watchdog, commander].into_iter().flatten() {
+        for t in [watchdog, commander, status].into_iter().flatten() {
             let _ = t.join();
         }
         r
@@ -1471,7 +1557,8 @@ impl Node {
     ) -> std::result::Result<(), String> {
         let mut next = std::time::Instant::now();
         let mut n = 0u64;
-        let status_every = (self.cfg.control.rate_hz.ceil() as u64).max(1);
+        // The latency summary sorts its histograms: refreshed about once per second.
+        let latency_every = (self.cfg.control.rate_hz.ceil() as u64).max(1);
         while !stop.load(Ordering::Relaxed) {
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 self.watchdog.enter();
@@ -1491,8 +1578,9 @@ impl Node {
                 return Err(cause);
             }
             n += 1;
-            if n % status_every == 0 {
-                self.publish_status();
+            self.post_status(true);
+            if n % latency_every == 0 {
+                self.board.post_latency(self.rec.summary());
             }
             next += period;
             let now = std::time::Instant::now();
@@ -1525,6 +1613,7 @@ impl Node {
             self.fault_halt().halt(&cause);
         }
         self.status.last_error = cause;
+        self.post_status(false);
         self.publish_status();
     }
 

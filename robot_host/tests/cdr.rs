@@ -230,6 +230,10 @@ fn rust_definitions_match_the_interface_files() {
         rust_fields::<msg::StageLatency>()
     );
     assert_eq!(
+        msg_fields(&read("msg/InputActivity.msg")),
+        rust_fields::<msg::InputActivity>()
+    );
+    assert_eq!(
         msg_fields(&read("msg/HostStatus.msg")),
         rust_fields::<msg::HostStatus>()
     );
@@ -248,5 +252,5 @@ fn rust_definitions_match_the_interface_files() {
             );
         }
     }
-    assert_eq!(std::fs::read_dir(format!("{dir}/msg")).unwrap().count(), 5);
+    assert_eq!(std::fs::read_dir(format!("{dir}/msg")).unwrap().count(), 6);
 }

@@ -10,7 +10,9 @@ and drives a timeline from what it receives:
                framing): an empty subgoal (to be refused), then a real one
   the replies -> waits for a chunk carrying the accepted subgoal
   that chunk -> a garbage command on ~/command, then ~/interrupt
-  the halt chunk -> keeps listening for 1.5 s, then exits 0
+  the halt chunk -> keeps listening for 1.5 s, then reports the graph: the node's readers and
+               writers as its participant lists them on `ros_discovery_info`, each named by the
+               topic DDS discovery gives for its gid (what `ros2 node info` does); exits 0
 
 Every event is one JSON line on stdout; the Rust test asserts on them. Exits 2 on timeout.
 
@@ -20,6 +22,8 @@ import json
 import sys
 import time
 
+from cyclonedds.builtin import (BuiltinDataReader, BuiltinTopicDcpsPublication,
+                                BuiltinTopicDcpsSubscription)
 from cyclonedds.core import Qos, Policy
 from cyclonedds.domain import DomainParticipant
 from cyclonedds.pub import DataWriter
@@ -28,7 +32,8 @@ from cyclonedds.topic import Topic
 from cyclonedds.util import duration
 
 from ros_idl import (ActionChunk, CycloneSetSubgoalRequest, CycloneSetSubgoalResponse, Empty,
-                     Header, HostStatus, Image, JointState, StringMsg, Time)
+                     Header, HostStatus, Image, JointState, ParticipantEntitiesInfo, StringMsg,
+                     Time)
 
 SUBGOAL = "wipe the table"
 SERVICE_SUBGOAL = "open the drawer"
@@ -39,6 +44,26 @@ W, H = 64, 48
 
 def emit(**kv):
     print(json.dumps(kv), flush=True)
+
+
+def graph(dp, discovery, publications, subscriptions, node):
+    """The node's readers' and writers' topics, from the last `ros_discovery_info` of its
+    participant and DDS discovery's endpoints (gid = GUID)."""
+    topics = {}
+    for reader in (publications, subscriptions):
+        for e in reader.take(N=1024):
+            topics[bytes(e.key.bytes)] = e.topic_name
+    nodes = {}
+    for info in discovery.take(N=256):
+        for n in info.node_entities_info_seq:
+            nodes[(n.node_namespace, n.node_name)] = n
+    ns, name = "/" + node.rsplit("/", 1)[0] if "/" in node else "/", node.rsplit("/", 1)[-1]
+    n = nodes.get((ns, name))
+    if n is None:
+        return {"event": "graph", "found": False, "nodes": [f"{a}|{b}" for a, b in nodes]}
+    named = lambda gids: [topics.get(bytes(g.data[:16]), "?") for g in gids]
+    return {"event": "graph", "found": True, "readers": named(n.reader_gid_seq),
+            "writers": named(n.writer_gid_seq)}
 
 
 def main():
@@ -66,6 +91,11 @@ def main():
     replies = DataReader(dp, Topic(dp, f"rr/{node}/set_subgoalReply", CycloneSetSubgoalResponse),
                          qos=reliable)
     accepted_id = None
+    discovery = DataReader(dp, Topic(dp, "ros_discovery_info", ParticipantEntitiesInfo),
+                           qos=Qos(Policy.Reliability.Reliable(duration(milliseconds=100)),
+                                   Policy.Durability.TransientLocal, Policy.History.KeepLast(1)))
+    publications = BuiltinDataReader(dp, BuiltinTopicDcpsPublication)
+    subscriptions = BuiltinDataReader(dp, BuiltinTopicDcpsSubscription)
 
     sent = []
     phase, n_chunks, t_end = 0, 0, None
@@ -77,6 +107,7 @@ def main():
             emit(event="timeout", phase=phase)
             sys.exit(2)
         if t_end is not None and now > t_end:
+            print(json.dumps(graph(dp, discovery, publications, subscriptions, node)), flush=True)
             emit(event="done")
             return
         stamp = Time(int(now), int((now % 1) * 1e9))

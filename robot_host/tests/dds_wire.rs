@@ -78,11 +78,23 @@ fn chunks_subgoals_and_interrupts_cross_the_wire_to_cyclone_dds() {
         node_name: "wire_host".into(),
         sim_time: false,
         service_mapping: ServiceMapping::Cyclone,
+        // As `ROS_LOCALHOST_ONLY=1`: the peer is on this host.
+        localhost_only: true,
     };
     let mut dds = Dds::new(cfg.clone(), &opts, None).unwrap();
     let chunk_topic = &dds.endpoints().outputs[0];
     assert_eq!(chunk_topic.topic, "/wire_host/action_chunk");
     assert_eq!(chunk_topic.type_name, "frt_msgs/msg/ActionChunk");
+    // What the node must announce as its own on the graph (DDS topic names).
+    let e = dds.endpoints();
+    let mut want_readers: Vec<String> = e.inputs.iter().map(|i| format!("rt{}", i.topic)).collect();
+    let mut want_writers: Vec<String> =
+        e.outputs.iter().map(|o| format!("rt{}", o.topic)).collect();
+    for s in &e.services {
+        want_readers.push(format!("rq{}Request", s.topic));
+        want_writers.push(format!("rr{}Reply", s.topic));
+    }
+    assert!(want_readers.len() >= 6 && want_writers.len() >= 3);
 
     let (mut node, inputs, outputs) = Node::new(cfg, Arc::new(SystemClock), None).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -124,6 +136,35 @@ fn chunks_subgoals_and_interrupts_cross_the_wire_to_cyclone_dds() {
         "peer failed ({status}); it saw {lines:#?}"
     );
     assert_eq!(events.last(), Some(&"done"));
+
+    // `ros_discovery_info` attributes every topic and service of the node to it.
+    let graph = lines
+        .iter()
+        .find(|l| l["event"] == "graph")
+        .expect("a graph report");
+    assert_eq!(
+        graph["found"], true,
+        "the node is not on ros_discovery_info: {graph}"
+    );
+    let named = |k: &str| -> Vec<String> {
+        graph[k]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect()
+    };
+    let (readers, writers) = (named("readers"), named("writers"));
+    for t in &want_readers {
+        assert!(readers.contains(t), "reader {t} not announced: {readers:?}");
+    }
+    for t in &want_writers {
+        assert!(writers.contains(t), "writer {t} not announced: {writers:?}");
+    }
+    assert!(
+        writers.contains(&"rt/parameter_events".to_string()),
+        "{writers:?}"
+    );
 
     // Every chunk the peer decoded is whole and stamped with a time it sent.
     let chunks: Vec<&Value> = lines.iter().filter(|l| l["event"] == "chunk").collect();

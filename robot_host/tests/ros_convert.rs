@@ -3,6 +3,7 @@
 use frt_robot_host::messages as m;
 use frt_robot_host::ros::convert::{self, PcmFormat};
 use frt_robot_host::ros::msg::{self, mgonzs13, ros_drivers};
+use frt_robot_host::status::{InputActivity, Recent};
 
 fn chunk() -> m::ActionChunk {
     m::ActionChunk {
@@ -135,6 +136,19 @@ fn status_becomes_host_status_and_diagnostics() {
         bad_frames: 1,
         last_error: "camera `base`: empty image data".into(),
         latency: vec![("tick".into(), 17.5, 18.0, 10)],
+        since_tick_s: 0.05,
+        window_s: 10.0,
+        recent: Recent {
+            bad_inputs: 1,
+            ..Default::default()
+        },
+        inputs: vec![InputActivity {
+            name: "camera base".into(),
+            count: 12,
+            rate_hz: 1.2,
+            age_s: 0.5,
+            stale: false,
+        }],
         ..Default::default()
     };
     let h = convert::host_status(&s);
@@ -150,6 +164,46 @@ fn status_becomes_host_status_and_diagnostics() {
     assert_eq!(d.status[0].level, 1, "halted is a warning");
     assert_eq!(d.status[1].level, 1, "refused inputs are a warning");
     assert_eq!(d.status[1].message, s.last_error);
+    assert_eq!(h.inputs[0].name, "camera base");
+    assert_eq!((h.inputs[0].count, h.recent_bad_inputs), (12, 1));
+    // Levels follow the window: with the refusal out of it (the total stays), the inputs
+    // recover; a running loop with nothing recent is OK.
+    let calm = m::Status {
+        halted: false,
+        recent: Recent::default(),
+        ..s.clone()
+    };
+    let d = convert::diagnostics(&calm, "frt_robot_host");
+    assert_eq!((d.status[0].level, d.status[1].level), (0, 0));
+    assert!(
+        d.status[1]
+            .values
+            .iter()
+            .any(|kv| kv.key == "bad_frames" && kv.value == "1")
+    );
+    // Recent deadline misses warn; no tick for longer than the bound is an error, whatever
+    // else holds; a stale input warns and is named.
+    let late = m::Status {
+        recent: Recent {
+            deadline_misses: 3,
+            ..Default::default()
+        },
+        ..calm.clone()
+    };
+    assert_eq!(convert::diagnostics(&late, "n").status[0].level, 1);
+    let stuck = m::Status {
+        since_tick_s: 8.2,
+        inputs: vec![InputActivity {
+            stale: true,
+            ..calm.inputs[0].clone()
+        }],
+        ..late.clone()
+    };
+    let d = convert::diagnostics(&stuck, "n");
+    assert_eq!(d.status[0].level, 2);
+    assert_eq!(d.status[0].message, "no tick finished for 8.2 s");
+    assert_eq!(d.status[1].level, 1);
+    assert_eq!(d.status[1].message, "no recent message: camera base");
     // Conversions in produce the node's types.
     let (t, img) = convert::image(msg::Image {
         header: msg::Header {

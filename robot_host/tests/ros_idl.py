@@ -212,6 +212,15 @@ class StageLatency(IdlStruct, typename=dds("frt_msgs/msg/StageLatency")):
 
 
 @dataclass
+class InputActivity(IdlStruct, typename=dds("frt_msgs/msg/InputActivity")):
+    name: str
+    count: t.uint64
+    rate_hz: t.float64
+    age_s: t.float64
+    stale: bool
+
+
+@dataclass
 class HostStatus(IdlStruct, typename=dds("frt_msgs/msg/HostStatus")):
     header: Header
     halted: bool
@@ -231,6 +240,14 @@ class HostStatus(IdlStruct, typename=dds("frt_msgs/msg/HostStatus")):
     clamped: t.uint64
     last_error: str
     latency: t.sequence[StageLatency]
+    since_tick_s: t.float64
+    window_s: t.float64
+    recent_stale: t.uint64
+    recent_bad_inputs: t.uint64
+    recent_deadline_misses: t.uint64
+    recent_withheld: t.uint64
+    recent_halts: t.uint64
+    inputs: t.sequence[InputActivity]
 
 
 @dataclass
@@ -262,3 +279,24 @@ class CycloneSetSubgoalResponse(IdlStruct, typename=dds("frt_msgs/srv/SetSubgoal
     accepted: bool
     subgoal_id: t.uint64
     message: str
+
+
+# ROS 2's graph topic `ros_discovery_info` (rmw_dds_common, Jazzy: 16-byte gids): each
+# participant lists its nodes and, per node, the gids of its readers and writers.
+@dataclass
+class Gid(IdlStruct, typename=dds("rmw_dds_common/msg/Gid")):
+    data: t.array[t.uint8, 16]
+
+
+@dataclass
+class NodeEntitiesInfo(IdlStruct, typename=dds("rmw_dds_common/msg/NodeEntitiesInfo")):
+    node_namespace: str
+    node_name: str
+    reader_gid_seq: t.sequence[Gid]
+    writer_gid_seq: t.sequence[Gid]
+
+
+@dataclass
+class ParticipantEntitiesInfo(IdlStruct, typename=dds("rmw_dds_common/msg/ParticipantEntitiesInfo")):
+    gid: Gid
+    node_entities_info_seq: t.sequence[NodeEntitiesInfo]

@@ -304,36 +304,77 @@ pub fn host_status(s: &m::Status) -> msg::HostStatus {
                 count: *n,
             })
             .collect(),
+        since_tick_s: s.since_tick_s,
+        window_s: s.window_s,
+        recent_stale: s.recent.stale,
+        recent_bad_inputs: s.recent.bad_inputs,
+        recent_deadline_misses: s.recent.deadline_misses,
+        recent_withheld: s.recent.withheld,
+        recent_halts: s.recent.halts,
+        inputs: s
+            .inputs
+            .iter()
+            .map(|i| msg::InputActivity {
+                name: i.name.clone(),
+                count: i.count,
+                rate_hz: i.rate_hz,
+                age_s: i.age_s,
+                stale: i.stale,
+            })
+            .collect(),
     }
 }
 
-/// The status as `/diagnostics` (`"<node>: <task>"` names): the control loop (OK, WARN with
-/// deadline misses or refused inputs, ERROR when halted by a problem), and the inputs.
+/// Seconds without a finished tick after which the control loop is reported as an error
+/// (the status comes on its own timer; ticks normally finish many times a second).
+pub const STUCK_AFTER_S: f64 = 2.0;
+
+/// The status as `/diagnostics` (`"<node>: <task>"` names). Levels follow the recent window,
+/// so they recover once a problem stops; totals are listed beside. The control loop: ERROR
+/// when no tick finished for [`STUCK_AFTER_S`], WARN when halted or with recent deadline
+/// misses, withheld chunks or halts, else OK. The inputs: WARN with recent stale ticks or
+/// refused inputs, or an input older than the observation age bound. The last problem is
+/// the message of the task it concerns.
 pub fn diagnostics(s: &m::Status, node: &str) -> msg::DiagnosticArray {
     let kv = |k: &str, v: String| msg::KeyValue {
         key: k.into(),
         value: v,
     };
-    let (level, message) = if s.halted {
-        (1u8, "halted (waiting for resume)".to_string())
-    } else if s.non_finite > 0 || s.deadline_misses > 0 || s.late_chunks > 0 || s.outside_limits > 0
-    {
-        (1, "running with deadline misses or withheld chunks".into())
-    } else {
-        (0, "running".into())
-    };
+    let r = &s.recent;
+    let window = format!("last {:.0} s", s.window_s);
+    let (level, message) =
+        if (s.since_tick_s > STUCK_AFTER_S || s.since_tick_s.is_nan()) && s.ticks > 0 {
+            (2u8, format!("no tick finished for {:.1} s", s.since_tick_s))
+        } else if s.halted {
+            (1, "halted (waiting for resume)".to_string())
+        } else if r.deadline_misses > 0 || r.withheld > 0 || r.halts > 0 {
+            (
+                1,
+                format!(
+                    "{} deadline misses, {} chunks withheld, {} halts in the {window}",
+                    r.deadline_misses, r.withheld, r.halts
+                ),
+            )
+        } else {
+            (0, "running".into())
+        };
     let mut values = vec![
         kv("subgoal", s.subgoal.clone()),
         kv("subgoal_id", s.subgoal_id.to_string()),
         kv("ticks", s.ticks.to_string()),
         kv("chunks", s.chunks.to_string()),
+        kv("since_tick_s", format!("{:.3}", s.since_tick_s)),
+        kv("window_s", format!("{:.1}", s.window_s)),
         kv("halts", s.halts.to_string()),
+        kv("halts (window)", r.halts.to_string()),
         kv("abandoned", s.abandoned.to_string()),
         kv("deadline_misses", s.deadline_misses.to_string()),
+        kv("deadline_misses (window)", r.deadline_misses.to_string()),
         kv("non_finite", s.non_finite.to_string()),
-        kv("clamped", s.clamped.to_string()),
         kv("late_chunks", s.late_chunks.to_string()),
         kv("outside_limits", s.outside_limits.to_string()),
+        kv("withheld (window)", r.withheld.to_string()),
+        kv("clamped", s.clamped.to_string()),
         kv("missed_commands", s.missed_commands.to_string()),
         kv("holds_without_target", s.holds_without_target.to_string()),
     ];
@@ -343,24 +384,47 @@ pub fn diagnostics(s: &m::Status, node: &str) -> msg::DiagnosticArray {
             format!("{p50:.3} / {p99:.3}"),
         ));
     }
-    let bad = s.bad_frames + s.bad_states + s.bad_audio + s.bad_commands;
-    let inputs = msg::DiagnosticStatus {
-        level: if s.stale > 0 || bad > 0 { 1 } else { 0 },
-        name: format!("{node}: inputs"),
-        message: if s.last_error.is_empty() {
-            "ok".into()
-        } else {
-            s.last_error.clone()
-        },
-        hardware_id: String::new(),
-        values: vec![
-            kv("stale_ticks", s.stale.to_string()),
-            kv("bad_frames", s.bad_frames.to_string()),
-            kv("bad_states", s.bad_states.to_string()),
-            kv("bad_audio", s.bad_audio.to_string()),
-            kv("bad_commands", s.bad_commands.to_string()),
-        ],
+    let stale_inputs: Vec<&str> = s
+        .inputs
+        .iter()
+        .filter(|i| i.stale)
+        .map(|i| i.name.as_str())
+        .collect();
+    let (in_level, in_message) = if r.stale > 0 || r.bad_inputs > 0 {
+        (
+            1u8,
+            if s.last_error.is_empty() {
+                format!(
+                    "{} stale ticks, {} refused inputs in the {window}",
+                    r.stale, r.bad_inputs
+                )
+            } else {
+                s.last_error.clone()
+            },
+        )
+    } else if !stale_inputs.is_empty() {
+        (1, format!("no recent message: {}", stale_inputs.join(", ")))
+    } else {
+        (0, "ok".to_string())
     };
+    let mut in_values = vec![
+        kv("stale_ticks", s.stale.to_string()),
+        kv("stale_ticks (window)", r.stale.to_string()),
+        kv("bad_frames", s.bad_frames.to_string()),
+        kv("bad_states", s.bad_states.to_string()),
+        kv("bad_audio", s.bad_audio.to_string()),
+        kv("bad_commands", s.bad_commands.to_string()),
+        kv("refused (window)", r.bad_inputs.to_string()),
+    ];
+    for i in &s.inputs {
+        in_values.push(kv(
+            &i.name,
+            format!(
+                "{:.1} Hz, age {:.3} s, {} messages",
+                i.rate_hz, i.age_s, i.count
+            ),
+        ));
+    }
     msg::DiagnosticArray {
         header: header(s.stamp, ""),
         status: vec![
@@ -371,7 +435,13 @@ pub fn diagnostics(s: &m::Status, node: &str) -> msg::DiagnosticArray {
                 hardware_id: String::new(),
                 values,
             },
-            inputs,
+            msg::DiagnosticStatus {
+                level: in_level,
+                name: format!("{node}: inputs"),
+                message: in_message,
+                hardware_id: String::new(),
+                values: in_values,
+            },
         ],
     }
 }

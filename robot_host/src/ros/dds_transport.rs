@@ -26,9 +26,8 @@ use bytes::Bytes;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 pub use ros2_client::ServiceMapping;
 use ros2_client::dds::rustdds::{
-    self, QosPolicies, RepresentationIdentifier,
+    self,
     mio1::{Events, Interest, Poll, Token},
-    no_key::{Decode, DefaultDecoder, DeserializerAdapter, SerializerAdapter},
 };
 use ros2_client::qos::{History, QosProfile, Reliability};
 use ros2_client::{Context, MessageTypeName, Name, NodeName, NodeOptions, ServiceTypeName};
@@ -42,58 +41,64 @@ fn dds_err(what: &str, e: impl std::fmt::Display) -> Error {
 
 /// A message's CDR body as it crossed the wire (the encapsulation header stripped or added
 /// by RustDDS); our codec encodes and decodes it.
+///
+/// The node's readers and writers are ros2-client's (so that the node announces them in
+/// `ros_discovery_info`), which go through serde's CDR: [`Body`] passes through it unchanged.
+/// Written as a fixed-length array of bytes (CDR puts no length before an array); read as
+/// the whole remaining input, eight bytes at a time, from little-endian CDR only (every
+/// ROS 2 middleware on the platforms we target writes it; a big-endian message is refused,
+/// never misread).
 struct Body(Bytes);
 
-/// The adapter that hands RustDDS our bytes unchanged, both ways.
-struct Raw;
-
-/// Never produced: taking bytes cannot fail.
-#[derive(Debug, thiserror::Error)]
-#[error("raw CDR")]
-struct RawError;
-
-const LITTLE_ENDIAN: [RepresentationIdentifier; 1] = [RepresentationIdentifier::CDR_LE];
-
-impl SerializerAdapter<Body> for Raw {
-    type Error = RawError;
-    fn output_encoding() -> RepresentationIdentifier {
-        RepresentationIdentifier::CDR_LE
-    }
-    fn to_bytes(value: &Body) -> std::result::Result<Bytes, RawError> {
-        Ok(value.0.clone())
+impl serde::Serialize for Body {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeTuple;
+        let mut t = s.serialize_tuple(self.0.len())?;
+        for b in self.0.iter() {
+            t.serialize_element(b)?;
+        }
+        t.end()
     }
 }
 
-impl DeserializerAdapter<Body> for Raw {
-    type Error = RawError;
-    type Decoded = Body;
-    // Big-endian CDR is refused by RustDDS before it reaches us (no ROS 2 middleware on
-    // the platforms we target writes it).
-    fn supported_encodings() -> &'static [RepresentationIdentifier] {
-        &LITTLE_ENDIAN
-    }
-    fn transform_decoded(decoded: Body) -> Body {
-        decoded
+impl<'de> serde::Deserialize<'de> for Body {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Body, D::Error> {
+        // RustDDS picks the CDR deserializer's byte order from the encapsulation header; the
+        // type says which it picked.
+        let little_endian = std::any::type_name::<D>().contains("LittleEndian");
+        if !little_endian {
+            return Err(serde::de::Error::custom(
+                "only little-endian CDR is read (the message is big-endian)",
+            ));
+        }
+        d.deserialize_tuple(usize::MAX, BodyVisitor)
     }
 }
 
-#[derive(Clone)]
-struct RawDecoder;
+struct BodyVisitor;
 
-impl<'de> Decode<'de, Body> for RawDecoder {
-    type Error = RawError;
-    fn decode_bytes(
+impl<'de> serde::de::Visitor<'de> for BodyVisitor {
+    type Value = Body;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a CDR message body")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
         self,
-        bytes: &'de [u8],
-        _: RepresentationIdentifier,
-    ) -> std::result::Result<Body, RawError> {
-        Ok(Body(Bytes::copy_from_slice(bytes)))
+        mut seq: A,
+    ) -> std::result::Result<Body, A::Error> {
+        let mut out = Vec::new();
+        // Eight bytes per element while eight remain (aligned: the body starts at offset 0,
+        // so no padding is skipped), then one at a time; the end of the input ends each loop.
+        while let Ok(Some(w)) = seq.next_element::<u64>() {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+        while let Ok(Some(b)) = seq.next_element::<u8>() {
+            out.push(b);
+        }
+        Ok(Body(Bytes::from(out)))
     }
-}
-
-impl DefaultDecoder<Body> for Raw {
-    type Decoder = RawDecoder;
-    const DECODER: RawDecoder = RawDecoder;
 }
 
 /// Where the node lives on the ROS 2 graph.
@@ -110,6 +115,33 @@ pub struct DdsOptions {
     /// How service requests and replies are framed: as the middleware of the node's clients
     /// does it.
     pub service_mapping: ServiceMapping,
+    /// Discover and talk to peers on this host only (loopback).
+    pub localhost_only: bool,
+}
+
+/// Whether discovery is limited to this host, from ROS 2's variables: `ROS_LOCALHOST_ONLY=1`
+/// (the older form, taking precedence as in Jazzy) or `ROS_AUTOMATIC_DISCOVERY_RANGE`
+/// (`LOCALHOST`; `SUBNET`, `SYSTEM_DEFAULT` or unset: the network). `OFF` (static peers only)
+/// and anything else are refused by name: the transport cannot honour them.
+pub fn localhost_only_of(localhost_only: Option<&str>, range: Option<&str>) -> Result<bool> {
+    match localhost_only.map(str::trim).filter(|v| !v.is_empty()) {
+        Some("1") => return Ok(true),
+        Some("0") | None => {}
+        Some(v) => return Err(Error::bad("ROS_LOCALHOST_ONLY", format!("`{v}`: 0 or 1"))),
+    }
+    match range.map(str::trim).filter(|v| !v.is_empty()) {
+        None | Some("SUBNET") | Some("SYSTEM_DEFAULT") => Ok(false),
+        Some("LOCALHOST") => Ok(true),
+        Some("OFF") => Err(Error::bad(
+            "ROS_AUTOMATIC_DISCOVERY_RANGE",
+            "OFF (static peers only) is not supported by the DDS transport; use LOCALHOST, \
+             SUBNET or SYSTEM_DEFAULT",
+        )),
+        Some(v) => Err(Error::bad(
+            "ROS_AUTOMATIC_DISCOVERY_RANGE",
+            format!("`{v}`: LOCALHOST, SUBNET or SYSTEM_DEFAULT"),
+        )),
+    }
 }
 
 /// The service framing of a ROS 2 middleware (`RMW_IMPLEMENTATION`; unset or unknown: ROS 2's
@@ -142,6 +174,12 @@ impl DdsOptions {
             service_mapping: service_mapping_of(
                 std::env::var("RMW_IMPLEMENTATION").ok().as_deref(),
             ),
+            localhost_only: localhost_only_of(
+                std::env::var("ROS_LOCALHOST_ONLY").ok().as_deref(),
+                std::env::var("ROS_AUTOMATIC_DISCOVERY_RANGE")
+                    .ok()
+                    .as_deref(),
+            )?,
         })
     }
 }
@@ -189,7 +227,11 @@ impl Dds {
             &options.node_name,
             options.sim_time,
         )?;
-        let participant = rustdds::DomainParticipantBuilder::new(options.domain_id)
+        let mut builder = rustdds::DomainParticipantBuilder::new(options.domain_id);
+        if options.localhost_only {
+            builder = builder.with_only_networks([std::net::Ipv4Addr::LOCALHOST]);
+        }
+        let participant = builder
             .build()
             .map_err(|e| dds_err("joining the domain", e))?;
         let context = Context::from_domain_participant(participant)
@@ -222,7 +264,7 @@ impl Dds {
         &self.endpoints
     }
 
-    fn topic<K>(&self, e: &wire::Endpoint<K>) -> Result<(rustdds::Topic, QosPolicies)> {
+    fn topic<K>(&self, e: &wire::Endpoint<K>) -> Result<(rustdds::Topic, QosProfile)> {
         let (pkg, ty) = package_and_type(e.type_name);
         let profile = qos(e.sensor_data);
         // ROS 2's DDS topic name: `rt` + the fully qualified name (resolved and checked by
@@ -232,7 +274,7 @@ impl Dds {
             .context
             .create_topic(dds_name, MessageTypeName::new(pkg, ty), &profile)
             .map_err(|err| dds_err(&e.topic, err))?;
-        Ok((topic, QosPolicies::from(&profile)))
+        Ok((topic, profile))
     }
 }
 
@@ -247,19 +289,15 @@ impl Transport for Dds {
         outputs: &Receiver<Outbound>,
         stop: &AtomicBool,
     ) -> Result<()> {
-        let participant = self.context.domain_participant();
-        let subscriber = participant
-            .create_subscriber(&QosPolicies::builder().build())
-            .map_err(|e| dds_err("subscriber", e))?;
-        let publisher = participant
-            .create_publisher(&QosPolicies::builder().build())
-            .map_err(|e| dds_err("publisher", e))?;
+        // Every reader and writer is the node's: it announces them in `ros_discovery_info`
+        // (`ros2 node info` attributes the topics to it).
         let poll = Poll::new().map_err(|e| dds_err("poll", e))?;
         let mut readers = Vec::new();
         for (i, e) in self.endpoints.inputs.iter().enumerate() {
             let (topic, q) = self.topic(e)?;
-            let mut r = subscriber
-                .create_datareader_no_key::<Body, Raw>(&topic, Some(q))
+            let mut r = self
+                .node
+                .create_subscription::<Body>(&topic, Some(q))
                 .map_err(|err| dds_err(&e.topic, err))?;
             poll.registry()
                 .register(&mut r, Token(i), Interest::READABLE)
@@ -294,8 +332,9 @@ impl Transport for Dds {
         let mut writers = Vec::new();
         for e in &self.endpoints.outputs {
             let (topic, q) = self.topic(e)?;
-            let w = publisher
-                .create_datawriter_no_key::<Body, Raw>(&topic, Some(q))
+            let w = self
+                .node
+                .create_publisher::<Body>(&topic, Some(q))
                 .map_err(|err| dds_err(&e.topic, err))?;
             writers.push((e.kind, w));
         }
@@ -321,18 +360,15 @@ impl Transport for Dds {
                     let Some((kind, r)) = readers.get_mut(i) else {
                         continue;
                     };
-                    // Edge-triggered: take everything that has arrived.
+                    // Edge-triggered: take everything that has arrived. A sample that does
+                    // not read (big-endian CDR) is taken too, and refused as its input kind.
                     loop {
-                        match r.take_next_sample() {
-                            Ok(Some(sample)) => {
-                                let b = sample.value();
+                        match r.take() {
+                            Ok(Some((b, _))) => {
                                 wire::receive(kind, Cdr::Body(&b.0), inputs, clock.as_deref());
                             }
                             Ok(None) => break,
-                            Err(e) => {
-                                eprintln!("DDS read: {e}");
-                                break;
-                            }
+                            Err(e) => wire::refuse(kind, &e.to_string(), inputs),
                         }
                     }
                 }
@@ -363,7 +399,7 @@ fn serve(server: &ros2_client::Server<SetSubgoalRequest, SetSubgoalResponse>, in
     }
 }
 
-type Writer = rustdds::no_key::DataWriter<Body, Raw>;
+type Writer = ros2_client::Publisher<Body>;
 
 /// Writes what the node sends, as it sends it, until `stop`.
 fn publish(
@@ -383,7 +419,7 @@ fn publish(
             if let Some((_, w)) = writers.iter().find(|(k, _)| *k == p.kind()) {
                 // The body: RustDDS writes the encapsulation header itself.
                 let body = Bytes::from(p.encode()).slice(4..);
-                if let Err(e) = w.write(Body(body), None) {
+                if let Err(e) = w.publish(Body(body)) {
                     eprintln!("DDS publish on {:?}: {e}", p.kind());
                 }
             }
@@ -395,6 +431,7 @@ fn publish(
 mod tests {
     use super::*;
     use crate::ros::msg::RosMessage;
+    use rustdds::RepresentationIdentifier;
 
     /// ros2-client frames the service's bodies with serde's CDR: they must be the bytes of
     /// the node's codec (itself checked against Cyclone DDS in tests/cdr.rs).
@@ -424,6 +461,51 @@ mod tests {
                 };
                 assert_eq!(serde_body(&resp), resp.encode()[4..], "{resp:?}");
             }
+        }
+    }
+
+    /// A body through ros2-client's serde CDR, as its publishers write it and its
+    /// subscriptions read it: the same bytes both ways, whatever the length; big-endian refused.
+    #[test]
+    fn bodies_pass_through_serde_cdr_unchanged() {
+        use rustdds::serialization::deserialize_from_cdr_with_rep_id;
+        let mut lengths: Vec<usize> = (0..40).collect();
+        lengths.push(640 * 480 * 3 + 5);
+        for n in lengths {
+            let bytes: Vec<u8> = (0..n).map(|i| (i * 131 + n) as u8).collect();
+            let body = Body(Bytes::from(bytes.clone()));
+            let written = serde_body(&body);
+            assert_eq!(written, bytes, "{n} bytes written");
+            let (read, used): (Body, usize) =
+                deserialize_from_cdr_with_rep_id(&written, RepresentationIdentifier::CDR_LE)
+                    .unwrap();
+            assert_eq!((&read.0[..], used), (&bytes[..], n), "{n} bytes read");
+        }
+        let e =
+            deserialize_from_cdr_with_rep_id::<Body>(&[1, 2, 3], RepresentationIdentifier::CDR_BE);
+        assert!(e.err().unwrap().to_string().contains("big-endian"));
+    }
+
+    #[test]
+    fn discovery_range_follows_ros_variables() {
+        let ok = |a, b| localhost_only_of(a, b).unwrap();
+        assert!(!ok(None, None));
+        assert!(ok(Some("1"), None));
+        assert!(
+            ok(Some("1"), Some("SUBNET")),
+            "the older variable takes precedence"
+        );
+        assert!(!ok(Some("0"), Some("SUBNET")));
+        assert!(ok(Some("0"), Some("LOCALHOST")));
+        assert!(ok(None, Some(" LOCALHOST ")));
+        assert!(!ok(Some(""), Some("SYSTEM_DEFAULT")));
+        for (a, b, name) in [
+            (Some("yes"), None, "ROS_LOCALHOST_ONLY"),
+            (None, Some("OFF"), "ROS_AUTOMATIC_DISCOVERY_RANGE"),
+            (None, Some("localhost"), "ROS_AUTOMATIC_DISCOVERY_RANGE"),
+        ] {
+            let e = localhost_only_of(a, b).unwrap_err().to_string();
+            assert!(e.contains(name), "{e}");
         }
     }
 

@@ -346,6 +346,16 @@ ros_message!(
     }
 );
 ros_message!(
+    /// frt_msgs/InputActivity: one input's count, rate and age.
+    InputActivity = "frt_msgs/msg/InputActivity" {
+        name: String => string,
+        count: u64 => u64,
+        rate_hz: f64 => f64,
+        age_s: f64 => f64,
+        stale: bool => bool,
+    }
+);
+ros_message!(
     /// frt_msgs/HostStatus: counters and state of the node.
     HostStatus = "frt_msgs/msg/HostStatus" {
         header: Header => msg,
@@ -366,6 +376,14 @@ ros_message!(
         clamped: u64 => u64,
         last_error: String => string,
         latency: Vec<StageLatency> => msgs(StageLatency),
+        since_tick_s: f64 => f64,
+        window_s: f64 => f64,
+        recent_stale: u64 => u64,
+        recent_bad_inputs: u64 => u64,
+        recent_deadline_misses: u64 => u64,
+        recent_withheld: u64 => u64,
+        recent_halts: u64 => u64,
+        inputs: Vec<InputActivity> => msgs(InputActivity),
     }
 );
 ros_message!(

@@ -293,6 +293,19 @@ impl Cdr<'_> {
     }
 }
 
+/// Counts a message from an input topic that could not be read at all (`reason`), as a
+/// refused input of its kind.
+pub fn refuse(kind: &In, reason: &str, inputs: &Inputs) {
+    let refusal = match kind {
+        In::Camera(..) => Refusal::Frame,
+        In::State => Refusal::State,
+        In::Subgoal | In::Command | In::Interrupt | In::Resume => Refusal::Command,
+        In::Audio(_) => Refusal::Audio,
+        In::Clock => Refusal::Clock,
+    };
+    inputs.refuse_message(refusal, reason);
+}
+
 /// Hands one serialized message from an input topic to the node's inputs: decoded with the
 /// node's CDR codec, converted, and validated there. A message that does not decode is counted
 /// as a refused input of its kind with the decoder's reason. `clock`: set from `/clock`.
