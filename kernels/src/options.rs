@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 
 /// Which attention path an attention plan takes where both can run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Deserialize, serde::Serialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum AttentionPath {
     /// The tensor-core kernel, except for long sequences of wide heads (see
@@ -21,7 +21,7 @@ pub enum AttentionPath {
 
 /// See the module docs. `Default` is what every model runs with unless told otherwise.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Deserialize, serde::Serialize))]
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
 pub struct KernelOptions {
     /// The attention path.

@@ -1,7 +1,7 @@
 //! The node's configuration (YAML). Unknown fields are rejected; [`Config::validate`] checks
 //! every value and names the field of the first problem (`safety.action_min: …`).
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// A configuration problem: the field (dotted path) and what is wrong with it.
@@ -14,7 +14,7 @@ pub struct ConfigError {
 
 /// Sets the field at a dotted path (mapping keys; list items by index) in a YAML document,
 /// creating missing mapping levels.
-fn set_path(
+pub(crate) fn set_path(
     doc: &mut serde_yaml::Value,
     name: &str,
     value: serde_yaml::Value,
@@ -74,7 +74,7 @@ fn bad(field: impl Into<String>, problem: impl Into<String>) -> ConfigError {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     #[serde(default)]
@@ -112,7 +112,7 @@ pub struct Config {
     pub serve: Option<crate::serve::ServeConfig>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RosConfig {
     /// `frame_id` of published headers.
@@ -158,7 +158,7 @@ fn default_frame() -> String {
     "base_link".into()
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct TrajectoryConfig {
     pub topic: String,
@@ -166,7 +166,7 @@ pub struct TrajectoryConfig {
     pub joints: Vec<String>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeConfig {
     /// Node name (diagnostics are named `"<name>: <task>"`).
@@ -197,7 +197,7 @@ pub enum ModelSource {
     RandomBase { seed: u64 },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ModelSize {
     Tiny,
@@ -205,7 +205,7 @@ pub enum ModelSize {
 }
 
 /// `model.random`: generated weights.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RandomModel {
     pub size: ModelSize,
@@ -213,7 +213,7 @@ pub struct RandomModel {
     pub seed: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Precision {
     F32,
@@ -221,7 +221,7 @@ pub enum Precision {
     F16,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Backend {
     /// CUDA device 0 when present, else the host backend.
@@ -236,7 +236,7 @@ pub enum Backend {
 /// lengths are kept.
 pub use frt_vla::PromptMode;
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
     /// Which model (`pi05`, the default, or `pi0`).
@@ -291,7 +291,7 @@ impl ModelConfig {
 }
 
 /// The model families the node runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ModelKind {
     /// openpi `pi05` (Pi0.5: discretized state in the prompt, adaptive-norm action expert).
@@ -306,7 +306,7 @@ fn default_backend() -> Backend {
     Backend::Auto
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ImageFormat {
     /// `sensor_msgs/Image` (rgb8, bgr8, rgba8, bgra8, mono8).
@@ -315,7 +315,7 @@ pub enum ImageFormat {
     Compressed,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct CameraConfig {
     pub name: String,
@@ -332,7 +332,7 @@ fn yes() -> bool {
     true
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct StateConfig {
     pub topic: String,
@@ -341,7 +341,7 @@ pub struct StateConfig {
     pub joints: Vec<String>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ControlConfig {
     /// Control ticks per second.
@@ -363,7 +363,7 @@ pub struct ControlConfig {
     pub realtime: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MissingCamera {
     /// Run with the view masked (as openpi does for absent views).
@@ -374,7 +374,7 @@ pub enum MissingCamera {
     Halt,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ActionSpace {
     /// Targets: a halt holds the latest measured position (or publishes no targets when no
@@ -385,7 +385,7 @@ pub enum ActionSpace {
 }
 
 /// What one action dimension commands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ActionKind {
     /// A joint position target.
@@ -397,7 +397,7 @@ pub enum ActionKind {
 }
 
 /// What a halt commands for one dimension.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HoldRule {
     /// The latest measured position (fresh within the age bounds); none known: the halt
@@ -413,7 +413,7 @@ pub enum HoldRule {
 }
 
 /// One entry of `actions`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ActionDimConfig {
     /// The joint it commands (one of `state.joints`).
@@ -450,7 +450,7 @@ pub struct ActionDim {
 }
 
 /// Rows of a chunk already in the past when it is published.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PastRows {
     /// Kept; the chunk says which row is due (`due_row`).
@@ -461,7 +461,7 @@ pub enum PastRows {
 }
 
 /// How a new chunk takes over from the one being executed (see [`crate::timeline`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum HandoverKind {
     /// The new chunk's rows replace the old ones from the row due on.
@@ -477,7 +477,7 @@ pub enum HandoverKind {
 }
 
 /// The message of the fixed-rate command stream.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CommandMessage {
     /// `std_msgs/Float64MultiArray`, one value per action dimension (ros2_control's
@@ -490,7 +490,7 @@ pub enum CommandMessage {
 }
 
 /// `execution.command_stream`: one command per period.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct CommandStreamConfig {
     pub topic: String,
@@ -500,7 +500,7 @@ pub struct CommandStreamConfig {
 }
 
 /// `execution`: the chunk time model's settings.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ExecutionConfig {
     /// Rows a consumer should execute before it takes the next chunk (carried in each
@@ -550,7 +550,7 @@ fn default_ensemble_decay() -> f64 {
     0.01
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SafetyConfig {
     /// No chunk from an observation (frame or state) older than this.
@@ -595,7 +595,7 @@ fn default_max_pixels() -> u64 {
     3840 * 2160
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct StreamsConfig {
     /// Priority of the policy stream (CUDA convention: 0 normal, more negative higher).
@@ -610,7 +610,7 @@ pub struct StreamsConfig {
     pub asr: Option<i32>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AudioConfig {
     pub topic: String,
@@ -636,7 +636,7 @@ fn default_audio_kind() -> String {
     "frt".into()
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct AsrConfig {
     /// A Whisper model folder (`model.bin` or `model.safetensors`, `config.json`,

@@ -15,6 +15,7 @@
 //! * [`ros`]: ROS 2 messages with their CDR codec, conversions, the shared topic table
 //!   (`ros::wire`), `--ros-args` parsing, the r2r transport (`ros2`) and the pure-Rust DDS
 //!   transport (`dds`);
+//! * [`params`]: the configuration as ROS 2 parameters (which may change while running);
 //! * [`observe`]: latency histograms and Chrome/Perfetto traces;
 //! * [`status`]: the status on its own timer (windows, input rates and ages);
 //! * [`safety`]: the stop latch, the hold, faults and the watchdog;
@@ -30,6 +31,7 @@ pub mod frame;
 pub mod messages;
 pub mod node;
 pub mod observe;
+pub mod params;
 pub mod policy;
 pub mod realtime;
 pub mod ros;

@@ -213,7 +213,11 @@ pub struct Inputs {
     /// state, then the microphone when one is configured.
     meters: Arc<crate::status::Meters>,
     last_error: Arc<Mutex<String>>,
-    bounds: Bounds,
+    /// Shared by every handle; replaced when limits change while running.
+    bounds: Arc<Mutex<Bounds>>,
+    /// Configurations with changed live fields, for the control thread (see
+    /// [`Inputs::reconfigure`]).
+    reconfigure: Sender<Config>,
     /// The model's square input size (frames are preprocessed to it on arrival).
     image_side: usize,
     /// What the robot executes over time (the control thread merges chunks into it, the
@@ -236,10 +240,11 @@ impl Inputs {
             return Some(format!("stamp {stamp}"));
         }
         let ahead = stamp - self.clock.now();
-        (ahead > self.bounds.max_future).then(|| {
+        let max_future = self.bounds().max_future;
+        (ahead > max_future).then(|| {
             format!(
                 "stamped {ahead:.3} s ahead of the node clock (at most {} s)",
-                self.bounds.max_future
+                max_future
             )
         })
     }
@@ -250,6 +255,7 @@ impl Inputs {
 
     /// A camera image: decoded to RGB8 and stored as that camera's newest frame.
     pub fn frame(&self, camera: &str, stamp: Stamp, image: &Image) -> Result<()> {
+        let max_pixels = self.bounds().max_pixels;
         let Some((index, (_, slot))) = self
             .cameras
             .iter()
@@ -273,9 +279,9 @@ impl Inputs {
                 step,
                 data,
             } => decode_raw(encoding, *width, *height, *step, data, &mut rgb)
-                .and_then(|()| crate::frame::check_pixels(*width, *height, self.bounds.max_pixels)),
+                .and_then(|()| crate::frame::check_pixels(*width, *height, max_pixels)),
             Image::Compressed { format, data } => {
-                decode_compressed_limited(format, data, self.bounds.max_pixels, &mut rgb)
+                decode_compressed_limited(format, data, max_pixels, &mut rgb)
             }
         };
         if let Err(e) = r {
@@ -473,7 +479,9 @@ impl Inputs {
         s.bad_clock = c.bad_clock.load(Ordering::Relaxed);
         s.missed_commands = c.missed_commands.load(Ordering::Relaxed);
         s.last_chunk_before_stop = self.latch.last_chunk_before_stop();
-        s.inputs = self.meters.activity(self.clock.now(), self.bounds.max_age);
+        s.inputs = self
+            .meters
+            .activity(self.clock.now(), self.bounds().max_age);
         if let Ok(l) = self.last_error.lock() {
             if !l.is_empty() && s.last_error.is_empty() {
                 s.last_error = l.clone();
@@ -508,6 +516,25 @@ impl Inputs {
         self.poke();
     }
 
+    /// The bounds in effect (cheap: an `Arc` and numbers).
+    fn bounds(&self) -> Bounds {
+        self.bounds
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// A configuration whose live fields (see [`crate::params`]) changed, checked as a whole
+    /// by the caller: the control thread takes it between two ticks. Refused when changes
+    /// are already waiting.
+    pub fn reconfigure(&self, config: Config) -> Result<()> {
+        self.reconfigure
+            .try_send(config)
+            .map_err(|_| Error::bad("parameters", "changes are already waiting; try again"))?;
+        self.poke();
+        Ok(())
+    }
+
     fn timeline(&self) -> std::sync::MutexGuard<'_, Timeline> {
         self.timeline.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -515,7 +542,7 @@ impl Inputs {
     /// What a halt commands now (see [`Hold`]): per dimension, from the latest measured
     /// state and (rule `current`) the command being executed.
     pub fn hold(&self) -> Hold {
-        let b = &self.bounds;
+        let b = self.bounds();
         let now = self.clock.now();
         let mut current = vec![0.0; b.dims.len()];
         let has = self.timeline().current(now, &b.dims, &mut current);
@@ -535,7 +562,7 @@ impl Inputs {
     /// thread has acted on it), nothing before the first chunk or when the hold has no
     /// targets.
     pub fn command_at(&self, now: Stamp) -> Option<JointCommand> {
-        let dims = &self.bounds.dims;
+        let dims = &self.bounds().dims;
         let mut values = vec![0.0; dims.len()];
         let mut halt = None;
         let ran = self.latch.unless_stopped(|| {
@@ -719,6 +746,8 @@ pub struct Node {
     clock: Arc<dyn Clock>,
     inputs: Inputs,
     subgoals: Receiver<Queued>,
+    /// Configurations with changed live fields ([`Inputs::reconfigure`]).
+    reconfigured: Receiver<Config>,
     wake: Receiver<()>,
     out: Sender<Outbound>,
     /// Completion markers of the last two replays (one replay stays queued ahead).
@@ -812,6 +841,7 @@ impl Node {
         let (stx, srx) = crossbeam_channel::bounded(SUBGOAL_QUEUE);
         let (wtx, wrx) = crossbeam_channel::bounded(1);
         let (otx, orx) = crossbeam_channel::bounded(OUTPUT_CHANNEL);
+        let (ctx, crx) = crossbeam_channel::bounded(2);
         let s = &cfg.safety;
         let inputs = Inputs {
             cameras: Arc::new(
@@ -844,12 +874,13 @@ impl Node {
                     .collect(),
             )),
             last_error: Arc::default(),
-            bounds: Bounds {
+            bounds: Arc::new(Mutex::new(Bounds {
                 max_age: s.max_observation_age_ms / 1000.0,
                 max_future: s.max_future_s,
                 max_pixels: s.max_image_pixels,
                 dims: dims.clone(),
-            },
+            })),
+            reconfigure: ctx,
             image_side: policy.spec().image_size,
             timeline,
         };
@@ -882,6 +913,7 @@ impl Node {
             clock,
             inputs: inputs.clone(),
             subgoals: srx,
+            reconfigured: crx,
             wake: wrx,
             out: otx,
             done,
@@ -1059,7 +1091,35 @@ impl Node {
                 outcome.get_or_insert(TickOutcome::Abandoned);
             }
         }
+        while let Ok(c) = self.reconfigured.try_recv() {
+            self.take_live_fields(c);
+        }
         outcome
+    }
+
+    /// Takes the live fields of a configuration checked by [`crate::params`] (the limits,
+    /// the delta caps, the observation age bound): from the next tick on for chunks, at once
+    /// for the inputs' holds. Rows already on the timeline are left as they were guarded (a
+    /// clamp could make a jump no delta cap allows); the next chunk takes over from them
+    /// under the new limits, and a joint measured outside them is brought back as the guard
+    /// does at start-up.
+    fn take_live_fields(&mut self, c: Config) {
+        let dims = match c.action_dims() {
+            Ok(d) => Arc::new(d),
+            Err(e) => {
+                self.status.last_error = format!("parameters: {e}");
+                return;
+            }
+        };
+        self.cfg.safety = c.safety;
+        self.cfg.actions = c.actions;
+        self.dims = dims.clone();
+        {
+            let mut b = self.inputs.bounds.lock().unwrap_or_else(|p| p.into_inner());
+            b.max_age = self.cfg.safety.max_observation_age_ms / 1000.0;
+            b.dims = dims.clone();
+        }
+        tracing::info!("parameters: new limits in effect");
     }
 
     /// A tick that ends on an error: recorded as the last problem; a fatal one halts and

@@ -10,7 +10,11 @@ and drives a timeline from what it receives:
                framing): an empty subgoal (to be refused), then a real one
   the replies -> waits for a chunk carrying the accepted subgoal
   that chunk -> a garbage command on ~/command, then ~/interrupt
-  the halt chunk -> keeps listening for 1.5 s, then reports the graph: the node's readers and
+  the halt chunk -> asks the parameter services (rmw_cyclonedds framing): lists `safety.*`,
+               gets three names (one no parameter), describes a live and a read-only one, and
+               sets three (the live `safety.action_max`, the read-only `model.precision`, and
+               `safety.action_max` with the wrong type); keeps listening for 2 s, then
+               reports the graph: the node's readers and
                writers as its participant lists them on `ros_discovery_info`, each named by the
                topic DDS discovery gives for its gid (what `ros2 node info` does); exits 0
 
@@ -31,9 +35,13 @@ from cyclonedds.sub import DataReader
 from cyclonedds.topic import Topic
 from cyclonedds.util import duration
 
-from ros_idl import (ActionChunk, CycloneSetSubgoalRequest, CycloneSetSubgoalResponse, Empty,
-                     Header, HostStatus, Image, JointState, ParticipantEntitiesInfo, StringMsg,
-                     Time)
+from ros_idl import (ActionChunk, CycloneDescribeParametersRequest,
+                     CycloneDescribeParametersResponse, CycloneGetParametersRequest,
+                     CycloneGetParametersResponse, CycloneListParametersRequest,
+                     CycloneListParametersResponse, CycloneSetParametersRequest,
+                     CycloneSetParametersResponse, CycloneSetSubgoalRequest,
+                     CycloneSetSubgoalResponse, Empty, Header, HostStatus, Image, JointState,
+                     Parameter, ParameterValue, ParticipantEntitiesInfo, StringMsg, Time)
 
 SUBGOAL = "wipe the table"
 SERVICE_SUBGOAL = "open the drawer"
@@ -66,6 +74,19 @@ def graph(dp, discovery, publications, subscriptions, node):
             "writers": named(n.writer_gid_seq)}
 
 
+def value(**kv):
+    """An rcl_interfaces ParameterValue with the given fields set."""
+    v = ParameterValue(0, False, 0, 0.0, "", [], [], [], [], [])
+    for k, x in kv.items():
+        setattr(v, k, x)
+    return v
+
+
+def describe_value(v):
+    return {"type": v.type, "integer": v.integer_value, "double": v.double_value,
+            "string": v.string_value, "doubles": list(v.double_array_value)}
+
+
 def main():
     domain, node = int(sys.argv[1]), sys.argv[2].strip("/")
     dp = DomainParticipant(domain)
@@ -94,6 +115,20 @@ def main():
     discovery = DataReader(dp, Topic(dp, "ros_discovery_info", ParticipantEntitiesInfo),
                            qos=Qos(Policy.Reliability.Reliable(duration(milliseconds=100)),
                                    Policy.Durability.TransientLocal, Policy.History.KeepLast(1)))
+    def service(name, req, resp):
+        return (DataWriter(dp, Topic(dp, f"rq/{node}/{name}Request", req), qos=reliable),
+                DataReader(dp, Topic(dp, f"rr/{node}/{name}Reply", resp), qos=reliable))
+
+    params = {
+        "list": service("list_parameters", CycloneListParametersRequest,
+                        CycloneListParametersResponse),
+        "get": service("get_parameters", CycloneGetParametersRequest,
+                       CycloneGetParametersResponse),
+        "describe": service("describe_parameters", CycloneDescribeParametersRequest,
+                            CycloneDescribeParametersResponse),
+        "set": service("set_parameters", CycloneSetParametersRequest,
+                       CycloneSetParametersResponse),
+    }
     publications = BuiltinDataReader(dp, BuiltinTopicDcpsPublication)
     subscriptions = BuiltinDataReader(dp, BuiltinTopicDcpsSubscription)
 
@@ -142,7 +177,19 @@ def main():
                 emit(event="sent", what="interrupt")
                 phase = 4
             elif phase == 4 and c.halt:
-                t_end = time.time() + 1.5
+                g = CLIENT_GUID
+                params["list"][0].write(CycloneListParametersRequest(g, 10, ["safety"], 0))
+                params["get"][0].write(CycloneGetParametersRequest(
+                    g, 11, ["control.rate_hz", "safety.action_max", "nope"]))
+                params["describe"][0].write(CycloneDescribeParametersRequest(
+                    g, 12, ["safety.action_max", "model.precision"]))
+                params["set"][0].write(CycloneSetParametersRequest(g, 13, [
+                    Parameter("safety.action_max", value(type=8, double_array_value=[1.5])),
+                    Parameter("model.precision", value(type=4, string_value="bf16")),
+                    Parameter("safety.action_max", value(type=4, string_value="x")),
+                ]))
+                emit(event="sent", what="parameters")
+                t_end = time.time() + 2.0
                 phase = 5
         for r in replies.take(16):
             emit(event="reply", client_guid=r.client_guid, sequence=r.sequence, accepted=r.accepted,
@@ -150,6 +197,18 @@ def main():
             if phase == 2 and r.sequence == 2 and r.accepted:
                 accepted_id = r.subgoal_id
                 phase = 3
+        for r in params["list"][1].take(4):
+            emit(event="list_parameters", names=list(r.result.names),
+                 prefixes=list(r.result.prefixes))
+        for r in params["get"][1].take(4):
+            emit(event="get_parameters", values=[describe_value(v) for v in r.values])
+        for r in params["describe"][1].take(4):
+            emit(event="describe_parameters",
+                 descriptors=[{"name": d.name, "type": d.type, "read_only": d.read_only,
+                               "description": d.description} for d in r.descriptors])
+        for r in params["set"][1].take(4):
+            emit(event="set_parameters",
+                 results=[{"successful": x.successful, "reason": x.reason} for x in r.results])
         for s in status.take(16):
             emit(event="status", halted=s.halted, chunks=s.chunks, halts=s.halts,
                  bad_commands=s.bad_commands, bad_frames=s.bad_frames, subgoal=s.subgoal,

@@ -166,6 +166,45 @@ fn chunks_subgoals_and_interrupts_cross_the_wire_to_cyclone_dds() {
         "{writers:?}"
     );
 
+    // The parameter services: every field is a parameter; the live limit is set, the
+    // read-only field and the wrong type are refused with their reasons.
+    let event = |name: &str| {
+        lines
+            .iter()
+            .find(|l| l["event"] == name)
+            .unwrap_or_else(|| panic!("no {name} reply: {lines:#?}"))
+    };
+    let list = event("list_parameters");
+    let names: Vec<&str> = list["names"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"safety.action_max"), "{names:?}");
+    assert!(names.iter().all(|n| n.starts_with("safety.")), "{names:?}");
+    let got = &event("get_parameters")["values"];
+    assert_eq!(got[0]["type"], 3, "control.rate_hz is a double: {got}");
+    assert_eq!(got[0]["double"], 10.0);
+    assert_eq!(got[1]["type"], 8);
+    assert_eq!(got[1]["doubles"], serde_json::json!([2.0]));
+    assert_eq!(got[2]["type"], 0, "not a parameter: not set");
+    let described = &event("describe_parameters")["descriptors"];
+    assert_eq!(described[0]["read_only"], false, "{described}");
+    assert_eq!(described[1]["read_only"], true, "{described}");
+    let set = &event("set_parameters")["results"];
+    assert_eq!(set[0]["successful"], true, "{set}");
+    assert_eq!(set[1]["successful"], false);
+    assert!(
+        set[1]["reason"].as_str().unwrap().contains("read-only"),
+        "{set}"
+    );
+    assert_eq!(set[2]["successful"], false);
+    assert!(
+        set[2]["reason"].as_str().unwrap().contains("not a string"),
+        "{set}"
+    );
+
     // Every chunk the peer decoded is whole and stamped with a time it sent.
     let chunks: Vec<&Value> = lines.iter().filter(|l| l["event"] == "chunk").collect();
     assert!(chunks.len() >= 5, "{chunks:#?}");
@@ -259,6 +298,12 @@ fn chunks_subgoals_and_interrupts_cross_the_wire_to_cyclone_dds() {
         after[halt]["seq"].as_u64().unwrap(),
         st.last_chunk_before_stop + 1,
         "the halt chunk follows the last chunk published before the stop"
+    );
+
+    // The live limit reached the control thread (between two ticks, while halted).
+    assert_eq!(
+        node.config().safety.action_max.as_deref(),
+        Some(&[1.5f32][..])
     );
 
     // The garbage command and the blank subgoal were refused and counted; the node says it

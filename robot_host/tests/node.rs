@@ -750,3 +750,43 @@ fn config_fields_are_overridden_by_dotted_name() {
         }
     }
 }
+
+#[test]
+fn limits_set_while_running_bound_the_next_chunk() {
+    let mut r = rig("pick up the red block", "");
+    r.observe(1.0, 0);
+    r.clock.set(1.05);
+    assert_eq!(r.node.tick(), TickOutcome::Published);
+    let before = r.chunks().pop().unwrap();
+    assert!(
+        before.actions.iter().any(|a| a.abs() > 0.3),
+        "the model moves past ±0.3"
+    );
+    let params = frt_robot_host::params::Parameters::new(r.node.config());
+    let tighter = params
+        .check(&[
+            (
+                "safety.action_max".into(),
+                frt_robot_host::params::ParamValue::DoubleArray(vec![0.3]),
+            ),
+            (
+                "safety.action_min".into(),
+                frt_robot_host::params::ParamValue::DoubleArray(vec![-0.3]),
+            ),
+        ])
+        .unwrap();
+    r.inputs.reconfigure(tighter).unwrap();
+    r.observe(1.1, 1);
+    r.clock.set(1.15);
+    assert_eq!(r.node.tick(), TickOutcome::Published);
+    let after = r.chunks().pop().unwrap();
+    assert!(
+        after.actions.iter().all(|a| a.abs() <= 0.3 + 1e-6),
+        "{:?}",
+        after.actions
+    );
+    assert_eq!(
+        r.node.config().safety.action_max.as_deref(),
+        Some(&[0.3f32][..])
+    );
+}

@@ -300,3 +300,128 @@ class NodeEntitiesInfo(IdlStruct, typename=dds("rmw_dds_common/msg/NodeEntitiesI
 class ParticipantEntitiesInfo(IdlStruct, typename=dds("rmw_dds_common/msg/ParticipantEntitiesInfo")):
     gid: Gid
     node_entities_info_seq: t.sequence[NodeEntitiesInfo]
+
+
+# rcl_interfaces: ROS 2's parameter services, as rmw_cyclonedds frames them (the request
+# header first: the client's id and the request's sequence number).
+@dataclass
+class ParameterValue(IdlStruct, typename=dds("rcl_interfaces/msg/ParameterValue")):
+    type: t.uint8
+    bool_value: bool
+    integer_value: t.int64
+    double_value: t.float64
+    string_value: str
+    byte_array_value: t.sequence[t.uint8]
+    bool_array_value: t.sequence[bool]
+    integer_array_value: t.sequence[t.int64]
+    double_array_value: t.sequence[t.float64]
+    string_array_value: t.sequence[str]
+
+
+@dataclass
+class Parameter(IdlStruct, typename=dds("rcl_interfaces/msg/Parameter")):
+    name: str
+    value: ParameterValue
+
+
+@dataclass
+class SetParametersResult(IdlStruct, typename=dds("rcl_interfaces/msg/SetParametersResult")):
+    successful: bool
+    reason: str
+
+
+@dataclass
+class FloatingPointRange(IdlStruct, typename=dds("rcl_interfaces/msg/FloatingPointRange")):
+    from_value: t.float64
+    to_value: t.float64
+    step: t.float64
+
+
+@dataclass
+class IntegerRange(IdlStruct, typename=dds("rcl_interfaces/msg/IntegerRange")):
+    from_value: t.int64
+    to_value: t.int64
+    step: t.uint64
+
+
+@dataclass
+class ParameterDescriptor(IdlStruct, typename=dds("rcl_interfaces/msg/ParameterDescriptor")):
+    name: str
+    type: t.uint8
+    description: str
+    additional_constraints: str
+    read_only: bool
+    dynamic_typing: bool
+    floating_point_range: t.sequence[FloatingPointRange, 1]
+    integer_range: t.sequence[IntegerRange, 1]
+
+
+@dataclass
+class ListParametersResult(IdlStruct, typename=dds("rcl_interfaces/msg/ListParametersResult")):
+    names: t.sequence[str]
+    prefixes: t.sequence[str]
+
+
+@dataclass
+class CycloneListParametersRequest(IdlStruct,
+                                   typename=dds("rcl_interfaces/srv/ListParameters_Request")):
+    client_guid: t.uint64
+    sequence: t.int64
+    prefixes: t.sequence[str]
+    depth: t.uint64
+
+
+@dataclass
+class CycloneListParametersResponse(IdlStruct,
+                                    typename=dds("rcl_interfaces/srv/ListParameters_Response")):
+    client_guid: t.uint64
+    sequence: t.int64
+    result: ListParametersResult
+
+
+@dataclass
+class CycloneGetParametersRequest(IdlStruct,
+                                  typename=dds("rcl_interfaces/srv/GetParameters_Request")):
+    client_guid: t.uint64
+    sequence: t.int64
+    names: t.sequence[str]
+
+
+@dataclass
+class CycloneGetParametersResponse(IdlStruct,
+                                   typename=dds("rcl_interfaces/srv/GetParameters_Response")):
+    client_guid: t.uint64
+    sequence: t.int64
+    values: t.sequence[ParameterValue]
+
+
+@dataclass
+class CycloneDescribeParametersRequest(
+        IdlStruct, typename=dds("rcl_interfaces/srv/DescribeParameters_Request")):
+    client_guid: t.uint64
+    sequence: t.int64
+    names: t.sequence[str]
+
+
+@dataclass
+class CycloneDescribeParametersResponse(
+        IdlStruct, typename=dds("rcl_interfaces/srv/DescribeParameters_Response")):
+    client_guid: t.uint64
+    sequence: t.int64
+    descriptors: t.sequence[ParameterDescriptor]
+
+
+@dataclass
+class CycloneSetParametersRequest(IdlStruct,
+                                  typename=dds("rcl_interfaces/srv/SetParameters_Request")):
+    client_guid: t.uint64
+    sequence: t.int64
+    parameters: t.sequence[Parameter]
+
+
+@dataclass
+class CycloneSetParametersResponse(IdlStruct,
+                                   typename=dds("rcl_interfaces/srv/SetParameters_Response")):
+    client_guid: t.uint64
+    sequence: t.int64
+    results: t.sequence[SetParametersResult]

@@ -27,7 +27,7 @@ use crate::timeline::guard_chunk;
 use futures_util::{SinkExt, StreamExt};
 use preset::{Parsed, Preset};
 use rmpv::Value;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -39,7 +39,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 
 /// The `serve:` section of a configuration.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServeConfig {
     /// The robot's observation and action layout.

@@ -13,10 +13,10 @@
 
 use super::numpy::{self, Dtype};
 use rmpv::Value;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Which of openpi's robot setups the server speaks for (`serve.preset`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Preset {
     Droid,

@@ -146,7 +146,7 @@ impl StepModel {
 }
 
 /// How the prompt sits in the prefix (`fixed` / `exact` in configs).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PromptMode {
     /// `max_token_len` prompt rows whatever the prompt's length (padding masked): one prefix
