@@ -18,6 +18,7 @@
 //! * [`params`]: the configuration as ROS 2 parameters (which may change while running);
 //! * [`observe`]: latency histograms and Chrome/Perfetto traces;
 //! * [`status`]: the status on its own timer (windows, input rates and ages);
+//! * [`rosout`]: log records for ROS 2's `/rosout`;
 //! * [`safety`]: the stop latch, the hold, faults and the watchdog;
 //! * [`timeline`]: the chunk time model (rows due, hand-over between chunks, limits along the
 //!   timeline, the fixed-rate command clock);
@@ -35,6 +36,7 @@ pub mod params;
 pub mod policy;
 pub mod realtime;
 pub mod ros;
+pub mod rosout;
 pub mod safety;
 pub mod serve;
 pub mod status;

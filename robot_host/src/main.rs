@@ -40,7 +40,7 @@ struct Cli {
 
 /// Installs the log subscriber (stderr): `level` (a level or a filter), else `RUST_LOG`, else
 /// info.
-fn init_logging(level: Option<&str>, json: bool) -> Result<(), String> {
+fn init_logging(level: Option<&str>, json: bool, rosout: bool) -> Result<(), String> {
     use tracing_subscriber::EnvFilter;
     const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
     let filter = match level {
@@ -55,17 +55,36 @@ fn init_logging(level: Option<&str>, json: bool) -> Result<(), String> {
         None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
     };
     use std::io::IsTerminal;
-    let b = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .with_target(false);
-    let r = if json {
-        b.json().try_init()
+    let fmt = if json {
+        fmt.json().boxed()
     } else {
-        b.try_init()
+        fmt.boxed()
     };
-    r.map_err(|e| e.to_string())
+    // In ROS mode the records at or above the level also go to /rosout.
+    let rosout = if rosout {
+        frt_robot_host::rosout::layer()
+    } else {
+        None
+    };
+    // ros2-client logs each /rosout publication itself: not again on stderr.
+    let filter = filter.add_directive(
+        "ros2_client::rosout=off"
+            .parse()
+            .map_err(|e| format!("log filter: {e}"))?,
+    );
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
+        .with(rosout)
+        .try_init()
+        .map_err(|e| e.to_string())
 }
 
 /// ROS 2's `--ros-args ... --log-level LEVEL` (or `--log-level name:=LEVEL`: the level).
@@ -178,7 +197,8 @@ fn main() {
         Command::Ros { args } => ros_log_level(args),
         _ => None,
     });
-    if let Err(e) = init_logging(level.as_deref(), cli.log_json) {
+    let ros_mode = matches!(cli.command, Command::Ros { .. });
+    if let Err(e) = init_logging(level.as_deref(), cli.log_json, ros_mode) {
         eprintln!("{e}");
         std::process::exit(2);
     }

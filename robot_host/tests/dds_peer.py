@@ -18,7 +18,7 @@ and drives a timeline from what it receives:
                writers as its participant lists them on `ros_discovery_info`, each named by the
                topic DDS discovery gives for its gid (what `ros2 node info` does); exits 0
 
-Every event is one JSON line on stdout; the Rust test asserts on them. Exits 2 on timeout.
+All along it reads `/rosout` and reports each record. Every event is one JSON line on stdout; the Rust test asserts on them. Exits 2 on timeout.
 
     python dds_peer.py DOMAIN NODE_NAMESPACE_AND_NAME
 """
@@ -40,7 +40,7 @@ from ros_idl import (ActionChunk, CycloneDescribeParametersRequest,
                      CycloneGetParametersResponse, CycloneListParametersRequest,
                      CycloneListParametersResponse, CycloneSetParametersRequest,
                      CycloneSetParametersResponse, CycloneSetSubgoalRequest,
-                     CycloneSetSubgoalResponse, Empty, Header, HostStatus, Image, JointState,
+                     CycloneSetSubgoalResponse, Empty, Header, HostStatus, Image, JointState, Log,
                      Parameter, ParameterValue, ParticipantEntitiesInfo, StringMsg, Time)
 
 SUBGOAL = "wipe the table"
@@ -129,6 +129,7 @@ def main():
         "set": service("set_parameters", CycloneSetParametersRequest,
                        CycloneSetParametersResponse),
     }
+    rosout = DataReader(dp, Topic(dp, "rt/rosout", Log), qos=reliable)
     publications = BuiltinDataReader(dp, BuiltinTopicDcpsPublication)
     subscriptions = BuiltinDataReader(dp, BuiltinTopicDcpsSubscription)
 
@@ -209,6 +210,9 @@ def main():
         for r in params["set"][1].take(4):
             emit(event="set_parameters",
                  results=[{"successful": x.successful, "reason": x.reason} for x in r.results])
+        for r in rosout.take(64):
+            emit(event="rosout", level=r.level, name=r.name, msg=r.msg, file=r.file,
+                 line=r.line)
         for s in status.take(16):
             emit(event="status", halted=s.halted, chunks=s.chunks, halts=s.halts,
                  bad_commands=s.bad_commands, bad_frames=s.bad_frames, subgoal=s.subgoal,

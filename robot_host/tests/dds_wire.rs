@@ -69,6 +69,14 @@ fn cyclonedds() -> PathBuf {
 #[test]
 fn chunks_subgoals_and_interrupts_cross_the_wire_to_cyclone_dds() {
     let site = cyclonedds();
+    // As `frt-robot-host ros` does: records at or above the level also go to /rosout.
+    {
+        use tracing_subscriber::layer::SubscriberExt;
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_subscriber::filter::LevelFilter::INFO)
+            .with(frt_robot_host::rosout::layer().unwrap());
+        tracing::subscriber::set_global_default(subscriber).unwrap();
+    }
     let cfg = Config::parse(CONFIG).unwrap();
     // A domain of its own, so concurrent runs on one machine do not meet.
     let domain = 100 + (std::process::id() % 100) as u16;
@@ -203,6 +211,31 @@ fn chunks_subgoals_and_interrupts_cross_the_wire_to_cyclone_dds() {
     assert!(
         set[2]["reason"].as_str().unwrap().contains("not a string"),
         "{set}"
+    );
+
+    // /rosout carries the node's log records at or above the level, named by its logger,
+    // from every thread (here the transport's and the control thread's).
+    let records: Vec<&Value> = lines.iter().filter(|l| l["event"] == "rosout").collect();
+    let record = |text: &str| {
+        records
+            .iter()
+            .find(|r| r["msg"].as_str().unwrap().contains(text))
+            .unwrap_or_else(|| panic!("no /rosout record with {text:?}: {records:#?}"))
+    };
+    let set = record("parameters set");
+    assert_eq!(
+        (set["level"].as_u64(), set["name"].as_str()),
+        (Some(20), Some("wire_host"))
+    );
+    assert!(
+        set["msg"].as_str().unwrap().contains("safety.action_max"),
+        "{set}"
+    );
+    assert!(set["file"].as_str().unwrap().ends_with(".rs") && set["line"].as_u64() > Some(0));
+    record("new limits in effect");
+    assert!(
+        records.iter().all(|r| r["level"].as_u64() >= Some(20)),
+        "below the level"
     );
 
     // Every chunk the peer decoded is whole and stamped with a time it sent.

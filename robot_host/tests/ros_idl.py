@@ -425,3 +425,14 @@ class CycloneSetParametersResponse(IdlStruct,
     client_guid: t.uint64
     sequence: t.int64
     results: t.sequence[SetParametersResult]
+
+
+@dataclass
+class Log(IdlStruct, typename=dds("rcl_interfaces/msg/Log")):
+    stamp: Time
+    level: t.uint8
+    name: str
+    msg: str
+    file: str
+    function: str
+    line: t.uint32

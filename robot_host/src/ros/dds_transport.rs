@@ -24,7 +24,7 @@ use crate::node::{Inputs, ManualClock};
 use crate::params::{ParamValue, Parameters};
 use crate::transport::Transport;
 use bytes::Bytes;
-use crossbeam_channel::{Receiver, RecvTimeoutError};
+use crossbeam_channel::Receiver;
 pub use ros2_client::ServiceMapping;
 use ros2_client::dds::rustdds::{
     self,
@@ -246,7 +246,7 @@ impl Dds {
                 name,
                 // The parameter services are the transport's own, in the clients' framing.
                 NodeOptions::new()
-                    .enable_rosout(false)
+                    .enable_rosout(true)
                     .start_parameter_services(false),
             )
             .map_err(|e| dds_err("creating the node", e))?;
@@ -351,8 +351,11 @@ impl Transport for Dds {
         }
         let clock = self.sim_clock.clone();
         let cfg = &self.cfg;
+        // rcl's logger name: the namespace and the node name joined by dots.
+        let logger = fqn.trim_start_matches('/').replace('/', ".");
+        let log = self.node.logging_handle();
         std::thread::scope(|s| {
-            s.spawn(|| publish(cfg, &writers, outputs, stop));
+            s.spawn(|| publish(cfg, &writers, outputs, stop, &log, &logger));
             let mut poll = poll;
             let mut events = Events::with_capacity(64);
             while !stop.load(Ordering::Relaxed) {
@@ -646,18 +649,45 @@ fn parameter_services<'f>(
 type Writer = ros2_client::Publisher<Body>;
 
 /// Writes what the node sends, as it sends it, until `stop`.
+/// Publishes one log record on `/rosout` as the node's logger `logger`.
+fn rosout(log: &ros2_client::NodeLoggingHandle, logger: &str, r: crate::rosout::Record) {
+    use ros2_client::RosoutRaw;
+    use ros2_client::ros2::LogLevel;
+    let level = match r.level {
+        40.. => LogLevel::Error,
+        30 => LogLevel::Warn,
+        20 => LogLevel::Info,
+        _ => LogLevel::Debug,
+    };
+    let t = super::msg::Time::from_secs(r.stamp);
+    let stamp = ros2_client::builtin_interfaces::Time::new(t.sec, t.nanosec);
+    log.rosout_raw(stamp, level, logger, &r.msg, &r.file, &r.function, r.line);
+}
+
 fn publish(
     cfg: &Config,
     writers: &[(Out, Writer)],
     outputs: &Receiver<Outbound>,
     stop: &AtomicBool,
+    log: &ros2_client::NodeLoggingHandle,
+    logger: &str,
 ) {
     let mut publisher = wire::Publisher::new(cfg);
+    let never = crossbeam_channel::never();
+    let records = crate::rosout::records().unwrap_or(&never);
     while !stop.load(Ordering::Relaxed) {
-        let o = match outputs.recv_timeout(Duration::from_millis(50)) {
-            Ok(o) => o,
-            Err(RecvTimeoutError::Timeout) => continue,
-            Err(RecvTimeoutError::Disconnected) => return,
+        let o = crossbeam_channel::select! {
+            recv(outputs) -> o => match o {
+                Ok(o) => o,
+                Err(_) => return,
+            },
+            recv(records) -> r => {
+                if let Ok(r) = r {
+                    rosout(log, logger, r);
+                }
+                continue;
+            },
+            default(Duration::from_millis(50)) => continue,
         };
         publisher.messages(&o, |p| {
             if let Some((_, w)) = writers.iter().find(|(k, _)| *k == p.kind()) {
