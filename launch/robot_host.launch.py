@@ -3,6 +3,8 @@
     ros2 launch frt_robot_host robot_host.launch.py config:=/path/to/pi05_thor.yaml
 
 Arguments: config (the node's YAML configuration), namespace, use_sim_time, log_level,
+autostart (true: configure and activate at start; false: a managed node waiting for
+`ros2 lifecycle set <node> configure` and `activate`),
 respawn (restart the node when it exits), transport (`rcl`: the r2r transport of a build with
 the `ros2` feature; `dds`: the pure-Rust DDS transport of a build with the `dds` feature).
 """
@@ -26,6 +28,8 @@ def generate_launch_description():
                               description="follow /clock instead of the system clock"),
         DeclareLaunchArgument("log_level", default_value="info",
                               description="rcl log level"),
+        DeclareLaunchArgument("autostart", default_value="true",
+                              description="configure and activate the managed node at start"),
         DeclareLaunchArgument("respawn", default_value="false",
                               description="restart the node when it exits"),
         DeclareLaunchArgument("transport", default_value="rcl", choices=["rcl", "dds"],
@@ -43,6 +47,7 @@ def generate_launch_description():
         parameters=[{
             "config": LaunchConfiguration("config"),
             "use_sim_time": LaunchConfiguration("use_sim_time"),
+            "autostart": LaunchConfiguration("autostart"),
         }],
         respawn=LaunchConfiguration("respawn"),
         respawn_delay=2.0,

@@ -6,6 +6,7 @@
 //!
 //! * [`config`]: the YAML configuration and its validation;
 //! * [`frame`]: decoding and validation of camera images (raw encodings, JPEG, PNG);
+//! * [`lifecycle`]: the managed node's states and transitions;
 //! * [`messages`]: what the node exchanges, independent of the transport;
 //! * [`policy`]: Pi0.5 as the loop drives it (preprocessing, stage replays, the halt graph);
 //! * [`node`]: the inputs shared with the I/O side and the control loop;
@@ -29,6 +30,7 @@ pub mod bench;
 pub mod config;
 mod error;
 pub mod frame;
+pub mod lifecycle;
 pub mod messages;
 pub mod node;
 pub mod observe;

@@ -562,7 +562,7 @@ fn ros_dds(args: &[String]) -> Result<(), String> {
     let overrides: Vec<(String, String)> = ra
         .params
         .iter()
-        .filter(|(k, _)| !matches!(k.as_str(), "config" | "use_sim_time"))
+        .filter(|(k, _)| !matches!(k.as_str(), "config" | "use_sim_time" | "autostart"))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     let cfg =
@@ -600,12 +600,92 @@ fn ros_dds(args: &[String]) -> Result<(), String> {
     for e in &ends.services {
         println!("  srv  {:<40} {}", e.topic, e.type_name);
     }
-    serve(cfg, sim_clock, &mut transport)
+    // A managed node: `-p autostart:=false` waits for `configure` (and `activate`).
+    let autostart = match ra.params.get("autostart") {
+        None => true,
+        Some(_) => ra.flag("autostart").map_err(|e| e.to_string())?,
+    };
+    serve_managed(cfg, sim_clock, &mut transport, autostart)
+}
+
+/// The DDS node as a managed (lifecycle) node, until SIGINT / SIGTERM or a shutdown: unless
+/// `autostart`, it waits unconfigured for `configure` (which loads the model and captures its
+/// graphs; the node is then inactive: halted, holding) and `activate` (it runs); `cleanup`
+/// ends the control loop and frees the model, `shutdown` halts and ends the process.
+#[cfg(feature = "dds")]
+fn serve_managed(
+    cfg: Config,
+    sim_clock: Option<Arc<frt_robot_host::ManualClock>>,
+    transport: &mut frt_robot_host::ros::dds_transport::Dds,
+    autostart: bool,
+) -> Result<(), String> {
+    use frt_robot_host::lifecycle::Transition;
+    let clock: Arc<dyn frt_robot_host::Clock> = match &sim_clock {
+        Some(c) => c.clone(),
+        None => Arc::new(SystemClock),
+    };
+    on_signals();
+    let mut configure_now = autostart;
+    loop {
+        if !configure_now {
+            tracing::info!("unconfigured: waiting for a lifecycle transition (configure)");
+            match transport
+                .wait_for_transition(&SHUTDOWN)
+                .map_err(|e| e.to_string())?
+            {
+                None => return Ok(()),
+                Some(t) if t.is_shutdown() => {
+                    transport.complete_transition(true);
+                    std::thread::sleep(std::time::Duration::from_millis(300));
+                    return Ok(());
+                }
+                Some(_) => {}
+            }
+        }
+        let (atx, arx) = crossbeam_channel::bounded::<Audio>(512);
+        let voice_ok = cfg.asr.is_some();
+        let (node, inputs, outputs) =
+            match Node::new(cfg.clone(), clock.clone(), voice_ok.then_some(atx)) {
+                Ok(b) => b,
+                Err(e) if configure_now => return Err(e.to_string()),
+                Err(e) => {
+                    tracing::error!("configure failed: {e}");
+                    transport.complete_transition(false);
+                    continue;
+                }
+            };
+        ready(&node, &cfg);
+        if configure_now {
+            transport.took(Transition::Configure);
+            transport.took(Transition::Activate);
+        } else {
+            // Inactive: the control loop runs halted, holding, until `activate`.
+            let _ = inputs.command(
+                frt_robot_host::messages::Command::Stop,
+                frt_robot_host::messages::Source::Typed,
+            );
+            transport.complete_transition(true);
+        }
+        session(node, inputs, outputs, arx, clock.clone(), transport)?;
+        match transport.pending_transition() {
+            Some(Transition::Cleanup) => {
+                transport.complete_transition(true);
+                configure_now = false;
+            }
+            Some(t) if t.is_shutdown() => {
+                transport.complete_transition(true);
+                // The reply is written asynchronously: give it time to leave.
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                return Ok(());
+            }
+            _ => return Ok(()),
+        }
+    }
 }
 
 /// Runs the node behind a ROS 2 transport until SIGINT / SIGTERM: the control loop and the
 /// speech thread as in `run`, the transport on this thread.
-#[cfg(any(feature = "ros2", feature = "dds"))]
+#[cfg(feature = "ros2")]
 fn serve(
     cfg: Config,
     sim_clock: Option<Arc<frt_robot_host::ManualClock>>,
@@ -620,11 +700,32 @@ fn serve(
     let (node, inputs, outputs) = Node::new(cfg.clone(), clock.clone(), voice_ok.then_some(atx))
         .map_err(|e| e.to_string())?;
     ready(&node, &cfg);
+    on_signals();
+    session(node, inputs, outputs, arx, clock, transport)
+}
+
+#[cfg(any(feature = "ros2", feature = "dds"))]
+fn on_signals() {
     // SAFETY: the handler only stores to an atomic.
     unsafe {
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
+}
+
+/// One run of a built node behind a transport: the control loop and the speech thread as in
+/// `run`, the transport on this thread, until a signal, a fault, the control loop's end or
+/// the transport's.
+#[cfg(any(feature = "ros2", feature = "dds"))]
+fn session(
+    node: Node,
+    inputs: Inputs,
+    outputs: frt_robot_host::Outputs,
+    arx: crossbeam_channel::Receiver<Audio>,
+    clock: Arc<dyn frt_robot_host::Clock>,
+    transport: &mut dyn Transport,
+) -> Result<(), String> {
+    let voice_ok = node.config().asr.is_some();
     let stop = Arc::new(AtomicBool::new(false));
     let mut threads = Vec::new();
     if voice_ok {

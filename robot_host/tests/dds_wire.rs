@@ -6,12 +6,13 @@
 //! what it saw. Needs the wheel that scripts/fetch-models.sh
 //! installs into .cache/pip-cyclonedds (or `$FRT_CYCLONEDDS`).
 
+mod cyclone;
+use cyclone::{CYCLONE, cyclonedds};
 use frt_robot_host::ros::dds_transport::{Dds, DdsOptions, ServiceMapping};
 use frt_robot_host::transport::Transport;
 use frt_robot_host::{Config, Node, SystemClock};
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -44,27 +45,6 @@ safety:
   watchdog_factor: 200
 ros: { frame_id: wire_frame }
 "#;
-
-/// Cyclone DDS restricted to loopback with unicast discovery (no multicast needed).
-const CYCLONE: &str = r#"<CycloneDDS><Domain><General><Interfaces><NetworkInterface name="lo" multicast="false"/></Interfaces></General><Discovery><Peers><Peer address="127.0.0.1"/></Peers><ParticipantIndex>auto</ParticipantIndex></Discovery></Domain></CycloneDDS>"#;
-
-fn cyclonedds() -> PathBuf {
-    let dir = std::env::var_os("FRT_CYCLONEDDS").map_or_else(
-        || {
-            PathBuf::from(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../.cache/pip-cyclonedds"
-            ))
-        },
-        PathBuf::from,
-    );
-    assert!(
-        dir.join("cyclonedds").is_dir(),
-        "the cyclonedds wheel is not installed in {} (bash scripts/fetch-models.sh)",
-        dir.display()
-    );
-    dir
-}
 
 #[test]
 fn chunks_subgoals_and_interrupts_cross_the_wire_to_cyclone_dds() {

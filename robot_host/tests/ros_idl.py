@@ -436,3 +436,77 @@ class Log(IdlStruct, typename=dds("rcl_interfaces/msg/Log")):
     file: str
     function: str
     line: t.uint32
+
+
+# lifecycle_msgs: a managed node's services and transition events (rmw_cyclonedds framing for
+# the services).
+@dataclass
+class LifecycleState(IdlStruct, typename=dds("lifecycle_msgs/msg/State")):
+    id: t.uint8
+    label: str
+
+
+@dataclass
+class LifecycleTransition(IdlStruct, typename=dds("lifecycle_msgs/msg/Transition")):
+    id: t.uint8
+    label: str
+
+
+@dataclass
+class TransitionDescription(IdlStruct, typename=dds("lifecycle_msgs/msg/TransitionDescription")):
+    transition: LifecycleTransition
+    start_state: LifecycleState
+    goal_state: LifecycleState
+
+
+@dataclass
+class TransitionEvent(IdlStruct, typename=dds("lifecycle_msgs/msg/TransitionEvent")):
+    timestamp: t.uint64
+    transition: LifecycleTransition
+    start_state: LifecycleState
+    goal_state: LifecycleState
+
+
+@dataclass
+class CycloneChangeStateRequest(IdlStruct, typename=dds("lifecycle_msgs/srv/ChangeState_Request")):
+    client_guid: t.uint64
+    sequence: t.int64
+    transition: LifecycleTransition
+
+
+@dataclass
+class CycloneChangeStateResponse(IdlStruct,
+                                 typename=dds("lifecycle_msgs/srv/ChangeState_Response")):
+    client_guid: t.uint64
+    sequence: t.int64
+    success: bool
+
+
+@dataclass
+class CycloneGetStateRequest(IdlStruct, typename=dds("lifecycle_msgs/srv/GetState_Request")):
+    client_guid: t.uint64
+    sequence: t.int64
+    structure_needs_at_least_one_member: t.uint8
+
+
+@dataclass
+class CycloneGetStateResponse(IdlStruct, typename=dds("lifecycle_msgs/srv/GetState_Response")):
+    client_guid: t.uint64
+    sequence: t.int64
+    current_state: LifecycleState
+
+
+@dataclass
+class CycloneGetAvailableTransitionsRequest(
+        IdlStruct, typename=dds("lifecycle_msgs/srv/GetAvailableTransitions_Request")):
+    client_guid: t.uint64
+    sequence: t.int64
+    structure_needs_at_least_one_member: t.uint8
+
+
+@dataclass
+class CycloneGetAvailableTransitionsResponse(
+        IdlStruct, typename=dds("lifecycle_msgs/srv/GetAvailableTransitions_Response")):
+    client_guid: t.uint64
+    sequence: t.int64
+    available_transitions: t.sequence[TransitionDescription]

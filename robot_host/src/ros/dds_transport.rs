@@ -15,10 +15,11 @@
 //! identity in inline QoS ([`DdsOptions::service_mapping`], from `RMW_IMPLEMENTATION`). Its
 //! request and response bodies are the same CDR as the node's codec writes (tested).
 
-use super::msg::{SetSubgoalRequest, SetSubgoalResponse};
+use super::msg::{self as m, SetSubgoalRequest, SetSubgoalResponse};
 use super::wire::{self, Cdr, Endpoints, Out};
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::lifecycle::{State, Transition};
 use crate::messages::Outbound;
 use crate::node::{Inputs, ManualClock};
 use crate::params::{ParamValue, Parameters};
@@ -160,6 +161,12 @@ pub fn service_mapping_of(rmw: Option<&str>) -> ServiceMapping {
 // node's message definitions, whose serde encoding equals the node's codec (tested).
 impl ros2_client::Message for SetSubgoalRequest {}
 impl ros2_client::Message for SetSubgoalResponse {}
+impl ros2_client::Message for m::ChangeStateRequest {}
+impl ros2_client::Message for m::ChangeStateResponse {}
+impl ros2_client::Message for m::EmptyRequest {}
+impl ros2_client::Message for m::GetStateResponse {}
+impl ros2_client::Message for m::GetAvailableStatesResponse {}
+impl ros2_client::Message for m::GetAvailableTransitionsResponse {}
 
 impl DdsOptions {
     /// The domain from `ROS_DOMAIN_ID`, the root namespace and the configured node name.
@@ -198,6 +205,254 @@ pub struct Dds {
     node_name: String,
     cfg: Config,
     sim_clock: Option<Arc<ManualClock>>,
+    managed: Managed,
+}
+
+/// The managed node's services, topic and state (see [`crate::lifecycle`]).
+struct Managed {
+    state: State,
+    change: ros2_client::Server<m::ChangeStateRequest, m::ChangeStateResponse>,
+    get_state: ros2_client::Server<m::EmptyRequest, m::GetStateResponse>,
+    states: ros2_client::Server<m::EmptyRequest, m::GetAvailableStatesResponse>,
+    transitions: ros2_client::Server<m::EmptyRequest, m::GetAvailableTransitionsResponse>,
+    graph: ros2_client::Server<m::EmptyRequest, m::GetAvailableTransitionsResponse>,
+    events: ros2_client::Publisher<m::TransitionEvent>,
+    /// A `change_state` request the process carries out (configure, cleanup, shutdown),
+    /// answered by [`Dds::complete_transition`].
+    pending: Option<(ros2_client::RmwRequestId, Transition)>,
+}
+
+fn state_msg(s: State) -> m::LifecycleState {
+    m::LifecycleState {
+        id: s.id(),
+        label: s.label().into(),
+    }
+}
+
+fn describe(from: State, t: Transition) -> m::TransitionDescription {
+    m::TransitionDescription {
+        transition: m::LifecycleTransition {
+            id: t.id(),
+            label: t.label().into(),
+        },
+        start_state: state_msg(from),
+        goal_state: state_msg(t.goal()),
+    }
+}
+
+/// The lifecycle services' poll tokens start here (after any reader's and server's).
+const MANAGED_TOKEN: usize = 1 << 20;
+
+impl Managed {
+    fn new(
+        node: &mut ros2_client::Node,
+        context: &Context,
+        mapping: ServiceMapping,
+        fqn: &str,
+    ) -> Result<Managed> {
+        fn server<Req, Resp>(
+            node: &mut ros2_client::Node,
+            mapping: ServiceMapping,
+            name: &str,
+            ty: &str,
+        ) -> Result<ros2_client::Server<Req, Resp>>
+        where
+            Req: ros2_client::Message + Clone + 'static,
+            Resp: ros2_client::Message + 'static,
+        {
+            let parsed = Name::parse(name).map_err(|e| dds_err(name, e))?;
+            node.create_server::<Req, Resp>(
+                mapping,
+                &parsed,
+                &ServiceTypeName::new("lifecycle_msgs", ty),
+                qos(false),
+                qos(false),
+            )
+            .map_err(|e| dds_err(name, e))
+        }
+        let name = |s: &str| format!("{fqn}/{s}");
+        let topic = context
+            .create_topic(
+                format!("rt{}", name("transition_event")),
+                MessageTypeName::new("lifecycle_msgs", "TransitionEvent"),
+                &qos(false),
+            )
+            .map_err(|e| dds_err("transition_event", e))?;
+        Ok(Managed {
+            state: State::Unconfigured,
+            change: server(node, mapping, &name("change_state"), "ChangeState")?,
+            get_state: server(node, mapping, &name("get_state"), "GetState")?,
+            states: server(
+                node,
+                mapping,
+                &name("get_available_states"),
+                "GetAvailableStates",
+            )?,
+            transitions: server(
+                node,
+                mapping,
+                &name("get_available_transitions"),
+                "GetAvailableTransitions",
+            )?,
+            graph: server(
+                node,
+                mapping,
+                &name("get_transition_graph"),
+                "GetAvailableTransitions",
+            )?,
+            events: node
+                .create_publisher(&topic, None)
+                .map_err(|e| dds_err("transition_event", e))?,
+            pending: None,
+        })
+    }
+
+    /// Registers the services with a poll (tokens from [`MANAGED_TOKEN`]) or deregisters them.
+    fn register(&mut self, poll: &Poll, on: bool) -> Result<()> {
+        let r = poll.registry();
+        let go = |src: &mut dyn rustdds::mio1::event::Source, k: usize| {
+            if on {
+                r.register(src, Token(MANAGED_TOKEN + k), Interest::READABLE)
+            } else {
+                r.deregister(src)
+            }
+        };
+        go(&mut self.change, 0)
+            .and(go(&mut self.get_state, 1))
+            .and(go(&mut self.states, 2))
+            .and(go(&mut self.transitions, 3))
+            .and(go(&mut self.graph, 4))
+            .map_err(|e| dds_err("lifecycle services", e))
+    }
+
+    /// Publishes `~/transition_event` and takes the new state.
+    fn moved(&mut self, t: Transition) {
+        let from = self.state;
+        self.state = t.goal();
+        let d = describe(from, t);
+        let timestamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let e = m::TransitionEvent {
+            timestamp,
+            transition: d.transition,
+            start_state: d.start_state,
+            goal_state: d.goal_state,
+        };
+        if let Err(e) = self.events.publish(e) {
+            tracing::warn!("transition_event not published: {e}");
+        }
+        tracing::info!(state = self.state.label(), "lifecycle: {}", t.label());
+    }
+
+    /// Answers what has arrived. Activate and deactivate are carried out here when the node
+    /// runs (`inputs`: a resume, a stop); configure, cleanup and shutdown are left pending
+    /// for the process and returned.
+    fn answer(&mut self, inputs: Option<&Inputs>) -> Option<Transition> {
+        let info = |r: std::result::Result<(), ros2_client::ros2::WriteError<()>>| {
+            if let Err(e) = r {
+                tracing::warn!("lifecycle reply not sent: {e:?}");
+            }
+        };
+        let s = self.state;
+        while let Ok(Some((id, _))) = self.get_state.receive_request() {
+            let resp = m::GetStateResponse {
+                current_state: state_msg(s),
+            };
+            info(
+                self.get_state
+                    .send_response(id, resp)
+                    .map_err(|e| e.forget_data()),
+            );
+        }
+        while let Ok(Some((id, _))) = self.states.receive_request() {
+            let resp = m::GetAvailableStatesResponse {
+                available_states: State::ALL.iter().map(|s| state_msg(*s)).collect(),
+            };
+            info(
+                self.states
+                    .send_response(id, resp)
+                    .map_err(|e| e.forget_data()),
+            );
+        }
+        while let Ok(Some((id, _))) = self.transitions.receive_request() {
+            let resp = m::GetAvailableTransitionsResponse {
+                available_transitions: s.transitions().iter().map(|t| describe(s, *t)).collect(),
+            };
+            info(
+                self.transitions
+                    .send_response(id, resp)
+                    .map_err(|e| e.forget_data()),
+            );
+        }
+        while let Ok(Some((id, _))) = self.graph.receive_request() {
+            let all = State::ALL
+                .iter()
+                .flat_map(|s| s.transitions().iter().map(move |t| describe(*s, *t)));
+            let resp = m::GetAvailableTransitionsResponse {
+                available_transitions: all.collect(),
+            };
+            info(
+                self.graph
+                    .send_response(id, resp)
+                    .map_err(|e| e.forget_data()),
+            );
+        }
+        let mut taken = None;
+        while let Ok(Some((id, req))) = self.change.receive_request() {
+            let t = Transition::requested(self.state, req.transition.id, &req.transition.label);
+            let ok = match (t, inputs) {
+                (Err(why), _) => {
+                    tracing::warn!("lifecycle: {why}");
+                    false
+                }
+                (Ok(_), _) if self.pending.is_some() || taken.is_some() => {
+                    tracing::warn!("lifecycle: a transition is in progress");
+                    false
+                }
+                (Ok(t @ (Transition::Activate | Transition::Deactivate)), Some(inputs)) => {
+                    let c = if t == Transition::Activate {
+                        crate::messages::Command::Resume
+                    } else {
+                        crate::messages::Command::Stop
+                    };
+                    let r = inputs.command(c, crate::messages::Source::Typed);
+                    if r.is_ok() {
+                        self.moved(t);
+                    }
+                    r.is_ok()
+                }
+                // Activate / deactivate without a running node: not reachable (the node is
+                // configured in the states they leave from).
+                (Ok(Transition::Activate | Transition::Deactivate), None) => false,
+                (Ok(t), _) => {
+                    self.pending = Some((id, t));
+                    taken = Some(t);
+                    continue;
+                }
+            };
+            let resp = m::ChangeStateResponse { success: ok };
+            info(
+                self.change
+                    .send_response(id, resp)
+                    .map_err(|e| e.forget_data()),
+            );
+        }
+        taken
+    }
+
+    /// Answers the pending `change_state` request: `ok` takes the transition.
+    fn complete(&mut self, ok: bool) {
+        if let Some((id, t)) = self.pending.take() {
+            if ok {
+                self.moved(t);
+            }
+            let resp = m::ChangeStateResponse { success: ok };
+            if let Err(e) = self.change.send_response(id, resp) {
+                tracing::warn!("lifecycle reply not sent: {e}");
+            }
+        }
+    }
 }
 
 /// `("sensor_msgs", "Image")` of `sensor_msgs/msg/Image` (and of `…/srv/…`).
@@ -250,7 +505,14 @@ impl Dds {
                     .start_parameter_services(false),
             )
             .map_err(|e| dds_err("creating the node", e))?;
+        let fqn = match options.namespace.trim_end_matches('/') {
+            "" => format!("/{}", options.node_name),
+            ns => format!("{ns}/{}", options.node_name),
+        };
+        let mut node = node;
+        let managed = Managed::new(&mut node, &context, options.service_mapping, &fqn)?;
         Ok(Dds {
+            managed,
             context,
             node,
             service_mapping: options.service_mapping,
@@ -274,6 +536,49 @@ impl Dds {
             "" => format!("/{}", self.node_name),
             ns => format!("{ns}/{}", self.node_name),
         }
+    }
+
+    /// The node's lifecycle state.
+    pub fn lifecycle_state(&self) -> State {
+        self.managed.state
+    }
+
+    /// Serves the lifecycle services alone (nothing is configured: no topic is read or
+    /// written) until a configure or a shutdown is requested — returned, its request pending
+    /// until [`Dds::complete_transition`] — or `stop` is set (`None`).
+    pub fn wait_for_transition(&mut self, stop: &AtomicBool) -> Result<Option<Transition>> {
+        let mut poll = Poll::new().map_err(|e| dds_err("poll", e))?;
+        self.managed.register(&poll, true)?;
+        let mut events = Events::with_capacity(16);
+        let mut taken = None;
+        while taken.is_none() && !stop.load(Ordering::Relaxed) {
+            if let Err(e) = poll.poll(&mut events, Some(Duration::from_millis(50))) {
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(dds_err("poll", e));
+                }
+            }
+            if !events.is_empty() {
+                taken = self.managed.answer(None);
+            }
+        }
+        self.managed.register(&poll, false)?;
+        Ok(taken)
+    }
+
+    /// Answers the pending `change_state` request: `ok` takes the transition (published on
+    /// `~/transition_event`).
+    pub fn complete_transition(&mut self, ok: bool) {
+        self.managed.complete(ok);
+    }
+
+    /// A transition the node took by itself (`autostart`: configure, then activate).
+    pub fn took(&mut self, t: Transition) {
+        self.managed.moved(t);
+    }
+
+    /// The transition [`Transport::run`] ended for (cleanup, shutdown), still to answer.
+    pub fn pending_transition(&self) -> Option<Transition> {
+        self.managed.pending.map(|(_, t)| t)
     }
 
     /// The topics this transport subscribes to and publishes.
@@ -308,7 +613,7 @@ impl Transport for Dds {
     ) -> Result<()> {
         // Every reader and writer is the node's: it announces them in `ros_discovery_info`
         // (`ros2 node info` attributes the topics to it).
-        let poll = Poll::new().map_err(|e| dds_err("poll", e))?;
+        let mut poll = Poll::new().map_err(|e| dds_err("poll", e))?;
         let mut readers = Vec::new();
         for (i, e) in self.endpoints.inputs.iter().enumerate() {
             let (topic, q) = self.topic(e)?;
@@ -351,14 +656,22 @@ impl Transport for Dds {
         }
         let clock = self.sim_clock.clone();
         let cfg = &self.cfg;
+        let managed = &mut self.managed;
+        managed.register(&poll, true)?;
+        // Set when a cleanup or a shutdown ends this run (after the halt it issued went out).
+        let leaving = AtomicBool::new(false);
         // rcl's logger name: the namespace and the node name joined by dots.
         let logger = fqn.trim_start_matches('/').replace('/', ".");
         let log = self.node.logging_handle();
-        std::thread::scope(|s| {
-            s.spawn(|| publish(cfg, &writers, outputs, stop, &log, &logger));
-            let mut poll = poll;
+        let r = std::thread::scope(|s| {
+            s.spawn(|| publish(cfg, &writers, outputs, [stop, &leaving], &log, &logger));
             let mut events = Events::with_capacity(64);
+            let mut leave_at = None;
             while !stop.load(Ordering::Relaxed) {
+                if leave_at.is_some_and(|t| std::time::Instant::now() >= t) {
+                    leaving.store(true, Ordering::SeqCst);
+                    break;
+                }
                 if let Err(e) = poll.poll(&mut events, Some(Duration::from_millis(50))) {
                     if e.kind() != std::io::ErrorKind::Interrupted {
                         return Err(dds_err("poll", e));
@@ -366,6 +679,18 @@ impl Transport for Dds {
                 }
                 for ev in events.iter() {
                     let i = ev.token().0;
+                    if i >= MANAGED_TOKEN {
+                        if managed.answer(Some(inputs)).is_some() && leave_at.is_none() {
+                            // Cleanup or shutdown: halt and hold first; the run ends once
+                            // the halt chunk is out.
+                            let _ = inputs.command(
+                                crate::messages::Command::Stop,
+                                crate::messages::Source::Typed,
+                            );
+                            leave_at = Some(std::time::Instant::now() + Duration::from_millis(300));
+                        }
+                        continue;
+                    }
                     if let Some(server) = i.checked_sub(readers.len()).and_then(|j| servers.get(j))
                     {
                         server.answer(inputs);
@@ -388,7 +713,9 @@ impl Transport for Dds {
                 }
             }
             Ok(())
-        })
+        });
+        managed.register(&poll, false)?;
+        r
     }
 }
 
@@ -668,14 +995,14 @@ fn publish(
     cfg: &Config,
     writers: &[(Out, Writer)],
     outputs: &Receiver<Outbound>,
-    stop: &AtomicBool,
+    stop: [&AtomicBool; 2],
     log: &ros2_client::NodeLoggingHandle,
     logger: &str,
 ) {
     let mut publisher = wire::Publisher::new(cfg);
     let never = crossbeam_channel::never();
     let records = crate::rosout::records().unwrap_or(&never);
-    while !stop.load(Ordering::Relaxed) {
+    while !stop.iter().any(|s| s.load(Ordering::Relaxed)) {
         let o = crossbeam_channel::select! {
             recv(outputs) -> o => match o {
                 Ok(o) => o,

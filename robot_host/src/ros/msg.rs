@@ -386,6 +386,66 @@ ros_message!(
         inputs: Vec<InputActivity> => msgs(InputActivity),
     }
 );
+// ---------------------------------------------------------------- lifecycle_msgs
+
+ros_message!(
+    /// lifecycle_msgs/State.
+    LifecycleState = "lifecycle_msgs/msg/State" { id: u8 => u8, label: String => string }
+);
+ros_message!(
+    /// lifecycle_msgs/Transition.
+    LifecycleTransition = "lifecycle_msgs/msg/Transition" { id: u8 => u8, label: String => string }
+);
+ros_message!(
+    /// lifecycle_msgs/TransitionDescription.
+    TransitionDescription = "lifecycle_msgs/msg/TransitionDescription" {
+        transition: LifecycleTransition => msg,
+        start_state: LifecycleState => msg,
+        goal_state: LifecycleState => msg,
+    }
+);
+ros_message!(
+    /// lifecycle_msgs/TransitionEvent (`timestamp`: nanoseconds).
+    TransitionEvent = "lifecycle_msgs/msg/TransitionEvent" {
+        timestamp: u64 => u64,
+        transition: LifecycleTransition => msg,
+        start_state: LifecycleState => msg,
+        goal_state: LifecycleState => msg,
+    }
+);
+ros_message!(
+    /// lifecycle_msgs/ChangeState request.
+    ChangeStateRequest = "lifecycle_msgs/srv/ChangeState_Request" {
+        transition: LifecycleTransition => msg,
+    }
+);
+ros_message!(
+    /// lifecycle_msgs/ChangeState response.
+    ChangeStateResponse = "lifecycle_msgs/srv/ChangeState_Response" { success: bool => bool }
+);
+ros_message!(
+    /// The request of lifecycle_msgs' GetState, GetAvailableStates and
+    /// GetAvailableTransitions (no field: DDS types need one member, always 0).
+    EmptyRequest = "lifecycle_msgs/srv/GetState_Request" { structure_needs_at_least_one_member: u8 => u8 }
+);
+ros_message!(
+    /// lifecycle_msgs/GetState response.
+    GetStateResponse = "lifecycle_msgs/srv/GetState_Response" {
+        current_state: LifecycleState => msg,
+    }
+);
+ros_message!(
+    /// lifecycle_msgs/GetAvailableStates response.
+    GetAvailableStatesResponse = "lifecycle_msgs/srv/GetAvailableStates_Response" {
+        available_states: Vec<LifecycleState> => msgs(LifecycleState),
+    }
+);
+ros_message!(
+    /// lifecycle_msgs/GetAvailableTransitions response.
+    GetAvailableTransitionsResponse = "lifecycle_msgs/srv/GetAvailableTransitions_Response" {
+        available_transitions: Vec<TransitionDescription> => msgs(TransitionDescription),
+    }
+);
 ros_message!(
     /// frt_msgs/SetSubgoal request.
     SetSubgoalRequest = "frt_msgs/srv/SetSubgoal_Request" { subgoal: String => string }

@@ -1,0 +1,151 @@
+//! The managed node on the wire: `frt-robot-host ros --dds -p autostart:=false` driven
+//! through its lifecycle services by an independent ROS 2 peer on Cyclone DDS
+//! (tests/lifecycle_peer.py, rmw_cyclonedds framing): unconfigured until `configure`,
+//! inactive (no chunk) until `activate`, chunks while active, a halt chunk on `deactivate`,
+//! unconfigured again after `cleanup`, and a clean exit on `shutdown`; each transition
+//! published on `~/transition_event`.
+
+mod cyclone;
+use cyclone::{CYCLONE, cyclonedds};
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+const CONFIG: &str = r#"
+node: { name: managed_host }
+model: { random: { size: tiny, seed: 3 }, precision: f32, backend: host, max_token_len: 96 }
+cameras:
+  - { name: base, topic: /camera/base, format: raw, view: 0 }
+state: { topic: /joint_states, joints: [j1, j2, j3, j4, j5, j6, gripper] }
+control: { rate_hz: 10, initial_subgoal: pick up the red block, action_dim: 7, dt: 0.02 }
+safety:
+  max_observation_age_ms: 1000
+  missing_camera: halt
+  action_space: position
+  action_min: [-2.0]
+  action_max: [2.0]
+  # The host backend on a loaded CI machine: ticks may take far longer than on a GPU.
+  watchdog_factor: 200
+"#;
+
+#[test]
+fn the_managed_node_follows_lifecycle_transitions_over_the_wire() {
+    let site = cyclonedds();
+    let dir = std::env::temp_dir().join(format!("frt-lifecycle-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("robot.yaml");
+    std::fs::write(&config, CONFIG).unwrap();
+    let domain = (150 + std::process::id() % 80).to_string();
+    let mut node = Command::new(env!("CARGO_BIN_EXE_frt-robot-host"))
+        .args(["ros", "--dds", "--ros-args", "-p"])
+        .arg(format!("config:={}", config.display()))
+        .args(["-p", "autostart:=false"])
+        .env("ROS_DOMAIN_ID", &domain)
+        .env("ROS_LOCALHOST_ONLY", "1")
+        .env("RMW_IMPLEMENTATION", "rmw_cyclonedds_cpp")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let tests = concat!(env!("CARGO_MANIFEST_DIR"), "/tests");
+    let mut peer = Command::new("python3")
+        .arg(format!("{tests}/lifecycle_peer.py"))
+        .arg(&domain)
+        .arg("managed_host")
+        .env("PYTHONPATH", format!("{}:{tests}", site.display()))
+        .env("CYCLONEDDS_URI", CYCLONE)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let lines: Vec<Value> = BufReader::new(peer.stdout.take().unwrap())
+        .lines()
+        .map_while(|l| l.ok())
+        .filter_map(|l| serde_json::from_str(&l).ok())
+        .collect();
+    let peer_status = peer.wait().unwrap();
+    // The node ends by itself on `shutdown`; a hang is a failure.
+    let t = std::time::Instant::now();
+    let node_status = loop {
+        if let Some(s) = node.try_wait().unwrap() {
+            break Some(s);
+        }
+        if t.elapsed() > std::time::Duration::from_secs(10) {
+            let _ = node.kill();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut node.stderr.take().unwrap(), &mut stderr).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(peer_status.success(), "peer failed: {lines:#?}\n{stderr}");
+    assert!(
+        node_status.is_some_and(|s| s.success()),
+        "the node did not exit cleanly on shutdown ({node_status:?}):\n{stderr}"
+    );
+
+    let of =
+        |event: &str| -> Vec<&Value> { lines.iter().filter(|l| l["event"] == event).collect() };
+    let states: Vec<&str> = of("state")
+        .iter()
+        .map(|l| l["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        states,
+        ["unconfigured", "inactive", "inactive", "unconfigured"]
+    );
+    assert_eq!(
+        of("available")[0]["transitions"],
+        serde_json::json!(["configure", "shutdown"])
+    );
+    let changes: Vec<(&str, bool)> = of("change_state")
+        .iter()
+        .map(|l| {
+            (
+                l["transition"].as_str().unwrap(),
+                l["success"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        changes,
+        [
+            ("activate", false),
+            ("configure", true),
+            ("activate", true),
+            ("deactivate", true),
+            ("cleanup", true),
+            ("shutdown", true)
+        ]
+    );
+    // Inactive: no chunk that moves the robot; active: chunks; deactivated: a halt chunk.
+    assert_eq!(of("inactive")[0]["chunks"], 0);
+    assert!(
+        of("active")[0]["chunks"].as_u64().unwrap() >= 3,
+        "{lines:#?}"
+    );
+    // Since deactivate: perhaps chunks already on their way, then one halt chunk, then
+    // nothing.
+    let since = of("deactivated")[0]["since"].as_str().unwrap();
+    assert_eq!(since.matches('H').count(), 1, "one halt chunk on deactivate: {since}");
+    assert!(since.ends_with('H'), "no chunk after the halt: {since}");
+    let events: Vec<(&str, &str, &str)> = of("transition_event")
+        .iter()
+        .map(|l| {
+            (
+                l["transition"].as_str().unwrap(),
+                l["start"].as_str().unwrap(),
+                l["goal"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    for e in [
+        ("configure", "unconfigured", "inactive"),
+        ("activate", "inactive", "active"),
+        ("deactivate", "active", "inactive"),
+        ("cleanup", "inactive", "unconfigured"),
+    ] {
+        assert!(events.contains(&e), "{e:?} not in {events:?}");
+    }
+    assert!(stderr.contains("lifecycle: configure"), "{stderr}");
+}
