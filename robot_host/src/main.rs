@@ -34,13 +34,18 @@ struct Cli {
     /// Log records as JSON lines (on stderr).
     #[arg(long, global = true)]
     log_json: bool,
+    /// Write a Perfetto trace (Chrome JSON) of the process when it ends: a track per thread
+    /// (its spans nested) and per device stream (each graph replay). Any command; for `ros`,
+    /// give it before the command (`frt-robot-host --trace t.json ros …`).
+    #[arg(long, global = true, value_name = "FILE.json")]
+    trace: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
 
 /// Installs the log subscriber (stderr): `level` (a level or a filter), else `RUST_LOG`, else
 /// info.
-fn init_logging(level: Option<&str>, json: bool, rosout: bool) -> Result<(), String> {
+fn init_logging(level: Option<&str>, json: bool, rosout: bool, trace: bool) -> Result<(), String> {
     use tracing_subscriber::EnvFilter;
     const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
     let filter = match level {
@@ -79,10 +84,10 @@ fn init_logging(level: Option<&str>, json: bool, rosout: bool) -> Result<(), Str
             .parse()
             .map_err(|e| format!("log filter: {e}"))?,
     );
+    // The level filters the logs; the trace takes every span.
     tracing_subscriber::registry()
-        .with(filter)
-        .with(fmt)
-        .with(rosout)
+        .with(fmt.and_then(rosout).with_filter(filter))
+        .with(trace.then_some(frt_robot_host::observe::trace::Layer))
         .try_init()
         .map_err(|e| e.to_string())
 }
@@ -99,11 +104,7 @@ fn ros_log_level(args: &[String]) -> Option<String> {
 enum Command {
     /// The demo: tiny random Pi0.5 on the host backend, synthesized cameras, a timeline with
     /// spoken and typed subgoals and stops, a live log and a summary.
-    Demo {
-        /// Write a Perfetto trace (Chrome JSON) of the run.
-        #[arg(long, value_name = "FILE.json")]
-        trace: Option<PathBuf>,
-    },
+    Demo,
     /// The node driven by a scripted simulation (cameras, state, audio, commands, faults).
     Run {
         #[arg(long, value_name = "FILE")]
@@ -111,9 +112,6 @@ enum Command {
         /// The simulation script (the ROS 2 transports come with `ros`).
         #[arg(long, value_name = "SCRIPT")]
         sim: PathBuf,
-        /// Write a Perfetto trace (Chrome JSON) of the run.
-        #[arg(long, value_name = "FILE.json")]
-        trace: Option<PathBuf>,
     },
     /// Validates a configuration and everything it names (checkpoint, tokenizer, norm stats,
     /// Whisper), builds the model, and prints a summary.
@@ -198,13 +196,21 @@ fn main() {
         _ => None,
     });
     let ros_mode = matches!(cli.command, Command::Ros { .. });
-    if let Err(e) = init_logging(level.as_deref(), cli.log_json, ros_mode) {
+    if cli.trace.is_some() {
+        frt_robot_host::observe::trace::enable(1 << 21);
+    }
+    if let Err(e) = init_logging(
+        level.as_deref(),
+        cli.log_json,
+        ros_mode,
+        cli.trace.is_some(),
+    ) {
         eprintln!("{e}");
         std::process::exit(2);
     }
     let r = match cli.command {
-        Command::Demo { trace } => demo(trace),
-        Command::Run { config, sim, trace } => run_sim(&config, &sim, false, trace),
+        Command::Demo => demo(),
+        Command::Run { config, sim } => run_sim(&config, &sim, false),
         Command::Check { config } => check(&config),
         Command::Serve { config, port } => serve_openpi(&config, port),
         Command::Bench {
@@ -228,6 +234,15 @@ fn main() {
             ros(&all)
         }
     };
+    if let Some(path) = &cli.trace {
+        match frt_robot_host::observe::trace::write(path) {
+            Ok(n) => println!(
+                "\ntrace: {n} spans in {} (ui.perfetto.dev or chrome://tracing)",
+                path.display()
+            ),
+            Err(e) => eprintln!("trace {}: {e}", path.display()),
+        }
+    }
     if let Err(e) = r {
         eprintln!("{e}");
         std::process::exit(2);
@@ -781,14 +796,13 @@ fn transcribe(wav: &Path, model: Option<PathBuf>) -> Result<(), String> {
     Ok(())
 }
 
-fn demo(trace: Option<PathBuf>) -> Result<(), String> {
+fn demo() -> Result<(), String> {
     let root = repo();
     println!("frt-robot-host demo: tiny random Pi0.5 on the host backend, synthesized cameras\n");
     run_sim(
         &root.join("config/demo.yaml"),
         &root.join("config/demo-sim.yaml"),
         true,
-        trace,
     )
 }
 
@@ -800,7 +814,7 @@ fn pct(v: &mut [f64], q: f64) -> f64 {
     v[((v.len() - 1) as f64 * q).round() as usize]
 }
 
-fn run_sim(config: &Path, script: &Path, demo: bool, trace: Option<PathBuf>) -> Result<(), String> {
+fn run_sim(config: &Path, script: &Path, demo: bool) -> Result<(), String> {
     let mut cfg = Config::load(config).map_err(|e| format!("{}: {e}", config.display()))?;
     let script = SimScript::load(script).map_err(|e| e.to_string())?;
     let voice_ok = cfg
@@ -817,9 +831,8 @@ fn run_sim(config: &Path, script: &Path, demo: bool, trace: Option<PathBuf>) -> 
     let stop = Arc::new(AtomicBool::new(false));
     let (atx, arx) = crossbeam_channel::bounded::<Audio>(512);
     let t_build = std::time::Instant::now();
-    let (mut node, inputs, outputs) =
-        Node::new(cfg.clone(), clock.clone(), voice_ok.then_some(atx))
-            .map_err(|e| e.to_string())?;
+    let (node, inputs, outputs) = Node::new(cfg.clone(), clock.clone(), voice_ok.then_some(atx))
+        .map_err(|e| e.to_string())?;
     println!(
         "built the policy in {:.1} s ({} graphs, {})",
         t_build.elapsed().as_secs_f64(),
@@ -827,9 +840,6 @@ fn run_sim(config: &Path, script: &Path, demo: bool, trace: Option<PathBuf>) -> 
         node.policy().target()
     );
     ready(&node, &cfg);
-    if trace.is_some() {
-        node.enable_trace(1 << 20);
-    }
     let mut threads = Vec::new();
     if voice_ok {
         let h = voice::spawn(&node, arx, clock.clone(), stop.clone()).map_err(|e| e.to_string())?;
@@ -974,15 +984,6 @@ fn run_sim(config: &Path, script: &Path, demo: bool, trace: Option<PathBuf>) -> 
     println!("\n| stage (host clock) | p50 ms | p99 ms | count |\n|---|---|---|---|");
     for (name, p50, p99, n) in node.latency_summary() {
         println!("| {name} | {p50:.2} | {p99:.2} | {n} |");
-    }
-    if let Some(path) = trace {
-        let n = node
-            .write_trace(&path)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        println!(
-            "\ntrace: {n} events in {} (chrome://tracing or ui.perfetto.dev)",
-            path.display()
-        );
     }
     Ok(())
 }

@@ -786,6 +786,8 @@ pub struct Node {
     rec: crate::observe::Recorder,
     /// When each of the last two replays was enqueued.
     enqueued: [std::time::Instant; 2],
+    /// The policy stream's track in the process trace.
+    replay_track: u64,
 }
 
 /// Where the last published tick's time went (host clock).
@@ -925,6 +927,7 @@ impl Node {
             timings: TickTimings::default(),
             rec: crate::observe::Recorder::new(0),
             enqueued: [std::time::Instant::now(); 2],
+            replay_track: crate::observe::trace::stream("policy"),
             busy: Arc::default(),
         };
         Ok((node, inputs, Outputs(orx)))
@@ -1044,6 +1047,7 @@ impl Node {
                         continue;
                     }
                     next = (next + period).max(now);
+                    let _span = tracing::trace_span!("status").entered();
                     let (mut s, since_tick) = board.snapshot();
                     s.since_tick_s = since_tick;
                     s.stamp = inputs.clock.now();
@@ -1148,8 +1152,10 @@ impl Node {
         loop {
             if self.done[slot].query()? {
                 let name = self.policy.stages()[stage].name();
-                self.rec
-                    .event(name, self.enqueued[slot], std::time::Instant::now());
+                let now = std::time::Instant::now();
+                self.rec.event(name, self.enqueued[slot], now);
+                // The process trace: the replay on its stream's track (enqueued to seen done).
+                crate::observe::trace::span(name, self.replay_track, self.enqueued[slot], now);
                 return Ok(None);
             }
             if let Some(o) = self.service() {
@@ -1562,6 +1568,7 @@ impl Node {
             .spawn(move || {
                 while !ended.load(Ordering::SeqCst) {
                     if let Some(c) = stream.poll(clock.now()) {
+                        let _span = tracing::trace_span!("command").entered();
                         // Commands never fill more than their share of the output channel:
                         // the rest stays free for chunks, halt chunks above all.
                         if out.len() < COMMAND_SHARE {

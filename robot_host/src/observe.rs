@@ -117,6 +117,9 @@ impl Recorder {
         let d = end.saturating_duration_since(start);
         self.hist[kind as usize].record(d);
         self.event(name, start, end);
+        if trace::enabled() {
+            trace::span(name, trace::this_thread(), start, end);
+        }
     }
 
     /// A trace-only event (e.g. one replay).
@@ -172,6 +175,173 @@ impl Recorder {
         ));
         std::fs::write(path, s)?;
         Ok(t.len())
+    }
+}
+
+/// The process's trace (`--trace FILE`): every thread's `tracing` spans on a track of its
+/// own (named after the thread), the control loop's stages, and each graph replay on its
+/// stream's track; written as Chrome trace JSON, which Perfetto opens. Off unless
+/// [`trace::enable`] was called; the buffer is sized up front (events beyond it are counted
+/// as dropped).
+pub mod trace {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Mutex, OnceLock};
+    use std::time::Instant;
+
+    struct Event {
+        name: &'static str,
+        tid: u64,
+        start_us: f64,
+        dur_us: f64,
+    }
+
+    struct Sink {
+        origin: Instant,
+        events: Mutex<Vec<Event>>,
+        /// Track names by id (threads, then streams).
+        tracks: Mutex<Vec<(u64, String)>>,
+        dropped: AtomicU64,
+    }
+
+    static SINK: OnceLock<Sink> = OnceLock::new();
+    static NEXT_TRACK: AtomicU64 = AtomicU64::new(1);
+
+    thread_local! {
+        static TRACK: u64 = {
+            let id = NEXT_TRACK.fetch_add(1, Ordering::Relaxed);
+            let t = std::thread::current();
+            let name = t.name().map_or_else(|| format!("thread {id}"), String::from);
+            if let Some(s) = SINK.get() {
+                s.tracks.lock().unwrap_or_else(|p| p.into_inner()).push((id, name));
+            }
+            id
+        };
+    }
+
+    /// Starts recording, with room for `capacity` events (a second call does nothing).
+    pub fn enable(capacity: usize) {
+        let _ = SINK.set(Sink {
+            origin: Instant::now(),
+            events: Mutex::new(Vec::with_capacity(capacity)),
+            tracks: Mutex::new(Vec::new()),
+            dropped: AtomicU64::new(0),
+        });
+    }
+
+    pub fn enabled() -> bool {
+        SINK.get().is_some()
+    }
+
+    /// The calling thread's track.
+    pub fn this_thread() -> u64 {
+        TRACK.with(|t| *t)
+    }
+
+    /// A track of its own for a device stream (`stream <name>`); the same name gives the
+    /// same track.
+    pub fn stream(name: &str) -> u64 {
+        let Some(s) = SINK.get() else { return 0 };
+        let label = format!("stream {name}");
+        let mut tracks = s.tracks.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((id, _)) = tracks.iter().find(|(_, n)| *n == label) {
+            return *id;
+        }
+        let id = NEXT_TRACK.fetch_add(1, Ordering::Relaxed);
+        tracks.push((id, label));
+        id
+    }
+
+    /// One span on track `tid`, from `start` to `end`.
+    pub fn span(name: &'static str, tid: u64, start: Instant, end: Instant) {
+        let Some(s) = SINK.get() else { return };
+        let mut ev = s.events.lock().unwrap_or_else(|p| p.into_inner());
+        if ev.len() < ev.capacity() {
+            ev.push(Event {
+                name,
+                tid,
+                start_us: start.saturating_duration_since(s.origin).as_secs_f64() * 1e6,
+                dur_us: end.saturating_duration_since(start).as_secs_f64() * 1e6,
+            });
+        } else {
+            s.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Writes the trace (Chrome trace JSON, one named track per thread and stream); returns
+    /// the number of spans. An error when tracing is off.
+    pub fn write(path: &std::path::Path) -> std::io::Result<usize> {
+        let Some(s) = SINK.get() else {
+            return Err(std::io::Error::other("tracing was not enabled"));
+        };
+        let ev = s.events.lock().unwrap_or_else(|p| p.into_inner());
+        let tracks = s.tracks.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out = String::from("{\"traceEvents\":[\n");
+        let mut first = true;
+        let mut sep = |out: &mut String| {
+            if !first {
+                out.push_str(",\n");
+            }
+            first = false;
+        };
+        for (id, name) in tracks.iter() {
+            sep(&mut out);
+            let name = json_string(name);
+            out.push_str(&format!(
+                "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":{id},\"args\":{{\"name\":{name}}}}}"
+            ));
+        }
+        for e in ev.iter() {
+            sep(&mut out);
+            out.push_str(&format!(
+                "{{\"name\":\"{}\",\"ph\":\"X\",\"ts\":{:.3},\"dur\":{:.3},\"pid\":1,\"tid\":{}}}",
+                e.name, e.start_us, e.dur_us, e.tid
+            ));
+        }
+        out.push_str(&format!(
+            "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{{\"dropped_events\":{}}}}}\n",
+            s.dropped.load(Ordering::Relaxed)
+        ));
+        std::fs::write(path, out)?;
+        Ok(ev.len())
+    }
+
+    fn json_string(s: &str) -> String {
+        let mut out = String::from("\"");
+        for c in s.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+        out
+    }
+
+    /// The `tracing` layer that puts every span of every thread on the thread's track
+    /// (from enter to exit; a span entered again is recorded again).
+    pub struct Layer;
+
+    struct Entered(Instant);
+
+    impl<S> tracing_subscriber::Layer<S> for Layer
+    where
+        S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    {
+        fn on_enter(&self, id: &tracing::span::Id, ctx: tracing_subscriber::layer::Context<'_, S>) {
+            if let Some(span) = ctx.span(id) {
+                span.extensions_mut().replace(Entered(Instant::now()));
+            }
+        }
+
+        fn on_exit(&self, id: &tracing::span::Id, ctx: tracing_subscriber::layer::Context<'_, S>) {
+            if let Some(span) = ctx.span(id) {
+                if let Some(Entered(t)) = span.extensions_mut().remove::<Entered>() {
+                    self::span(span.metadata().name(), this_thread(), t, Instant::now());
+                }
+            }
+        }
     }
 }
 

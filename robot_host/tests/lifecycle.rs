@@ -3,7 +3,8 @@
 //! (tests/lifecycle_peer.py, rmw_cyclonedds framing): unconfigured until `configure`,
 //! inactive (no chunk) until `activate`, chunks while active, a halt chunk on `deactivate`,
 //! unconfigured again after `cleanup`, and a clean exit on `shutdown`; each transition
-//! published on `~/transition_event`.
+//! published on `~/transition_event`. The run writes a Perfetto trace (`--trace`): a track
+//! per thread with its spans nested, and the policy stream's replays on a track of their own.
 
 mod cyclone;
 use cyclone::{CYCLONE, cyclonedds};
@@ -36,7 +37,10 @@ fn the_managed_node_follows_lifecycle_transitions_over_the_wire() {
     let config = dir.join("robot.yaml");
     std::fs::write(&config, CONFIG).unwrap();
     let domain = (150 + std::process::id() % 80).to_string();
+    let trace = dir.join("trace.json");
     let mut node = Command::new(env!("CARGO_BIN_EXE_frt-robot-host"))
+        .arg("--trace")
+        .arg(&trace)
         .args(["ros", "--dds", "--ros-args", "-p"])
         .arg(format!("config:={}", config.display()))
         .args(["-p", "autostart:=false"])
@@ -77,6 +81,9 @@ fn the_managed_node_follows_lifecycle_transitions_over_the_wire() {
     };
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut node.stderr.take().unwrap(), &mut stderr).unwrap();
+    let trace: Option<Value> = std::fs::read_to_string(&trace)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok());
     let _ = std::fs::remove_dir_all(&dir);
     assert!(peer_status.success(), "peer failed: {lines:#?}\n{stderr}");
     assert!(
@@ -127,7 +134,11 @@ fn the_managed_node_follows_lifecycle_transitions_over_the_wire() {
     // Since deactivate: perhaps chunks already on their way, then one halt chunk, then
     // nothing.
     let since = of("deactivated")[0]["since"].as_str().unwrap();
-    assert_eq!(since.matches('H').count(), 1, "one halt chunk on deactivate: {since}");
+    assert_eq!(
+        since.matches('H').count(),
+        1,
+        "one halt chunk on deactivate: {since}"
+    );
     assert!(since.ends_with('H'), "no chunk after the halt: {since}");
     let events: Vec<(&str, &str, &str)> = of("transition_event")
         .iter()
@@ -148,4 +159,49 @@ fn the_managed_node_follows_lifecycle_transitions_over_the_wire() {
         assert!(events.contains(&e), "{e:?} not in {events:?}");
     }
     assert!(stderr.contains("lifecycle: configure"), "{stderr}");
+
+    // The trace: named tracks for the threads and the policy stream; the control thread's
+    // stages nested in its ticks; the replays on the stream's track; the transport's spans.
+    let trace = trace.expect("a trace file");
+    let events = trace["traceEvents"].as_array().unwrap();
+    let track = |name: &str| -> u64 {
+        events
+            .iter()
+            .find(|e| e["ph"] == "M" && e["args"]["name"] == name)
+            .unwrap_or_else(|| panic!("no track {name:?}"))["tid"]
+            .as_u64()
+            .unwrap()
+    };
+    let spans = |tid: u64, name: &str| -> Vec<(f64, f64)> {
+        events
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["tid"] == tid && e["name"] == name)
+            .map(|e| {
+                let t = e["ts"].as_f64().unwrap();
+                (t, t + e["dur"].as_f64().unwrap())
+            })
+            .collect()
+    };
+    let control = track("frt-control");
+    let ticks = spans(control, "tick");
+    let prepares = spans(control, "prepare");
+    assert!(
+        ticks.len() >= 3 && !prepares.is_empty(),
+        "{} ticks",
+        ticks.len()
+    );
+    assert!(
+        prepares
+            .iter()
+            .all(|(a, b)| ticks.iter().any(|(s, e)| s <= a && b <= e)),
+        "every prepare inside a tick"
+    );
+    let stream = track("stream policy");
+    assert!(!spans(stream, "vision").is_empty() && !spans(stream, "step 0").is_empty());
+    assert!(
+        !spans(track("main"), "receive").is_empty(),
+        "the transport's reads"
+    );
+    assert!(!spans(track("frt-dds-publish"), "publish").is_empty());
+    assert!(!spans(track("frt-status"), "status").is_empty());
 }

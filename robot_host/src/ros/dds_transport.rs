@@ -664,7 +664,12 @@ impl Transport for Dds {
         let logger = fqn.trim_start_matches('/').replace('/', ".");
         let log = self.node.logging_handle();
         let r = std::thread::scope(|s| {
-            s.spawn(|| publish(cfg, &writers, outputs, [stop, &leaving], &log, &logger));
+            std::thread::Builder::new()
+                .name("frt-dds-publish".into())
+                .spawn_scoped(s, || {
+                    publish(cfg, &writers, outputs, [stop, &leaving], &log, &logger)
+                })
+                .map_err(|e| dds_err("publish thread", e))?;
             let mut events = Events::with_capacity(64);
             let mut leave_at = None;
             while !stop.load(Ordering::Relaxed) {
@@ -704,6 +709,7 @@ impl Transport for Dds {
                     loop {
                         match r.take() {
                             Ok(Some((b, _))) => {
+                                let _s = tracing::trace_span!("receive").entered();
                                 wire::receive(kind, Cdr::Body(&b.0), inputs, clock.as_deref());
                             }
                             Ok(None) => break,
@@ -1016,6 +1022,7 @@ fn publish(
             },
             default(Duration::from_millis(50)) => continue,
         };
+        let _s = tracing::trace_span!("publish").entered();
         publisher.messages(&o, |p| {
             if let Some((_, w)) = writers.iter().find(|(k, _)| *k == p.kind()) {
                 // The body: RustDDS writes the encapsulation header itself.
