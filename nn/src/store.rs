@@ -84,6 +84,18 @@ struct Entry {
     len: usize,
 }
 
+/// Bytes read from checkpoints by uploads in this process, for progress reports.
+static BYTES_READ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Bytes of stored tensors that uploads have read so far in this process (all stores).
+pub fn bytes_read() -> u64 {
+    BYTES_READ.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+fn count_read(bytes: usize) {
+    BYTES_READ.fetch_add(bytes as u64, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Every tensor of one checkpoint (see the module docs).
 pub struct Store {
     /// The folder or file it was opened from, for messages.
@@ -320,6 +332,11 @@ impl Store {
 
     pub fn len(&self) -> usize {
         self.entries.len()
+    }
+
+    /// The stored size of every tensor, in bytes.
+    pub fn stored_bytes(&self) -> u64 {
+        self.entries.values().map(|e| e.len as u64).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -614,6 +631,7 @@ impl<'a> View<'a> {
             for (i, part) in self.bytes.chunks(step).enumerate() {
                 self.check_bytes(part)?;
                 buffer.load(s, base + i * step, part)?;
+                count_read(part.len());
             }
             return Ok(());
         }
@@ -639,6 +657,7 @@ impl<'a> View<'a> {
                 other => return Err(upload_err(format!("into dtype {other:?}"))),
             }
             buffer.load(s, base + from * dt.size(), &out)?;
+            count_read(len * self.stored.size());
             from += len;
         }
         Ok(())

@@ -178,8 +178,13 @@ fn uploads_convert_into_each_precision() {
         );
         let st = Store::open(&d).unwrap();
         let src = st.view("w").unwrap().to_f32();
+        assert_eq!(st.stored_bytes(), (n * stored.size()) as u64);
         for dt in [DType::F32, DType::BF16, DType::F16] {
+            // Progress: an upload reads every stored byte once (other tests may upload at
+            // the same time: at least).
+            let before = frt_nn::bytes_read();
             let t = st.root().upload("w", &[n], &ctx, s, dt).unwrap();
+            assert!(frt_nn::bytes_read() - before >= (n * stored.size()) as u64);
             assert_eq!(t.dtype(), dt);
             let got = t.read_f32(s).unwrap();
             let want: Vec<f32> = src

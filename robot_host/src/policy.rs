@@ -246,6 +246,26 @@ pub fn source_name(cfg: &Config) -> String {
 }
 
 /// The checkpoint's weights (checked against the configuration), or generated ones.
+/// Logs how much of the checkpoint the build has uploaded, every 3 s until `done`.
+fn upload_progress(done: &std::sync::atomic::AtomicBool, before: u64, total: u64) {
+    let every = std::time::Duration::from_secs(3);
+    let mut next = std::time::Instant::now() + every;
+    while !done.load(std::sync::atomic::Ordering::SeqCst) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        if std::time::Instant::now() >= next {
+            next += every;
+            let read = frt_vla::checkpoint_bytes_read().saturating_sub(before);
+            tracing::info!(
+                "building: {} of {} MB of weights uploaded ({:.0} %); then GEMM tuning and \
+                 graph captures",
+                read / 1_000_000,
+                total / 1_000_000,
+                100.0 * read as f64 / total.max(1) as f64
+            );
+        }
+    }
+}
+
 fn load_weights(cfg: &Config, mc: &Pi05Config) -> Result<Pi05Weights> {
     Ok(match &cfg.model.source() {
         ModelSource::Checkpoint(dir) => Pi05Weights::load(dir, mc)?,
@@ -313,20 +333,35 @@ impl Policy {
             Precision::Bf16 => DType::BF16,
             Precision::F16 => DType::F16,
         };
-        // Pi0.5 and Pi0 are one model type; `mc.variant` (from `model.kind`) picks.
-        let model: Box<dyn frt_vla::Policy> = match cfg.model.kind {
-            ModelKind::Pi05 | ModelKind::Pi0 => Box::new(Pi05::build(
-                &ctx,
-                s,
-                &weights,
-                &Pi05Options {
-                    dtype,
-                    prompt_mode: cfg.model.prompt_mode,
-                    inpaint_prefix: cfg.execution.inpaint_prefix,
-                    kernels: cfg.kernels,
-                },
-            )?),
-        };
+        // Pi0.5 and Pi0 are one model type; `mc.variant` (from `model.kind`) picks. While it
+        // builds, the uploads' progress is logged every few seconds.
+        let total = weights.stored_bytes();
+        let read_before = frt_vla::checkpoint_bytes_read();
+        let built = std::sync::atomic::AtomicBool::new(false);
+        let model: Box<dyn frt_vla::Policy> = std::thread::scope(|sc| {
+            sc.spawn(|| upload_progress(&built, read_before, total));
+            let r = match cfg.model.kind {
+                ModelKind::Pi05 | ModelKind::Pi0 => Pi05::build(
+                    &ctx,
+                    s,
+                    &weights,
+                    &Pi05Options {
+                        dtype,
+                        prompt_mode: cfg.model.prompt_mode,
+                        inpaint_prefix: cfg.execution.inpaint_prefix,
+                        kernels: cfg.kernels,
+                    },
+                ),
+            };
+            built.store(true, std::sync::atomic::Ordering::SeqCst);
+            r.map(|m| Box::new(m) as Box<dyn frt_vla::Policy>)
+        })?;
+        let mb = |b: u64| format!("{:.1}", b as f64 / 1e6);
+        tracing::info!(
+            uploaded_mb = mb(frt_vla::checkpoint_bytes_read() - read_before),
+            checkpoint_mb = mb(total),
+            "weights uploaded"
+        );
         drop(weights);
         tracing::info!(
             graphs = model.capture_count(),

@@ -15,6 +15,8 @@ pub mod weights;
 
 pub use config::{GemmaConfig, MAX_VIEWS, Pi05Config, SiglipConfig, Variant};
 pub use error::{Error, Result};
+/// Bytes of checkpoint tensors uploads have read so far in this process (progress reports).
+pub use frt_nn::bytes_read as checkpoint_bytes_read;
 pub use inputs::ModelImage;
 pub use pi05::{EXACT_PREFIX_VARIANTS, Observation, Pi05, Pi05Options, PromptMode, Stage};
 pub use policy::{Policy, PolicySpec, StateInput};

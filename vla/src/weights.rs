@@ -477,6 +477,12 @@ pub fn write_tensors(
 }
 
 impl Pi05Weights {
+    /// The checkpoint's tensors' stored size, in bytes (uploads read them:
+    /// [`frt_nn::bytes_read`] counts).
+    pub fn stored_bytes(&self) -> u64 {
+        self.store.stored_bytes()
+    }
+
     /// Deterministic random weights for any configuration (tests, benchmarks; see
     /// [`random_tensors`]), held in memory in f32.
     pub fn random(config: &Pi05Config, seed: u64) -> Pi05Weights {
