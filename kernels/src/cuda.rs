@@ -50,6 +50,97 @@ pub(crate) struct CudaOps {
             (frt_exec::cudarc::cublaslt::sys::cublasLtMatmulAlgo_t, usize),
         >,
     >,
+    /// Tuning results of earlier processes on this device, driver and cuBLASLt (see
+    /// [`TuningCache`]).
+    pub(crate) tuning_cache: TuningCache,
+}
+
+/// GEMM tuning results on disk, next to the compiled kernels: one file per device, driver and
+/// cuBLASLt version (`gemm-tuning-<key>.txt`), one line per GEMM specification (its
+/// description, the algorithm's 64 bytes, the workspace bytes, a checksum). Lines that do
+/// not parse or whose checksum fails are ignored (the GEMM is tuned again and a new line
+/// appended); a cached algorithm is checked by cuBLASLt for its GEMM before use. Best effort:
+/// an unwritable folder only costs the tuning next time.
+pub(crate) struct TuningCache {
+    path: Option<PathBuf>,
+    entries: std::sync::Mutex<HashMap<String, ([u64; 8], usize)>>,
+}
+
+impl TuningCache {
+    fn line_sum(spec: &str, algo: &[u64; 8], ws: usize) -> u64 {
+        let words: Vec<String> = algo.iter().map(|w| format!("{w:016x}")).collect();
+        fnv1a(&[spec, &words.join(" "), &ws.to_string()])
+    }
+
+    /// Opens (reads) the cache of one device, driver and cuBLASLt version.
+    pub(crate) fn open(path: Option<PathBuf>) -> TuningCache {
+        let mut entries = HashMap::new();
+        if let Some(text) = path.as_ref().and_then(|p| std::fs::read_to_string(p).ok()) {
+            for line in text.lines() {
+                if let Some((spec, e)) = Self::parse(line) {
+                    entries.insert(spec, e);
+                }
+            }
+        }
+        TuningCache {
+            path,
+            entries: std::sync::Mutex::new(entries),
+        }
+    }
+
+    fn parse(line: &str) -> Option<(String, ([u64; 8], usize))> {
+        let mut f = line.split('\t');
+        let (spec, words, ws, sum) = (f.next()?, f.next()?, f.next()?, f.next()?);
+        if f.next().is_some() {
+            return None;
+        }
+        let mut algo = [0u64; 8];
+        let mut n = 0;
+        for (a, w) in algo.iter_mut().zip(words.split(' ')) {
+            *a = u64::from_str_radix(w, 16).ok()?;
+            n += 1;
+        }
+        let ws: usize = ws.parse().ok()?;
+        let sum = u64::from_str_radix(sum, 16).ok()?;
+        (n == 8 && words.split(' ').count() == 8 && sum == Self::line_sum(spec, &algo, ws))
+            .then(|| (spec.to_string(), (algo, ws)))
+    }
+
+    pub(crate) fn get(&self, spec: &str) -> Option<([u64; 8], usize)> {
+        self.entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(spec)
+            .copied()
+    }
+
+    /// Records a tuning result (in memory, and appended to the file).
+    pub(crate) fn put(&self, spec: &str, algo: [u64; 8], ws: usize) {
+        self.entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(spec.to_string(), (algo, ws));
+        let Some(path) = &self.path else { return };
+        let words: Vec<String> = algo.iter().map(|w| format!("{w:016x}")).collect();
+        let line = format!(
+            "{spec}\t{}\t{ws}\t{:016x}\n",
+            words.join(" "),
+            Self::line_sum(spec, &algo, ws)
+        );
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        // One write of one line to a file opened for appending: whole lines, even with
+        // several processes tuning at once.
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            let _ = f.write_all(line.as_bytes());
+        }
+    }
 }
 
 // SAFETY: CUfunction handles may be used from any thread; the table is immutable.
@@ -151,6 +242,18 @@ fn compile(file: &'static str, source: &str, arch: &str) -> Result<Vec<u8>> {
     // SAFETY: destroyed once.
     unsafe { nv::nvrtcDestroyProgram(&mut prog) };
     result
+}
+
+/// The device's name, the driver's version and cuBLASLt's version: what a GEMM tuning result
+/// holds for.
+fn device_identity(cu: &frt_exec::cudarc::driver::CudaContext) -> String {
+    let name = cu.name().unwrap_or_default();
+    let mut driver = 0;
+    // SAFETY: a valid out pointer.
+    let _ = unsafe { sys::cuDriverGetVersion(&mut driver) };
+    // SAFETY: no arguments; reads the loaded library's version.
+    let lt = unsafe { frt_exec::cudarc::cublaslt::sys::cublasLtGetVersion() };
+    format!("{name} driver {driver} cublasLt {lt}")
 }
 
 /// The cache file of one source for one architecture and NVRTC version.
@@ -278,6 +381,12 @@ impl CudaOps {
             nv::nvrtcVersion(&mut vmaj, &mut vmin)
         })?;
         let nvrtc_version = format!("{vmaj}.{vmin}");
+        let tuning_cache = TuningCache::open(cache_dir().map(|d| {
+            d.join(format!(
+                "gemm-tuning-{:016x}.txt",
+                fnv1a(&[&device_identity(cu), &arch])
+            ))
+        }));
         let mut funcs = HashMap::new();
         for &(file, source) in SOURCES {
             let bin = cubin(file, source, &arch, &nvrtc_version, false)?;
@@ -311,6 +420,7 @@ impl CudaOps {
             graph_workspaces: Default::default(),
             tuning: Default::default(),
             tuned: Default::default(),
+            tuning_cache,
         })
     }
 
@@ -536,5 +646,34 @@ mod tests {
             ("rms_norm", Some(DType::BF16))
         );
         assert_eq!(split_dtype("im2col"), ("im2col", None));
+    }
+
+    #[test]
+    fn tuning_results_survive_on_disk_and_damaged_lines_are_ignored() {
+        let dir = std::env::temp_dir().join(format!("frt-tuning-{}", std::process::id()));
+        let path = dir.join("gemm-tuning-test.txt");
+        let _ = std::fs::remove_dir_all(&dir);
+        let algo = [1u64, 2, 3, 4, 5, 6, 7, u64::MAX];
+        let c = TuningCache::open(Some(path.clone()));
+        assert_eq!(c.get("gemm a"), None);
+        c.put("gemm a", algo, 4096);
+        c.put("gemm b", [9; 8], 0);
+        // A new process reads them back.
+        let c = TuningCache::open(Some(path.clone()));
+        assert_eq!(c.get("gemm a"), Some((algo, 4096)));
+        assert_eq!(c.get("gemm b"), Some(([9; 8], 0)));
+        // A torn or altered line is ignored; the others stand.
+        let text = std::fs::read_to_string(&path).unwrap();
+        let altered = text.replacen("4096", "4097", 1);
+        std::fs::write(&path, format!("{altered}gemm c\t00 01\n\u{0}garbage\n")).unwrap();
+        let c = TuningCache::open(Some(path.clone()));
+        assert_eq!(c.get("gemm a"), None, "checksum");
+        assert_eq!(c.get("gemm b"), Some(([9; 8], 0)));
+        assert_eq!(c.get("gemm c"), None);
+        // No folder: in memory only.
+        let c = TuningCache::open(None);
+        c.put("x", algo, 1);
+        assert_eq!(c.get("x"), Some((algo, 1)));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

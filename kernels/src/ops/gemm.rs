@@ -319,7 +319,14 @@ impl LtPlan {
                 .unwrap_or_else(|p| p.into_inner())
                 .get(&key)
                 .copied();
-            (plan.algo, plan.workspace_bytes) = match known {
+            // The disk cache's entry: the specification and whether split-K forms compete.
+            let spec = format!("{key:?} split_k={}", k.options.split_k);
+            let on_disk = || {
+                let (data, _) = cuda.tuning_cache.get(&spec)?;
+                let algo = lts::cublasLtMatmulAlgo_t { data };
+                plan.check(algo).map(|ws| (algo, ws))
+            };
+            (plan.algo, plan.workspace_bytes) = match known.or_else(on_disk) {
                 Some(chosen) => chosen,
                 None => {
                     if k.options.split_k {
@@ -329,22 +336,56 @@ impl LtPlan {
                         }
                     }
                     // Timing needs scratch memory and a stream of its own; where that is not
-                    // possible (e.g. inside a global-mode capture) the heuristic's choice stands.
-                    let i = if candidates.len() > 1 {
-                        plan.fastest(k, sp, &candidates).unwrap_or(0)
+                    // possible (e.g. inside a global-mode capture) the heuristic's choice
+                    // stands, and is not kept on disk.
+                    let timed = if candidates.len() > 1 {
+                        plan.fastest(k, sp, &candidates).ok()
                     } else {
-                        0
+                        Some(0)
                     };
+                    let i = timed.unwrap_or(0);
                     let chosen = (candidates[i], workspace_sizes[i]);
-                    cuda.tuned
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(key, chosen);
+                    if timed.is_some() {
+                        cuda.tuning_cache.put(&spec, chosen.0.data, chosen.1);
+                    }
                     chosen
                 }
             };
+            cuda.tuned
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(key, (plan.algo, plan.workspace_bytes));
         }
         Ok(plan)
+    }
+
+    /// Whether cuBLASLt accepts `algo` for this plan's GEMM within the workspace: its
+    /// workspace bytes, or `None`.
+    fn check(&self, algo: lts::cublasLtMatmulAlgo_t) -> Option<usize> {
+        let mut r = lts::cublasLtMatmulHeuristicResult_t {
+            // SAFETY: a plain-data C struct; zeroes are a valid (empty) value.
+            algo: unsafe { std::mem::zeroed() },
+            workspaceSize: 0,
+            state: lts::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED,
+            wavesCount: 0.0,
+            reserved: [0; 4],
+        };
+        // SAFETY: every descriptor is live and describes the operands; `r` is a valid out
+        // value.
+        let status = unsafe {
+            lts::cublasLtMatmulAlgoCheck(
+                self.handle,
+                self.desc,
+                self.layouts[0],
+                self.layouts[1],
+                self.layouts[2],
+                self.layouts[2],
+                &algo,
+                &mut r,
+            )
+        };
+        (status == lts::cublasStatus_t::CUBLAS_STATUS_SUCCESS && r.workspaceSize <= WORKSPACE)
+            .then_some(r.workspaceSize)
     }
 
     /// The first [`SPLIT_K_BASES`] candidates again with their reduction dimension split
