@@ -1,7 +1,7 @@
 //! The node's status on a timer of its own: a thread publishes a snapshot every
 //! `ros.status_period_s`, however slow or stuck the ticks are. It combines what the control
-//! thread last posted on the [`Board`] (after every tick, without allocating), the inputs'
-//! live counters, each input's rate and age ([`Meters`]) and, per counter, its count over the
+//! thread last posted on the `Board` (after every tick, without allocating), the inputs'
+//! live counters, each input's rate and age (`Meters`) and, per counter, its count over the
 //! last `ros.status_window_s` seconds beside the total ([`Window`]): a problem that stopped
 //! leaves the window, and the levels derived from it recover.
 
