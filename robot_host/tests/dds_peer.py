@@ -41,7 +41,8 @@ from ros_idl import (ActionChunk, CycloneDescribeParametersRequest,
                      CycloneListParametersResponse, CycloneSetParametersRequest,
                      CycloneSetParametersResponse, CycloneSetSubgoalRequest,
                      CycloneSetSubgoalResponse, Empty, Header, HostStatus, Image, JointState, Log,
-                     Parameter, ParameterValue, ParticipantEntitiesInfo, StringMsg, Time)
+                     Parameter, ParameterEvent, ParameterValue, ParticipantEntitiesInfo, StringMsg,
+                     Time)
 
 SUBGOAL = "wipe the table"
 SERVICE_SUBGOAL = "open the drawer"
@@ -130,6 +131,8 @@ def main():
                        CycloneSetParametersResponse),
     }
     rosout = DataReader(dp, Topic(dp, "rt/rosout", Log), qos=reliable)
+    parameter_events = DataReader(dp, Topic(dp, "rt/parameter_events", ParameterEvent),
+                                  qos=reliable)
     publications = BuiltinDataReader(dp, BuiltinTopicDcpsPublication)
     subscriptions = BuiltinDataReader(dp, BuiltinTopicDcpsSubscription)
 
@@ -210,6 +213,11 @@ def main():
         for r in params["set"][1].take(4):
             emit(event="set_parameters",
                  results=[{"successful": x.successful, "reason": x.reason} for x in r.results])
+        for e in parameter_events.take(16):
+            if isinstance(e, ParameterEvent):
+                emit(event="parameter_event", node=e.node,
+                     changed=[{"name": p.name, "value": describe_value(p.value)}
+                              for p in e.changed_parameters])
         for r in rosout.take(64):
             emit(event="rosout", level=r.level, name=r.name, msg=r.msg, file=r.file,
                  line=r.line)

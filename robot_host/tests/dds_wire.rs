@@ -218,6 +218,20 @@ fn chunks_subgoals_and_interrupts_cross_the_wire_to_cyclone_dds() {
         "below the level"
     );
 
+    // The accepted set is announced on /parameter_events with the value now in effect.
+    let announced = lines
+        .iter()
+        .find(|l| l["event"] == "parameter_event" && l["node"] == "/wire_host")
+        .unwrap_or_else(|| panic!("no /parameter_events from the node: {lines:#?}"));
+    assert_eq!(
+        announced["changed"][0]["name"], "safety.action_max",
+        "{announced}"
+    );
+    assert_eq!(
+        announced["changed"][0]["value"]["doubles"],
+        serde_json::json!([1.5])
+    );
+
     // Every chunk the peer decoded is whole and stamped with a time it sent.
     let chunks: Vec<&Value> = lines.iter().filter(|l| l["event"] == "chunk").collect();
     assert!(chunks.len() >= 5, "{chunks:#?}");

@@ -510,3 +510,12 @@ class CycloneGetAvailableTransitionsResponse(
     client_guid: t.uint64
     sequence: t.int64
     available_transitions: t.sequence[TransitionDescription]
+
+
+@dataclass
+class ParameterEvent(IdlStruct, typename=dds("rcl_interfaces/msg/ParameterEvent")):
+    stamp: Time
+    node: str
+    new_parameters: t.sequence[Parameter]
+    changed_parameters: t.sequence[Parameter]
+    deleted_parameters: t.sequence[Parameter]

@@ -7,7 +7,7 @@ use crate::node::Inputs;
 use crate::params::{ParamValue, Parameters};
 use ros2_client::dds::rustdds::mio1::{Interest, Poll, Token};
 use ros2_client::parameters::raw;
-use ros2_client::{Name, ServiceMapping, ServiceTypeName};
+use ros2_client::{MessageTypeName, Name, ServiceMapping, ServiceTypeName};
 use std::sync::Mutex;
 
 /// A service the transport answers on its thread.
@@ -143,9 +143,18 @@ fn set_result(r: std::result::Result<(), String>) -> raw::SetParametersResult {
 }
 
 /// Checks a set of changes as one and hands the configuration to the node.
+/// Where a parameter change is announced (`/parameter_events`) and as which node.
+struct Events {
+    publisher: ros2_client::Publisher<raw::ParameterEvent>,
+    node: String,
+}
+
+/// Checks a set of changes as one, hands the configuration to the node and announces the
+/// values now in effect on `/parameter_events`.
 fn apply(
     params: &Mutex<Parameters>,
     inputs: &Inputs,
+    events: &Events,
     changes: Vec<raw::Parameter>,
 ) -> std::result::Result<(), String> {
     let changes = changes
@@ -158,6 +167,22 @@ fn apply(
     params.commit(&c);
     let names: Vec<&str> = changes.iter().map(|(n, _)| n.as_str()).collect();
     tracing::info!(parameters = ?names, "parameters set");
+    let event = raw::ParameterEvent {
+        stamp: ros2_client::builtin_interfaces::Time::now(),
+        node: events.node.clone(),
+        new_parameters: Vec::new(),
+        changed_parameters: names
+            .iter()
+            .map(|n| raw::Parameter {
+                name: n.to_string(),
+                value: to_raw(params.get(n).unwrap_or(&ParamValue::NotSet)),
+            })
+            .collect(),
+        deleted_parameters: Vec::new(),
+    };
+    if let Err(e) = events.publisher.publish(event) {
+        tracing::warn!("/parameter_events: {e}");
+    }
     Ok(())
 }
 
@@ -172,6 +197,24 @@ pub(super) fn parameter_services<'f>(
     use ros2_client::rcl_interfaces as rcl;
     let lock = move || params.lock().unwrap_or_else(|p| p.into_inner());
     let name = |s: &str| format!("{node}/{s}");
+    let topic_name =
+        Name::new("/", "parameter_events").map_err(|e| dds_err("parameter_events", e))?;
+    let topic = services
+        .node
+        .create_topic(
+            &topic_name,
+            MessageTypeName::new("rcl_interfaces", "ParameterEvent"),
+            &qos(false),
+        )
+        .map_err(|e| dds_err("parameter_events", e))?;
+    let events = std::sync::Arc::new(Events {
+        publisher: services
+            .node
+            .create_publisher(&topic, None)
+            .map_err(|e| dds_err("parameter_events", e))?,
+        node: node.to_string(),
+    });
+    let events2 = events.clone();
     services.add(
         &name("list_parameters"),
         "rcl_interfaces",
@@ -249,7 +292,7 @@ pub(super) fn parameter_services<'f>(
             results: r
                 .parameter
                 .into_iter()
-                .map(|p| set_result(apply(params, inputs, vec![p])))
+                .map(|p| set_result(apply(params, inputs, &events, vec![p])))
                 .collect(),
         },
     )?;
@@ -258,7 +301,7 @@ pub(super) fn parameter_services<'f>(
         "rcl_interfaces",
         "SetParametersAtomically",
         move |r: rcl::SetParametersRequest| rcl::SetParametersAtomicallyResponse {
-            result: set_result(apply(params, inputs, r.parameter)),
+            result: set_result(apply(params, inputs, &events2, r.parameter)),
         },
     )?;
     Ok(())
