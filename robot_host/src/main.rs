@@ -674,7 +674,9 @@ fn serve_managed(
             transport.took(Transition::Configure);
             transport.took(Transition::Activate);
         } else {
-            // Inactive: the control loop runs halted, holding, until `activate`.
+            // Inactive: the control loop runs halted, holding, until `activate` (a resume
+            // from a topic, the service or a voice is refused meanwhile).
+            inputs.set_inactive(true);
             let _ = inputs.command(
                 frt_robot_host::messages::Command::Stop,
                 frt_robot_host::messages::Source::Typed,

@@ -204,6 +204,8 @@ pub struct Inputs {
     latch: Arc<StopLatch>,
     fault: Arc<Fault>,
     drill: Arc<AtomicU8>,
+    /// Lifecycle: inactive, resumes refused ([`Inputs::set_inactive`]).
+    inactive: Arc<AtomicBool>,
     /// Wakes the control thread between ticks (a stop, a resume, a subgoal).
     wake: Sender<()>,
     audio: Option<Sender<Audio>>,
@@ -351,12 +353,22 @@ impl Inputs {
                 self.poke();
                 Ok(())
             }
+            Command::Resume if self.inactive.load(Ordering::SeqCst) => Err(self.refuse(
+                &self.counters.bad_commands,
+                "resume refused: the node is inactive (lifecycle); activate it".into(),
+            )),
             Command::Resume => {
                 self.latch.resume();
                 self.poke();
                 Ok(())
             }
         }
+    }
+
+    /// A managed node's inactive state (see [`crate::lifecycle`]): while set, a resume from
+    /// any source is refused (the node stays halted, holding) — only `activate` clears it.
+    pub fn set_inactive(&self, inactive: bool) {
+        self.inactive.store(inactive, Ordering::SeqCst);
     }
 
     /// A new subgoal: refused when empty, over [`MAX_SUBGOAL_BYTES`], holding control
@@ -863,6 +875,7 @@ impl Node {
             latch: Arc::default(),
             fault: Arc::default(),
             drill: Arc::default(),
+            inactive: Arc::default(),
             wake: wtx,
             audio,
             clock: clock.clone(),

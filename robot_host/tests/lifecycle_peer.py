@@ -4,8 +4,8 @@ driving `frt-robot-host ros --dds -p autostart:=false` through its lifecycle ser
 joint states and reading the node's action chunks and `~/transition_event`:
 
   get_state, get_available_transitions (unconfigured) -> activate (refused) -> configure
-  -> get_state -> activate -> chunks -> deactivate (a halt chunk) -> cleanup -> get_state
-  -> shutdown (the process ends)
+  -> get_state -> ~/resume (refused while inactive) -> activate -> chunks -> deactivate
+  (a halt chunk) -> ~/resume (refused) -> cleanup -> get_state -> shutdown (the process ends)
 
 Every event is one JSON line on stdout; the Rust test asserts on them. Exits 2 on timeout.
 
@@ -25,8 +25,8 @@ from cyclonedds.util import duration
 from ros_idl import (ActionChunk, CycloneChangeStateRequest, CycloneChangeStateResponse,
                      CycloneGetAvailableTransitionsRequest,
                      CycloneGetAvailableTransitionsResponse, CycloneGetStateRequest,
-                     CycloneGetStateResponse, Header, Image, JointState, LifecycleTransition,
-                     Time, TransitionEvent)
+                     CycloneGetStateResponse, Empty, Header, Image, JointState,
+                     LifecycleTransition, Time, TransitionEvent)
 
 GUID = 0x5566778899AABBCC
 JOINTS = ["j1", "j2", "j3", "j4", "j5", "j6", "gripper"]
@@ -57,6 +57,7 @@ def main():
     chunks = DataReader(dp, Topic(dp, f"rt/{node}/action_chunk", ActionChunk), qos=reliable)
     events = DataReader(dp, Topic(dp, f"rt/{node}/transition_event", TransitionEvent),
                         qos=reliable)
+    resume = DataWriter(dp, Topic(dp, f"rt/{node}/resume", Empty), qos=reliable)
     t0 = time.time()
     seq = [0]
     counts = {"chunks": 0, "halts": 0}
@@ -118,6 +119,7 @@ def main():
     set_(3, "activate")
     set_(1, "configure")
     emit(event="state", state=state())
+    resume.write(Empty(0))  # refused: only `activate` leaves the inactive state
     pump(1.0)
     emit(event="inactive", chunks=counts["chunks"])
     set_(3, "activate")
@@ -125,7 +127,9 @@ def main():
     emit(event="active", chunks=counts["chunks"])
     n = len(kinds)
     set_(4, "deactivate")
-    pump(1.0)
+    pump(0.3)
+    resume.write(Empty(0))  # refused again
+    pump(0.7)
     emit(event="state", state=state())
     # Chunks published before the node had the request may still arrive before the halt.
     emit(event="deactivated", since="".join(kinds[n:]))

@@ -216,11 +216,15 @@ impl Managed {
                 }
                 (Ok(t @ (Transition::Activate | Transition::Deactivate)), Some(inputs)) => {
                     let c = if t == Transition::Activate {
+                        inputs.set_inactive(false);
                         crate::messages::Command::Resume
                     } else {
                         crate::messages::Command::Stop
                     };
                     let r = inputs.command(c, crate::messages::Source::Typed);
+                    if t == Transition::Deactivate {
+                        inputs.set_inactive(true);
+                    }
                     if r.is_ok() {
                         self.moved(t);
                     }
