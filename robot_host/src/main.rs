@@ -635,10 +635,7 @@ fn serve_managed(
     autostart: bool,
 ) -> Result<(), String> {
     use frt_robot_host::lifecycle::Transition;
-    let clock: Arc<dyn frt_robot_host::Clock> = match &sim_clock {
-        Some(c) => c.clone(),
-        None => Arc::new(SystemClock),
-    };
+    let clock = node_clock(&sim_clock);
     on_signals();
     let mut configure_now = autostart;
     loop {
@@ -650,25 +647,21 @@ fn serve_managed(
             {
                 None => return Ok(()),
                 Some(t) if t.is_shutdown() => {
-                    transport.complete_transition(true);
-                    std::thread::sleep(std::time::Duration::from_millis(300));
+                    shut_down(transport);
                     return Ok(());
                 }
                 Some(_) => {}
             }
         }
-        let (atx, arx) = crossbeam_channel::bounded::<Audio>(512);
-        let voice_ok = cfg.asr.is_some();
-        let (node, inputs, outputs) =
-            match Node::new(cfg.clone(), clock.clone(), voice_ok.then_some(atx)) {
-                Ok(b) => b,
-                Err(e) if configure_now => return Err(e.to_string()),
-                Err(e) => {
-                    tracing::error!("configure failed: {e}");
-                    transport.complete_transition(false);
-                    continue;
-                }
-            };
+        let (node, inputs, outputs, arx) = match build_node(&cfg, clock.clone()) {
+            Ok(b) => b,
+            Err(e) if configure_now => return Err(e.to_string()),
+            Err(e) => {
+                tracing::error!("configure failed: {e}");
+                transport.complete_transition(false);
+                continue;
+            }
+        };
         ready(&node, &cfg);
         if configure_now {
             transport.took(Transition::Configure);
@@ -690,9 +683,7 @@ fn serve_managed(
                 configure_now = false;
             }
             Some(t) if t.is_shutdown() => {
-                transport.complete_transition(true);
-                // The reply is written asynchronously: give it time to leave.
-                std::thread::sleep(std::time::Duration::from_millis(300));
+                shut_down(transport);
                 return Ok(());
             }
             _ => return Ok(()),
@@ -708,17 +699,48 @@ fn serve(
     sim_clock: Option<Arc<frt_robot_host::ManualClock>>,
     transport: &mut dyn Transport,
 ) -> Result<(), String> {
-    let clock: Arc<dyn frt_robot_host::Clock> = match &sim_clock {
-        Some(c) => c.clone(),
-        None => Arc::new(SystemClock),
-    };
-    let (atx, arx) = crossbeam_channel::bounded::<Audio>(512);
-    let voice_ok = cfg.asr.is_some();
-    let (node, inputs, outputs) = Node::new(cfg.clone(), clock.clone(), voice_ok.then_some(atx))
-        .map_err(|e| e.to_string())?;
+    let clock = node_clock(&sim_clock);
+    let (node, inputs, outputs, arx) =
+        build_node(&cfg, clock.clone()).map_err(|e| e.to_string())?;
     ready(&node, &cfg);
     on_signals();
     session(node, inputs, outputs, arx, clock, transport)
+}
+
+/// The node's clock: `/clock` (simulation time) or the system's.
+#[cfg(any(feature = "ros2", feature = "dds"))]
+fn node_clock(
+    sim_clock: &Option<Arc<frt_robot_host::ManualClock>>,
+) -> Arc<dyn frt_robot_host::Clock> {
+    match sim_clock {
+        Some(c) => c.clone(),
+        None => Arc::new(SystemClock),
+    }
+}
+
+/// The node, its inputs and outputs, and the microphone queue the speech thread reads (fed
+/// only when the configuration has speech).
+#[cfg(any(feature = "ros2", feature = "dds"))]
+fn build_node(
+    cfg: &Config,
+    clock: Arc<dyn frt_robot_host::Clock>,
+) -> frt_robot_host::Result<(
+    Node,
+    Inputs,
+    frt_robot_host::Outputs,
+    crossbeam_channel::Receiver<Audio>,
+)> {
+    let (atx, arx) = crossbeam_channel::bounded::<Audio>(512);
+    let (node, inputs, outputs) = Node::new(cfg.clone(), clock, cfg.asr.is_some().then_some(atx))?;
+    Ok((node, inputs, outputs, arx))
+}
+
+/// Takes the pending shutdown: answers it and gives the reply (written asynchronously) time
+/// to leave before the process ends.
+#[cfg(feature = "dds")]
+fn shut_down(transport: &mut frt_robot_host::ros::dds_transport::Dds) {
+    transport.complete_transition(true);
+    std::thread::sleep(std::time::Duration::from_millis(300));
 }
 
 #[cfg(any(feature = "ros2", feature = "dds"))]

@@ -769,8 +769,6 @@ pub struct Node {
     status: Status,
     /// Where the control thread posts its status for the status thread.
     board: Arc<crate::status::Board>,
-    /// When the last tick finished.
-    last_tick: Option<std::time::Instant>,
     /// The current subgoal, shared with the chunks that carry it.
     subgoal: Arc<str>,
     /// The action dimensions (kind, limits, hold rule), shared with the inputs.
@@ -913,7 +911,6 @@ impl Node {
                 ..Default::default()
             },
             board: Arc::default(),
-            last_tick: None,
             subgoal: Arc::from(cfg.control.initial_subgoal.trim()),
             frames: vec![None; cfg.cameras.len()],
             chunk: vec![0.0; horizon * d],
@@ -1022,19 +1019,13 @@ impl Node {
         s.stamp = self.clock.now();
         s.subgoal = self.subgoal.to_string();
         s.latency = self.rec.summary();
-        s.since_tick_s = self
-            .last_tick
-            .map_or(f64::INFINITY, |t| t.elapsed().as_secs_f64());
+        s.since_tick_s = self.board.since_tick();
         self.inputs.fill_status(&mut s);
         s
     }
 
     /// Posts the control thread's status on the board the status thread reads.
     fn post_status(&mut self, ticked: bool) {
-        if ticked {
-            self.last_tick = Some(std::time::Instant::now());
-        }
-        self.status.stamp = self.clock.now();
         self.board.post(&self.status, &self.subgoal, ticked);
     }
 

@@ -115,10 +115,7 @@ impl ParamValue {
                 P::DoubleArray(v.into_iter().map(|i| i as f64).collect())
             }
             (v, l) if std::mem::discriminant(&v) == std::mem::discriminant(l) => v,
-            (v, P::BoolArray(a)) if a.is_empty() && v.is_array() => v,
-            (v, P::IntegerArray(a)) if a.is_empty() && v.is_array() => v,
-            (v, P::DoubleArray(a)) if a.is_empty() && v.is_array() => v,
-            (v, P::StringArray(a)) if a.is_empty() && v.is_array() => v,
+            (v, l) if v.is_array() && l.is_empty_array() => v,
             // An optional field not set takes any value; the configuration's check decides.
             (v, P::NotSet) => v,
             _ => return None,
@@ -126,13 +123,21 @@ impl ParamValue {
     }
 
     fn is_array(&self) -> bool {
-        matches!(
-            self,
-            ParamValue::BoolArray(_)
-                | ParamValue::IntegerArray(_)
-                | ParamValue::DoubleArray(_)
-                | ParamValue::StringArray(_)
-        )
+        self.array_len().is_some()
+    }
+
+    fn is_empty_array(&self) -> bool {
+        self.array_len() == Some(0)
+    }
+
+    fn array_len(&self) -> Option<usize> {
+        match self {
+            ParamValue::BoolArray(a) => Some(a.len()),
+            ParamValue::IntegerArray(a) => Some(a.len()),
+            ParamValue::DoubleArray(a) => Some(a.len()),
+            ParamValue::StringArray(a) => Some(a.len()),
+            _ => None,
+        }
     }
 }
 

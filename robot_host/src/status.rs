@@ -193,11 +193,19 @@ impl Board {
         }
     }
 
-    /// The posted status and the seconds since the last tick finished (∞: none yet).
+    /// The posted status and the seconds since the last tick finished.
     pub fn snapshot(&self) -> (Status, f64) {
         let p = self.posted.lock().unwrap_or_else(|e| e.into_inner());
-        let since = p.1.map_or(f64::INFINITY, |t| t.elapsed().as_secs_f64());
-        (p.0.clone(), since)
+        (p.0.clone(), Self::since(p.1))
+    }
+
+    /// Seconds since the last tick finished (∞: none yet).
+    pub fn since_tick(&self) -> f64 {
+        Self::since(self.posted.lock().unwrap_or_else(|e| e.into_inner()).1)
+    }
+
+    fn since(t: Option<Instant>) -> f64 {
+        t.map_or(f64::INFINITY, |t| t.elapsed().as_secs_f64())
     }
 }
 

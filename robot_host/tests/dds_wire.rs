@@ -7,13 +7,11 @@
 //! installs into .cache/pip-cyclonedds (or `$FRT_CYCLONEDDS`).
 
 mod cyclone;
-use cyclone::{CYCLONE, cyclonedds};
+use cyclone::{cyclonedds, run_peer};
 use frt_robot_host::ros::dds_transport::{Dds, DdsOptions, ServiceMapping};
 use frt_robot_host::transport::Transport;
 use frt_robot_host::{Config, Node, SystemClock};
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -48,7 +46,8 @@ ros: { frame_id: wire_frame }
 
 #[test]
 fn chunks_subgoals_and_interrupts_cross_the_wire_to_cyclone_dds() {
-    let site = cyclonedds();
+    // The peer can run (else a clear message, before anything starts).
+    cyclonedds();
     // As `frt-robot-host ros` does: records at or above the level also go to /rosout.
     {
         use tracing_subscriber::layer::SubscriberExt;
@@ -98,22 +97,7 @@ fn chunks_subgoals_and_interrupts_cross_the_wire_to_cyclone_dds() {
         std::thread::spawn(move || dds.run(&inputs, &outputs.0, &stop))
     };
 
-    let tests = concat!(env!("CARGO_MANIFEST_DIR"), "/tests");
-    let mut peer = Command::new("python3")
-        .arg(format!("{tests}/dds_peer.py"))
-        .arg(domain.to_string())
-        .arg("/wire_host")
-        .env("PYTHONPATH", format!("{}:{tests}", site.display()))
-        .env("CYCLONEDDS_URI", CYCLONE)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3");
-    let lines: Vec<Value> = BufReader::new(peer.stdout.take().unwrap())
-        .lines()
-        .map_while(|l| l.ok())
-        .filter_map(|l| serde_json::from_str(&l).ok())
-        .collect();
-    let status = peer.wait().unwrap();
+    let (lines, status) = run_peer("dds_peer.py", &[&domain.to_string(), "/wire_host"]);
     stop.store(true, Ordering::Relaxed);
     transport.join().unwrap().unwrap();
     let node = control.join().unwrap();

@@ -7,9 +7,8 @@
 //! per thread with its spans nested, and the policy stream's replays on a track of their own.
 
 mod cyclone;
-use cyclone::{CYCLONE, cyclonedds};
+use cyclone::{cyclonedds, run_peer};
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
 const CONFIG: &str = r#"
@@ -31,7 +30,8 @@ safety:
 
 #[test]
 fn the_managed_node_follows_lifecycle_transitions_over_the_wire() {
-    let site = cyclonedds();
+    // The peer can run (else a clear message, before anything starts).
+    cyclonedds();
     let dir = std::env::temp_dir().join(format!("frt-lifecycle-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("robot.yaml");
@@ -51,22 +51,7 @@ fn the_managed_node_follows_lifecycle_transitions_over_the_wire() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let tests = concat!(env!("CARGO_MANIFEST_DIR"), "/tests");
-    let mut peer = Command::new("python3")
-        .arg(format!("{tests}/lifecycle_peer.py"))
-        .arg(&domain)
-        .arg("managed_host")
-        .env("PYTHONPATH", format!("{}:{tests}", site.display()))
-        .env("CYCLONEDDS_URI", CYCLONE)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3");
-    let lines: Vec<Value> = BufReader::new(peer.stdout.take().unwrap())
-        .lines()
-        .map_while(|l| l.ok())
-        .filter_map(|l| serde_json::from_str(&l).ok())
-        .collect();
-    let peer_status = peer.wait().unwrap();
+    let (lines, peer_status) = run_peer("lifecycle_peer.py", &[&domain, "managed_host"]);
     // The node ends by itself on `shutdown`; a hang is a failure.
     let t = std::time::Instant::now();
     let node_status = loop {

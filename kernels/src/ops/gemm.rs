@@ -261,14 +261,7 @@ impl LtPlan {
             .map_err(lt_err("cublasLtMatmulPreferenceSetAttribute"))?;
         }
         // Up to TUNING_CANDIDATES algorithms in the heuristic's order of preference.
-        let mut found = [lts::cublasLtMatmulHeuristicResult_t {
-            // SAFETY: a plain-data C struct; zeroes are a valid (empty) value.
-            algo: unsafe { std::mem::zeroed() },
-            workspaceSize: 0,
-            state: lts::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED,
-            wavesCount: 0.0,
-            reserved: [0; 4],
-        }; TUNING_CANDIDATES];
+        let mut found = [no_result(); TUNING_CANDIDATES];
         let mut count = 0i32;
         // SAFETY: every descriptor is live and describes the operands; `found` has room for
         // the requested count.
@@ -362,14 +355,7 @@ impl LtPlan {
     /// Whether cuBLASLt accepts `algo` for this plan's GEMM within the workspace: its
     /// workspace bytes, or `None`.
     fn check(&self, algo: lts::cublasLtMatmulAlgo_t) -> Option<usize> {
-        let mut r = lts::cublasLtMatmulHeuristicResult_t {
-            // SAFETY: a plain-data C struct; zeroes are a valid (empty) value.
-            algo: unsafe { std::mem::zeroed() },
-            workspaceSize: 0,
-            state: lts::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED,
-            wavesCount: 0.0,
-            reserved: [0; 4],
-        };
+        let mut r = no_result();
         // SAFETY: every descriptor is live and describes the operands; `r` is a valid out
         // value.
         let status = unsafe {
@@ -657,6 +643,18 @@ const COLD_BYTES: usize = 128 << 20;
 const TIMED_REPLAYS: usize = 3;
 /// Rounds over all candidates; each keeps its median round.
 const TUNING_ROUNDS: usize = 5;
+
+/// An empty heuristic result for cuBLASLt to fill in.
+fn no_result() -> lts::cublasLtMatmulHeuristicResult_t {
+    lts::cublasLtMatmulHeuristicResult_t {
+        // SAFETY: a plain-data C struct; zeroes are a valid (empty) value.
+        algo: unsafe { std::mem::zeroed() },
+        workspaceSize: 0,
+        state: lts::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED,
+        wavesCount: 0.0,
+        reserved: [0; 4],
+    }
+}
 
 fn worth_tuning(sp: &Spec) -> bool {
     sp.m * sp.n * sp.k * sp.batch >= TUNING_MIN_MACS

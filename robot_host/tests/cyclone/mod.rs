@@ -1,7 +1,10 @@
 //! What the tests against a Cyclone DDS peer share: where its Python wheel is, and its
 //! configuration for this host.
 
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
+use std::process::{Command, ExitStatus, Stdio};
 
 /// Cyclone DDS restricted to loopback with unicast discovery (no multicast needed).
 pub const CYCLONE: &str = r#"<CycloneDDS><Domain><General><Interfaces><NetworkInterface name="lo" multicast="false"/></Interfaces></General><Discovery><Peers><Peer address="127.0.0.1"/></Peers><ParticipantIndex>auto</ParticipantIndex></Discovery></Domain></CycloneDDS>"#;
@@ -24,4 +27,24 @@ pub fn cyclonedds() -> PathBuf {
         dir.display()
     );
     dir
+}
+
+/// Runs a peer script of tests/ (`args` after the script) on Cyclone DDS restricted to this
+/// host, until it exits: the JSON events it printed, one per line, and its exit status.
+pub fn run_peer(script: &str, args: &[&str]) -> (Vec<Value>, ExitStatus) {
+    let tests = concat!(env!("CARGO_MANIFEST_DIR"), "/tests");
+    let mut peer = Command::new("python3")
+        .arg(format!("{tests}/{script}"))
+        .args(args)
+        .env("PYTHONPATH", format!("{}:{tests}", cyclonedds().display()))
+        .env("CYCLONEDDS_URI", CYCLONE)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let lines = BufReader::new(peer.stdout.take().unwrap())
+        .lines()
+        .map_while(|l| l.ok())
+        .filter_map(|l| serde_json::from_str(&l).ok())
+        .collect();
+    (lines, peer.wait().unwrap())
 }

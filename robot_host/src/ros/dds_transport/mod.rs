@@ -150,6 +150,8 @@ pub struct Dds {
     cfg: Config,
     sim_clock: Option<Arc<ManualClock>>,
     managed: Managed,
+    /// The node's fully qualified name (`/robot1/frt_robot_host`).
+    fqn: String,
 }
 
 /// `("sensor_msgs", "Image")` of `sensor_msgs/msg/Image` (and of `…/srv/…`).
@@ -210,6 +212,7 @@ impl Dds {
         let managed = Managed::new(&mut node, &context, options.service_mapping, &fqn)?;
         Ok(Dds {
             managed,
+            fqn,
             context,
             node,
             service_mapping: options.service_mapping,
@@ -225,14 +228,6 @@ impl Dds {
     pub fn remap(&mut self, remaps: &[(String, String)]) -> Result<()> {
         let (ns, node) = (&self.namespace, &self.node_name);
         self.endpoints.remap(remaps, ns, node)
-    }
-
-    /// The node's fully qualified name (`/robot1/frt_robot_host`).
-    fn node_fqn(&self) -> String {
-        match self.namespace.trim_end_matches('/') {
-            "" => format!("/{}", self.node_name),
-            ns => format!("{ns}/{}", self.node_name),
-        }
     }
 
     /// The node's lifecycle state.
@@ -325,7 +320,7 @@ impl Transport for Dds {
         }
         // The services, after the readers' tokens.
         let params = Mutex::new(Parameters::new(&self.cfg));
-        let fqn = self.node_fqn();
+        let fqn = self.fqn.clone();
         let mut services = Services {
             node: &mut self.node,
             mapping: self.service_mapping,
