@@ -9,7 +9,9 @@
 #   independent ROS 2 peer of the DDS wire test, into .cache/pip-cyclonedds (or set
 #   $FRT_CYCLONEDDS);
 # - openpi-client 0.1.2 (Apache-2.0) with its dependencies, the robot-side client of openpi's
-#   websocket policy protocol, into .cache/pip-openpi (or set $FRT_OPENPI_CLIENT).
+#   websocket policy protocol, into .cache/pip-openpi (or set $FRT_OPENPI_CLIENT);
+# - mcap 1.6.0 and mcap-ros2-support 0.6.0 (MIT), the independent reader of recordings, into
+#   .cache/pip-mcap.
 # `bash scripts/fetch-models.sh whisper` installs Whisper alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +28,13 @@ if [ ! -d .cache/pip-cyclonedds/cyclonedds ]; then
     python3 -m pip install --quiet --no-deps --target .cache/pip-cyclonedds cyclonedds==11.0.1
 fi
 echo "Cyclone DDS (Python): $(pwd)/.cache/pip-cyclonedds"
+
+# MCAP with its ROS 2 support (MIT), an independent reader of the node's recordings: the
+# `ros2msg` schemas parsed and every message decoded from its CDR on its own.
+if [ ! -d .cache/pip-mcap/mcap_ros2 ]; then
+    python3 -m pip install --quiet --no-deps --target .cache/pip-mcap mcap==1.6.0 mcap-ros2-support==0.6.0
+fi
+echo "MCAP reader (Python): $(pwd)/.cache/pip-mcap"
 
 # openpi's robot-side client (with its dependencies: numpy, msgpack, websockets, …), the real
 # peer of the openpi websocket server's tests.

@@ -105,13 +105,39 @@ enum Command {
     /// The demo: tiny random Pi0.5 on the host backend, synthesized cameras, a timeline with
     /// spoken and typed subgoals and stops, a live log and a summary.
     Demo,
-    /// The node driven by a scripted simulation (cameras, state, audio, commands, faults).
+    /// The node driven by a scripted simulation (cameras, state, audio, commands, faults) on
+    /// the script's own clock: the same script and configuration give the same chunks, byte
+    /// for byte, on every run.
     Run {
         #[arg(long, value_name = "FILE")]
         config: PathBuf,
         /// The simulation script (the ROS 2 transports come with `ros`).
         #[arg(long, value_name = "SCRIPT")]
         sim: PathBuf,
+        /// Record every message in and out, the configuration and the ticks (MCAP, ROS 2 CDR;
+        /// `replay` re-runs it).
+        #[arg(long, value_name = "FILE.mcap")]
+        record: Option<PathBuf>,
+        /// Do not pace the script's clock to real time: run as fast as the machine can.
+        #[arg(long, conflicts_with = "live")]
+        fast: bool,
+        /// Run live instead, on the system clock with every thread as on a robot (as the demo
+        /// does): timings are real, the chunks depend on them.
+        #[arg(long)]
+        live: bool,
+    },
+    /// Re-runs the node from a recording (`run --record` or `ros … --record`) on the recorded
+    /// clock and reports whether its chunk stream is byte-identical to the recorded one (exit
+    /// status 1 if not).
+    Replay {
+        recording: PathBuf,
+        /// Another backend than the recording's (`host` or `cuda`): the differences are
+        /// reported.
+        #[arg(long, value_name = "BACKEND")]
+        backend: Option<String>,
+        /// Another precision than the recording's (`f32` or `bf16`).
+        #[arg(long, value_name = "PRECISION")]
+        precision: Option<String>,
     },
     /// Validates a configuration and everything it names (checkpoint, tokenizer, norm stats,
     /// Whisper), builds the model, and prints a summary.
@@ -154,8 +180,9 @@ enum Command {
         model: Option<PathBuf>,
     },
     /// The ROS 2 node: `ros --ros-args -p config:=FILE [...]` (rcl, the `ros2` feature) or
-    /// `ros --dds (--config FILE | --ros-args ...)` (pure Rust, the `dds` feature). Every
-    /// argument after `ros` is passed on as ROS 2 passes it.
+    /// `ros --dds (--config FILE | --ros-args ...) [--record FILE.mcap]` (pure Rust, the `dds`
+    /// feature; `--record` keeps every message in and out for `replay`). Every argument after
+    /// `ros` is passed on as ROS 2 passes it.
     #[command(disable_help_flag = true)]
     Ros {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
@@ -210,7 +237,18 @@ fn main() {
     }
     let r = match cli.command {
         Command::Demo => demo(),
-        Command::Run { config, sim } => run_sim(&config, &sim, false),
+        Command::Run {
+            config,
+            sim,
+            record,
+            fast,
+            live,
+        } => run_sim(&config, &sim, SimOptions { live, fast, record }),
+        Command::Replay {
+            recording,
+            backend,
+            precision,
+        } => replay(&recording, backend.as_deref(), precision.as_deref()),
         Command::Check { config } => check(&config),
         Command::Serve { config, port } => serve_openpi(&config, port),
         Command::Bench {
@@ -495,12 +533,15 @@ fn supervise(
     })
 }
 
+/// The control thread: the node back and how the run ended.
+type Control = std::thread::JoinHandle<(Node, Result<(), String>)>;
+
 /// Runs the control loop on its own thread; `done` is set when it ends.
 fn spawn_control(
     mut node: Node,
     stop: Arc<AtomicBool>,
     done: Arc<AtomicBool>,
-) -> Result<std::thread::JoinHandle<(Node, Result<(), String>)>, String> {
+) -> Result<Control, String> {
     std::thread::Builder::new()
         .name("frt-control".into())
         .spawn(move || {
@@ -620,7 +661,30 @@ fn ros_dds(args: &[String]) -> Result<(), String> {
         None => true,
         Some(_) => ra.flag("autostart").map_err(|e| e.to_string())?,
     };
-    serve_managed(cfg, sim_clock, &mut transport, autostart)
+    let tap = match arg(args, "--record") {
+        Some(path) => {
+            use frt_robot_host::record::{Recorder, RunInfo, Tap};
+            let info = RunInfo {
+                clock: if opts.sim_time { "ros-sim" } else { "system" }.into(),
+                node: opts.node_name.clone(),
+                namespace: opts.namespace.clone(),
+                start: node_clock(&sim_clock).now(),
+                noise_seed: cfg.control.noise_seed,
+                version: env!("CARGO_PKG_VERSION").into(),
+            };
+            let r = Recorder::create(&path, &cfg, &info).map_err(|e| e.to_string())?;
+            println!("recording to {}", path.display());
+            Some(Arc::new(Tap::new(r, &cfg, transport.endpoints().clone())))
+        }
+        None => None,
+    };
+    transport.set_tap(tap.clone());
+    let r = serve_managed(cfg, sim_clock, &mut transport, autostart, tap.clone());
+    if let Some(done) = tap.and_then(|t| t.finish()) {
+        let path = done.map_err(|e| e.to_string())?;
+        println!("recorded to {} (frt-robot-host replay {0})", path.display());
+    }
+    r
 }
 
 /// The DDS node as a managed (lifecycle) node, until SIGINT / SIGTERM or a shutdown: unless
@@ -633,6 +697,7 @@ fn serve_managed(
     sim_clock: Option<Arc<frt_robot_host::ManualClock>>,
     transport: &mut frt_robot_host::ros::dds_transport::Dds,
     autostart: bool,
+    tap: Option<Arc<frt_robot_host::record::Tap>>,
 ) -> Result<(), String> {
     use frt_robot_host::lifecycle::Transition;
     let clock = node_clock(&sim_clock);
@@ -653,7 +718,7 @@ fn serve_managed(
                 Some(_) => {}
             }
         }
-        let (node, inputs, outputs, arx) = match build_node(&cfg, clock.clone()) {
+        let (mut node, inputs, outputs, arx) = match build_node(&cfg, clock.clone()) {
             Ok(b) => b,
             Err(e) if configure_now => return Err(e.to_string()),
             Err(e) => {
@@ -663,6 +728,7 @@ fn serve_managed(
             }
         };
         ready(&node, &cfg);
+        node.set_tap(tap.clone());
         if configure_now {
             transport.took(Transition::Configure);
             transport.took(Transition::Activate);
@@ -768,7 +834,7 @@ fn session(
     let stop = Arc::new(AtomicBool::new(false));
     let mut threads = Vec::new();
     if voice_ok {
-        let h = voice::spawn(&node, arx, clock.clone(), stop.clone()).map_err(|e| e.to_string())?;
+        let (h, _) = voice::spawn(&node, arx, clock.clone(), stop.clone()).map_err(|e| e.to_string())?;
         threads.push(h);
     }
     let done = Arc::new(AtomicBool::new(false));
@@ -826,7 +892,10 @@ fn demo() -> Result<(), String> {
     run_sim(
         &root.join("config/demo.yaml"),
         &root.join("config/demo-sim.yaml"),
-        true,
+        SimOptions {
+            live: true,
+            ..Default::default()
+        },
     )
 }
 
@@ -838,20 +907,47 @@ fn pct(v: &mut [f64], q: f64) -> f64 {
     v[((v.len() - 1) as f64 * q).round() as usize]
 }
 
-fn run_sim(config: &Path, script: &Path, demo: bool) -> Result<(), String> {
-    let mut cfg = Config::load(config).map_err(|e| format!("{}: {e}", config.display()))?;
-    let script = SimScript::load(script).map_err(|e| e.to_string())?;
-    let voice_ok = cfg
+/// How `run` drives the node: on the script's own clock (deterministic; paced to real time
+/// unless `fast`), or live on the system clock with every thread as on a robot (the demo).
+#[derive(Clone, Debug, Default)]
+struct SimOptions {
+    live: bool,
+    fast: bool,
+    record: Option<PathBuf>,
+}
+
+/// The Whisper model of a configuration, if it is installed (else the configuration without
+/// speech, said on stdout).
+fn speech_or_none(cfg: &mut Config, what: &str) -> bool {
+    let ok = cfg
         .asr
         .as_ref()
         .is_some_and(|a| a.model.join("model.bin").is_file());
-    if cfg.asr.is_some() && !voice_ok {
+    if cfg.asr.is_some() && !ok {
         println!(
-            "voice: the Whisper model is not installed (bash scripts/fetch-models.sh); spoken events are skipped\n"
+            "voice: the Whisper model is not installed (bash scripts/fetch-models.sh); {what}\n"
         );
         cfg.asr = None;
     }
-    let clock = Arc::new(SystemClock);
+    ok
+}
+
+fn run_sim(config: &Path, script: &Path, opts: SimOptions) -> Result<(), String> {
+    let mut cfg = Config::load(config).map_err(|e| format!("{}: {e}", config.display()))?;
+    let script = SimScript::load(script).map_err(|e| e.to_string())?;
+    let voice_ok = speech_or_none(&mut cfg, "spoken events are skipped");
+    let manual = Arc::new(frt_robot_host::ManualClock::default());
+    let clock: Arc<dyn frt_robot_host::Clock> = if opts.live {
+        Arc::new(SystemClock)
+    } else {
+        manual.clone()
+    };
+    let source = frt_robot_host::transport::SimSource::new(script.clone(), &cfg)
+        .map_err(|e| e.to_string())?;
+    let tap = match &opts.record {
+        Some(path) => Some(Arc::new(record_tap(path, &cfg, &opts)?)),
+        None => None,
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let (atx, arx) = crossbeam_channel::bounded::<Audio>(512);
     let t_build = std::time::Instant::now();
@@ -865,23 +961,55 @@ fn run_sim(config: &Path, script: &Path, demo: bool) -> Result<(), String> {
     );
     ready(&node, &cfg);
     let mut threads = Vec::new();
+    let mut progress = None;
     if voice_ok {
-        let h = voice::spawn(&node, arx, clock.clone(), stop.clone()).map_err(|e| e.to_string())?;
+        let (h, p) =
+            voice::spawn(&node, arx, clock.clone(), stop.clone()).map_err(|e| e.to_string())?;
         threads.push(h);
+        progress = Some(p);
         println!("voice: Whisper tiny.en on the low-priority stream");
     }
     let done = Arc::new(AtomicBool::new(false));
     let supervisor = supervise(inputs.clone(), stop.clone(), done.clone());
-    let control = spawn_control(node, stop.clone(), done)?;
-    let mut sim = frt_robot_host::transport::Sim::new(script.clone(), &cfg, clock.clone());
-    let sim_thread = {
+    // What the output loop below reads: the node's own channel (live), or what the simulation
+    // took from it, recorded, in order (on its own clock).
+    let (shown, control, sim_thread) = if opts.live {
+        let mut node = node;
+        node.set_tap(tap.clone());
+        let control = spawn_control(node, stop.clone(), done)?;
+        let mut sim = frt_robot_host::transport::Sim::from_source(source, clock.clone());
+        sim.set_tap(tap.clone());
         let (inp, stop) = (inputs.clone(), stop.clone());
-        let (_, never) = crossbeam_channel::bounded::<Outbound>(0);
-        std::thread::spawn(move || {
+        let sim_thread = std::thread::spawn(move || {
+            let (_, never) = crossbeam_channel::bounded::<Outbound>(0);
             let r = sim.run(&inp, &never, &stop);
             stop.store(true, Ordering::Relaxed);
             r
-        })
+        });
+        (outputs.0.clone(), control, Some(sim_thread))
+    } else {
+        let (ftx, frx) = crossbeam_channel::unbounded();
+        let lock = frt_robot_host::lockstep::Lockstep::new(
+            node,
+            outputs.0.clone(),
+            manual.clone(),
+            0.0,
+            progress,
+            tap.clone(),
+        );
+        let control = std::thread::Builder::new()
+            .name("frt-control".into())
+            .spawn({
+                let stop = stop.clone();
+                move || {
+                    let (node, r) = drive(lock, source, opts.fast, &stop, &ftx);
+                    done.store(true, Ordering::SeqCst);
+                    stop.store(true, Ordering::SeqCst);
+                    (node, r)
+                }
+            })
+            .map_err(|e| e.to_string())?;
+        (frx, control, None)
     };
     println!("running for {} s; the timeline:", script.duration_s);
     for e in &script.events {
@@ -901,16 +1029,27 @@ fn run_sim(config: &Path, script: &Path, demo: bool) -> Result<(), String> {
         println!("  {:>5.1} s  {what}", e.at);
     }
     println!();
-    let t0 = clock_now();
+    let t0 = clock.now();
     let (mut lat, mut halt_lat) = (Vec::new(), Vec::new());
     let mut transcripts = 0usize;
     let mut last_subgoal = 0u64;
     let mut last_status = None;
-    while !stop.load(Ordering::Relaxed) || !outputs.0.is_empty() {
-        let Ok(o) = outputs.0.recv_timeout(std::time::Duration::from_millis(50)) else {
-            continue;
+    loop {
+        let ended = stop.load(Ordering::Relaxed);
+        // After a fault the node's channel is read directly: a halt chunk published by the
+        // watchdog while a tick is stuck is shown too.
+        let o = match shown.recv_timeout(std::time::Duration::from_millis(50)) {
+            Ok(o) => o,
+            Err(_) if ended => match outputs.0.try_recv() {
+                Ok(o) => o,
+                Err(_) => break,
+            },
+            Err(_) => continue,
         };
-        let t = clock_now() - t0;
+        let t = clock.now() - t0;
+        if let (true, Some(tap)) = (opts.live, &tap) {
+            tap.output(clock.now(), &o);
+        }
         match o {
             Outbound::Chunk(c) if c.halt => {
                 halt_lat.push(c.latency * 1e3);
@@ -923,7 +1062,7 @@ fn run_sim(config: &Path, script: &Path, demo: bool) -> Result<(), String> {
             }
             Outbound::Chunk(c) => {
                 lat.push(c.latency * 1e3);
-                if c.subgoal_id != last_subgoal || demo && c.seq % 10 == 1 {
+                if c.subgoal_id != last_subgoal || opts.live && c.seq % 10 == 1 {
                     println!(
                         "{t:6.2} s  chunk #{:<4} subgoal {} {:?}  tick {:.1} ms  first action {:+.3?}",
                         c.seq,
@@ -960,13 +1099,19 @@ fn run_sim(config: &Path, script: &Path, demo: bool) -> Result<(), String> {
     stop.store(true, Ordering::SeqCst);
     let _ = supervisor.join();
     let node = outcome(&inputs, control.join())?;
-    sim_thread
-        .join()
-        .map_err(|_| "the simulation thread panicked".to_string())?
-        .map_err(|e| e.to_string())?;
+    if let Some(sim_thread) = sim_thread {
+        sim_thread
+            .join()
+            .map_err(|_| "the simulation thread panicked".to_string())?
+            .map_err(|e| e.to_string())?;
+    }
     drop(inputs);
     for t in threads {
         let _ = t.join();
+    }
+    if let Some(r) = tap.as_ref().and_then(|t| t.finish()) {
+        let path = r.map_err(|e| e.to_string())?;
+        println!("recorded to {} (frt-robot-host replay {0})", path.display());
     }
     let s = node.status();
     println!("\n| what | value |\n|---|---|");
@@ -988,16 +1133,20 @@ fn run_sim(config: &Path, script: &Path, demo: bool) -> Result<(), String> {
     }
     let missed = spoken.saturating_sub(transcripts);
     println!("| final subgoal | {} ({:?}) |", s.subgoal_id, s.subgoal);
-    println!(
-        "| tick latency p50 / p99 | {:.1} / {:.1} ms |",
-        pct(&mut lat, 0.5),
-        pct(&mut lat, 0.99)
-    );
-    println!(
-        "| stop → halt chunk p50 / max | {:.2} / {:.2} ms |",
-        pct(&mut halt_lat, 0.5),
-        pct(&mut halt_lat, 1.0)
-    );
+    if opts.live {
+        println!(
+            "| tick latency p50 / p99 | {:.1} / {:.1} ms |",
+            pct(&mut lat, 0.5),
+            pct(&mut lat, 0.99)
+        );
+        println!(
+            "| stop → halt chunk p50 / max | {:.2} / {:.2} ms |",
+            pct(&mut halt_lat, 0.5),
+            pct(&mut halt_lat, 1.0)
+        );
+    } else {
+        println!("| clock | the script's (ticks, stops and stamps on it; host times below) |");
+    }
     if voice_ok && missed > 0 {
         println!(
             "\n{missed} of {spoken} spoken commands were not transcribed within the timeline (the \
@@ -1012,7 +1161,142 @@ fn run_sim(config: &Path, script: &Path, demo: bool) -> Result<(), String> {
     Ok(())
 }
 
-fn clock_now() -> f64 {
-    use frt_robot_host::Clock;
-    SystemClock.now()
+/// `replay`: the node of a recording re-run from it; exit status 1 when the chunk streams
+/// differ.
+fn replay(path: &Path, backend: Option<&str>, precision: Option<&str>) -> Result<(), String> {
+    let rec = frt_robot_host::record::Recording::open(path).map_err(|e| e.to_string())?;
+    let mut cfg = rec.config.clone();
+    let field = |what: &str, v: &str| format!("--{what} {v}: not a {what}");
+    if let Some(b) = backend {
+        cfg.model.backend = serde_yaml::from_str(b).map_err(|_| field("backend", b))?;
+    }
+    if let Some(p) = precision {
+        cfg.model.precision = serde_yaml::from_str(p).map_err(|_| field("precision", p))?;
+    }
+    let voice_ok = speech_or_none(&mut cfg, "spoken commands are not replayed");
+    println!(
+        "replaying {} (recorded by {} {} on a {} clock; {:?} on {:?})",
+        path.display(),
+        rec.info.node,
+        rec.info.version,
+        rec.info.clock,
+        cfg.model.precision,
+        cfg.model.backend
+    );
+    let clock = Arc::new(frt_robot_host::ManualClock::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let (atx, arx) = crossbeam_channel::bounded::<Audio>(512);
+    let (node, _inputs, outputs) = Node::new(cfg, clock.clone(), voice_ok.then_some(atx))
+        .map_err(|e| e.to_string())?;
+    let mut threads = Vec::new();
+    let mut progress = None;
+    if voice_ok {
+        let (h, p) =
+            voice::spawn(&node, arx, clock.clone(), stop.clone()).map_err(|e| e.to_string())?;
+        threads.push(h);
+        progress = Some(p);
+    }
+    let (report, node) =
+        frt_robot_host::lockstep::replay(&rec, node, outputs.0.clone(), clock, progress)
+            .map_err(|e| e.to_string())?;
+    stop.store(true, Ordering::SeqCst);
+    drop(node);
+    drop(_inputs);
+    for t in threads {
+        let _ = t.join();
+    }
+    println!("\n| what | value |\n|---|---|");
+    println!("| ticks replayed | {} |", report.ticks);
+    println!("| inputs delivered | {} |", report.inputs);
+    println!("| chunks recorded / replayed | {} / {} |", report.recorded, report.replayed);
+    println!("| leading chunks byte-identical | {} |", report.identical);
+    println!("| chunks that differ | {} |", report.differing);
+    if report.differing > 0 {
+        println!("| largest action difference | {:.3e} |", report.max_action_delta);
+    }
+    match &report.first_difference {
+        None => {
+            println!("\nthe replayed chunk stream is byte-identical to the recorded one");
+            Ok(())
+        }
+        Some(d) => {
+            println!("\nthe chunk streams differ: {d}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// The recording of a `run` (on the script's clock from 0, or live on the system clock).
+fn record_tap(
+    path: &Path,
+    cfg: &Config,
+    opts: &SimOptions,
+) -> Result<frt_robot_host::record::Tap, String> {
+    use frt_robot_host::record::{Recorder, RunInfo, Tap};
+    let info = RunInfo {
+        clock: if opts.live { "system" } else { "sim" }.into(),
+        node: cfg.node.name.clone(),
+        namespace: "/".into(),
+        start: if opts.live {
+            frt_robot_host::Clock::now(&SystemClock)
+        } else {
+            0.0
+        },
+        noise_seed: cfg.control.noise_seed,
+        version: env!("CARGO_PKG_VERSION").into(),
+    };
+    let r = Recorder::create(path, cfg, &info).map_err(|e| e.to_string())?;
+    let endpoints = frt_robot_host::ros::wire::Endpoints::new(cfg, "/", &cfg.node.name, false)
+        .map_err(|e| e.to_string())?;
+    Ok(Tap::new(r, cfg, endpoints))
+}
+
+/// The simulation on its own clock: the script's messages and the node's ticks in time order
+/// (messages first at equal times), paced to real time unless `fast`, until the script ends,
+/// `stop` is set or a fault ends the run. What the node publishes goes to `shown`.
+fn drive(
+    mut lock: frt_robot_host::lockstep::Lockstep,
+    mut source: frt_robot_host::transport::SimSource,
+    fast: bool,
+    stop: &AtomicBool,
+    shown: &crossbeam_channel::Sender<Outbound>,
+) -> (Node, Result<(), String>) {
+    use frt_robot_host::transport::SimItem;
+    let ended = Arc::new(AtomicBool::new(false));
+    let watchdog = lock.node().spawn_step_watchdog(ended.clone());
+    let wall = std::time::Instant::now();
+    let mut due = Vec::new();
+    let mut r = Ok(());
+    while !stop.load(Ordering::Relaxed) {
+        let t = source.next_at().min(lock.next_at());
+        if t >= source.duration() {
+            break;
+        }
+        if !fast {
+            let ahead = std::time::Duration::from_secs_f64(t) .saturating_sub(wall.elapsed());
+            std::thread::sleep(ahead);
+        }
+        source.take_due(t, 0.0, &mut due);
+        for (at, item) in due.drain(..) {
+            match item {
+                SimItem::Message { kind, data } => lock.input(at, &kind, &data),
+                SimItem::Drill(d) => lock.inputs().drill(d),
+            }
+        }
+        r = lock.run_until(t);
+        lock.drain(|o| {
+            let _ = shown.send(o);
+        });
+        if r.is_err() {
+            break;
+        }
+    }
+    lock.drain(|o| {
+        let _ = shown.send(o);
+    });
+    ended.store(true, Ordering::SeqCst);
+    if let Some(w) = watchdog {
+        let _ = w.join();
+    }
+    (lock.into_node(), r)
 }

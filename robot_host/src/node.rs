@@ -64,6 +64,8 @@ struct Counters {
     bad_commands: AtomicU64,
     bad_clock: AtomicU64,
     missed_commands: AtomicU64,
+    /// Microphone messages handed to the speech thread.
+    audio_sent: AtomicU64,
 }
 
 struct Slot<T> {
@@ -475,6 +477,7 @@ impl Inputs {
                 .or_else(|_| bad("audio: queue full".into()))?,
             None => return Ok(()),
         }
+        self.counters.audio_sent.fetch_add(1, Ordering::SeqCst);
         self.meters.record(self.cameras.len() + 1, stamp);
         Ok(())
     }
@@ -499,6 +502,16 @@ impl Inputs {
                 s.last_error = l.clone();
             }
         }
+    }
+
+    /// The node's clock.
+    pub fn now(&self) -> Stamp {
+        self.clock.now()
+    }
+
+    /// Microphone messages handed to the speech thread so far.
+    pub fn audio_sent(&self) -> u64 {
+        self.counters.audio_sent.load(Ordering::SeqCst)
     }
 
     /// A fatal problem anywhere in the process (a panic, a device fault, a watchdog overrun):
@@ -790,6 +803,8 @@ pub struct Node {
     seq: Arc<AtomicU64>,
     /// The clock at the last tick (a jump backwards resets the observations).
     last_now: Stamp,
+    /// Where a live node records the start of each tick (`--record`).
+    tap: Option<Arc<crate::record::Tap>>,
     watchdog: Arc<Watchdog>,
     hook: Option<StageHook>,
     timings: TickTimings,
@@ -932,6 +947,7 @@ impl Node {
             state: Vec::new(),
             seq: Arc::default(),
             last_now: f64::NEG_INFINITY,
+            tap: None,
             watchdog: Arc::default(),
             hook: None,
             timings: TickTimings::default(),
@@ -1631,25 +1647,8 @@ impl Node {
         // The latency summary sorts its histograms: refreshed about once per second.
         let latency_every = (self.cfg.control.rate_hz.ceil() as u64).max(1);
         while !stop.load(Ordering::Relaxed) {
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                self.watchdog.enter();
-                self.run_drill();
-                let o = self.tick();
-                self.watchdog.leave();
-                o
-            }));
-            if let Err(p) = r {
-                self.watchdog.leave();
-                let cause = format!("the control thread panicked: {}", panic_message(&*p));
-                self.end_in_fault(cause.clone());
-                return Err(cause);
-            }
-            if let Some(cause) = self.inputs.fault_cause() {
-                self.end_in_fault(cause.clone());
-                return Err(cause);
-            }
+            self.step()?;
             n += 1;
-            self.post_status(true);
             if n % latency_every == 0 {
                 self.board.post_latency(self.rec.summary());
             }
@@ -1671,6 +1670,51 @@ impl Node {
             }
         }
         Ok(())
+    }
+
+    /// One tick as the control loop runs it: a pending fault drill, the tick under the
+    /// watchdog's eye, and after a panic or a fault anywhere the halt (`Err`: the cause; the
+    /// loop ends).
+    pub fn step(&mut self) -> std::result::Result<TickOutcome, String> {
+        if let Some(tap) = &self.tap {
+            tap.tick_later(self.clock.now());
+        }
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.watchdog.enter();
+            self.run_drill();
+            let o = self.tick();
+            self.watchdog.leave();
+            o
+        }));
+        let o = match r {
+            Ok(o) => o,
+            Err(p) => {
+                self.watchdog.leave();
+                let cause = format!("the control thread panicked: {}", panic_message(&*p));
+                self.end_in_fault(cause.clone());
+                return Err(cause);
+            }
+        };
+        if let Some(cause) = self.inputs.fault_cause() {
+            self.end_in_fault(cause.clone());
+            return Err(cause);
+        }
+        self.post_status(true);
+        Ok(o)
+    }
+
+    /// Records the start of every tick from now on into `tap` (without blocking: the
+    /// recording thread writes it).
+    pub fn set_tap(&mut self, tap: Option<Arc<crate::record::Tap>>) {
+        self.tap = tap;
+    }
+
+    /// The watchdog of [`Node::step`]s driven from outside [`Node::run`] (a simulation on its
+    /// own clock): a thread that halts and records a fault when a step runs longer than
+    /// `safety.watchdog_factor` control periods of real time, until `ended` is set.
+    pub fn spawn_step_watchdog(&self, ended: Arc<AtomicBool>) -> Option<std::thread::JoinHandle<()>> {
+        let period = std::time::Duration::from_secs_f64(1.0 / self.cfg.control.rate_hz);
+        self.spawn_watchdog(period, ended)
     }
 
     /// Halts after a fault (the latch holds a stop): through the halt graph when the node

@@ -9,6 +9,8 @@
 use crate::error::{Error, Result};
 use crate::messages::*;
 use crate::node::{Clock, Inputs};
+use crate::ros::msg::{self, RosMessage};
+use crate::ros::wire::{Cdr, In, receive};
 use crossbeam_channel::{Receiver, Sender};
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -257,118 +259,77 @@ pub fn synth_frame(width: u32, height: u32, t: f64, seed: u32) -> Vec<u8> {
     img
 }
 
-/// The scripted simulation as a transport, in real time on `clock`.
-pub struct Sim {
+/// What a simulation script produces at one moment: a message on one of the node's input
+/// topics, serialized as the ROS 2 transports receive it (CDR with its encapsulation header),
+/// or a fault drill.
+#[derive(Clone, Debug)]
+pub enum SimItem {
+    Message { kind: In, data: Vec<u8> },
+    Drill(crate::node::Drill),
+}
+
+/// Seconds between two microphone messages of the simulation (20 ms of audio each).
+const AUDIO_PERIOD: f64 = 0.02;
+
+/// A scripted simulation's inputs as a function of its own clock alone: frame k of every
+/// camera at k / `camera_rate_hz`, state message k at k / `state_rate_hz`, the timeline's
+/// commands, spoken clips in 20 ms messages and silence between them, each stamped with the
+/// time it is due. The same script gives the same messages in every run.
+pub struct SimSource {
     script: SimScript,
-    /// Camera name and format, from the node's configuration.
+    /// Camera name, format and topic kind, from the node's configuration.
     cameras: Vec<(String, crate::config::ImageFormat)>,
     joints: Vec<String>,
-    clock: Arc<dyn Clock>,
     /// Frame size of synthesized cameras.
-    pub frame_size: (u32, u32),
+    frame_size: (u32, u32),
+    /// Per camera with a folder: its frames (raw cameras: decoded to rgb8).
+    folders: std::collections::BTreeMap<String, Vec<FolderFrame>>,
+    /// The timeline's audio in 20 ms pieces with their times.
+    audio: Vec<(f64, Audio)>,
+    events: Vec<SimEvent>,
+    next_event: usize,
+    next_audio: usize,
+    frames: u64,
+    states: u64,
+    silences: u64,
+    dropped: Vec<String>,
+    /// Whether the node listens (a speech section): the microphone is simulated only then.
+    listening: bool,
 }
 
-impl Sim {
-    pub fn new(script: SimScript, cfg: &crate::Config, clock: Arc<dyn Clock>) -> Sim {
-        Sim {
-            script,
-            cameras: cfg
-                .cameras
-                .iter()
-                .map(|c| (c.name.clone(), c.format))
-                .collect(),
-            joints: cfg.state.joints.clone(),
-            clock,
-            frame_size: (320, 240),
-        }
-    }
+/// A frame from a folder: the file's bytes (compressed cameras) or its pixels (raw cameras).
+enum FolderFrame {
+    File { format: String, data: Vec<u8> },
+    Rgb { width: u32, height: u32, data: Vec<u8> },
+}
 
-    fn folder_frames(dir: &Path) -> Result<Vec<Vec<u8>>> {
-        let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
-            .map_err(|source| Error::Io {
-                path: dir.to_path_buf(),
-                source,
-            })?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                p.extension().and_then(|e| e.to_str()).is_some_and(|e| {
-                    matches!(e.to_ascii_lowercase().as_str(), "png" | "jpg" | "jpeg")
-                })
-            })
-            .collect();
-        names.sort();
-        if names.is_empty() {
-            return Err(Error::bad(
-                "sim frames",
-                format!("no PNG or JPEG files in {}", dir.display()),
-            ));
-        }
-        names
+impl SimSource {
+    /// Reads what the script names (frame folders, WAV files) for the node configured by
+    /// `cfg`.
+    pub fn new(script: SimScript, cfg: &crate::Config) -> Result<SimSource> {
+        let cameras: Vec<_> = cfg
+            .cameras
             .iter()
-            .map(|p| {
-                std::fs::read(p).map_err(|source| Error::Io {
-                    path: p.clone(),
-                    source,
-                })
-            })
-            .collect()
-    }
-
-    fn image(&self, format: crate::config::ImageFormat, rgb: Vec<u8>) -> Image {
-        let (w, h) = self.frame_size;
-        match format {
-            crate::config::ImageFormat::Raw => Image::Raw {
-                encoding: "rgb8".into(),
-                width: w,
-                height: h,
-                step: w * 3,
-                data: rgb,
-            },
-            crate::config::ImageFormat::Compressed => {
-                let mut jpeg = Vec::new();
-                let enc = image::codecs::jpeg::JpegEncoder::new_with_quality(&mut jpeg, 90);
-                use image::ImageEncoder;
-                enc.write_image(&rgb, w, h, image::ExtendedColorType::Rgb8)
-                    .expect("encoding a synthesized frame");
-                Image::Compressed {
-                    format: "jpeg".into(),
-                    data: jpeg,
-                }
-            }
-        }
-    }
-}
-
-impl Transport for Sim {
-    fn name(&self) -> &str {
-        "sim"
-    }
-
-    fn run(
-        &mut self,
-        inputs: &Inputs,
-        outputs: &Receiver<Outbound>,
-        stop: &AtomicBool,
-    ) -> Result<()> {
+            .map(|c| (c.name.clone(), c.format))
+            .collect();
         let mut folders = std::collections::BTreeMap::new();
-        for (cam, dir) in &self.script.frame_folders {
-            if !self.cameras.iter().any(|(n, _)| n == cam) {
+        for (cam, dir) in &script.frame_folders {
+            let Some((_, format)) = cameras.iter().find(|(n, _)| n == cam) else {
                 return Err(Error::bad(
                     "sim frames",
                     format!("no camera `{cam}` in the config"),
                 ));
-            }
-            folders.insert(cam.clone(), Sim::folder_frames(dir)?);
+            };
+            folders.insert(cam.clone(), folder_frames(dir, *format)?);
         }
-        // Audio of the timeline, cut into 20 ms chunks with their times.
         let mut audio: Vec<(f64, Audio)> = Vec::new();
-        for e in &self.script.events {
+        for e in &script.events {
             if let Some(path) = &e.wav {
                 let wav = frt_asr::audio::read_wav(path)?;
                 let per = (wav.sample_rate as usize / 50) * wav.channels as usize;
                 for (i, c) in wav.samples.chunks(per.max(1)).enumerate() {
                     audio.push((
-                        e.at + i as f64 * 0.02,
+                        e.at + i as f64 * AUDIO_PERIOD,
                         Audio {
                             stamp: 0.0,
                             sample_rate: wav.sample_rate,
@@ -380,95 +341,316 @@ impl Transport for Sim {
             }
         }
         audio.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let t0 = self.clock.now();
-        let (mut next_frame, mut next_state, mut frame_no) = (0.0f64, 0.0f64, 0usize);
-        let (mut ev, mut au) = (0usize, 0usize);
-        let mut events = self.script.events.clone();
+        let mut events = script.events.clone();
         events.sort_by(|a, b| a.at.total_cmp(&b.at));
-        let mut dropped: Vec<String> = Vec::new();
-        // Silence between utterances keeps the segmenter's noise floor calibrated.
-        let mut next_silence = 0.0f64;
+        Ok(SimSource {
+            script,
+            cameras,
+            joints: cfg.state.joints.clone(),
+            frame_size: (320, 240),
+            folders,
+            audio,
+            events,
+            next_event: 0,
+            next_audio: 0,
+            frames: 0,
+            states: 0,
+            silences: 0,
+            dropped: Vec::new(),
+            listening: cfg.asr.is_some(),
+        })
+    }
+
+    /// Seconds the script runs.
+    pub fn duration(&self) -> f64 {
+        self.script.duration_s
+    }
+
+    fn frame_at(&self) -> f64 {
+        self.frames as f64 / self.script.camera_rate_hz
+    }
+
+    fn state_at(&self) -> f64 {
+        self.states as f64 / self.script.state_rate_hz
+    }
+
+    fn silence_at(&self) -> f64 {
+        self.silences as f64 * AUDIO_PERIOD
+    }
+
+    /// The script time at which the next message or drill is due.
+    pub fn next_at(&self) -> f64 {
+        let mut t = self.frame_at().min(self.state_at());
+        if self.listening {
+            t = t.min(self.silence_at());
+        }
+        if let Some(e) = self.events.get(self.next_event) {
+            t = t.min(e.at);
+        }
+        if let Some((at, _)) = self.audio.get(self.next_audio).filter(|_| self.listening) {
+            t = t.min(*at);
+        }
+        t
+    }
+
+    /// Everything due at or before script time `t`, in order of its time (ties: timeline
+    /// events, audio, frames, state), with its script time; stamps are `t0` + that time.
+    pub fn take_due(&mut self, t: f64, t0: Stamp, out: &mut Vec<(f64, SimItem)>) {
+        let msg = |kind: In, data: Vec<u8>| SimItem::Message { kind, data };
+        while let Some(e) = self.events.get(self.next_event).filter(|e| e.at <= t) {
+            let at = e.at;
+            if let Some(c) = &e.command {
+                let m = msg::StringMsg { data: c.clone() };
+                out.push((at, msg(In::Command, m.encode())));
+            }
+            if let Some(c) = &e.drop_camera {
+                self.dropped.push(c.clone());
+            }
+            match e.fault.as_deref() {
+                Some("panic") => out.push((at, SimItem::Drill(crate::node::Drill::Panic))),
+                Some("stall") => out.push((at, SimItem::Drill(crate::node::Drill::Stall))),
+                _ => {}
+            }
+            self.next_event += 1;
+        }
+        while self.listening {
+            let audio_at = self.audio.get(self.next_audio).map(|a| a.0);
+            let silence_at = self.silence_at();
+            match audio_at {
+                Some(a) if a <= t && a <= silence_at => {
+                    let a = &self.audio[self.next_audio];
+                    out.push((a.0, msg(AUDIO, audio_chunk(t0 + a.0, &a.1))));
+                    self.next_audio += 1;
+                }
+                _ if silence_at <= t => {
+                    // Silence between utterances keeps the segmenter's noise floor
+                    // calibrated; none from half a second before an utterance to its end.
+                    let speaking = audio_at.is_some_and(|a| a <= silence_at + 0.5);
+                    if !speaking {
+                        let quiet = Audio {
+                            stamp: 0.0,
+                            sample_rate: 16_000,
+                            samples: vec![0.0; 320],
+                            channels: 1,
+                        };
+                        out.push((silence_at, msg(AUDIO, audio_chunk(t0 + silence_at, &quiet))));
+                    }
+                    self.silences += 1;
+                }
+                _ => break,
+            }
+        }
+        while self.frame_at() <= t {
+            let at = self.frame_at();
+            for (k, (name, format)) in self.cameras.iter().enumerate() {
+                if self.dropped.contains(name) {
+                    continue;
+                }
+                let data = self.frame(k, name, *format, at, t0 + at);
+                out.push((at, msg(In::Camera(name.clone(), *format), data)));
+            }
+            self.frames += 1;
+        }
+        while self.state_at() <= t {
+            let at = self.state_at();
+            let js = msg::JointState {
+                header: header(t0 + at),
+                name: self.joints.clone(),
+                position: (0..self.joints.len())
+                    .map(|j| 0.3 * (at * 0.8 + j as f64).sin())
+                    .collect(),
+                ..Default::default()
+            };
+            out.push((at, msg(In::State, js.encode())));
+            self.states += 1;
+        }
+    }
+
+    /// Frame `self.frames` of camera `k` as its topic's message.
+    fn frame(
+        &self,
+        k: usize,
+        name: &str,
+        format: crate::config::ImageFormat,
+        at: f64,
+        stamp: Stamp,
+    ) -> Vec<u8> {
+        use crate::config::ImageFormat;
+        let raw = |width: u32, height: u32, data: Vec<u8>| {
+            msg::Image {
+                header: header(stamp),
+                height,
+                width,
+                encoding: "rgb8".into(),
+                is_bigendian: 0,
+                step: width * 3,
+                data,
+            }
+            .encode()
+        };
+        let compressed = |format: &str, data: Vec<u8>| {
+            msg::CompressedImage {
+                header: header(stamp),
+                format: format.into(),
+                data,
+            }
+            .encode()
+        };
+        if let Some(f) = self.folders.get(name) {
+            return match &f[self.frames as usize % f.len()] {
+                FolderFrame::File { format, data } => compressed(format, data.clone()),
+                FolderFrame::Rgb {
+                    width,
+                    height,
+                    data,
+                } => raw(*width, *height, data.clone()),
+            };
+        }
+        let (w, h) = self.frame_size;
+        let rgb = synth_frame(w, h, at, k as u32);
+        match format {
+            ImageFormat::Raw => raw(w, h, rgb),
+            ImageFormat::Compressed => {
+                let mut jpeg = Vec::new();
+                let enc = image::codecs::jpeg::JpegEncoder::new_with_quality(&mut jpeg, 90);
+                use image::ImageEncoder;
+                enc.write_image(&rgb, w, h, image::ExtendedColorType::Rgb8)
+                    .expect("encoding a synthesized frame");
+                compressed("jpeg", jpeg)
+            }
+        }
+    }
+}
+
+/// The simulation's microphone messages (`frt_msgs/AudioChunk`).
+pub const AUDIO: In = In::Audio(crate::ros::wire::AudioIn::Frt);
+
+fn header(stamp: Stamp) -> msg::Header {
+    msg::Header {
+        stamp: msg::Time::from_secs(stamp),
+        frame_id: String::new(),
+    }
+}
+
+fn audio_chunk(stamp: Stamp, a: &Audio) -> Vec<u8> {
+    msg::AudioChunk {
+        header: header(stamp),
+        sample_rate: a.sample_rate,
+        channels: a.channels,
+        samples: a.samples.clone(),
+    }
+    .encode()
+}
+
+/// The PNG/JPEG files of a folder in name order: as files for a compressed camera, decoded to
+/// rgb8 for a raw one.
+fn folder_frames(dir: &Path, format: crate::config::ImageFormat) -> Result<Vec<FolderFrame>> {
+    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|source| Error::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.extension().and_then(|e| e.to_str()).is_some_and(|e| {
+                matches!(e.to_ascii_lowercase().as_str(), "png" | "jpg" | "jpeg")
+            })
+        })
+        .collect();
+    names.sort();
+    if names.is_empty() {
+        return Err(Error::bad(
+            "sim frames",
+            format!("no PNG or JPEG files in {}", dir.display()),
+        ));
+    }
+    names
+        .iter()
+        .map(|p| {
+            let data = std::fs::read(p).map_err(|source| Error::Io {
+                path: p.clone(),
+                source,
+            })?;
+            let png = p
+                .extension()
+                .is_some_and(|e| e.eq_ignore_ascii_case("png"));
+            Ok(match format {
+                crate::config::ImageFormat::Compressed => FolderFrame::File {
+                    format: if png { "png" } else { "jpeg" }.into(),
+                    data,
+                },
+                crate::config::ImageFormat::Raw => {
+                    let img = image::load_from_memory(&data)
+                        .map_err(|e| Error::bad("sim frames", format!("{}: {e}", p.display())))?
+                        .to_rgb8();
+                    FolderFrame::Rgb {
+                        width: img.width(),
+                        height: img.height(),
+                        data: img.into_raw(),
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+/// The scripted simulation as a transport, in real time on `clock` (the demo): what
+/// [`SimSource`] makes due is delivered as the ROS 2 transports deliver what they receive.
+pub struct Sim {
+    source: SimSource,
+    clock: Arc<dyn Clock>,
+    tap: Option<Arc<crate::record::Tap>>,
+}
+
+impl Sim {
+    pub fn new(script: SimScript, cfg: &crate::Config, clock: Arc<dyn Clock>) -> Result<Sim> {
+        Ok(Sim::from_source(SimSource::new(script, cfg)?, clock))
+    }
+
+    pub fn from_source(source: SimSource, clock: Arc<dyn Clock>) -> Sim {
+        Sim {
+            source,
+            clock,
+            tap: None,
+        }
+    }
+
+    /// Records every message delivered from now on into `tap`.
+    pub fn set_tap(&mut self, tap: Option<Arc<crate::record::Tap>>) {
+        self.tap = tap;
+    }
+}
+
+impl Transport for Sim {
+    fn name(&self) -> &str {
+        "sim"
+    }
+
+    fn run(
+        &mut self,
+        inputs: &Inputs,
+        _outputs: &Receiver<Outbound>,
+        stop: &AtomicBool,
+    ) -> Result<()> {
+        let t0 = self.clock.now();
+        let mut due = Vec::new();
         while !stop.load(Ordering::Relaxed) {
             let t = self.clock.now() - t0;
-            if t >= self.script.duration_s {
+            if t >= self.source.duration() {
                 break;
             }
-            while ev < events.len() && events[ev].at <= t {
-                let e = &events[ev];
-                if let Some(c) = &e.command {
-                    let _ = deliver(inputs, Inbound::Command(c.clone()));
-                }
-                if let Some(c) = &e.drop_camera {
-                    dropped.push(c.clone());
-                }
-                match e.fault.as_deref() {
-                    Some("panic") => inputs.drill(crate::node::Drill::Panic),
-                    Some("stall") => inputs.drill(crate::node::Drill::Stall),
-                    _ => {}
-                }
-                ev += 1;
-            }
-            let speaking = au < audio.len() && audio[au].0 <= t + 0.5;
-            while au < audio.len() && audio[au].0 <= t {
-                let mut a = audio[au].1.clone();
-                a.stamp = t0 + audio[au].0;
-                let _ = deliver(inputs, Inbound::Audio(a));
-                au += 1;
-            }
-            if !speaking && t >= next_silence {
-                let _ = deliver(
-                    inputs,
-                    Inbound::Audio(Audio {
-                        stamp: t0 + t,
-                        sample_rate: 16_000,
-                        samples: vec![0.0; 320],
-                        channels: 1,
-                    }),
-                );
-                next_silence = t + 0.02;
-            }
-            if t >= next_frame {
-                let now = self.clock.now();
-                for (k, (name, format)) in self.cameras.iter().enumerate() {
-                    if dropped.contains(name) {
-                        continue;
-                    }
-                    let image = match folders.get(name) {
-                        Some(f) => Image::Compressed {
-                            format: "png/jpeg".into(),
-                            data: f[frame_no % f.len()].clone(),
-                        },
-                        None => {
-                            let (w, h) = self.frame_size;
-                            self.image(*format, synth_frame(w, h, t, k as u32))
+            self.source.take_due(t, t0, &mut due);
+            for (_, item) in due.drain(..) {
+                match item {
+                    SimItem::Message { kind, data } => {
+                        if let Some(tap) = &self.tap {
+                            tap.input(inputs.now(), &kind, &data);
                         }
-                    };
-                    let _ = deliver(
-                        inputs,
-                        Inbound::Frame {
-                            camera: name.clone(),
-                            stamp: now,
-                            image,
-                        },
-                    );
+                        receive(&kind, Cdr::Serialized(&data), inputs, None)
+                    }
+                    SimItem::Drill(d) => inputs.drill(d),
                 }
-                frame_no += 1;
-                next_frame += 1.0 / self.script.camera_rate_hz;
             }
-            if t >= next_state {
-                let js = JointState {
-                    stamp: self.clock.now(),
-                    names: self.joints.clone(),
-                    position: (0..self.joints.len())
-                        .map(|j| 0.3 * (t * 0.8 + j as f64).sin())
-                        .collect(),
-                };
-                let _ = deliver(inputs, Inbound::State(js));
-                next_state += 1.0 / self.script.state_rate_hz;
-            }
-            // Outputs are consumed by whoever reads the node's output channel; the simulated
-            // robot only needs them drained when nobody else does.
-            let _ = outputs;
             std::thread::sleep(Duration::from_millis(2));
         }
         Ok(())

@@ -78,10 +78,37 @@ fn mono(a: &Audio) -> Vec<f32> {
         .collect()
 }
 
+/// How far the speech thread has come: the microphone messages it has taken in, and the
+/// utterances submitted but not yet transcribed and acted on. A simulation on its own clock
+/// waits for it to settle after each message ([`Progress::settle`]), so that a spoken command
+/// takes effect at the same simulated time in every run.
+#[derive(Debug, Default)]
+pub struct Progress {
+    processed: std::sync::atomic::AtomicU64,
+    pending: std::sync::atomic::AtomicUsize,
+}
+
+impl Progress {
+    /// Waits until `sent` messages are processed and every utterance they completed is
+    /// transcribed and acted on, at most `limit`; false when the limit passed.
+    pub fn settle(&self, sent: u64, limit: std::time::Duration) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        let t = std::time::Instant::now();
+        while self.processed.load(SeqCst) < sent || self.pending.load(SeqCst) > 0 {
+            if t.elapsed() > limit {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+        true
+    }
+}
+
 /// The speech thread's body: runs until the audio channel closes or `stop` is set (then it
 /// finishes the utterances already queued). Utterances go to the
 /// transcriber (never blocking: a full queue drops the utterance); each transcript is
 /// published with its decision, and accepted decisions become commands.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     audio: Receiver<Audio>,
     transcriber: Transcriber,
@@ -90,7 +117,9 @@ pub fn run(
     out: Sender<Outbound>,
     clock: Arc<dyn Clock>,
     stop: &std::sync::atomic::AtomicBool,
+    progress: &Progress,
 ) {
+    use std::sync::atomic::Ordering::SeqCst;
     let mut seg: Option<(u32, Segmenter)> = None;
     let handle = |t: frt_asr::stream::Transcribed| {
         let tr = match t.result {
@@ -131,10 +160,9 @@ pub fn run(
             decision,
         }));
     };
-    let pending = std::cell::Cell::new(0usize);
     let submit = |u| {
         if transcriber.submit(u).is_ok() {
-            pending.set(pending.get() + 1);
+            progress.pending.fetch_add(1, SeqCst);
         }
     };
     loop {
@@ -164,6 +192,7 @@ pub fn run(
                 for u in s.push(&mono(&a)) {
                     submit(u);
                 }
+                progress.processed.fetch_add(1, SeqCst);
             }
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
@@ -173,20 +202,20 @@ pub fn run(
                     }
                 }
                 // Finish what is queued, then stop.
-                while pending.get() > 0 {
+                while progress.pending.load(SeqCst) > 0 {
                     let Some(t) = transcriber.recv_timeout(std::time::Duration::from_secs(60))
                     else {
                         break;
                     };
-                    pending.set(pending.get() - 1);
                     handle(t);
+                    progress.pending.fetch_sub(1, SeqCst);
                 }
                 return;
             }
         }
         while let Some(t) = transcriber.try_recv() {
-            pending.set(pending.get() - 1);
             handle(t);
+            progress.pending.fetch_sub(1, SeqCst);
         }
     }
 }
@@ -195,13 +224,13 @@ pub fn run(
 /// its inputs and output channel). On a GPU Whisper shares the policy's context on the
 /// speech-recognition stream (low priority); on the host backend it gets a context (an
 /// executor thread) of its own, so that its long CPU ops do not sit between two of the
-/// policy's.
+/// policy's. Returns the thread and its [`Progress`].
 pub fn spawn(
     node: &crate::Node,
     audio: Receiver<Audio>,
     clock: Arc<dyn Clock>,
     stop: Arc<AtomicBool>,
-) -> crate::Result<std::thread::JoinHandle<()>> {
+) -> crate::Result<(std::thread::JoinHandle<()>, Arc<Progress>)> {
     let cfg = node.config();
     let asr = cfg
         .asr
@@ -226,8 +255,11 @@ pub fn spawn(
     }
     let transcriber = Transcriber::spawn(whisper, 4);
     let (inputs, out) = (node.inputs(), node.output_sender());
+    let progress = Arc::new(Progress::default());
+    let p = progress.clone();
     std::thread::Builder::new()
         .name("frt-voice".into())
-        .spawn(move || run(audio, transcriber, asr, inputs, out, clock, &stop))
+        .spawn(move || run(audio, transcriber, asr, inputs, out, clock, &stop, &p))
+        .map(|h| (h, progress))
         .map_err(|e| crate::Error::bad("speech thread", e.to_string()))
 }

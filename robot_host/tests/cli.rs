@@ -24,6 +24,7 @@ fn help_and_version_exit_zero() {
         "bench",
         "transcribe",
         "ros",
+        "replay",
     ] {
         let out = frt(&[cmd, "--help"]);
         let text = String::from_utf8_lossy(&out.stdout);

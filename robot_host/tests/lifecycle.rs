@@ -5,8 +5,12 @@
 //! unconfigured again after `cleanup`, and a clean exit on `shutdown`; each transition
 //! published on `~/transition_event`. The run writes a Perfetto trace (`--trace`): a track
 //! per thread with its spans nested, and the policy stream's replays on a track of their own.
+//! It records (`--record`): the peer's messages as received, the node's as published, its
+//! ticks; an independent MCAP reader decodes them all, and `replay` re-runs the recording
+//! (a live one: the differences its timing made are reported).
 
 mod cyclone;
+mod mcap;
 use cyclone::{cyclonedds, run_peer};
 use serde_json::Value;
 use std::process::{Command, Stdio};
@@ -38,10 +42,13 @@ fn the_managed_node_follows_lifecycle_transitions_over_the_wire() {
     std::fs::write(&config, CONFIG).unwrap();
     let domain = (150 + std::process::id() % 80).to_string();
     let trace = dir.join("trace.json");
+    let recording = dir.join("run.mcap");
     let mut node = Command::new(env!("CARGO_BIN_EXE_frt-robot-host"))
         .arg("--trace")
         .arg(&trace)
-        .args(["ros", "--dds", "--ros-args", "-p"])
+        .args(["ros", "--dds", "--record"])
+        .arg(&recording)
+        .args(["--ros-args", "-p"])
         .arg(format!("config:={}", config.display()))
         .args(["-p", "autostart:=false"])
         .env("ROS_DOMAIN_ID", &domain)
@@ -69,12 +76,19 @@ fn the_managed_node_follows_lifecycle_transitions_over_the_wire() {
     let trace: Option<Value> = std::fs::read_to_string(&trace)
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok());
-    let _ = std::fs::remove_dir_all(&dir);
     assert!(peer_status.success(), "peer failed: {lines:#?}\n{stderr}");
     assert!(
         node_status.is_some_and(|s| s.success()),
         "the node did not exit cleanly on shutdown ({node_status:?}):\n{stderr}"
     );
+    let recorded = mcap::read(&recording);
+    let replayed = Command::new(env!("CARGO_BIN_EXE_frt-robot-host"))
+        .arg("replay")
+        .arg(&recording)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
 
     let of =
         |event: &str| -> Vec<&Value> { lines.iter().filter(|l| l["event"] == event).collect() };
@@ -144,6 +158,35 @@ fn the_managed_node_follows_lifecycle_transitions_over_the_wire() {
         assert!(events.contains(&e), "{e:?} not in {events:?}");
     }
     assert!(stderr.contains("lifecycle: configure"), "{stderr}");
+
+    // The recording: the peer's camera and state as received, the ticks, the chunks as
+    // published (the halt on deactivate among them), the run's clock and node.
+    let topics = &recorded["topics"];
+    let count = |t: &str| topics[t]["count"].as_u64().unwrap_or(0);
+    assert!(count("/camera/base") >= 3, "{topics}");
+    assert!(count("/joint_states") >= 3, "{topics}");
+    assert!(count("/managed_host/tick") >= 3, "{topics}");
+    assert_eq!(topics["/managed_host/tick"]["schema"], "rosgraph_msgs/msg/Clock");
+    let chunks = recorded["chunks"].as_array().unwrap();
+    assert!(
+        chunks.len() as u64 >= of("active")[0]["chunks"].as_u64().unwrap(),
+        "{} chunks recorded",
+        chunks.len()
+    );
+    // Halts: the start inactive, deactivate and cleanup; the last chunk is one.
+    assert!(chunks.last().is_some_and(|c| c["halt"] == true), "{chunks:?}");
+    assert_eq!(recorded["metadata"]["frt"]["clock"], "system");
+    assert_eq!(recorded["metadata"]["frt"]["node"], "managed_host");
+    let out = String::from_utf8_lossy(&replayed.stdout);
+    assert!(
+        matches!(replayed.status.code(), Some(0 | 1)),
+        "{out}\n{}",
+        String::from_utf8_lossy(&replayed.stderr)
+    );
+    assert!(
+        out.contains(&format!("| chunks recorded / replayed | {} /", chunks.len())),
+        "{out}"
+    );
 
     // The trace: named tracks for the threads and the policy stream; the control thread's
     // stages nested in its ticks; the replays on the stream's track; the transport's spans.

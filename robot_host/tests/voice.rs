@@ -114,7 +114,7 @@ fn spoken_stop_and_subgoal_reach_the_control_loop() {
     let (atx, arx) = crossbeam_channel::bounded(64);
     let (mut node, inputs, out) = Node::new(cfg.clone(), clock.clone(), Some(atx)).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
-    let voice = voice::spawn(&node, arx, clock.clone(), stop.clone()).unwrap();
+    let (voice, _) = voice::spawn(&node, arx, clock.clone(), stop.clone()).unwrap();
     let observe = |t: f64| {
         clock.set(t);
         let rgb = frt_robot_host::transport::synth_frame(64, 48, t, 0);

@@ -83,6 +83,23 @@ pub enum In {
     Clock,
 }
 
+impl In {
+    /// The ROS type of the messages of this input.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            In::Camera(_, ImageFormat::Raw) => msg::Image::NAME,
+            In::Camera(_, ImageFormat::Compressed) => msg::CompressedImage::NAME,
+            In::State => msg::JointState::NAME,
+            In::Subgoal | In::Command => msg::StringMsg::NAME,
+            In::Interrupt | In::Resume => msg::Empty::NAME,
+            In::Audio(AudioIn::Frt) => msg::AudioChunk::NAME,
+            In::Audio(AudioIn::AudioStamped) => mgonzs13::AudioStamped::NAME,
+            In::Audio(AudioIn::AudioData { .. }) => ros_drivers::AudioDataStamped::NAME,
+            In::Clock => msg::Clock::NAME,
+        }
+    }
+}
+
 /// A microphone format and what raw PCM needs to be read.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum AudioIn {
@@ -225,6 +242,46 @@ impl Endpoints {
             outputs,
             services,
         })
+    }
+
+    /// The topic an input arrives on (a microphone in another format than the configured
+    /// one: the configured microphone topic, else `/audio`).
+    pub fn input_topic(&self, kind: &In) -> &str {
+        let same = |e: &&Endpoint<In>| match (&e.kind, kind) {
+            (In::Audio(_), In::Audio(_)) => true,
+            (a, b) => a == b,
+        };
+        match self.inputs.iter().find(same) {
+            Some(e) => &e.topic,
+            None if matches!(kind, In::Clock) => "/clock",
+            None => "/audio",
+        }
+    }
+
+    /// The input a recorded topic of type `type_name` is (`None`: not an input of this
+    /// node). A microphone topic is read in the format its type names.
+    pub fn input_for(&self, topic: &str, type_name: &str) -> Option<In> {
+        if topic == "/clock" && type_name == msg::Clock::NAME {
+            return Some(In::Clock);
+        }
+        let Some(e) = self.inputs.iter().find(|e| e.topic == topic) else {
+            let audio = !self.inputs.iter().any(|e| matches!(e.kind, In::Audio(_)));
+            return (audio && topic == "/audio" && type_name == msg::AudioChunk::NAME)
+                .then_some(In::Audio(AudioIn::Frt));
+        };
+        match &e.kind {
+            In::Audio(_) if type_name == msg::AudioChunk::NAME => Some(In::Audio(AudioIn::Frt)),
+            k if k.type_name() == type_name => Some(k.clone()),
+            _ => None,
+        }
+    }
+
+    /// The topic an output is published on.
+    pub fn output_topic(&self, kind: Out) -> Option<&str> {
+        self.outputs
+            .iter()
+            .find(|e| e.kind == kind)
+            .map(|e| e.topic.as_str())
     }
 
     /// Applies topic remappings (`from:=to`, each resolved like a topic name) to the fully
@@ -421,6 +478,19 @@ impl Publication {
             Publication::Transcript(_) => Out::Transcript,
             Publication::Status(_) => Out::Status,
             Publication::Diagnostics(_) => Out::Diagnostics,
+        }
+    }
+
+    /// The ROS type of the message.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Publication::Chunk(_) => msg::ActionChunk::NAME,
+            Publication::Trajectory(_) => msg::JointTrajectory::NAME,
+            Publication::Float64Command(_) => msg::Float64MultiArray::NAME,
+            Publication::JointStateCommand(_) => msg::JointState::NAME,
+            Publication::Transcript(_) => msg::Transcript::NAME,
+            Publication::Status(_) => msg::HostStatus::NAME,
+            Publication::Diagnostics(_) => msg::DiagnosticArray::NAME,
         }
     }
 

@@ -152,6 +152,8 @@ pub struct Dds {
     managed: Managed,
     /// The node's fully qualified name (`/robot1/frt_robot_host`).
     fqn: String,
+    /// Where what crosses the transport is recorded (`--record`).
+    tap: Option<Arc<crate::record::Tap>>,
 }
 
 /// `("sensor_msgs", "Image")` of `sensor_msgs/msg/Image` (and of `…/srv/…`).
@@ -171,6 +173,11 @@ fn qos(sensor_data: bool) -> QosProfile {
 }
 
 impl Dds {
+    /// Records every message received and published from now on into `tap`.
+    pub fn set_tap(&mut self, tap: Option<Arc<crate::record::Tap>>) {
+        self.tap = tap;
+    }
+
     /// Joins the domain and creates the node. `sim_clock`: the clock `/clock` drives when
     /// `options.sim_time` is set.
     pub fn new(
@@ -211,6 +218,7 @@ impl Dds {
         let mut node = node;
         let managed = Managed::new(&mut node, &context, options.service_mapping, &fqn)?;
         Ok(Dds {
+            tap: None,
             managed,
             fqn,
             context,
@@ -348,6 +356,7 @@ impl Transport for Dds {
         }
         let clock = self.sim_clock.clone();
         let cfg = &self.cfg;
+        let tap = self.tap.as_deref();
         let managed = &mut self.managed;
         managed.register(&poll, true)?;
         // Set when a cleanup or a shutdown ends this run (after the halt it issued went out).
@@ -359,7 +368,13 @@ impl Transport for Dds {
             std::thread::Builder::new()
                 .name("frt-dds-publish".into())
                 .spawn_scoped(s, || {
-                    publish(cfg, &writers, outputs, [stop, &leaving], &log, &logger)
+                    let sink = Sink {
+                        writers: &writers,
+                        log: &log,
+                        logger: &logger,
+                        tap: tap.map(|t| (t, inputs)),
+                    };
+                    publish(cfg, sink, outputs, [stop, &leaving])
                 })
                 .map_err(|e| dds_err("publish thread", e))?;
             let mut events = Events::with_capacity(64);
@@ -402,6 +417,13 @@ impl Transport for Dds {
                         match r.take() {
                             Ok(Some((b, _))) => {
                                 let _s = tracing::trace_span!("receive").entered();
+                                if let Some(tap) = tap {
+                                    // As rcl hands it: the CDR little-endian header first.
+                                    let mut m = Vec::with_capacity(4 + b.0.len());
+                                    m.extend_from_slice(&[0, 1, 0, 0]);
+                                    m.extend_from_slice(&b.0);
+                                    tap.input(inputs.now(), kind, &m);
+                                }
                                 wire::receive(kind, Cdr::Body(&b.0), inputs, clock.as_deref());
                             }
                             Ok(None) => break,
@@ -435,14 +457,22 @@ fn rosout(log: &ros2_client::NodeLoggingHandle, logger: &str, r: crate::rosout::
     log.rosout_raw(stamp, level, logger, &r.msg, &r.file, &r.function, r.line);
 }
 
-fn publish(
-    cfg: &Config,
-    writers: &[(Out, Writer)],
-    outputs: &Receiver<Outbound>,
-    stop: [&AtomicBool; 2],
-    log: &ros2_client::NodeLoggingHandle,
-    logger: &str,
-) {
+/// Where the publishing thread sends: the writers, `/rosout` as the node's logger, and the
+/// recording (with the inputs for the node's clock).
+struct Sink<'a> {
+    writers: &'a [(Out, Writer)],
+    log: &'a ros2_client::NodeLoggingHandle,
+    logger: &'a str,
+    tap: Option<(&'a crate::record::Tap, &'a Inputs)>,
+}
+
+fn publish(cfg: &Config, sink: Sink, outputs: &Receiver<Outbound>, stop: [&AtomicBool; 2]) {
+    let Sink {
+        writers,
+        log,
+        logger,
+        tap,
+    } = sink;
     let mut publisher = wire::Publisher::new(cfg);
     let never = crossbeam_channel::never();
     let records = crate::rosout::records().unwrap_or(&never);
@@ -461,6 +491,9 @@ fn publish(
             default(Duration::from_millis(50)) => continue,
         };
         let _s = tracing::trace_span!("publish").entered();
+        if let Some((tap, inputs)) = tap {
+            tap.output(inputs.now(), &o);
+        }
         publisher.messages(&o, |p| {
             if let Some((_, w)) = writers.iter().find(|(k, _)| *k == p.kind()) {
                 // The body: RustDDS writes the encapsulation header itself.

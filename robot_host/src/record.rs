@@ -1,0 +1,403 @@
+//! Recordings: every message the node received and published, in ROS 2 CDR with `ros2msg`
+//! schemas, in an MCAP file (`--record FILE.mcap`), readable by Foxglove and by `ros2 bag`
+//! with its MCAP storage; and the reading side for `replay`.
+//!
+//! Besides the topics, a recording holds:
+//! * the configuration the node ran with (attachment `config.yaml`, YAML; the noise seed is
+//!   its `control.noise_seed`);
+//! * a metadata record `frt` (format, node name and namespace, clock, start, noise seed,
+//!   version);
+//! * the node's clock at the start of every control tick, on `~/tick`
+//!   (`rosgraph_msgs/msg/Clock`): what `replay` runs the ticks on.
+//!
+//! Each message's log time is the node's clock when it was received or published (ns).
+//! Both are written first, so a recording cut short (a killed process) still replays up to
+//! where it ends.
+
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::messages::Stamp;
+use crate::ros::schema;
+use std::collections::{BTreeMap, HashMap};
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+
+/// The value of the `format` entry of a recording's `frt` metadata.
+pub const FORMAT: &str = "frt-recording 1";
+
+/// The name of the tick channel, relative to the node.
+pub const TICK: &str = "~/tick";
+
+/// How a run was recorded (the `frt` metadata record).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunInfo {
+    /// `sim` (a script on its own clock: deterministic), `system` or `ros` (live).
+    pub clock: String,
+    pub node: String,
+    pub namespace: String,
+    /// The node's clock when the run started.
+    pub start: Stamp,
+    pub noise_seed: u64,
+    pub version: String,
+}
+
+impl RunInfo {
+    fn to_map(&self) -> BTreeMap<String, String> {
+        [
+            ("format", FORMAT.to_string()),
+            ("clock", self.clock.clone()),
+            ("node", self.node.clone()),
+            ("namespace", self.namespace.clone()),
+            ("start", format!("{:?}", self.start)),
+            ("noise_seed", self.noise_seed.to_string()),
+            ("version", self.version.clone()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+
+    fn from_map(m: &BTreeMap<String, String>) -> std::result::Result<RunInfo, String> {
+        let get = |k: &str| m.get(k).cloned().ok_or_else(|| format!("no `{k}` entry"));
+        if get("format")? != FORMAT {
+            return Err(format!(
+                "format `{}` (this build reads `{FORMAT}`)",
+                get("format")?
+            ));
+        }
+        Ok(RunInfo {
+            clock: get("clock")?,
+            node: get("node")?,
+            namespace: get("namespace")?,
+            start: get("start")?
+                .parse()
+                .map_err(|e| format!("start: {e}"))?,
+            noise_seed: get("noise_seed")?
+                .parse()
+                .map_err(|e| format!("noise_seed: {e}"))?,
+            version: get("version")?,
+        })
+    }
+}
+
+/// A stamp as ROS 2 messages carry it (whole nanoseconds): the node's clock is set to such
+/// values in a simulation on its own clock, so that a replay sets it to the same ones.
+pub fn quantize(t: Stamp) -> Stamp {
+    crate::ros::msg::Time::from_secs(t).as_secs()
+}
+
+/// The stamp of a log time (nanoseconds), as [`quantize`]d stamps.
+pub fn from_nanos(ns: u64) -> Stamp {
+    crate::ros::msg::Time {
+        sec: (ns / 1_000_000_000) as i32,
+        nanosec: (ns % 1_000_000_000) as u32,
+    }
+    .as_secs()
+}
+
+/// Nanoseconds of a stamp (MCAP log times); 0 before the epoch.
+pub fn nanos(t: Stamp) -> u64 {
+    if t.is_finite() && t > 0.0 {
+        (t * 1e9).round() as u64
+    } else {
+        0
+    }
+}
+
+fn bad(path: &Path, e: impl std::fmt::Display) -> Error {
+    Error::bad("recording", format!("{}: {e}", path.display()))
+}
+
+/// Writes a recording.
+pub struct Recorder {
+    w: mcap::Writer<BufWriter<std::fs::File>>,
+    /// Channel ids by topic and type.
+    channels: HashMap<(String, String), u16>,
+    sequence: u32,
+    path: PathBuf,
+    /// The fully qualified tick channel.
+    tick: String,
+}
+
+impl Recorder {
+    /// Creates `path` and writes the configuration and `info`.
+    pub fn create(path: &Path, cfg: &Config, info: &RunInfo) -> Result<Recorder> {
+        let file = std::fs::File::create(path).map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut w = mcap::WriteOptions::new()
+            .compression(None)
+            .profile("ros2")
+            .library(format!("frt-robot-host {}", env!("CARGO_PKG_VERSION")))
+            .create(BufWriter::new(file))
+            .map_err(|e| bad(path, e))?;
+        let yaml = serde_yaml::to_string(cfg).map_err(|e| bad(path, e))?;
+        let t = nanos(info.start);
+        w.attach(&mcap::Attachment {
+            log_time: t,
+            create_time: t,
+            name: "config.yaml".into(),
+            media_type: "application/yaml".into(),
+            data: yaml.as_bytes().into(),
+        })
+        .map_err(|e| bad(path, e))?;
+        w.write_metadata(&mcap::records::Metadata {
+            name: "frt".into(),
+            metadata: info.to_map(),
+        })
+        .map_err(|e| bad(path, e))?;
+        let tick = crate::ros::wire::resolve(TICK, &info.namespace, &info.node)?;
+        Ok(Recorder {
+            w,
+            channels: HashMap::new(),
+            sequence: 0,
+            path: path.to_path_buf(),
+            tick,
+        })
+    }
+
+    /// Writes one serialized message (CDR with its encapsulation header) of type `type_name`
+    /// (`sensor_msgs/msg/Image`) on `topic` (fully qualified) at `t` on the node's clock.
+    pub fn write(&mut self, topic: &str, type_name: &str, t: Stamp, data: &[u8]) -> Result<()> {
+        let key = (topic.to_string(), type_name.to_string());
+        let channel = match self.channels.get(&key) {
+            Some(c) => *c,
+            None => {
+                let text = schema::ros2msg(type_name).ok_or_else(|| {
+                    bad(&self.path, format!("no schema for {type_name}"))
+                })?;
+                let s = self
+                    .w
+                    .add_schema(type_name, "ros2msg", text.as_bytes())
+                    .map_err(|e| bad(&self.path, e))?;
+                let c = self
+                    .w
+                    .add_channel(s, topic, "cdr", &BTreeMap::new())
+                    .map_err(|e| bad(&self.path, e))?;
+                self.channels.insert(key, c);
+                c
+            }
+        };
+        self.sequence = self.sequence.wrapping_add(1);
+        let header = mcap::records::MessageHeader {
+            channel_id: channel,
+            sequence: self.sequence,
+            log_time: nanos(t),
+            publish_time: nanos(t),
+        };
+        self.w
+            .write_to_known_channel(&header, data)
+            .map_err(|e| bad(&self.path, e))
+    }
+
+    /// Records the start of a control tick at `t`.
+    pub fn tick(&mut self, t: Stamp) -> Result<()> {
+        use crate::ros::msg::{self, RosMessage};
+        let c = msg::Clock {
+            clock: msg::Time::from_secs(t),
+        };
+        let topic = self.tick.clone();
+        self.write(&topic, msg::Clock::NAME, t, &c.encode())
+    }
+
+    /// Completes the file (summary and index); returns its path.
+    pub fn finish(mut self) -> Result<PathBuf> {
+        self.w.finish().map_err(|e| bad(&self.path, e))?;
+        Ok(self.path)
+    }
+}
+
+/// One recorded message.
+#[derive(Clone, Debug)]
+pub struct Recorded<'a> {
+    pub topic: &'a str,
+    pub type_name: &'a str,
+    /// The node's clock when it was received or published.
+    pub t: Stamp,
+    pub data: std::borrow::Cow<'a, [u8]>,
+}
+
+/// A recording opened for reading (memory-mapped).
+pub struct Recording {
+    map: memmap2::Mmap,
+    path: PathBuf,
+    pub config: Config,
+    pub info: RunInfo,
+    /// Channel topics and types, by channel id.
+    channels: BTreeMap<u16, (String, String)>,
+}
+
+impl Recording {
+    pub fn open(path: &Path) -> Result<Recording> {
+        let file = std::fs::File::open(path).map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        // SAFETY: the file is only read; a recording being rewritten while it is replayed
+        // would be the caller's mistake, and reads stay within the mapping.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let (mut config, mut info, mut channels) = (None, None, BTreeMap::new());
+        let mut schemas = BTreeMap::new();
+        let options = mcap::read::Options::IgnoreEndMagic.into();
+        for r in mcap::read::LinearReader::new_with_options(&map, options)
+            .map_err(|e| bad(path, e))?
+        {
+            // A recording cut short ends in a damaged record: what came before is kept.
+            let Ok(r) = r else { break };
+            match r {
+                mcap::records::Record::Attachment { header, data, .. }
+                    if header.name == "config.yaml" =>
+                {
+                    let text = std::str::from_utf8(&data).map_err(|e| bad(path, e))?;
+                    config = Some(
+                        Config::parse(text)
+                            .map_err(|e| bad(path, format!("its configuration: {e}")))?,
+                    );
+                }
+                mcap::records::Record::Metadata(m) if m.name == "frt" => {
+                    info = Some(RunInfo::from_map(&m.metadata).map_err(|e| bad(path, e))?);
+                }
+                mcap::records::Record::Schema { header, .. } => {
+                    schemas.insert(header.id, header.name);
+                }
+                mcap::records::Record::Channel(c) => {
+                    let ty = schemas.get(&c.schema_id).cloned().unwrap_or_default();
+                    channels.insert(c.id, (c.topic, ty));
+                }
+                _ => {}
+            }
+        }
+        let config = config.ok_or_else(|| bad(path, "no configuration (not a recording of frt-robot-host?)"))?;
+        let info = info.ok_or_else(|| bad(path, "no `frt` metadata record"))?;
+        Ok(Recording {
+            map,
+            path: path.to_path_buf(),
+            config,
+            info,
+            channels,
+        })
+    }
+
+    /// Every message in the order of its log time (ties: the order written).
+    pub fn messages(&self) -> Result<Vec<Recorded<'_>>> {
+        let mut out = Vec::new();
+        let options = mcap::read::Options::IgnoreEndMagic.into();
+        let stream = mcap::MessageStream::new_with_options(&self.map, options)
+            .map_err(|e| bad(&self.path, e))?;
+        for m in stream {
+            // A recording cut short: what came before the damage is replayed.
+            let Ok(m) = m else { break };
+            let Some((topic, ty)) = self.channels.get(&m.channel.id) else {
+                continue;
+            };
+            out.push(Recorded {
+                topic,
+                type_name: ty,
+                t: from_nanos(m.log_time),
+                data: m.data,
+            });
+        }
+        out.sort_by(|a, b| a.t.total_cmp(&b.t));
+        Ok(out)
+    }
+
+    /// The fully qualified tick channel of this recording.
+    pub fn tick_topic(&self) -> Result<String> {
+        crate::ros::wire::resolve(TICK, &self.info.namespace, &self.info.node)
+    }
+}
+
+/// What a running node records through: its inputs as received, its outputs as the ROS 2
+/// transports publish them, its ticks. Shared by the threads that see them; a write that
+/// fails (a full disk) is logged once and ends the recording, never the node.
+pub struct Tap {
+    inner: std::sync::Mutex<Option<TapInner>>,
+    /// Tick times from the control thread, written with the next message (a control thread
+    /// never waits for the file).
+    ticks: (
+        crossbeam_channel::Sender<Stamp>,
+        crossbeam_channel::Receiver<Stamp>,
+    ),
+}
+
+struct TapInner {
+    recorder: Recorder,
+    endpoints: crate::ros::wire::Endpoints,
+    publisher: crate::ros::wire::Publisher,
+}
+
+impl Tap {
+    /// Records into `recorder` for a node of configuration `cfg` whose topics are
+    /// `endpoints`.
+    pub fn new(recorder: Recorder, cfg: &Config, endpoints: crate::ros::wire::Endpoints) -> Tap {
+        Tap {
+            inner: std::sync::Mutex::new(Some(TapInner {
+                recorder,
+                endpoints,
+                publisher: crate::ros::wire::Publisher::new(cfg),
+            })),
+            ticks: crossbeam_channel::bounded(4096),
+        }
+    }
+
+    fn with(&self, f: impl FnOnce(&mut TapInner) -> Result<()>) {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(inner) = g.as_mut() else { return };
+        let mut r = Ok(());
+        while let (Ok(()), Ok(t)) = (&r, self.ticks.1.try_recv()) {
+            r = inner.recorder.tick(t);
+        }
+        if let Err(e) = r.and_then(|()| f(inner)) {
+            tracing::error!(error = %e, "recording ended");
+            *g = None;
+        }
+    }
+
+    /// An input as received (serialized, with its encapsulation header) at `t`.
+    pub fn input(&self, t: Stamp, kind: &crate::ros::wire::In, data: &[u8]) {
+        self.with(|i| {
+            let topic = i.endpoints.input_topic(kind).to_string();
+            i.recorder.write(&topic, kind.type_name(), t, data)
+        });
+    }
+
+    /// What the node published, as the ROS 2 messages it becomes, at `t`.
+    pub fn output(&self, t: Stamp, o: &crate::messages::Outbound) {
+        self.with(|i| {
+            let mut r = Ok(());
+            let TapInner {
+                recorder,
+                endpoints,
+                publisher,
+            } = i;
+            publisher.messages(o, |p| {
+                if let (Ok(()), Some(topic)) = (&r, endpoints.output_topic(p.kind())) {
+                    r = recorder.write(topic, p.type_name(), t, &p.encode());
+                }
+            });
+            r
+        });
+    }
+
+    /// The start of a control tick at `t`.
+    pub fn tick(&self, t: Stamp) {
+        self.with(|i| i.recorder.tick(t));
+    }
+
+    /// The start of a control tick at `t`, written with the next message; never blocks (a
+    /// full queue loses the tick: the replay then differs and says so).
+    pub fn tick_later(&self, t: Stamp) {
+        let _ = self.ticks.0.try_send(t);
+    }
+
+    /// Completes the file; `None` when the recording had ended on an error.
+    pub fn finish(&self) -> Option<Result<PathBuf>> {
+        self.with(|_| Ok(()));
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
+        inner.map(|i| i.recorder.finish())
+    }
+}
