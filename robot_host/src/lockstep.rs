@@ -256,7 +256,11 @@ fn chunk_difference(i: usize, a: &[u8], b: &[u8]) -> (String, f32) {
     } else {
         f32::NAN
     };
-    if a.actions.iter().map(|x| x.to_bits()).ne(b.actions.iter().map(|x| x.to_bits())) {
+    if a.actions
+        .iter()
+        .map(|x| x.to_bits())
+        .ne(b.actions.iter().map(|x| x.to_bits()))
+    {
         fields.push("actions");
     }
     let text = if fields.is_empty() {
@@ -265,7 +269,10 @@ fn chunk_difference(i: usize, a: &[u8], b: &[u8]) -> (String, f32) {
         format!("{} differ", fields.join(", "))
     };
     (
-        format!("chunk #{i} (seq {}): {text} (max |Δ action| {delta:.3e})", a.seq),
+        format!(
+            "chunk #{i} (seq {}): {text} (max |Δ action| {delta:.3e})",
+            a.seq
+        ),
         delta,
     )
 }

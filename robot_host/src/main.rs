@@ -832,11 +832,7 @@ fn session(
 ) -> Result<(), String> {
     let voice_ok = node.config().asr.is_some();
     let stop = Arc::new(AtomicBool::new(false));
-    let mut threads = Vec::new();
-    if voice_ok {
-        let (h, _) = voice::spawn(&node, arx, clock.clone(), stop.clone()).map_err(|e| e.to_string())?;
-        threads.push(h);
-    }
+    let (threads, _) = listen(voice_ok, &node, arx, clock, &stop)?;
     let done = Arc::new(AtomicBool::new(false));
     let supervisor = supervise(inputs.clone(), stop.clone(), done.clone());
     let control = spawn_control(node, stop.clone(), done)?;
@@ -916,6 +912,27 @@ struct SimOptions {
     record: Option<PathBuf>,
 }
 
+/// The speech thread when `voice_ok` (its handle, to join, and its progress).
+fn listen(
+    voice_ok: bool,
+    node: &Node,
+    arx: crossbeam_channel::Receiver<Audio>,
+    clock: Arc<dyn frt_robot_host::Clock>,
+    stop: &Arc<AtomicBool>,
+) -> Result<
+    (
+        Vec<std::thread::JoinHandle<()>>,
+        Option<Arc<voice::Progress>>,
+    ),
+    String,
+> {
+    if !voice_ok {
+        return Ok((Vec::new(), None));
+    }
+    let (h, p) = voice::spawn(node, arx, clock, stop.clone()).map_err(|e| e.to_string())?;
+    Ok((vec![h], Some(p)))
+}
+
 /// The Whisper model of a configuration, if it is installed (else the configuration without
 /// speech, said on stdout).
 fn speech_or_none(cfg: &mut Config, what: &str) -> bool {
@@ -960,13 +977,8 @@ fn run_sim(config: &Path, script: &Path, opts: SimOptions) -> Result<(), String>
         node.policy().target()
     );
     ready(&node, &cfg);
-    let mut threads = Vec::new();
-    let mut progress = None;
+    let (threads, progress) = listen(voice_ok, &node, arx, clock.clone(), &stop)?;
     if voice_ok {
-        let (h, p) =
-            voice::spawn(&node, arx, clock.clone(), stop.clone()).map_err(|e| e.to_string())?;
-        threads.push(h);
-        progress = Some(p);
         println!("voice: Whisper tiny.en on the low-priority stream");
     }
     let done = Arc::new(AtomicBool::new(false));
@@ -1186,16 +1198,9 @@ fn replay(path: &Path, backend: Option<&str>, precision: Option<&str>) -> Result
     let clock = Arc::new(frt_robot_host::ManualClock::default());
     let stop = Arc::new(AtomicBool::new(false));
     let (atx, arx) = crossbeam_channel::bounded::<Audio>(512);
-    let (node, _inputs, outputs) = Node::new(cfg, clock.clone(), voice_ok.then_some(atx))
-        .map_err(|e| e.to_string())?;
-    let mut threads = Vec::new();
-    let mut progress = None;
-    if voice_ok {
-        let (h, p) =
-            voice::spawn(&node, arx, clock.clone(), stop.clone()).map_err(|e| e.to_string())?;
-        threads.push(h);
-        progress = Some(p);
-    }
+    let (node, _inputs, outputs) =
+        Node::new(cfg, clock.clone(), voice_ok.then_some(atx)).map_err(|e| e.to_string())?;
+    let (threads, progress) = listen(voice_ok, &node, arx, clock.clone(), &stop)?;
     let (report, node) =
         frt_robot_host::lockstep::replay(&rec, node, outputs.0.clone(), clock, progress)
             .map_err(|e| e.to_string())?;
@@ -1208,11 +1213,17 @@ fn replay(path: &Path, backend: Option<&str>, precision: Option<&str>) -> Result
     println!("\n| what | value |\n|---|---|");
     println!("| ticks replayed | {} |", report.ticks);
     println!("| inputs delivered | {} |", report.inputs);
-    println!("| chunks recorded / replayed | {} / {} |", report.recorded, report.replayed);
+    println!(
+        "| chunks recorded / replayed | {} / {} |",
+        report.recorded, report.replayed
+    );
     println!("| leading chunks byte-identical | {} |", report.identical);
     println!("| chunks that differ | {} |", report.differing);
     if report.differing > 0 {
-        println!("| largest action difference | {:.3e} |", report.max_action_delta);
+        println!(
+            "| largest action difference | {:.3e} |",
+            report.max_action_delta
+        );
     }
     match &report.first_difference {
         None => {
@@ -1273,7 +1284,7 @@ fn drive(
             break;
         }
         if !fast {
-            let ahead = std::time::Duration::from_secs_f64(t) .saturating_sub(wall.elapsed());
+            let ahead = std::time::Duration::from_secs_f64(t).saturating_sub(wall.elapsed());
             std::thread::sleep(ahead);
         }
         source.take_due(t, 0.0, &mut due);

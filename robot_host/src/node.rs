@@ -1712,7 +1712,10 @@ impl Node {
     /// The watchdog of [`Node::step`]s driven from outside [`Node::run`] (a simulation on its
     /// own clock): a thread that halts and records a fault when a step runs longer than
     /// `safety.watchdog_factor` control periods of real time, until `ended` is set.
-    pub fn spawn_step_watchdog(&self, ended: Arc<AtomicBool>) -> Option<std::thread::JoinHandle<()>> {
+    pub fn spawn_step_watchdog(
+        &self,
+        ended: Arc<AtomicBool>,
+    ) -> Option<std::thread::JoinHandle<()>> {
         let period = std::time::Duration::from_secs_f64(1.0 / self.cfg.control.rate_hz);
         self.spawn_watchdog(period, ended)
     }

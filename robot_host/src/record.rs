@@ -69,9 +69,7 @@ impl RunInfo {
             clock: get("clock")?,
             node: get("node")?,
             namespace: get("namespace")?,
-            start: get("start")?
-                .parse()
-                .map_err(|e| format!("start: {e}"))?,
+            start: get("start")?.parse().map_err(|e| format!("start: {e}"))?,
             noise_seed: get("noise_seed")?
                 .parse()
                 .map_err(|e| format!("noise_seed: {e}"))?,
@@ -164,9 +162,8 @@ impl Recorder {
         let channel = match self.channels.get(&key) {
             Some(c) => *c,
             None => {
-                let text = schema::ros2msg(type_name).ok_or_else(|| {
-                    bad(&self.path, format!("no schema for {type_name}"))
-                })?;
+                let text = schema::ros2msg(type_name)
+                    .ok_or_else(|| bad(&self.path, format!("no schema for {type_name}")))?;
                 let s = self
                     .w
                     .add_schema(type_name, "ros2msg", text.as_bytes())
@@ -243,8 +240,8 @@ impl Recording {
         let (mut config, mut info, mut channels) = (None, None, BTreeMap::new());
         let mut schemas = BTreeMap::new();
         let options = mcap::read::Options::IgnoreEndMagic.into();
-        for r in mcap::read::LinearReader::new_with_options(&map, options)
-            .map_err(|e| bad(path, e))?
+        for r in
+            mcap::read::LinearReader::new_with_options(&map, options).map_err(|e| bad(path, e))?
         {
             // A recording cut short ends in a damaged record: what came before is kept.
             let Ok(r) = r else { break };
@@ -271,7 +268,12 @@ impl Recording {
                 _ => {}
             }
         }
-        let config = config.ok_or_else(|| bad(path, "no configuration (not a recording of frt-robot-host?)"))?;
+        let config = config.ok_or_else(|| {
+            bad(
+                path,
+                "no configuration (not a recording of frt-robot-host?)",
+            )
+        })?;
         let info = info.ok_or_else(|| bad(path, "no `frt` metadata record"))?;
         Ok(Recording {
             map,

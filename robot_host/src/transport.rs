@@ -299,8 +299,15 @@ pub struct SimSource {
 
 /// A frame from a folder: the file's bytes (compressed cameras) or its pixels (raw cameras).
 enum FolderFrame {
-    File { format: String, data: Vec<u8> },
-    Rgb { width: u32, height: u32, data: Vec<u8> },
+    File {
+        format: String,
+        data: Vec<u8>,
+    },
+    Rgb {
+        width: u32,
+        height: u32,
+        data: Vec<u8>,
+    },
 }
 
 impl SimSource {
@@ -552,9 +559,9 @@ fn folder_frames(dir: &Path, format: crate::config::ImageFormat) -> Result<Vec<F
         })?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
-            p.extension().and_then(|e| e.to_str()).is_some_and(|e| {
-                matches!(e.to_ascii_lowercase().as_str(), "png" | "jpg" | "jpeg")
-            })
+            p.extension()
+                .and_then(|e| e.to_str())
+                .is_some_and(|e| matches!(e.to_ascii_lowercase().as_str(), "png" | "jpg" | "jpeg"))
         })
         .collect();
     names.sort();
@@ -571,9 +578,7 @@ fn folder_frames(dir: &Path, format: crate::config::ImageFormat) -> Result<Vec<F
                 path: p.clone(),
                 source,
             })?;
-            let png = p
-                .extension()
-                .is_some_and(|e| e.eq_ignore_ascii_case("png"));
+            let png = p.extension().is_some_and(|e| e.eq_ignore_ascii_case("png"));
             Ok(match format {
                 crate::config::ImageFormat::Compressed => FolderFrame::File {
                     format: if png { "png" } else { "jpeg" }.into(),

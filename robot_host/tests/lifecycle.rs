@@ -166,7 +166,10 @@ fn the_managed_node_follows_lifecycle_transitions_over_the_wire() {
     assert!(count("/camera/base") >= 3, "{topics}");
     assert!(count("/joint_states") >= 3, "{topics}");
     assert!(count("/managed_host/tick") >= 3, "{topics}");
-    assert_eq!(topics["/managed_host/tick"]["schema"], "rosgraph_msgs/msg/Clock");
+    assert_eq!(
+        topics["/managed_host/tick"]["schema"],
+        "rosgraph_msgs/msg/Clock"
+    );
     let chunks = recorded["chunks"].as_array().unwrap();
     assert!(
         chunks.len() as u64 >= of("active")[0]["chunks"].as_u64().unwrap(),
@@ -174,7 +177,10 @@ fn the_managed_node_follows_lifecycle_transitions_over_the_wire() {
         chunks.len()
     );
     // Halts: the start inactive, deactivate and cleanup; the last chunk is one.
-    assert!(chunks.last().is_some_and(|c| c["halt"] == true), "{chunks:?}");
+    assert!(
+        chunks.last().is_some_and(|c| c["halt"] == true),
+        "{chunks:?}"
+    );
     assert_eq!(recorded["metadata"]["frt"]["clock"], "system");
     assert_eq!(recorded["metadata"]["frt"]["node"], "managed_host");
     let out = String::from_utf8_lossy(&replayed.stdout);
@@ -184,7 +190,10 @@ fn the_managed_node_follows_lifecycle_transitions_over_the_wire() {
         String::from_utf8_lossy(&replayed.stderr)
     );
     assert!(
-        out.contains(&format!("| chunks recorded / replayed | {} /", chunks.len())),
+        out.contains(&format!(
+            "| chunks recorded / replayed | {} /",
+            chunks.len()
+        )),
         "{out}"
     );
 

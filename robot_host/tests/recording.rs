@@ -122,7 +122,12 @@ fn a_simulation_records_replays_byte_identical_and_reports_differences() {
     // Two runs of the same script: the same chunks, byte for byte.
     let (ca, cb) = (chunk_bytes(&a), chunk_bytes(&b));
     assert!(ca.len() >= 15, "{} chunks", ca.len());
-    assert!(ca == cb, "two runs differ: {} vs {} chunks", ca.len(), cb.len());
+    assert!(
+        ca == cb,
+        "two runs differ: {} vs {} chunks",
+        ca.len(),
+        cb.len()
+    );
 
     // The independent reader decodes every message of every topic.
     let r = read(&a);
@@ -138,7 +143,11 @@ fn a_simulation_records_replays_byte_identical_and_reports_differences() {
         ("/joint_states", "sensor_msgs/msg/JointState", 190),
         ("/frt_robot_host/command", "std_msgs/msg/String", 3),
         ("/frt_robot_host/tick", "rosgraph_msgs/msg/Clock", 18),
-        ("/frt_robot_host/action_chunk", "frt_msgs/msg/ActionChunk", 15),
+        (
+            "/frt_robot_host/action_chunk",
+            "frt_msgs/msg/ActionChunk",
+            15,
+        ),
         (
             "/arm/joint_trajectory",
             "trajectory_msgs/msg/JointTrajectory",
@@ -160,7 +169,10 @@ fn a_simulation_records_replays_byte_identical_and_reports_differences() {
     let halts: Vec<_> = chunks.iter().filter(|c| c["halt"] == true).collect();
     assert_eq!(halts.len(), 1, "{chunks:?}");
     // The stop at 2.1 s: the halt chunk is stamped with it on the script's clock.
-    assert!((halts[0]["stamp"].as_f64().unwrap() - 2.1).abs() < 1e-6, "{halts:?}");
+    assert!(
+        (halts[0]["stamp"].as_f64().unwrap() - 2.1).abs() < 1e-6,
+        "{halts:?}"
+    );
     assert!(
         chunks
             .iter()
@@ -181,14 +193,20 @@ fn a_simulation_records_replays_byte_identical_and_reports_differences() {
         "{stdout}"
     );
     assert!(
-        stdout.contains(&format!("| chunks recorded / replayed | {0} / {0} |", ca.len())),
+        stdout.contains(&format!(
+            "| chunks recorded / replayed | {0} / {0} |",
+            ca.len()
+        )),
         "{stdout}"
     );
 
     // Another precision: the differences are reported, exit 1.
     let (code, stdout, _) = replay(&a, &["--precision", "bf16"]);
     assert_eq!(code, Some(1), "{stdout}");
-    assert!(stdout.contains("the chunk streams differ: chunk #0"), "{stdout}");
+    assert!(
+        stdout.contains("the chunk streams differ: chunk #0"),
+        "{stdout}"
+    );
     assert!(stdout.contains("actions differ"), "{stdout}");
 
     // A recording whose fifth chunk was altered (one letter of its subgoal) is caught.
@@ -212,7 +230,10 @@ fn a_simulation_records_replays_byte_identical_and_reports_differences() {
         stdout.contains("the chunk streams differ: chunk #4 (seq 5): subgoal differ"),
         "{stdout}"
     );
-    assert!(stdout.contains("| leading chunks byte-identical | 4 |"), "{stdout}");
+    assert!(
+        stdout.contains("| leading chunks byte-identical | 4 |"),
+        "{stdout}"
+    );
 
     // Not a recording: a clear error.
     let (code, _, stderr) = replay(&config, &[]);
@@ -257,7 +278,12 @@ fn a_spoken_command_replays_at_the_same_time() {
     assert!(out.contains("heard"), "{out}");
     record(&config, &script, &b);
     let (ca, cb) = (chunk_bytes(&a), chunk_bytes(&b));
-    assert!(ca == cb, "two runs differ: {} vs {} chunks", ca.len(), cb.len());
+    assert!(
+        ca == cb,
+        "two runs differ: {} vs {} chunks",
+        ca.len(),
+        cb.len()
+    );
     let r = read(&a);
     let subgoals: Vec<_> = r["chunks"]
         .as_array()
@@ -266,8 +292,12 @@ fn a_spoken_command_replays_at_the_same_time() {
         .map(|c| c["subgoal"].as_str().unwrap().to_string())
         .collect();
     assert!(
-        subgoals.first().is_some_and(|s| s == "pick up the red block")
-            && subgoals.last().is_some_and(|s| s != "pick up the red block"),
+        subgoals
+            .first()
+            .is_some_and(|s| s == "pick up the red block")
+            && subgoals
+                .last()
+                .is_some_and(|s| s != "pick up the red block"),
         "{subgoals:?}"
     );
     assert!(r["topics"]["/frt_robot_host/transcript"]["count"].as_u64() >= Some(1));

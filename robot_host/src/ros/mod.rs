@@ -8,9 +8,9 @@ pub mod convert;
 #[cfg(feature = "dds")]
 pub mod dds_transport;
 pub mod msg;
-pub mod schema;
 #[cfg(feature = "ros2")]
 pub mod r2r_transport;
+pub mod schema;
 pub mod wire;
 
 pub use cdr::{CdrError, CdrReader, CdrWriter};

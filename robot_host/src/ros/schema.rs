@@ -95,7 +95,10 @@ fn short(type_name: &str) -> String {
 }
 
 fn fields_of(name: &str) -> Option<&'static str> {
-    DEFINITIONS.iter().find(|(n, _)| *n == name).map(|(_, f)| *f)
+    DEFINITIONS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, f)| *f)
 }
 
 /// Whether a field line defines a constant (`byte OK=0`; `string<=8 name` is a bounded field).
