@@ -195,7 +195,7 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-#[cfg(feature = "dds")]
+#[cfg(any(feature = "ros2", feature = "dds"))]
 fn arg(args: &[String], name: &str) -> Option<PathBuf> {
     args.iter()
         .position(|a| a == name)
@@ -582,7 +582,7 @@ fn ros(args: &[String]) -> Result<(), String> {
         return ros_dds(args);
     }
     #[cfg(feature = "ros2")]
-    return ros_r2r();
+    return ros_r2r(args);
     #[allow(unreachable_code)]
     Err(
         "this build has no ROS 2 transport: build with `--features dds` (pure Rust) or \
@@ -593,13 +593,35 @@ fn ros(args: &[String]) -> Result<(), String> {
 
 /// The r2r node: parameters from `--ros-args` (`config`, `use_sim_time`) read by rcl.
 #[cfg(feature = "ros2")]
-fn ros_r2r() -> Result<(), String> {
-    use frt_robot_host::ros::r2r_transport::R2r;
+fn ros_r2r(args: &[String]) -> Result<(), String> {
+    use frt_robot_host::ros::r2r_transport::{R2r, overrides};
     let (rnode, config, sim) = R2r::create_node("frt_robot_host", "").map_err(|e| e.to_string())?;
-    let cfg = Config::load(Path::new(&config)).map_err(|e| format!("{config}: {e}"))?;
+    // Every other parameter overrides the configuration field of its dotted name.
+    let overrides = overrides(&rnode).map_err(|e| e.to_string())?;
+    let cfg =
+        Config::load_with(Path::new(&config), &overrides).map_err(|e| format!("{config}: {e}"))?;
+    for (k, v) in &overrides {
+        tracing::info!(
+            "parameter {k} = {} (over the configuration file)",
+            v.trim_end()
+        );
+    }
     let sim_clock = sim.then(|| Arc::new(frt_robot_host::ManualClock::default()));
     let mut transport = R2r::new(rnode, cfg.clone(), sim_clock.clone());
-    serve(cfg, sim_clock, &mut transport)
+    let tap = match arg(args, "--record") {
+        Some(path) => {
+            let ends = transport.endpoints().map_err(|e| e.to_string())?;
+            let (node, namespace) = transport.names().map_err(|e| e.to_string())?;
+            Some(Arc::new(ros_tap(
+                &path, &cfg, &sim_clock, &node, &namespace, ends,
+            )?))
+        }
+        None => None,
+    };
+    transport.set_tap(tap.clone());
+    let r = serve(cfg, sim_clock, &mut transport, tap.clone());
+    finish_recording(tap)?;
+    r
 }
 
 /// The pure-Rust DDS node: `--config FILE` or the ROS 2 arguments (`--ros-args -p
@@ -663,28 +685,62 @@ fn ros_dds(args: &[String]) -> Result<(), String> {
     };
     let tap = match arg(args, "--record") {
         Some(path) => {
-            use frt_robot_host::record::{Recorder, RunInfo, Tap};
-            let info = RunInfo {
-                clock: if opts.sim_time { "ros-sim" } else { "system" }.into(),
-                node: opts.node_name.clone(),
-                namespace: opts.namespace.clone(),
-                start: node_clock(&sim_clock).now(),
-                noise_seed: cfg.control.noise_seed,
-                version: env!("CARGO_PKG_VERSION").into(),
-            };
-            let r = Recorder::create(&path, &cfg, &info).map_err(|e| e.to_string())?;
-            println!("recording to {}", path.display());
-            Some(Arc::new(Tap::new(r, &cfg, transport.endpoints().clone())))
+            let ends = transport.endpoints().clone();
+            let t = ros_tap(
+                &path,
+                &cfg,
+                &sim_clock,
+                &opts.node_name,
+                &opts.namespace,
+                ends,
+            )?;
+            Some(Arc::new(t))
         }
         None => None,
     };
     transport.set_tap(tap.clone());
     let r = serve_managed(cfg, sim_clock, &mut transport, autostart, tap.clone());
+    finish_recording(tap)?;
+    r
+}
+
+/// The recording of a ROS 2 node (`ros … --record FILE.mcap`): on the node's clock (the
+/// system's, or `/clock` with `use_sim_time`).
+#[cfg(any(feature = "ros2", feature = "dds"))]
+fn ros_tap(
+    path: &Path,
+    cfg: &Config,
+    sim_clock: &Option<Arc<frt_robot_host::ManualClock>>,
+    node: &str,
+    namespace: &str,
+    endpoints: frt_robot_host::ros::wire::Endpoints,
+) -> Result<frt_robot_host::record::Tap, String> {
+    use frt_robot_host::record::{Recorder, RunInfo, Tap};
+    let info = RunInfo {
+        clock: if sim_clock.is_some() {
+            "ros-sim"
+        } else {
+            "system"
+        }
+        .into(),
+        node: node.to_string(),
+        namespace: namespace.to_string(),
+        start: node_clock(sim_clock).now(),
+        noise_seed: cfg.control.noise_seed,
+        version: env!("CARGO_PKG_VERSION").into(),
+    };
+    let r = Recorder::create(path, cfg, &info).map_err(|e| e.to_string())?;
+    println!("recording to {}", path.display());
+    Ok(Tap::new(r, cfg, endpoints))
+}
+
+/// Completes a recording, if there is one, and says where it is.
+fn finish_recording(tap: Option<Arc<frt_robot_host::record::Tap>>) -> Result<(), String> {
     if let Some(done) = tap.and_then(|t| t.finish()) {
         let path = done.map_err(|e| e.to_string())?;
         println!("recorded to {} (frt-robot-host replay {0})", path.display());
     }
-    r
+    Ok(())
 }
 
 /// The DDS node as a managed (lifecycle) node, until SIGINT / SIGTERM or a shutdown: unless
@@ -764,11 +820,13 @@ fn serve(
     cfg: Config,
     sim_clock: Option<Arc<frt_robot_host::ManualClock>>,
     transport: &mut dyn Transport,
+    tap: Option<Arc<frt_robot_host::record::Tap>>,
 ) -> Result<(), String> {
     let clock = node_clock(&sim_clock);
-    let (node, inputs, outputs, arx) =
+    let (mut node, inputs, outputs, arx) =
         build_node(&cfg, clock.clone()).map_err(|e| e.to_string())?;
     ready(&node, &cfg);
+    node.set_tap(tap);
     on_signals();
     session(node, inputs, outputs, arx, clock, transport)
 }
@@ -912,20 +970,20 @@ struct SimOptions {
     record: Option<PathBuf>,
 }
 
-/// The speech thread when `voice_ok` (its handle, to join, and its progress).
+/// The speech thread's handles (to join) and its progress.
+type Listening = (
+    Vec<std::thread::JoinHandle<()>>,
+    Option<Arc<voice::Progress>>,
+);
+
+/// The speech thread when `voice_ok`.
 fn listen(
     voice_ok: bool,
     node: &Node,
     arx: crossbeam_channel::Receiver<Audio>,
     clock: Arc<dyn frt_robot_host::Clock>,
     stop: &Arc<AtomicBool>,
-) -> Result<
-    (
-        Vec<std::thread::JoinHandle<()>>,
-        Option<Arc<voice::Progress>>,
-    ),
-    String,
-> {
+) -> Result<Listening, String> {
     if !voice_ok {
         return Ok((Vec::new(), None));
     }
@@ -1121,10 +1179,7 @@ fn run_sim(config: &Path, script: &Path, opts: SimOptions) -> Result<(), String>
     for t in threads {
         let _ = t.join();
     }
-    if let Some(r) = tap.as_ref().and_then(|t| t.finish()) {
-        let path = r.map_err(|e| e.to_string())?;
-        println!("recorded to {} (frt-robot-host replay {0})", path.display());
-    }
+    finish_recording(tap)?;
     let s = node.status();
     println!("\n| what | value |\n|---|---|");
     println!("| chunks published | {} |", s.chunks);

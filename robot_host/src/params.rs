@@ -90,7 +90,7 @@ impl ParamValue {
         })
     }
 
-    fn to_yaml(&self) -> Value {
+    pub fn to_yaml(&self) -> Value {
         let seq = |v: Vec<Value>| Value::Sequence(v);
         match self {
             ParamValue::NotSet => Value::Null,
@@ -306,6 +306,27 @@ impl Parameters {
     /// Takes a configuration [`Parameters::check`] returned as the one in effect.
     pub fn commit(&mut self, config: &Config) {
         *self = Parameters::new(config);
+    }
+
+    /// Sets `changes` as one (what a parameter service's set does): checked, handed to the
+    /// running node (taken between two ticks), then in effect here. `Err`: the reason nothing
+    /// was set.
+    pub fn apply(
+        &mut self,
+        inputs: &crate::Inputs,
+        changes: &[(String, ParamValue)],
+    ) -> Result<(), String> {
+        let c = self.check(changes)?;
+        inputs.reconfigure(c.clone()).map_err(|e| e.to_string())?;
+        self.commit(&c);
+        let names: Vec<&str> = changes.iter().map(|(n, _)| n.as_str()).collect();
+        tracing::info!(parameters = ?names, "parameters set");
+        Ok(())
+    }
+
+    /// Each parameter with whether it may be set while running.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &ParamValue, bool)> {
+        self.list.iter().map(|(n, v)| (n.as_str(), v, is_live(n)))
     }
 }
 

@@ -1,19 +1,20 @@
 //! The ROS 2 transport on rcl through r2r (cargo feature `ros2`; needs a sourced ROS 2
-//! install to link). Standard messages are typed r2r messages converted to and from the
-//! node's definitions (`super::msg`); `frt_msgs` and the audio_common messages travel as raw
-//! CDR through `subscribe_raw` / `publish_raw` with the codec of `super::cdr`, so nothing here
-//! depends on generated code for packages outside ROS 2's core.
+//! install to link). Every message travels as serialized CDR (`subscribe_raw` /
+//! `publish_raw`) through the node's own codec (`super::msg`, `super::wire`), as with the DDS
+//! transport: decoding, conversion and the counting of refused inputs happen in one place.
+//! Besides the topics: the configuration as parameters (r2r's parameter services), the log
+//! records on `/rosout`, and a recording tap.
 //!
 //! The topics are those of `super::wire`; rcl resolves and remaps their names.
 
-use super::convert;
 use super::msg;
-use super::wire::{self, Cdr, Endpoints, In, Out, Publication};
-use crate::config::{Config, ImageFormat};
+use super::wire::{self, Cdr, Endpoints, In};
+use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::messages::Outbound;
 use crate::node::{Inputs, ManualClock};
-use crate::transport::{Inbound, Transport, deliver};
+use crate::params::{ParamValue, Parameters};
+use crate::transport::Transport;
 use crossbeam_channel::Receiver;
 use futures::StreamExt;
 use futures::task::LocalSpawnExt;
@@ -24,71 +25,6 @@ use std::time::Duration;
 
 fn ros_err(e: r2r::Error) -> Error {
     Error::bad("ROS 2", e.to_string())
-}
-
-fn header_in(h: r2r::std_msgs::msg::Header) -> msg::Header {
-    msg::Header {
-        stamp: msg::Time {
-            sec: h.stamp.sec,
-            nanosec: h.stamp.nanosec,
-        },
-        frame_id: h.frame_id,
-    }
-}
-
-fn header_out(h: &msg::Header) -> r2r::std_msgs::msg::Header {
-    r2r::std_msgs::msg::Header {
-        stamp: r2r::builtin_interfaces::msg::Time {
-            sec: h.stamp.sec,
-            nanosec: h.stamp.nanosec,
-        },
-        frame_id: h.frame_id.clone(),
-    }
-}
-
-fn trajectory_out(t: &msg::JointTrajectory) -> r2r::trajectory_msgs::msg::JointTrajectory {
-    r2r::trajectory_msgs::msg::JointTrajectory {
-        header: header_out(&t.header),
-        joint_names: t.joint_names.clone(),
-        points: t
-            .points
-            .iter()
-            .map(|p| r2r::trajectory_msgs::msg::JointTrajectoryPoint {
-                positions: p.positions.clone(),
-                velocities: p.velocities.clone(),
-                accelerations: p.accelerations.clone(),
-                effort: p.effort.clone(),
-                time_from_start: r2r::builtin_interfaces::msg::Duration {
-                    sec: p.time_from_start.sec,
-                    nanosec: p.time_from_start.nanosec,
-                },
-            })
-            .collect(),
-    }
-}
-
-fn diagnostics_out(d: &msg::DiagnosticArray) -> r2r::diagnostic_msgs::msg::DiagnosticArray {
-    r2r::diagnostic_msgs::msg::DiagnosticArray {
-        header: header_out(&d.header),
-        status: d
-            .status
-            .iter()
-            .map(|s| r2r::diagnostic_msgs::msg::DiagnosticStatus {
-                level: s.level,
-                name: s.name.clone(),
-                message: s.message.clone(),
-                hardware_id: s.hardware_id.clone(),
-                values: s
-                    .values
-                    .iter()
-                    .map(|kv| r2r::diagnostic_msgs::msg::KeyValue {
-                        key: kv.key.clone(),
-                        value: kv.value.clone(),
-                    })
-                    .collect(),
-            })
-            .collect(),
-    }
 }
 
 /// `frt_msgs/srv/SetSubgoal` as r2r generates it, converted to and from the node's
@@ -136,12 +72,181 @@ fn serve_set_subgoal<S: SetSubgoalService>(
     })))
 }
 
+const LIVE: &str = "configuration field; may be set while running (taken between two ticks)";
+const READ_ONLY: &str = "configuration field; read at start-up (set it with -p or --params-file)";
+
+/// The configuration as the node's parameters through r2r's parameter services (`ros2 param
+/// list/get/set/describe`): every field of its dotted name; a set of a live field is taken
+/// by the running node between two ticks, any other set is refused with the reason
+/// ([`crate::params`]).
+struct ConfigParams {
+    params: Parameters,
+    inputs: Inputs,
+}
+
+fn to_r2r(v: &ParamValue) -> r2r::ParameterValue {
+    use r2r::ParameterValue as R;
+    match v.clone() {
+        ParamValue::NotSet => R::NotSet,
+        ParamValue::Bool(b) => R::Bool(b),
+        ParamValue::Integer(i) => R::Integer(i),
+        ParamValue::Double(d) => R::Double(d),
+        ParamValue::String(s) => R::String(s),
+        ParamValue::BoolArray(v) => R::BoolArray(v),
+        ParamValue::IntegerArray(v) => R::IntegerArray(v),
+        ParamValue::DoubleArray(v) => R::DoubleArray(v),
+        ParamValue::StringArray(v) => R::StringArray(v),
+    }
+}
+
+fn from_r2r(name: &str, v: &r2r::ParameterValue) -> r2r::Result<ParamValue> {
+    use r2r::ParameterValue as R;
+    Ok(match v.clone() {
+        R::NotSet => ParamValue::NotSet,
+        R::Bool(b) => ParamValue::Bool(b),
+        R::Integer(i) => ParamValue::Integer(i),
+        R::Double(d) => ParamValue::Double(d),
+        R::String(s) => ParamValue::String(s),
+        R::BoolArray(v) => ParamValue::BoolArray(v),
+        R::IntegerArray(v) => ParamValue::IntegerArray(v),
+        R::DoubleArray(v) => ParamValue::DoubleArray(v),
+        R::StringArray(v) => ParamValue::StringArray(v),
+        R::ByteArray(_) => {
+            return Err(refused(
+                name,
+                "no configuration field is a byte array".into(),
+            ));
+        }
+    })
+}
+
+fn refused(name: &str, msg: String) -> r2r::Error {
+    r2r::Error::ParameterValueConv {
+        name: name.to_string(),
+        msg,
+    }
+}
+
+impl r2r::RosParams for ConfigParams {
+    fn register_parameters(
+        &mut self,
+        _prefix: &str,
+        _param: Option<r2r::Parameter>,
+        params: &mut r2r::indexmap::IndexMap<String, r2r::Parameter>,
+    ) -> r2r::Result<()> {
+        // The values in effect (the command line's `-p` were applied to the configuration).
+        for (name, v, live) in self.params.iter() {
+            params.insert(
+                name.to_string(),
+                r2r::Parameter {
+                    value: to_r2r(v),
+                    description: if live { LIVE } else { READ_ONLY },
+                },
+            );
+        }
+        Ok(())
+    }
+
+    fn get_parameter(&mut self, name: &str) -> r2r::Result<r2r::ParameterValue> {
+        self.params
+            .get(name)
+            .map(to_r2r)
+            .ok_or_else(|| r2r::Error::InvalidParameterName { name: name.into() })
+    }
+
+    fn set_parameter(&mut self, name: &str, v: &r2r::ParameterValue) -> r2r::Result<()> {
+        let v = from_r2r(name, v)?;
+        self.params
+            .apply(&self.inputs, &[(name.to_string(), v)])
+            .map_err(|why| refused(name, why))
+    }
+
+    fn check_parameter(&self, name: &str, v: &r2r::ParameterValue) -> r2r::Result<()> {
+        let v = from_r2r(name, v)?;
+        self.params
+            .check(&[(name.to_string(), v)])
+            .map(|_| ())
+            .map_err(|why| refused(name, why))
+    }
+}
+
+/// The configuration overrides of the command line: every `-p name:=value` whose name is a
+/// dotted configuration field (not `config`, `use_sim_time`, `autostart`), as YAML text.
+pub fn overrides(node: &r2r::Node) -> Result<Vec<(String, String)>> {
+    let params = node.params.lock().unwrap_or_else(|p| p.into_inner());
+    let mut out = Vec::new();
+    for (name, p) in params.iter() {
+        if matches!(name.as_str(), "config" | "use_sim_time" | "autostart") {
+            continue;
+        }
+        let v = from_r2r(name, &p.value).map_err(ros_err)?;
+        let text = serde_yaml::to_string(&v.to_yaml())
+            .map_err(|e| Error::bad(format!("parameter `{name}`"), e.to_string()))?;
+        out.push((name.clone(), text));
+    }
+    Ok(out)
+}
+
+/// Publishes the log records (`crate::rosout`) on `/rosout` as `rcl_interfaces/msg/Log`,
+/// named after the node's logger (as rcl's own rosout publisher does, without writing them
+/// to the console a second time).
+struct Rosout {
+    publisher: r2r::Publisher<r2r::rcl_interfaces::msg::Log>,
+    logger: String,
+}
+
+impl Rosout {
+    fn new(node: &mut r2r::Node) -> Result<Rosout> {
+        // rcl's rosout QoS: reliable, transient local, the last 1000, 10 s lifespan.
+        let qos = QosProfile::default()
+            .reliable()
+            .transient_local()
+            .keep_last(1000)
+            .lifespan(Duration::from_secs(10));
+        let publisher = node
+            .create_publisher::<r2r::rcl_interfaces::msg::Log>("/rosout", qos)
+            .map_err(ros_err)?;
+        let fqn = node.fully_qualified_name().map_err(ros_err)?;
+        Ok(Rosout {
+            publisher,
+            logger: fqn.trim_start_matches('/').replace('/', "."),
+        })
+    }
+
+    /// Publishes what was logged since the last call.
+    fn forward(&self) {
+        let Some(records) = crate::rosout::records() else {
+            return;
+        };
+        for r in records.try_iter() {
+            let t = msg::Time::from_secs(r.stamp);
+            let m = r2r::rcl_interfaces::msg::Log {
+                stamp: r2r::builtin_interfaces::msg::Time {
+                    sec: t.sec,
+                    nanosec: t.nanosec,
+                },
+                level: r.level,
+                name: self.logger.clone(),
+                msg: r.msg,
+                file: r.file,
+                function: r.function,
+                line: r.line,
+            };
+            if let Err(e) = self.publisher.publish(&m) {
+                eprintln!("/rosout: {e}");
+            }
+        }
+    }
+}
+
 /// The r2r transport: owns the rcl node.
 pub struct R2r {
     node: r2r::Node,
     cfg: Config,
     /// Set from `/clock` when the node runs on simulation time (`use_sim_time`).
     sim_clock: Option<Arc<ManualClock>>,
+    /// Where what crosses the transport is recorded (`--record`).
+    tap: Option<Arc<crate::record::Tap>>,
 }
 
 impl R2r {
@@ -152,7 +257,29 @@ impl R2r {
             node,
             cfg,
             sim_clock,
+            tap: None,
         }
+    }
+
+    /// Records every message received and published from now on into `tap`.
+    pub fn set_tap(&mut self, tap: Option<Arc<crate::record::Tap>>) {
+        self.tap = tap;
+    }
+
+    /// The node's name and namespace as rcl resolved them (remappings and the launch file
+    /// included).
+    pub fn names(&self) -> Result<(String, String)> {
+        let ns = self.node.namespace().map_err(ros_err)?;
+        Ok((
+            self.node.name().map_err(ros_err)?,
+            if ns.is_empty() { "/".into() } else { ns },
+        ))
+    }
+
+    /// The node's topics (remappings are rcl's).
+    pub fn endpoints(&self) -> Result<Endpoints> {
+        let (name, ns) = self.names()?;
+        Endpoints::new(&self.cfg, &ns, &name, self.sim_clock.is_some())
     }
 
     /// Creates the context and node: `name` and `namespace` are defaults that `--ros-args`
@@ -190,12 +317,23 @@ impl Transport for R2r {
                 .spawn_local(f)
                 .map_err(|e| Error::bad("ROS 2", e.to_string()))
         };
-        let ends = Endpoints::new(
-            &self.cfg,
-            self.node.namespace().map_err(ros_err)?.as_str(),
-            &self.node.name().map_err(ros_err)?,
-            self.sim_clock.is_some(),
-        )?;
+        let ends = self.endpoints()?;
+        // The parameter services (and their set events, drained: a set is applied when it
+        // is answered).
+        let params = Arc::new(std::sync::Mutex::new(ConfigParams {
+            params: Parameters::new(&self.cfg),
+            inputs: inputs.clone(),
+        }));
+        let (serve_params, param_events) = self
+            .node
+            .make_derived_parameter_handler(params)
+            .map_err(ros_err)?;
+        spawn(Box::pin(serve_params))?;
+        spawn(Box::pin(
+            param_events.for_each(|_| futures::future::ready(())),
+        ))?;
+        let rosout = Rosout::new(&mut self.node)?;
+        let tap = self.tap.clone();
         let node = &mut self.node;
         let qos = |e: &wire::Endpoint<In>| {
             if e.sensor_data {
@@ -204,112 +342,25 @@ impl Transport for R2r {
                 QosProfile::default()
             }
         };
+        // Every input as serialized CDR, decoded, converted and counted by the node's codec
+        // (`wire::receive`) as the DDS transport does: a message that does not decode is a
+        // refused input of its kind.
         for e in &ends.inputs {
-            let inp = inputs.clone();
-            let topic = e.name.as_str();
-            match e.kind.clone() {
-                In::Camera(name, ImageFormat::Raw) => {
-                    let s = node
-                        .subscribe::<r2r::sensor_msgs::msg::Image>(topic, qos(e))
-                        .map_err(ros_err)?;
-                    spawn(Box::pin(s.for_each(move |m| {
-                        let (t, img) = convert::image(msg::Image {
-                            header: header_in(m.header),
-                            height: m.height,
-                            width: m.width,
-                            encoding: m.encoding,
-                            is_bigendian: m.is_bigendian,
-                            step: m.step,
-                            data: m.data,
-                        });
-                        let _ = inp.frame(&name, t, &img);
-                        futures::future::ready(())
-                    })))?;
-                }
-                In::Camera(name, ImageFormat::Compressed) => {
-                    let s = node
-                        .subscribe::<r2r::sensor_msgs::msg::CompressedImage>(topic, qos(e))
-                        .map_err(ros_err)?;
-                    spawn(Box::pin(s.for_each(move |m| {
-                        let (t, img) = convert::compressed_image(msg::CompressedImage {
-                            header: header_in(m.header),
-                            format: m.format,
-                            data: m.data,
-                        });
-                        let _ = inp.frame(&name, t, &img);
-                        futures::future::ready(())
-                    })))?;
-                }
-                In::State => {
-                    let s = node
-                        .subscribe::<r2r::sensor_msgs::msg::JointState>(topic, qos(e))
-                        .map_err(ros_err)?;
-                    spawn(Box::pin(s.for_each(move |m| {
-                        let _ = inp.state(&convert::joint_state(msg::JointState {
-                            header: header_in(m.header),
-                            name: m.name,
-                            position: m.position,
-                            velocity: m.velocity,
-                            effort: m.effort,
-                        }));
-                        futures::future::ready(())
-                    })))?;
-                }
-                kind @ (In::Subgoal | In::Command) => {
-                    let s = node
-                        .subscribe::<r2r::std_msgs::msg::String>(topic, qos(e))
-                        .map_err(ros_err)?;
-                    spawn(Box::pin(s.for_each(move |m| {
-                        let _ = deliver(
-                            &inp,
-                            if kind == In::Subgoal {
-                                Inbound::Subgoal(m.data)
-                            } else {
-                                Inbound::Command(m.data)
-                            },
-                        );
-                        futures::future::ready(())
-                    })))?;
-                }
-                kind @ (In::Interrupt | In::Resume) => {
-                    let s = node
-                        .subscribe::<r2r::std_msgs::msg::Empty>(topic, qos(e))
-                        .map_err(ros_err)?;
-                    spawn(Box::pin(s.for_each(move |_| {
-                        let _ = deliver(
-                            &inp,
-                            if kind == In::Interrupt {
-                                Inbound::Stop
-                            } else {
-                                Inbound::Resume
-                            },
-                        );
-                        futures::future::ready(())
-                    })))?;
-                }
-                // Not among rcl's core packages: raw CDR through the node's codec.
-                kind @ In::Audio(_) => {
-                    let s = node
-                        .subscribe_raw(topic, e.type_name, qos(e))
-                        .map_err(ros_err)?;
-                    spawn(Box::pin(s.for_each(move |bytes| {
-                        wire::receive(&kind, Cdr::Serialized(&bytes), &inp, None);
-                        futures::future::ready(())
-                    })))?;
-                }
-                In::Clock => {
-                    let Some(clock) = self.sim_clock.clone() else {
-                        continue;
-                    };
-                    let s = node
-                        .subscribe::<r2r::rosgraph_msgs::msg::Clock>(topic, qos(e))
-                        .map_err(ros_err)?;
-                    spawn(Box::pin(s.for_each(move |m| {
-                        clock.set(m.clock.sec as f64 + m.clock.nanosec as f64 * 1e-9);
-                        futures::future::ready(())
-                    })))?;
-                }
+            let kind = e.kind.clone();
+            if kind == In::Clock && self.sim_clock.is_none() {
+                continue;
             }
+            let s = node
+                .subscribe_raw(&e.name, e.type_name, qos(e))
+                .map_err(ros_err)?;
+            let (inp, clock, tap) = (inputs.clone(), self.sim_clock.clone(), tap.clone());
+            spawn(Box::pin(s.for_each(move |bytes| {
+                if let Some(tap) = &tap {
+                    tap.input(inp.now(), &kind, &bytes);
+                }
+                wire::receive(&kind, Cdr::Serialized(&bytes), &inp, clock.as_deref());
+                futures::future::ready(())
+            })))?;
         }
         for e in &ends.services {
             let wire::Srv::SetSubgoal = e.kind;
@@ -325,55 +376,27 @@ impl Transport for R2r {
             );
         }
         let mut raw = Vec::new();
-        let mut trajectory = None;
-        let mut diagnostics = None;
-        let default = QosProfile::default;
         for e in &ends.outputs {
-            let topic = e.name.as_str();
-            match e.kind {
-                Out::Trajectory => {
-                    trajectory = Some(
-                        node.create_publisher::<r2r::trajectory_msgs::msg::JointTrajectory>(
-                            topic,
-                            default(),
-                        )
-                        .map_err(ros_err)?,
-                    )
-                }
-                Out::Diagnostics => {
-                    diagnostics = Some(
-                        node.create_publisher::<r2r::diagnostic_msgs::msg::DiagnosticArray>(
-                            topic,
-                            default(),
-                        )
-                        .map_err(ros_err)?,
-                    )
-                }
-                kind => raw.push((
-                    kind,
-                    node.create_publisher_untyped(topic, e.type_name, default())
-                        .map_err(ros_err)?,
-                )),
-            }
+            raw.push((
+                e.kind,
+                node.create_publisher_untyped(&e.name, e.type_name, QosProfile::default())
+                    .map_err(ros_err)?,
+            ));
         }
         let mut publisher = wire::Publisher::new(&self.cfg);
         while !stop.load(Ordering::Relaxed) {
             node.spin_once(Duration::from_millis(2));
             pool.run_until_stalled();
+            rosout.forward();
             for o in outputs.try_iter() {
+                if let Some(tap) = &tap {
+                    tap.output(inputs.now(), &o);
+                }
                 publisher.messages(&o, |p| {
-                    let r = match (&p, &trajectory, &diagnostics) {
-                        (Publication::Trajectory(t), Some(tp), _) => tp.publish(&trajectory_out(t)),
-                        (Publication::Diagnostics(d), _, Some(dp)) => {
-                            dp.publish(&diagnostics_out(d))
+                    if let Some((_, rp)) = raw.iter().find(|(k, _)| *k == p.kind()) {
+                        if let Err(e) = rp.publish_raw(&p.encode()) {
+                            eprintln!("ROS 2 publish on {:?}: {e}", p.kind());
                         }
-                        _ => match raw.iter().find(|(k, _)| *k == p.kind()) {
-                            Some((_, rp)) => rp.publish_raw(&p.encode()),
-                            None => Ok(()),
-                        },
-                    };
-                    if let Err(e) = r {
-                        eprintln!("ROS 2 publish on {:?}: {e}", p.kind());
                     }
                 });
             }

@@ -162,11 +162,8 @@ fn apply(
         .map(|p| from_raw(p.value).map(|v| (p.name, v)))
         .collect::<std::result::Result<Vec<_>, _>>()?;
     let mut params = params.lock().unwrap_or_else(|p| p.into_inner());
-    let c = params.check(&changes)?;
-    inputs.reconfigure(c.clone()).map_err(|e| e.to_string())?;
-    params.commit(&c);
+    params.apply(inputs, &changes)?;
     let names: Vec<&str> = changes.iter().map(|(n, _)| n.as_str()).collect();
-    tracing::info!(parameters = ?names, "parameters set");
     let event = raw::ParameterEvent {
         stamp: ros2_client::builtin_interfaces::Time::now(),
         node: events.node.clone(),
