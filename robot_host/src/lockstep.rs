@@ -293,7 +293,8 @@ pub fn replay(
         .output_topic(wire::Out::Chunk)
         .unwrap_or_default()
         .to_string();
-    let tick_topic = rec.tick_topic()?;
+    let tick_topic = rec.resolve(crate::record::TICK)?;
+    let transitions = rec.resolve(crate::record::TRANSITIONS)?;
     let messages = rec.messages()?;
     let recorded: Vec<&[u8]> = messages
         .iter()
@@ -324,6 +325,12 @@ pub fn replay(
                 collect(&lock);
                 report.first_difference = Some(format!("the replay ended on a fault: {cause}"));
                 break;
+            }
+        } else if m.topic == transitions && m.type_name == msg::TransitionEvent::NAME {
+            // A managed node refuses resumes while inactive.
+            if let Ok(e) = msg::TransitionEvent::decode(&m.data) {
+                let active = crate::lifecycle::State::Active.id();
+                lock.inputs().set_inactive(e.goal_state.id != active);
             }
         } else if let Some(kind) = endpoints.input_for(m.topic, m.type_name) {
             report.inputs += 1;

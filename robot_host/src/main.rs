@@ -792,10 +792,13 @@ fn serve_managed(
             // Inactive: the control loop runs halted, holding, until `activate` (a resume
             // from a topic, the service or a voice is refused meanwhile).
             inputs.set_inactive(true);
-            let _ = inputs.command(
-                frt_robot_host::messages::Command::Stop,
-                frt_robot_host::messages::Source::Typed,
-            );
+            let stop = frt_robot_host::messages::Command::Stop;
+            if let Some(tap) = &tap {
+                use frt_robot_host::lifecycle::State;
+                tap.transition(clock.now(), State::Unconfigured, Transition::Configure);
+                tap.command(clock.now(), &stop);
+            }
+            let _ = inputs.command(stop, frt_robot_host::messages::Source::Typed);
             transport.complete_transition(true);
         }
         session(node, inputs, outputs, arx, clock.clone(), transport)?;

@@ -8,7 +8,10 @@
 //! * a metadata record `frt` (format, node name and namespace, clock, start, noise seed,
 //!   version);
 //! * the node's clock at the start of every control tick, on `~/tick`
-//!   (`rosgraph_msgs/msg/Clock`): what `replay` runs the ticks on.
+//!   (`rosgraph_msgs/msg/Clock`): what `replay` runs the ticks on;
+//! * commands that came through a service or a lifecycle transition, as the topic message
+//!   with the same effect (`~/subgoal`, `~/interrupt`, `~/resume`), and the transitions that
+//!   make a managed node inactive or active on `~/transition_event`.
 //!
 //! Each message's log time is the node's clock when it was received or published (ns).
 //! Both are written first, so a recording cut short (a killed process) still replays up to
@@ -27,6 +30,9 @@ pub const FORMAT: &str = "frt-recording 1";
 
 /// The name of the tick channel, relative to the node.
 pub const TICK: &str = "~/tick";
+
+/// Where a managed node's transitions are recorded (the topic it publishes them on).
+pub const TRANSITIONS: &str = "~/transition_event";
 
 /// How a run was recorded (the `frt` metadata record).
 #[derive(Clone, Debug, PartialEq)]
@@ -113,8 +119,9 @@ pub struct Recorder {
     channels: HashMap<(String, String), u16>,
     sequence: u32,
     path: PathBuf,
-    /// The fully qualified tick channel.
+    /// The fully qualified tick channel and `~/transition_event`.
     tick: String,
+    transitions: String,
 }
 
 impl Recorder {
@@ -145,13 +152,14 @@ impl Recorder {
             metadata: info.to_map(),
         })
         .map_err(|e| bad(path, e))?;
-        let tick = crate::ros::wire::resolve(TICK, &info.namespace, &info.node)?;
+        let resolve = |n| crate::ros::wire::resolve(n, &info.namespace, &info.node);
         Ok(Recorder {
             w,
             channels: HashMap::new(),
             sequence: 0,
             path: path.to_path_buf(),
-            tick,
+            tick: resolve(TICK)?,
+            transitions: resolve(TRANSITIONS)?,
         })
     }
 
@@ -307,9 +315,9 @@ impl Recording {
         Ok(out)
     }
 
-    /// The fully qualified tick channel of this recording.
-    pub fn tick_topic(&self) -> Result<String> {
-        crate::ros::wire::resolve(TICK, &self.info.namespace, &self.info.node)
+    /// The fully qualified name of `name` (`~/tick`) for the recorded node.
+    pub fn resolve(&self, name: &str) -> Result<String> {
+        crate::ros::wire::resolve(name, &self.info.namespace, &self.info.node)
     }
 }
 
@@ -364,6 +372,50 @@ impl Tap {
         self.with(|i| {
             let topic = i.endpoints.input_topic(kind).to_string();
             i.recorder.write(&topic, kind.type_name(), t, data)
+        });
+    }
+
+    /// A command that reached the node other than through a topic (a service, a lifecycle
+    /// transition), recorded as the topic message with the same effect (`~/interrupt`,
+    /// `~/resume`, `~/subgoal`) so that a replay acts on it.
+    pub fn command(&self, t: Stamp, c: &crate::messages::Command) {
+        use crate::messages::Command;
+        use crate::ros::msg::{self, RosMessage};
+        use crate::ros::wire::In;
+        let (kind, data) = match c {
+            Command::Stop => (In::Interrupt, msg::Empty::default().encode()),
+            Command::Resume => (In::Resume, msg::Empty::default().encode()),
+            Command::Subgoal(g) => (In::Subgoal, msg::StringMsg { data: g.clone() }.encode()),
+        };
+        self.input(t, &kind, &data);
+    }
+
+    /// A lifecycle transition at `t` (`~/transition_event`): a replay keeps the node inactive
+    /// (resumes refused) where the run was.
+    pub fn transition(
+        &self,
+        t: Stamp,
+        from: crate::lifecycle::State,
+        tr: crate::lifecycle::Transition,
+    ) {
+        use crate::ros::msg::{self, RosMessage};
+        let state = |s: crate::lifecycle::State| msg::LifecycleState {
+            id: s.id(),
+            label: s.label().into(),
+        };
+        let e = msg::TransitionEvent {
+            timestamp: nanos(t),
+            transition: msg::LifecycleTransition {
+                id: tr.id(),
+                label: tr.label().into(),
+            },
+            start_state: state(from),
+            goal_state: state(tr.goal()),
+        };
+        self.with(|i| {
+            let topic = i.recorder.transitions.clone();
+            i.recorder
+                .write(&topic, msg::TransitionEvent::NAME, t, &e.encode())
         });
     }
 

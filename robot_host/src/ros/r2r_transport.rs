@@ -57,6 +57,7 @@ fn serve_set_subgoal<S: SetSubgoalService>(
     node: &mut r2r::Node,
     name: &str,
     inputs: &Inputs,
+    tap: Option<Arc<crate::record::Tap>>,
     spawn: &dyn Fn(std::pin::Pin<Box<dyn futures::Future<Output = ()>>>) -> Result<()>,
 ) -> Result<()> {
     let requests = node
@@ -65,6 +66,10 @@ fn serve_set_subgoal<S: SetSubgoalService>(
     let inp = inputs.clone();
     spawn(Box::pin(requests.for_each(move |mut r| {
         let req = S::request(std::mem::take(&mut r.message));
+        if let Some(tap) = &tap {
+            let c = crate::messages::Command::Subgoal(req.subgoal.clone());
+            tap.command(inp.now(), &c);
+        }
         if let Err(e) = r.respond(S::response(wire::set_subgoal(&inp, &req))) {
             eprintln!("ROS 2 set_subgoal reply: {e}");
         }
@@ -366,7 +371,11 @@ impl Transport for R2r {
             let wire::Srv::SetSubgoal = e.kind;
             #[cfg(feature = "ros2-set-subgoal")]
             serve_set_subgoal::<r2r::frt_msgs::srv::SetSubgoal::Service>(
-                node, &e.name, inputs, &spawn,
+                node,
+                &e.name,
+                inputs,
+                tap.clone(),
+                &spawn,
             )?;
             #[cfg(not(feature = "ros2-set-subgoal"))]
             eprintln!(

@@ -49,6 +49,12 @@ const DEFINITIONS: &[(&str, &str)] = &[
         "trajectory_msgs/JointTrajectory",
         "std_msgs/Header header\nstring[] joint_names\nJointTrajectoryPoint[] points\n",
     ),
+    ("lifecycle_msgs/State", "uint8 id\nstring label\n"),
+    ("lifecycle_msgs/Transition", "uint8 id\nstring label\n"),
+    (
+        "lifecycle_msgs/TransitionEvent",
+        "uint64 timestamp\nTransition transition\nState start_state\nState goal_state\n",
+    ),
     ("diagnostic_msgs/KeyValue", "string key\nstring value\n"),
     (
         "diagnostic_msgs/DiagnosticStatus",
@@ -259,6 +265,7 @@ mod tests {
         check::<msg::HostStatus>();
         check::<msg::InputActivity>();
         check::<msg::StageLatency>();
+        check::<msg::TransitionEvent>();
         check::<msg::ros_drivers::AudioDataStamped>();
         check::<msg::mgonzs13::AudioStamped>();
     }

@@ -24,6 +24,8 @@ pub(super) struct Managed {
     /// A `change_state` request the process carries out (configure, cleanup, shutdown),
     /// answered by [`super::Dds::complete_transition`].
     pub(super) pending: Option<(ros2_client::RmwRequestId, Transition)>,
+    /// Where the stops and resumes of transitions are recorded (`--record`).
+    pub(super) tap: Option<std::sync::Arc<crate::record::Tap>>,
 }
 
 fn state_msg(s: State) -> m::LifecycleState {
@@ -108,6 +110,7 @@ impl Managed {
                 .create_publisher(&topic, None)
                 .map_err(|e| dds_err("transition_event", e))?,
             pending: None,
+            tap: None,
         })
     }
 
@@ -215,15 +218,19 @@ impl Managed {
                     false
                 }
                 (Ok(t @ (Transition::Activate | Transition::Deactivate)), Some(inputs)) => {
+                    let tap = self.tap.as_deref();
                     let c = if t == Transition::Activate {
                         inputs.set_inactive(false);
+                        tap.inspect(|tap| tap.transition(inputs.now(), s, t));
                         crate::messages::Command::Resume
                     } else {
                         crate::messages::Command::Stop
                     };
+                    tap.inspect(|tap| tap.command(inputs.now(), &c));
                     let r = inputs.command(c, crate::messages::Source::Typed);
                     if t == Transition::Deactivate {
                         inputs.set_inactive(true);
+                        tap.inspect(|tap| tap.transition(inputs.now(), s, t));
                     }
                     if r.is_ok() {
                         self.moved(t);

@@ -175,6 +175,7 @@ fn qos(sensor_data: bool) -> QosProfile {
 impl Dds {
     /// Records every message received and published from now on into `tap`.
     pub fn set_tap(&mut self, tap: Option<Arc<crate::record::Tap>>) {
+        self.managed.tap = tap.clone();
         self.tap = tap;
     }
 
@@ -339,7 +340,12 @@ impl Transport for Dds {
         for e in &self.endpoints.services {
             let wire::Srv::SetSubgoal = e.kind;
             let (pkg, ty) = package_and_type(e.type_name);
-            services.add(&e.topic, pkg, ty, |req: SetSubgoalRequest| {
+            let tap = self.tap.clone();
+            services.add(&e.topic, pkg, ty, move |req: SetSubgoalRequest| {
+                if let Some(tap) = &tap {
+                    let c = crate::messages::Command::Subgoal(req.subgoal.clone());
+                    tap.command(inputs.now(), &c);
+                }
                 wire::set_subgoal(inputs, &req)
             })?;
         }
@@ -395,10 +401,11 @@ impl Transport for Dds {
                         if managed.answer(Some(inputs)).is_some() && leave_at.is_none() {
                             // Cleanup or shutdown: halt and hold first; the run ends once
                             // the halt chunk is out.
-                            let _ = inputs.command(
-                                crate::messages::Command::Stop,
-                                crate::messages::Source::Typed,
-                            );
+                            let stop = crate::messages::Command::Stop;
+                            if let Some(tap) = tap {
+                                tap.command(inputs.now(), &stop);
+                            }
+                            let _ = inputs.command(stop, crate::messages::Source::Typed);
                             leave_at = Some(std::time::Instant::now() + Duration::from_millis(300));
                         }
                         continue;
