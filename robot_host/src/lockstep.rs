@@ -8,6 +8,7 @@
 //! on that clock. Nothing depends on how fast the machine is, so the same inputs give the
 //! same chunks, byte for byte.
 
+use crate::config::Config;
 use crate::messages::{Outbound, Stamp};
 use crate::node::{CommandStream, Inputs, ManualClock, Node, TickOutcome};
 use crate::record::{Recording, Tap, quantize};
@@ -295,6 +296,7 @@ pub fn replay(
         .to_string();
     let tick_topic = rec.resolve(crate::record::TICK)?;
     let transitions = rec.resolve(crate::record::TRANSITIONS)?;
+    let configuration = rec.resolve(crate::record::CONFIGURATION)?;
     let messages = rec.messages()?;
     let recorded: Vec<&[u8]> = messages
         .iter()
@@ -332,6 +334,16 @@ pub fn replay(
                 let active = crate::lifecycle::State::Active.id();
                 lock.inputs().set_inactive(e.goal_state.id != active);
             }
+        } else if m.topic == configuration && m.type_name == msg::StringMsg::NAME {
+            // A parameter set: the configuration it put in effect.
+            let c = msg::StringMsg::decode(&m.data)
+                .map_err(|e| e.to_string())
+                .and_then(|s| Config::parse(&s.data).map_err(|e| e.to_string()))
+                .and_then(|c| lock.inputs().reconfigure(c).map_err(|e| e.to_string()));
+            if let Err(e) = c {
+                report.first_difference = Some(format!("a recorded parameter set: {e}"));
+            }
+            lock.node.drain_commands();
         } else if let Some(kind) = endpoints.input_for(m.topic, m.type_name) {
             report.inputs += 1;
             lock.input(m.t, &kind, &m.data);

@@ -309,15 +309,19 @@ impl Parameters {
     }
 
     /// Sets `changes` as one (what a parameter service's set does): checked, handed to the
-    /// running node (taken between two ticks), then in effect here. `Err`: the reason nothing
-    /// was set.
+    /// running node (taken between two ticks), then in effect here; recorded into `tap` (the
+    /// configuration in effect). `Err`: the reason nothing was set.
     pub fn apply(
         &mut self,
         inputs: &crate::Inputs,
         changes: &[(String, ParamValue)],
+        tap: Option<&crate::record::Tap>,
     ) -> Result<(), String> {
         let c = self.check(changes)?;
         inputs.reconfigure(c.clone()).map_err(|e| e.to_string())?;
+        if let Some(tap) = tap {
+            tap.configuration(inputs.now(), &c);
+        }
         self.commit(&c);
         let names: Vec<&str> = changes.iter().map(|(n, _)| n.as_str()).collect();
         tracing::info!(parameters = ?names, "parameters set");

@@ -11,7 +11,8 @@
 //!   (`rosgraph_msgs/msg/Clock`): what `replay` runs the ticks on;
 //! * commands that came through a service or a lifecycle transition, as the topic message
 //!   with the same effect (`~/subgoal`, `~/interrupt`, `~/resume`), and the transitions that
-//!   make a managed node inactive or active on `~/transition_event`.
+//!   make a managed node inactive or active on `~/transition_event`;
+//! * the configuration in effect after each accepted parameter set, on `~/configuration`.
 //!
 //! Each message's log time is the node's clock when it was received or published (ns).
 //! Both are written first, so a recording cut short (a killed process) still replays up to
@@ -33,6 +34,10 @@ pub const TICK: &str = "~/tick";
 
 /// Where a managed node's transitions are recorded (the topic it publishes them on).
 pub const TRANSITIONS: &str = "~/transition_event";
+
+/// Where the configuration in effect is recorded after each accepted parameter set (YAML in a
+/// `std_msgs/msg/String`).
+pub const CONFIGURATION: &str = "~/configuration";
 
 /// How a run was recorded (the `frt` metadata record).
 #[derive(Clone, Debug, PartialEq)]
@@ -119,9 +124,10 @@ pub struct Recorder {
     channels: HashMap<(String, String), u16>,
     sequence: u32,
     path: PathBuf,
-    /// The fully qualified tick channel and `~/transition_event`.
+    /// The fully qualified tick channel, `~/transition_event` and `~/configuration`.
     tick: String,
     transitions: String,
+    configuration: String,
 }
 
 impl Recorder {
@@ -160,6 +166,7 @@ impl Recorder {
             path: path.to_path_buf(),
             tick: resolve(TICK)?,
             transitions: resolve(TRANSITIONS)?,
+            configuration: resolve(CONFIGURATION)?,
         })
     }
 
@@ -416,6 +423,19 @@ impl Tap {
             let topic = i.recorder.transitions.clone();
             i.recorder
                 .write(&topic, msg::TransitionEvent::NAME, t, &e.encode())
+        });
+    }
+
+    /// The configuration in effect after a parameter set at `t`: a replay hands it to the
+    /// node as the set did.
+    pub fn configuration(&self, t: Stamp, cfg: &Config) {
+        use crate::ros::msg::{self, RosMessage};
+        self.with(|i| {
+            let yaml = serde_yaml::to_string(cfg).map_err(|e| bad(&i.recorder.path, e))?;
+            let topic = i.recorder.configuration.clone();
+            let m = msg::StringMsg { data: yaml };
+            i.recorder
+                .write(&topic, msg::StringMsg::NAME, t, &m.encode())
         });
     }
 

@@ -8,9 +8,13 @@
 
 mod cyclone;
 use cyclone::{cyclonedds, run_peer};
+use frt_robot_host::lockstep::replay;
+use frt_robot_host::record::{Recorder, Recording, RunInfo, Tap};
+use frt_robot_host::ros::RosMessage;
 use frt_robot_host::ros::dds_transport::{Dds, DdsOptions, ServiceMapping};
+use frt_robot_host::ros::msg::StringMsg;
 use frt_robot_host::transport::Transport;
-use frt_robot_host::{Config, Node, SystemClock};
+use frt_robot_host::{Clock, Config, ManualClock, Node, SystemClock};
 use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -83,7 +87,22 @@ fn chunks_subgoals_and_interrupts_cross_the_wire_to_cyclone_dds() {
     }
     assert!(want_readers.len() >= 6 && want_writers.len() >= 3);
 
-    let (mut node, inputs, outputs) = Node::new(cfg, Arc::new(SystemClock), None).unwrap();
+    // Everything is recorded (as `ros --dds --record` does).
+    let recording = std::env::temp_dir().join(format!("frt-wire-{}.mcap", std::process::id()));
+    let info = RunInfo {
+        clock: "system".into(),
+        node: "wire_host".into(),
+        namespace: "/".into(),
+        start: SystemClock.now(),
+        noise_seed: cfg.control.noise_seed,
+        version: "test".into(),
+    };
+    let recorder = Recorder::create(&recording, &cfg, &info).unwrap();
+    let tap = Arc::new(Tap::new(recorder, &cfg, dds.endpoints().clone()));
+    dds.set_tap(Some(tap.clone()));
+
+    let (mut node, inputs, outputs) = Node::new(cfg.clone(), Arc::new(SystemClock), None).unwrap();
+    node.set_tap(Some(tap.clone()));
     let stop = Arc::new(AtomicBool::new(false));
     let control = {
         let stop = stop.clone();
@@ -211,6 +230,33 @@ fn chunks_subgoals_and_interrupts_cross_the_wire_to_cyclone_dds() {
         announced["changed"][0]["name"], "safety.action_max",
         "{announced}"
     );
+
+    // The recording: the peer's messages as received, the set_subgoal requests as subgoals,
+    // the accepted parameter set as the configuration it put in effect, the ticks; a replay
+    // takes them all.
+    tap.finish().unwrap().unwrap();
+    let rec = Recording::open(&recording).unwrap();
+    let messages = rec.messages().unwrap();
+    let on = |topic: &str| -> Vec<&frt_robot_host::record::Recorded> {
+        messages.iter().filter(|m| m.topic == topic).collect()
+    };
+    assert!(on("/wire_host/tick").len() >= 3);
+    assert!(!on("/camera/base").is_empty() || !on("/joint_states").is_empty());
+    let subgoals: Vec<String> = on("/wire_host/subgoal")
+        .iter()
+        .map(|m| StringMsg::decode(&m.data).unwrap().data)
+        .collect();
+    assert!(subgoals.len() >= 2, "the service's requests: {subgoals:?}");
+    let configs = on("/wire_host/configuration");
+    assert_eq!(configs.len(), 1, "one accepted parameter set");
+    let set = Config::parse(&StringMsg::decode(&configs[0].data).unwrap().data).unwrap();
+    assert_eq!(set.safety.action_max, Some(vec![1.5]));
+    let clock = Arc::new(ManualClock::default());
+    let (again, _, outputs) = Node::new(cfg, clock.clone(), None).unwrap();
+    let (report, _) = replay(&rec, again, outputs.0.clone(), clock, None).unwrap();
+    assert!(report.ticks >= 3 && report.inputs >= 3, "{report:?}");
+    assert!(report.recorded >= 1, "{report:?}");
+    let _ = std::fs::remove_file(&recording);
     assert_eq!(
         announced["changed"][0]["value"]["doubles"],
         serde_json::json!([1.5])

@@ -87,6 +87,7 @@ const READ_ONLY: &str = "configuration field; read at start-up (set it with -p o
 struct ConfigParams {
     params: Parameters,
     inputs: Inputs,
+    tap: Option<Arc<crate::record::Tap>>,
 }
 
 fn to_r2r(v: &ParamValue) -> r2r::ParameterValue {
@@ -162,7 +163,7 @@ impl r2r::RosParams for ConfigParams {
     fn set_parameter(&mut self, name: &str, v: &r2r::ParameterValue) -> r2r::Result<()> {
         let v = from_r2r(name, v)?;
         self.params
-            .apply(&self.inputs, &[(name.to_string(), v)])
+            .apply(&self.inputs, &[(name.to_string(), v)], self.tap.as_deref())
             .map_err(|why| refused(name, why))
     }
 
@@ -328,6 +329,7 @@ impl Transport for R2r {
         let params = Arc::new(std::sync::Mutex::new(ConfigParams {
             params: Parameters::new(&self.cfg),
             inputs: inputs.clone(),
+            tap: self.tap.clone(),
         }));
         let (serve_params, param_events) = self
             .node

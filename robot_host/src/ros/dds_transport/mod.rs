@@ -349,7 +349,7 @@ impl Transport for Dds {
                 wire::set_subgoal(inputs, &req)
             })?;
         }
-        parameter_services(&mut services, &fqn, &params, inputs)?;
+        parameter_services(&mut services, &fqn, &params, inputs, self.tap.clone())?;
         let servers = services.servers;
         let mut writers = Vec::new();
         for e in &self.endpoints.outputs {

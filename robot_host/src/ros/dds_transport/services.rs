@@ -147,6 +147,7 @@ fn set_result(r: std::result::Result<(), String>) -> raw::SetParametersResult {
 struct Events {
     publisher: ros2_client::Publisher<raw::ParameterEvent>,
     node: String,
+    tap: Option<std::sync::Arc<crate::record::Tap>>,
 }
 
 /// Checks a set of changes as one, hands the configuration to the node and announces the
@@ -162,7 +163,7 @@ fn apply(
         .map(|p| from_raw(p.value).map(|v| (p.name, v)))
         .collect::<std::result::Result<Vec<_>, _>>()?;
     let mut params = params.lock().unwrap_or_else(|p| p.into_inner());
-    params.apply(inputs, &changes)?;
+    params.apply(inputs, &changes, events.tap.as_deref())?;
     let names: Vec<&str> = changes.iter().map(|(n, _)| n.as_str()).collect();
     let event = raw::ParameterEvent {
         stamp: ros2_client::builtin_interfaces::Time::now(),
@@ -190,6 +191,7 @@ pub(super) fn parameter_services<'f>(
     node: &str,
     params: &'f Mutex<Parameters>,
     inputs: &'f Inputs,
+    tap: Option<std::sync::Arc<crate::record::Tap>>,
 ) -> Result<()> {
     use ros2_client::rcl_interfaces as rcl;
     let lock = move || params.lock().unwrap_or_else(|p| p.into_inner());
@@ -210,6 +212,7 @@ pub(super) fn parameter_services<'f>(
             .create_publisher(&topic, None)
             .map_err(|e| dds_err("parameter_events", e))?,
         node: node.to_string(),
+        tap,
     });
     let events2 = events.clone();
     services.add(
