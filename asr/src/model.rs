@@ -274,7 +274,7 @@ impl WhisperModel {
         let g_cross = k.linear(&ln, &dec[0].cross_kv.w, &dec[0].cross, true, false)?;
         let encoder = Graph::new(ctx, "whisper.encoder", 1);
         encoder.capture(ShapeKey(0), |cs| {
-            let r = (|| -> Result<()> {
+            (|| -> Result<()> {
                 conv1_plan.run(&k, cs, &mel, &conv1.w, &conv1.b, &h1)?;
                 k.gelu(cs, &h1, &h1)?;
                 conv2_plan.run(&k, cs, &h1, &conv2.w, &conv2.b, &x)?;
@@ -288,8 +288,7 @@ impl WhisperModel {
                     g_cross.run(cs, &ln, &l.cross_kv.w, &l.cross, Some(&l.cross_kv.b))?;
                 }
                 Ok(())
-            })();
-            r
+            })()
         })?;
 
         // The decoder steps.
