@@ -6,6 +6,7 @@
 //! policy as vision → prefix → action-step graphs with a halt graph ([`pi05`]).
 
 pub mod config;
+pub mod cost;
 mod error;
 pub mod inputs;
 pub mod pi05;

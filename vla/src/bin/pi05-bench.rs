@@ -4,7 +4,10 @@
 //!
 //! `pi05-bench [--iters N]`: per stage (vision, prefix, one step — CUDA events around each
 //! replay) and end to end (the Plan, events around it), p50 and p99 over N iterations after
-//! warm-up, and the GPU memory in use.
+//! warm-up, and the GPU memory in use; rows for 64 and 200 prompt tokens, the exact prompt
+//! mode, and a configuration of 3 camera slots with one view absent. Then, for the 64-token
+//! rows, each stage's floor (its FLOPs and bytes, `frt_vla::cost`, on the device's measured
+//! ceilings: a bf16 GEMM of 8192³ and a 1 GiB device copy) and the fraction of it reached.
 //!
 //! `pi05-bench --pi0 [--canonical]`: the same rows for Pi0 (openpi `pi0`, a 14-value state).
 //!
@@ -72,6 +75,95 @@ fn timer(ctx: &Ctx, s: frt_exec::Stream) -> impl Fn(&dyn Fn()) -> f64 {
     }
 }
 
+/// The device's ceilings, measured: bf16 GEMM FLOP/s (8192³) and memory bandwidth (bytes
+/// read plus written by a device-to-device copy of 1 GiB), medians of 20.
+fn ceilings(ctx: &Ctx, s: frt_exec::Stream) -> (f64, f64) {
+    let time = timer(ctx, s);
+    let big = 1usize << 30;
+    let (src, dst) = (
+        frt_exec::Buffer::alloc(ctx, "src", big).unwrap(),
+        frt_exec::Buffer::alloc(ctx, "dst", big).unwrap(),
+    );
+    let mut ms: Vec<f64> = (0..22)
+        .map(|_| time(&|| frt_exec::Buffer::copy(&dst, 0, &src, 0, big, s).unwrap()))
+        .skip(2)
+        .collect();
+    let bandwidth = 2.0 * big as f64 / (pct(&mut ms, 0.5) * 1e-3);
+    drop((src, dst));
+    let k = frt_kernels::Kernels::new(ctx).unwrap();
+    let n = 8192;
+    let tensor = |name: &str, seed: u32| {
+        let t = frt_kernels::Tensor::alloc(ctx, name, DType::BF16, &[n, n]).unwrap();
+        let mut x = seed;
+        let v: Vec<f32> = (0..n * n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                (x as f32 / u32::MAX as f32 - 0.5) * 0.5
+            })
+            .collect();
+        t.write_f32(s, &v).unwrap();
+        t
+    };
+    let (a, w, c) = (tensor("a", 7), tensor("w", 11), tensor("c", 13));
+    let g = k.linear(&a, &w, &c, false, false).unwrap();
+    let mut ms: Vec<f64> = (0..22)
+        .map(|_| time(&|| g.run(s, &a, &w, &c, None).unwrap()))
+        .skip(2)
+        .collect();
+    let flops = 2.0 * (n * n * n) as f64 / (pct(&mut ms, 0.5) * 1e-3);
+    (flops, bandwidth)
+}
+
+/// One row's medians (ms) and what it ran: the configuration, the views present, the prompt
+/// capacity.
+struct Measured {
+    label: String,
+    config: Pi05Config,
+    present: usize,
+    prompt: usize,
+    p50: [f64; 4],
+}
+
+/// Per stage of each row: its FLOPs and bytes (`frt_vla::cost`), its floor on this device's
+/// ceilings, and how much of that floor the measured median reaches.
+fn floors(rows: &[Measured], flops: f64, bandwidth: f64) {
+    use frt_vla::cost;
+    println!(
+        "\nfloors on this device's ceilings ({:.0} TFLOP/s bf16, {:.0} GB/s): FLOPs, the bytes that \
+         must move (weights once, key/value caches), floor = max(FLOPs / peak, bytes / bandwidth)\n",
+        flops / 1e12,
+        bandwidth / 1e9
+    );
+    println!("| row | stage | p50 ms | GFLOP | MB | floor ms | floor / p50 |");
+    println!("|---|---|---|---|---|---|---|");
+    for r in rows {
+        let st = cost::stages(&r.config, r.present, r.prompt, 2.0);
+        let e2e = cost::end_to_end_floor_s(&r.config, r.present, r.prompt, 2.0, flops, bandwidth);
+        let names = ["vision", "prefix", "one step"];
+        for (i, (c, _)) in st.iter().enumerate() {
+            let floor = c.floor_s(flops, bandwidth) * 1e3;
+            println!(
+                "| {} | {} | {:.3} | {:.1} | {:.1} | {floor:.3} | {:.0} % |",
+                r.label,
+                names[i],
+                r.p50[i],
+                c.flops / 1e9,
+                c.bytes / 1e6,
+                100.0 * floor / r.p50[i]
+            );
+        }
+        println!(
+            "| {} | end to end | {:.3} | | | {:.3} | {:.0} % |",
+            r.label,
+            r.p50[3],
+            e2e * 1e3,
+            100.0 * e2e * 1e3 / r.p50[3]
+        );
+    }
+}
+
 /// The canonical inputs: one view (used for both cameras), a 40-token prompt, the noise.
 fn canonical_inputs(c: &Pi05Config) -> (ModelImage, Vec<u32>, Vec<f32>) {
     let px = c.siglip.image_size * c.siglip.image_size * 3;
@@ -122,25 +214,29 @@ fn main() {
         precision(&ctx);
         return;
     }
+    let (peak_flops, bandwidth) = ceilings(&ctx, ctx.stream(0).unwrap());
     println!("model: {}", if pi0 { "Pi0" } else { "Pi0.5" });
     println!(
         "| prompt max | vision p50 / p99 ms | prefix p50 / p99 ms | one step p50 / p99 ms | end to end p50 / p99 ms | GPU memory in use |"
     );
     println!("|---|---|---|---|---|---|");
-    for (max_tokens, mode) in [
-        (64usize, PromptMode::Fixed),
-        (200, PromptMode::Fixed),
-        (200, PromptMode::Exact),
+    let mut measured = Vec::new();
+    // The canonical row, the longer prompts, and a config of 3 camera slots with one absent.
+    for (max_tokens, mode, slots) in [
+        (64usize, PromptMode::Fixed, 2usize),
+        (200, PromptMode::Fixed, 2),
+        (200, PromptMode::Exact, 2),
+        (64, PromptMode::Fixed, 3),
     ] {
-        if canonical && (max_tokens, mode) != (64, PromptMode::Fixed) {
-            break;
+        if canonical && (max_tokens, mode, slots) != (64, PromptMode::Fixed, 2) {
+            continue;
         }
         let mut c = if pi0 {
             Pi05Config::pi0_base()
         } else {
             Pi05Config::base()
         };
-        c.views = 2;
+        c.views = slots;
         c.max_token_len = max_tokens;
         let w = Pi05Weights::random(&c, 1);
         let s = ctx.stream(0).unwrap();
@@ -148,9 +244,10 @@ fn main() {
         drop(w);
         let (img, tokens, noise) = canonical_inputs(&c);
         let state: Vec<f32> = (0..14).map(|j| 0.05 * j as f32 - 0.3).collect();
+        let images = [Some(&img), Some(&img), None];
         m.set_inputs(&Observation {
             state: &state,
-            images: &[Some(&img), Some(&img)],
+            images: &images[..slots],
             tokens: &tokens,
             noise: &noise,
         })
@@ -181,12 +278,28 @@ fn main() {
             e2e.push(time(&|| m.run().unwrap()));
         }
         let (free, total) = cu.mem_get_info().unwrap();
+        let label = match (mode, slots) {
+            (PromptMode::Fixed, 2) => format!("{max_tokens}"),
+            (PromptMode::Fixed, _) => format!("{max_tokens}, {slots} slots, one absent"),
+            (PromptMode::Exact, _) => format!("exact ({} tokens)", tokens.len()),
+        };
+        if mode == PromptMode::Fixed && max_tokens == 64 {
+            measured.push(Measured {
+                label: label.clone(),
+                config: c.clone(),
+                present: 2,
+                prompt: max_tokens,
+                p50: [
+                    pct(&mut vis, 0.5),
+                    pct(&mut pre, 0.5),
+                    pct(&mut step, 0.5),
+                    pct(&mut e2e, 0.5),
+                ],
+            });
+        }
         println!(
             "| {} | {:.3} / {:.3} | {:.3} / {:.3} | {:.3} / {:.3} | {:.3} / {:.3} | {:.1} GiB |",
-            match mode {
-                PromptMode::Fixed => format!("{max_tokens}"),
-                PromptMode::Exact => format!("exact ({} tokens)", tokens.len()),
-            },
+            label,
             pct(&mut vis, 0.5),
             pct(&mut vis, 0.99),
             pct(&mut pre, 0.5),
@@ -198,6 +311,7 @@ fn main() {
             (total - free) as f64 / (1u64 << 30) as f64
         );
     }
+    floors(&measured, peak_flops, bandwidth);
 }
 
 /// `--inpaint`: step and end-to-end times of the canonical model without and with
