@@ -350,6 +350,7 @@ impl Policy {
                         prompt_mode: cfg.model.prompt_mode,
                         inpaint_prefix: cfg.execution.inpaint_prefix,
                         kernels: cfg.kernels,
+                        compact_views: true,
                     },
                 ),
             };

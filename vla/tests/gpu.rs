@@ -169,3 +169,70 @@ fn frozen_prefix_on_cuda_matches_the_host() {
         assert!(cos >= min_cos, "{}: cosine {cos}", dt.name());
     }
 }
+
+/// Absent views left out (packed, the default) against every slot encoded and absent ones
+/// masked, on CUDA: within tolerance of each other (tiny f32 and full-size bf16), for each
+/// pattern of present views of three slots.
+fn absent_views_match_the_masked_computation(c: &Pi05Config, dt: DType, min_cos: f64) {
+    let w = Pi05Weights::random(c, 42);
+    let ctx = Ctx::cuda(0).unwrap();
+    let build = |compact_views: bool| {
+        Pi05::build(
+            &ctx,
+            ctx.stream(0).unwrap(),
+            &w,
+            &frt_vla::Pi05Options {
+                compact_views,
+                ..frt_vla::Pi05Options::new(dt)
+            },
+        )
+        .unwrap()
+    };
+    let (compact, masked) = (build(true), build(false));
+    let px = c.siglip.image_size * c.siglip.image_size * 3;
+    let images: Vec<ModelImage> = (0..c.views as u32)
+        .map(|v| ModelImage::new(rand(10 + v, px, 1.0)).unwrap())
+        .collect();
+    let tokens: Vec<u32> = (0..40u32)
+        .map(|i| 2 + (i * 7919) % (c.vocab as u32 - 2))
+        .collect();
+    let noise = rand(7, c.action_horizon * c.action_dim, 1.7);
+    for present in [
+        [true, false, true],
+        [false, false, true],
+        [false, true, true],
+        [true; 3],
+    ] {
+        let imgs: Vec<Option<&ModelImage>> = images
+            .iter()
+            .zip(present)
+            .map(|(im, p)| p.then_some(im))
+            .collect();
+        let obs = Observation {
+            state: &[],
+            images: &imgs,
+            tokens: &tokens,
+            noise: &noise,
+        };
+        let (a, b) = (compact.infer(&obs).unwrap(), masked.infer(&obs).unwrap());
+        let cos = cosine(&a, &b);
+        let max_abs = a
+            .iter()
+            .zip(&b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max);
+        println!(
+            "{} views present {present:?}: packed vs masked cosine {cos:.7} (1 − cos {:.2e}), max |Δ| {max_abs:.4}",
+            dt.name(),
+            1.0 - cos
+        );
+        assert!(cos >= min_cos, "{present:?}: cosine {cos} < {min_cos}");
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn absent_views_on_cuda_match_the_masked_computation() {
+    absent_views_match_the_masked_computation(&Pi05Config::tiny(), DType::F32, 0.99999);
+    absent_views_match_the_masked_computation(&Pi05Config::base(), DType::BF16, 0.999);
+}

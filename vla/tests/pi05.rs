@@ -462,3 +462,81 @@ fn a_checkpoint_of_the_other_variant_is_named() {
         );
     }
 }
+
+/// The tiny model built with absent views left out (the default) and with every slot encoded
+/// and absent ones masked.
+fn compact_and_masked(ctx: &Ctx, dtype: DType, mode: PromptMode) -> (Pi05, Pi05) {
+    let c = Pi05Config::tiny();
+    let w = Pi05Weights::random(&c, 21);
+    let build = |compact_views: bool| {
+        Pi05::build(
+            ctx,
+            ctx.stream(0).unwrap(),
+            &w,
+            &frt_vla::Pi05Options {
+                prompt_mode: mode,
+                compact_views,
+                ..frt_vla::Pi05Options::new(dtype)
+            },
+        )
+        .unwrap()
+    };
+    (build(true), build(false))
+}
+
+#[test]
+fn absent_views_cost_nothing_and_change_nothing() {
+    let ctx = Ctx::host().unwrap();
+    for (dtype, mode) in [
+        (DType::F32, PromptMode::Fixed),
+        (DType::BF16, PromptMode::Fixed),
+        (DType::F32, PromptMode::Exact),
+    ] {
+        let (compact, masked) = compact_and_masked(&ctx, dtype, mode);
+        let c = compact.config.clone();
+        // Every count of views has its vision and prefix variant from the start (fixed mode);
+        // the masked model has one of each.
+        if mode == PromptMode::Fixed {
+            assert_eq!(
+                compact.variant_count(),
+                masked.variant_count() + 2 * (c.views - 1)
+            );
+        }
+        let i = inputs(&c, 31);
+        let (captures, variants) = (compact.capture_count(), compact.variant_count());
+        for bits in 1u32..(1 << c.views) {
+            let present: Vec<bool> = (0..c.views).map(|v| bits & (1 << v) != 0).collect();
+            let a = infer(&compact, &i, &present);
+            let b = infer(&masked, &i, &present);
+            assert!(a.iter().all(|x| x.is_finite()));
+            let worst = a
+                .iter()
+                .zip(&b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0f32, f32::max);
+            assert!(
+                a == b,
+                "{dtype:?} {mode:?}, views present {present:?}: max |Δ| {worst:e}"
+            );
+        }
+        if mode == PromptMode::Fixed {
+            assert_eq!(
+                (compact.capture_count(), compact.variant_count()),
+                (captures, variants),
+                "no capture while running"
+            );
+        }
+        // The views that are present still matter, in their order.
+        let swapped = Inputs {
+            images: vec![
+                i.images[2].clone(),
+                i.images[1].clone(),
+                i.images[0].clone(),
+            ],
+            tokens: i.tokens.clone(),
+            noise: i.noise.clone(),
+        };
+        let p = [true, false, true];
+        assert_ne!(infer(&compact, &swapped, &p), infer(&compact, &i, &p));
+    }
+}

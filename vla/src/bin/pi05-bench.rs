@@ -11,8 +11,9 @@
 //!
 //! `pi05-bench --pi0 [--canonical]`: the same rows for Pi0 (openpi `pi0`, a 14-value state).
 //!
-//! `pi05-bench --canonical`: the 64-token row only (for A/B runs of settings such as
-//! `FRT_GEMM_TUNING` or `FRT_ATTENTION`, one process per setting).
+//! `pi05-bench --canonical`: the 64-token rows only (2 views; 3 slots, one absent) (for A/B runs of settings such as
+//! `FRT_GEMM_TUNING` or `FRT_ATTENTION`, one process per setting). `--masked`: every view
+//! slot encoded, absent ones masked, instead of leaving them out (`compact_views` off).
 //!
 //! `pi05-bench --inpaint`: the cost of frozen-prefix denoising: the 64-token model built
 //! twice without it (the second build shows how much two builds of one model differ: each
@@ -39,6 +40,10 @@ use frt_vla::{
 /// read once.
 static KERNEL_OPTIONS: std::sync::OnceLock<KernelOptions> = std::sync::OnceLock::new();
 
+/// `--masked`: every view slot encoded and absent ones masked (`compact_views` off), for A/B
+/// runs against the default.
+static MASKED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
 /// Builds the model with the benchmark's kernel options.
 fn build(
     ctx: &Ctx,
@@ -54,6 +59,7 @@ fn build(
         prompt_mode,
         inpaint_prefix,
         kernels,
+        compact_views: !MASKED.get().copied().unwrap_or(false),
     };
     Pi05::build(ctx, s, w, &o).unwrap()
 }
@@ -197,6 +203,9 @@ fn main() {
         std::process::exit(2)
     });
     KERNEL_OPTIONS.set(options).expect("set once");
+    MASKED
+        .set(args.iter().any(|a| a == "--masked"))
+        .expect("set once");
     let ctx = Ctx::cuda(0).unwrap_or_else(|e| {
         eprintln!("pi05-bench needs a CUDA GPU: {e}");
         std::process::exit(1)
@@ -228,7 +237,7 @@ fn main() {
         (200, PromptMode::Exact, 2),
         (64, PromptMode::Fixed, 3),
     ] {
-        if canonical && (max_tokens, mode, slots) != (64, PromptMode::Fixed, 2) {
+        if canonical && (max_tokens, mode) != (64, PromptMode::Fixed) {
             continue;
         }
         let mut c = if pi0 {

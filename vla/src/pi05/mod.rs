@@ -95,9 +95,8 @@ pub struct Pi05 {
     s: Stream,
     pub config: Pi05Config,
     pub dtype: DType,
-    images: Tensor,
     /// SigLIP and the projector (what the vision graph runs; kept with the model).
-    _vision_model: siglip::Vision,
+    vision_model: siglip::Vision,
     x: Tensor,
     out: Tensor,
     hold: Tensor,
@@ -105,9 +104,15 @@ pub struct Pi05 {
     prefix: Graph,
     step: Graph,
     halt: Graph,
-    /// The prefix node inherits the key `run` executes with (the prefix variant's).
-    plan: Plan,
+    /// Per number of views encoded, the Plan with that vision variant; the prefix node
+    /// inherits the key `run` executes with (the prefix variant's).
+    plans: Vec<(usize, Plan)>,
     mode: PromptMode,
+    /// Whether absent views are left out ([`Pi05Options::compact_views`]).
+    compact: bool,
+    /// The views the current inputs encode (the present ones, packed first, when compact;
+    /// else every slot).
+    encoded: std::sync::atomic::AtomicUsize,
     prefix_parts: PrefixParts,
     /// Exact mode: the current prompt's token count (0 before the first prompt).
     prompt_len: std::sync::atomic::AtomicUsize,
@@ -171,6 +176,12 @@ pub struct Pi05Options {
     pub inpaint_prefix: bool,
     /// The op library's tunables.
     pub kernels: KernelOptions,
+    /// Absent views cost nothing: the present views' pixels are packed into the first slots
+    /// and only they are encoded and go through the prefix (a vision and a prefix variant per
+    /// number of present views, captured when built; exact mode: per number and prompt
+    /// length). The results equal the masked computation's (every slot encoded, absent ones
+    /// masked out of attention). Off: every slot is encoded and absent ones masked.
+    pub compact_views: bool,
 }
 
 impl Pi05Options {
@@ -181,7 +192,17 @@ impl Pi05Options {
             prompt_mode: PromptMode::Fixed,
             inpaint_prefix: false,
             kernels: KernelOptions::default(),
+            compact_views: true,
         }
+    }
+}
+
+/// The prefix variant for `views` encoded views and a prompt of `len` tokens: the number of
+/// views in fixed mode, both in exact mode.
+fn prefix_key(mode: PromptMode, views: usize, len: usize) -> ShapeKey {
+    match mode {
+        PromptMode::Fixed => ShapeKey(views as u64),
+        PromptMode::Exact => ShapeKey(((views as u64) << 32) | len as u64),
     }
 }
 
@@ -252,12 +273,29 @@ impl Pi05 {
         hold.write_f32(s, &vec![0.0; chunk_n])?;
         let prefix_x = Tensor::alloc(ctx, "prefix.x", dt, &[p_len, lg.width])?;
 
-        // ---- vision: SigLIP over all views at once, then the projector
-        let vision_model =
-            siglip::Vision::build(&k, s, &w.root(), &c, dt, prefix_x.narrow(0, 0, n_img)?)?;
-        let images = vision_model.images().clone();
-        let vision = Graph::new(ctx, "pi05.vision", 1);
-        vision.capture(ShapeKey(0), |cs| vision_model.record(&k, cs))?;
+        // ---- vision: SigLIP over the encoded views at once, then the projector; one variant
+        // per number of views it may encode
+        let counts: Vec<usize> = if options.compact_views {
+            (1..=c.views).collect()
+        } else {
+            vec![c.views]
+        };
+        // Every slot's variant first; the others are planned last, once everything the
+        // every-view path uses is allocated (their plans' memory does not sit between its
+        // buffers).
+        let mut vision_model = siglip::Vision::build(
+            &k,
+            s,
+            &w.root(),
+            &c,
+            dt,
+            prefix_x.narrow(0, 0, n_img)?,
+            &[c.views],
+        )?;
+        let vision = Graph::new(ctx, "pi05.vision", counts.len());
+        vision.capture(ShapeKey(c.views as u64), |cs| {
+            vision_model.record(&k, cs, c.views)
+        })?;
 
         // ---- the two Gemma stacks' weights and caches
         // Cache rows no prompt has filled yet (exact mode) are zeros, never NaN: masked keys
@@ -321,7 +359,6 @@ impl Pi05 {
             mlp: ph,
             pos: prefix_pos,
             mask: prefix_mask,
-            n_img,
             width: lg.width,
             mlp_width: lg.mlp,
             heads,
@@ -332,12 +369,16 @@ impl Pi05 {
             ctx,
             "pi05.prefix",
             match mode {
-                PromptMode::Fixed => 1,
+                PromptMode::Fixed => counts.len(),
                 PromptMode::Exact => EXACT_PREFIX_VARIANTS,
             },
         );
+        let capture_prefix = |n: usize| -> Result<()> {
+            let key = prefix_key(mode, n, c.max_token_len);
+            prefix_parts.capture(&k, &prefix, key, n * sg.tokens(), c.max_token_len)
+        };
         if mode == PromptMode::Fixed {
-            prefix_parts.capture(&k, &prefix, ShapeKey(0), c.max_token_len)?;
+            capture_prefix(c.views)?;
         }
 
         // ---- the action expert: one denoising step per graph variant
@@ -367,11 +408,23 @@ impl Pi05 {
         halt.capture(ShapeKey(0), |cs| {
             Buffer::copy(out.buffer(), 0, hold.buffer(), 0, hold.buffer().bytes(), cs)
         })?;
-        let mut plan = Plan::new(ctx);
-        plan.add(&vision, ShapeKey(0), s)?;
-        plan.add(&prefix, ShapeKey::INHERIT, s)?;
-        for i in 0..c.steps {
-            plan.add(&step, ShapeKey(i as u64), s)?;
+        // The variants for fewer views.
+        for &n in counts.iter().filter(|n| **n != c.views) {
+            vision_model.add_plan(&k, n)?;
+            vision.capture(ShapeKey(n as u64), |cs| vision_model.record(&k, cs, n))?;
+            if mode == PromptMode::Fixed {
+                capture_prefix(n)?;
+            }
+        }
+        let mut plans = Vec::with_capacity(counts.len());
+        for &n in &counts {
+            let mut plan = Plan::new(ctx);
+            plan.add(&vision, ShapeKey(n as u64), s)?;
+            plan.add(&prefix, ShapeKey::INHERIT, s)?;
+            for i in 0..c.steps {
+                plan.add(&step, ShapeKey(i as u64), s)?;
+            }
+            plans.push((n, plan));
         }
         ctx.sync_stream(s)?;
         let zero_view = vec![0.0; c.siglip.image_size * c.siglip.image_size * 3];
@@ -393,8 +446,7 @@ impl Pi05 {
             s,
             config: c,
             dtype: dt,
-            images,
-            _vision_model: vision_model,
+            vision_model,
             x,
             out,
             hold,
@@ -402,8 +454,10 @@ impl Pi05 {
             prefix,
             step,
             halt,
-            plan,
+            plans,
             mode,
+            compact: options.compact_views,
+            encoded: std::sync::atomic::AtomicUsize::new(counts[counts.len() - 1]),
             prefix_parts,
             prompt_len: Default::default(),
             zero_view,
@@ -468,12 +522,25 @@ impl Pi05 {
                 reason: format!("{} view flags for {} views", views_present.len(), c.views),
             });
         }
-        // Which prefix entries are valid: present views' image tokens, then the prompt's.
+        // The views encoded: the present ones packed first (compact), else every slot.
+        let encoded = if self.compact {
+            views_present.iter().filter(|p| **p).count()
+        } else {
+            c.views
+        };
+        if encoded == 0 || !views_present.iter().any(|p| *p) {
+            return Err(Error::BadInput {
+                what: "views".into(),
+                reason: "every view is missing".into(),
+            });
+        }
+        // Which prefix entries are valid: the encoded views' image tokens (an absent slot's
+        // masked when not compact), then the prompt's; rows behind are never valid.
         let vt = c.siglip.tokens();
-        let images = c.views * vt;
+        let images = encoded * vt;
         let valid = |i: usize| {
             if i < images {
-                views_present[i / vt]
+                self.compact || views_present[i / vt]
             } else {
                 i - images < tokens.len()
             }
@@ -503,14 +570,16 @@ impl Pi05 {
             .buffer()
             .upload(self.s, 0, &bytes)?;
         if self.mode == PromptMode::Exact {
-            let key = ShapeKey(tokens.len() as u64);
+            let key = prefix_key(self.mode, encoded, tokens.len());
             if !self.prefix.has_variant(key) {
                 self.prefix_parts
-                    .capture(&self.k, &self.prefix, key, tokens.len())?;
+                    .capture(&self.k, &self.prefix, key, images, tokens.len())?;
             }
             self.prompt_len
                 .store(tokens.len(), std::sync::atomic::Ordering::Release);
         }
+        self.encoded
+            .store(encoded, std::sync::atomic::Ordering::Release);
         Ok(())
     }
 
@@ -536,11 +605,15 @@ impl Pi05 {
         }
         // Pixels go from the caller's slices to the device through one staging copy; nothing
         // is allocated per inference.
+        // Compact: the present views packed first; else each in its slot, zeros for absent ones.
         let mut parts: [&[f32]; crate::config::MAX_VIEWS] = [&[]; crate::config::MAX_VIEWS];
         let mut present = [false; crate::config::MAX_VIEWS];
+        let mut packed = 0;
         for (v, img) in obs.images.iter().enumerate() {
             let Some(img) = img else {
-                parts[v] = &self.zero_view;
+                if !self.compact {
+                    parts[v] = &self.zero_view;
+                }
                 continue;
             };
             // In range by its type (see ModelImage).
@@ -551,9 +624,11 @@ impl Pi05 {
                     reason: format!("{} values, expected {per_view}", img.len()),
                 });
             }
-            parts[v] = img;
+            parts[if self.compact { packed } else { v }] = img;
+            packed += 1;
             present[v] = true;
         }
+        let slots = if self.compact { packed } else { c.views };
         if obs.noise.len() != c.action_horizon * c.action_dim
             || obs.noise.iter().any(|x| !x.is_finite())
         {
@@ -581,7 +656,9 @@ impl Pi05 {
             state.write_f32_parts(self.s, &[obs.state, pad])?;
         }
         self.set_prompt(obs.tokens, &present[..c.views])?;
-        self.images.write_f32_parts(self.s, &parts[..c.views])?;
+        self.vision_model
+            .images_of(slots)
+            .write_f32_parts(self.s, &parts[..slots])?;
         self.x.write_f32(self.s, obs.noise)?;
         Ok(())
     }
@@ -589,28 +666,37 @@ impl Pi05 {
     /// Replays one stage (the caller may stop between any two).
     pub fn replay(&self, stage: Stage) -> Result<()> {
         match stage {
-            Stage::Vision => self.vision.replay(ShapeKey(0), self.s)?,
+            Stage::Vision => self
+                .vision
+                .replay(ShapeKey(self.encoded() as u64), self.s)?,
             Stage::Prefix => self.prefix.replay(self.prefix_key(), self.s)?,
             Stage::Step(i) => self.step.replay(ShapeKey(i as u64), self.s)?,
         }
         Ok(())
     }
 
-    /// One whole inference through the Plan (vision → prefix → every step).
+    /// One whole inference through the Plan of the views encoded (vision → prefix → every
+    /// step).
     pub fn run(&self) -> Result<()> {
+        let n = self.encoded();
+        let (_, plan) = self
+            .plans
+            .iter()
+            .find(|(views, _)| *views == n)
+            .expect("a Plan for every count of views set_prompt allows");
         // Vision and steps have explicit keys; the prefix takes this one.
-        Ok(self.plan.execute(self.prefix_key())?)
+        Ok(plan.execute(self.prefix_key())?)
     }
 
-    /// The prefix variant of the current prompt: 0 in fixed mode, the prompt's length in
-    /// exact mode.
+    /// The views the current inputs encode.
+    fn encoded(&self) -> usize {
+        self.encoded.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The prefix variant of the current inputs.
     fn prefix_key(&self) -> ShapeKey {
-        match self.mode {
-            PromptMode::Fixed => ShapeKey(0),
-            PromptMode::Exact => {
-                ShapeKey(self.prompt_len.load(std::sync::atomic::Ordering::Acquire) as u64)
-            }
-        }
+        let len = self.prompt_len.load(std::sync::atomic::Ordering::Acquire);
+        prefix_key(self.mode, self.encoded(), len)
     }
 
     /// How the prompt sits in the prefix.

@@ -1,7 +1,8 @@
 //! The prefix graph's model: the prompt embedded (×√width) behind the image rows, then the
 //! language model (openpi `gemma.py` `Module` over the prefix, PaliGemma's Gemma 2B) filling
 //! each layer's key/value cache; its last MLP, whose output nothing reads, is skipped. Captured
-//! once for the prompt capacity (fixed mode) or once per prompt length (exact mode).
+//! per number of present views (their image rows packed first) and for the prompt capacity
+//! (fixed mode) or per prompt length (exact mode).
 
 use super::{GEMMA_EPS, ROPE_WAVELENGTH};
 use crate::error::Result;
@@ -39,7 +40,6 @@ pub(crate) struct PrefixParts {
     pub(crate) mlp: Tensor,
     pub(crate) pos: Tensor,
     pub(crate) mask: Tensor,
-    pub(crate) n_img: usize,
     pub(crate) width: usize,
     pub(crate) mlp_width: usize,
     pub(crate) heads: usize,
@@ -48,17 +48,19 @@ pub(crate) struct PrefixParts {
 }
 
 impl PrefixParts {
-    /// Captures the prefix for `prompt_rows` prompt rows (the image rows, then those) as
-    /// variant `key` of `graph`: the prompt embedded (×√width) behind the images, then the
-    /// language model over those rows, filling each layer's cache rows.
+    /// Captures the prefix for `image_rows` image rows (the present views' tokens) and
+    /// `prompt_rows` prompt rows behind them as variant `key` of `graph`: the prompt embedded
+    /// (×√width) behind the images, then the language model over those rows, filling each
+    /// layer's cache rows.
     pub(crate) fn capture(
         &self,
         k: &Kernels,
         graph: &Graph,
         key: ShapeKey,
+        image_rows: usize,
         prompt_rows: usize,
     ) -> Result<()> {
-        let rows = self.n_img + prompt_rows;
+        let rows = image_rows + prompt_rows;
         let (hd, heads, kvh) = (self.head_dim, self.heads, self.kv_heads);
         let first = |t: &Tensor| -> Result<Tensor> { Ok(t.narrow(0, 0, rows)?) };
         let heads_of = |t: &Tensor, n: usize| -> Result<Tensor> { Ok(t.reshape(&[rows, n, hd])?) };
@@ -73,7 +75,7 @@ impl PrefixParts {
         );
         let (pos, mask) = (first(&self.pos)?, first(&self.mask)?);
         let tokens = self.tokens.narrow(0, 0, prompt_rows)?;
-        let prompt = self.x.narrow(0, self.n_img, prompt_rows)?;
+        let prompt = self.x.narrow(0, image_rows, prompt_rows)?;
         let l0 = &self.layers[0];
         let g_qkv = k.linear(&ln, &l0.qkv, &qkv, false, false)?;
         let g_o = k.linear(&attn, &l0.o, &x, false, true)?;
