@@ -1196,9 +1196,9 @@ fn run_sim(config: &Path, script: &Path, opts: SimOptions) -> Result<(), String>
     );
     // Spoken commands: each one's audio should have been transcribed before the timeline ended.
     let spoken = script.events.iter().filter(|e| e.wav.is_some()).count();
-    if !voice_ok {
-        println!("| spoken commands | {spoken} skipped (no Whisper model) |");
-    } else {
+    if !voice_ok && spoken > 0 {
+        println!("| spoken commands | {spoken} skipped (no speech recognition) |");
+    } else if voice_ok {
         println!("| spoken commands transcribed | {transcripts} of {spoken} |");
     }
     let missed = spoken.saturating_sub(transcripts);
