@@ -25,6 +25,9 @@
 //! weights, run on the same inputs and noise (the canonical ones and two random sets): per
 //! set 1 − cosine and max |Δ| of bf16's actions against f32's.
 //!
+//! `pi05-bench --profile-absent`: the 3-slot model with one view absent, vision, prefix and one
+//! step in two profiled ranges: after ten runs, and after runs with every view present.
+//!
 //! `pi05-bench --profile`: builds the 64-token model and replays vision, prefix and one step
 //! once each, without warm-up, between `cuProfilerStart` and `cuProfilerStop` — a short run
 //! to put under a kernel profiler (e.g. `ncu --profile-from-start off --graph-profiling node`).
@@ -197,7 +200,8 @@ fn main() {
         .unwrap_or(200);
     let profile = args.iter().any(|a| a == "--profile");
     let inpaint = args.iter().any(|a| a == "--inpaint");
-    let canonical = profile || args.iter().any(|a| a == "--canonical");
+    let profile_absent = args.iter().any(|a| a == "--profile-absent");
+    let canonical = profile || profile_absent || args.iter().any(|a| a == "--canonical");
     let pi0 = args.iter().any(|a| a == "--pi0");
     let options = KernelOptions::from_env().unwrap_or_else(|e| {
         eprintln!("pi05-bench: {e}");
@@ -238,7 +242,9 @@ fn main() {
         (200, PromptMode::Exact, 2),
         (64, PromptMode::Fixed, 3),
     ] {
-        if canonical && (max_tokens, mode) != (64, PromptMode::Fixed) {
+        if canonical && (max_tokens, mode) != (64, PromptMode::Fixed)
+            || profile_absent && slots == 2
+        {
             continue;
         }
         let mut c = if pi0 {
@@ -262,6 +268,38 @@ fn main() {
             noise: &noise,
         })
         .unwrap();
+        if profile_absent && slots > 2 {
+            // The 3-slot model with one view absent profiled twice: just built (after ten
+            // runs), and after runs with every view present.
+            let profiled = || {
+                ctx.sync_stream(s).unwrap();
+                let range = frt_exec::cudarc::driver::Profiler::new().unwrap();
+                for stage in [Stage::Vision, Stage::Prefix, Stage::Step(3)] {
+                    m.replay(stage).unwrap();
+                }
+                ctx.sync_stream(s).unwrap();
+                drop(range);
+            };
+            for _ in 0..10 {
+                m.run().unwrap();
+            }
+            profiled();
+            let every = [Some(&img), Some(&img), Some(&img)];
+            for views in [&every[..], &images[..slots]] {
+                m.set_inputs(&Observation {
+                    state: &state,
+                    images: views,
+                    tokens: &tokens,
+                    noise: &noise,
+                })
+                .unwrap();
+                for _ in 0..10 {
+                    m.run().unwrap();
+                }
+            }
+            profiled();
+            return;
+        }
         if profile {
             // Tuning and start-up kernels stay outside the profiled range (`ncu
             // --profile-from-start off`).
