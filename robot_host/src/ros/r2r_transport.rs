@@ -301,6 +301,27 @@ impl R2r {
             )
         })?;
         let sim = node.get_parameter::<bool>("use_sim_time").unwrap_or(false);
+        // A node that must wait for `configure` and `activate` never starts active here.
+        let autostart = node
+            .params
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get("autostart")
+            .map(|p| p.value.clone());
+        let waits = match autostart {
+            None | Some(r2r::ParameterValue::Bool(true)) => false,
+            Some(r2r::ParameterValue::String(s)) => !s.eq_ignore_ascii_case("true"),
+            Some(_) => true,
+        };
+        if waits {
+            return Err(Error::bad(
+                "ROS 2 parameter `autostart`",
+                "the rcl transport is not a managed (lifecycle) node yet, so it cannot wait \
+                 for configure and activate: it refuses to start rather than start active \
+                 (use the DDS transport, transport:=dds, whose node is managed, or \
+                 autostart:=true)",
+            ));
+        }
         Ok((node, config, sim))
     }
 }
