@@ -109,6 +109,11 @@ fn chunk_bytes(recording: &Path) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// Two runs' chunk streams are the same, byte for byte.
+fn same_chunks(a: &[Vec<u8>], b: &[Vec<u8>]) {
+    assert!(a == b, "two runs differ: {} vs {} chunks", a.len(), b.len());
+}
+
 #[test]
 fn a_simulation_records_replays_byte_identical_and_reports_differences() {
     let dir = scratch("sim");
@@ -122,12 +127,7 @@ fn a_simulation_records_replays_byte_identical_and_reports_differences() {
     // Two runs of the same script: the same chunks, byte for byte.
     let (ca, cb) = (chunk_bytes(&a), chunk_bytes(&b));
     assert!(ca.len() >= 15, "{} chunks", ca.len());
-    assert!(
-        ca == cb,
-        "two runs differ: {} vs {} chunks",
-        ca.len(),
-        cb.len()
-    );
+    same_chunks(&ca, &cb);
 
     // The independent reader decodes every message of every topic.
     let r = read(&a);
@@ -278,12 +278,7 @@ fn a_spoken_command_replays_at_the_same_time() {
     assert!(out.contains("heard"), "{out}");
     record(&config, &script, &b);
     let (ca, cb) = (chunk_bytes(&a), chunk_bytes(&b));
-    assert!(
-        ca == cb,
-        "two runs differ: {} vs {} chunks",
-        ca.len(),
-        cb.len()
-    );
+    same_chunks(&ca, &cb);
     let r = read(&a);
     let subgoals: Vec<_> = r["chunks"]
         .as_array()

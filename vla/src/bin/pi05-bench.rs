@@ -261,38 +261,37 @@ fn main() {
         let (img, tokens, noise) = canonical_inputs(&c);
         let state: Vec<f32> = (0..14).map(|j| 0.05 * j as f32 - 0.3).collect();
         let images = [Some(&img), Some(&img), None];
-        m.set_inputs(&Observation {
-            state: &state,
-            images: &images[..slots],
-            tokens: &tokens,
-            noise: &noise,
-        })
-        .unwrap();
+        let every = [Some(&img), Some(&img), Some(&img)];
+        let set = |views: &[Option<&ModelImage>]| {
+            m.set_inputs(&Observation {
+                state: &state,
+                images: views,
+                tokens: &tokens,
+                noise: &noise,
+            })
+            .unwrap()
+        };
+        set(&images[..slots]);
+        // Vision, prefix and one step between cuProfilerStart and cuProfilerStop (`ncu
+        // --profile-from-start off`): tuning and start-up kernels stay outside.
+        let profiled = || {
+            ctx.sync_stream(s).unwrap();
+            let range = frt_exec::cudarc::driver::Profiler::new().unwrap();
+            for stage in [Stage::Vision, Stage::Prefix, Stage::Step(3)] {
+                m.replay(stage).unwrap();
+            }
+            ctx.sync_stream(s).unwrap();
+            drop(range);
+        };
         if profile_absent && slots > 2 {
             // The 3-slot model with one view absent profiled twice: just built (after ten
             // runs), and after runs with every view present.
-            let profiled = || {
-                ctx.sync_stream(s).unwrap();
-                let range = frt_exec::cudarc::driver::Profiler::new().unwrap();
-                for stage in [Stage::Vision, Stage::Prefix, Stage::Step(3)] {
-                    m.replay(stage).unwrap();
-                }
-                ctx.sync_stream(s).unwrap();
-                drop(range);
-            };
             for _ in 0..10 {
                 m.run().unwrap();
             }
             profiled();
-            let every = [Some(&img), Some(&img), Some(&img)];
             for views in [&every[..], &images[..slots]] {
-                m.set_inputs(&Observation {
-                    state: &state,
-                    images: views,
-                    tokens: &tokens,
-                    noise: &noise,
-                })
-                .unwrap();
+                set(views);
                 for _ in 0..10 {
                     m.run().unwrap();
                 }
@@ -301,15 +300,7 @@ fn main() {
             return;
         }
         if profile {
-            // Tuning and start-up kernels stay outside the profiled range (`ncu
-            // --profile-from-start off`).
-            ctx.sync_stream(s).unwrap();
-            let range = frt_exec::cudarc::driver::Profiler::new().unwrap();
-            for stage in [Stage::Vision, Stage::Prefix, Stage::Step(3)] {
-                m.replay(stage).unwrap();
-            }
-            ctx.sync_stream(s).unwrap();
-            drop(range);
+            profiled();
             return;
         }
         let time = timer(&ctx, s);
@@ -330,27 +321,15 @@ fn main() {
         };
         let (mut vis, mut pre, mut step, mut e2e) = measure();
         // The same 3-slot model with every view present (its every-view variants).
-        let every = (slots > 2).then(|| {
+        let again_every = (slots > 2).then(|| {
             // One absent, measured again at once (is the first measurement representative?).
             let (mut v, mut p, mut st, mut e) = measure();
             let again = [&mut v, &mut p, &mut st, &mut e].map(|x| pct(x, 0.5));
-            m.set_inputs(&Observation {
-                state: &state,
-                images: &[Some(&img), Some(&img), Some(&img)],
-                tokens: &tokens,
-                noise: &noise,
-            })
-            .unwrap();
+            set(&every);
             let (mut v, mut p, mut st, mut e) = measure();
             let all = [&mut v, &mut p, &mut st, &mut e].map(|x| pct(x, 0.5));
             // One absent again: the cache rows behind the packed prefix now hold values.
-            m.set_inputs(&Observation {
-                state: &state,
-                images: &images[..slots],
-                tokens: &tokens,
-                noise: &noise,
-            })
-            .unwrap();
+            set(&images[..slots]);
             let (mut v, mut p, mut st, mut e) = measure();
             (
                 again,
@@ -391,7 +370,7 @@ fn main() {
             pct(&mut e2e, 0.99),
             (total - free) as f64 / (1u64 << 30) as f64
         );
-        if let Some(([v0, p0, st0, e0], [v, p, st, e], [v2, p2, st2, e2])) = every {
+        if let Some(([v0, p0, st0, e0], [v, p, st, e], [v2, p2, st2, e2])) = again_every {
             println!(
                 "| {max_tokens}, {slots} slots, one absent, measured again (same model) | {v0:.3} | {p0:.3} | {st0:.3} | {e0:.3} | |"
             );
