@@ -115,6 +115,11 @@ impl Lockstep {
         self.clock.now()
     }
 
+    /// The time on the node's clock (the last thing done was due then).
+    pub fn now(&self) -> Stamp {
+        self.clock_now()
+    }
+
     /// The time of the next tick.
     pub fn next_tick(&self) -> Stamp {
         self.start + self.ticks as f64 * self.period

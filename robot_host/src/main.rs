@@ -1059,7 +1059,7 @@ fn run_sim(config: &Path, script: &Path, opts: SimOptions) -> Result<(), String>
             stop.store(true, Ordering::Relaxed);
             r
         });
-        (outputs.0.clone(), control, Some(sim_thread))
+        (Shown::Live(outputs.0.clone()), control, Some(sim_thread))
     } else {
         let (ftx, frx) = crossbeam_channel::unbounded();
         let lock = frt_robot_host::lockstep::Lockstep::new(
@@ -1082,7 +1082,7 @@ fn run_sim(config: &Path, script: &Path, opts: SimOptions) -> Result<(), String>
                 }
             })
             .map_err(|e| e.to_string())?;
-        (frx, control, None)
+        (Shown::Sim(frx), control, None)
     };
     println!("running for {} s; the timeline:", script.duration_s);
     for e in &script.events {
@@ -1111,37 +1111,46 @@ fn run_sim(config: &Path, script: &Path, opts: SimOptions) -> Result<(), String>
         let ended = stop.load(Ordering::Relaxed);
         // After a fault the node's channel is read directly: a halt chunk published by the
         // watchdog while a tick is stuck is shown too.
-        let o = match shown.recv_timeout(std::time::Duration::from_millis(50)) {
+        let (at, o) = match shown.recv_timeout(std::time::Duration::from_millis(50)) {
             Ok(o) => o,
             Err(_) if ended => match outputs.0.try_recv() {
-                Ok(o) => o,
+                Ok(o) => (None, o),
                 Err(_) => break,
             },
             Err(_) => continue,
         };
-        let t = clock.now() - t0;
+        let t = at.unwrap_or_else(|| clock.now()) - t0;
         if let (true, Some(tap)) = (opts.live, &tap) {
             tap.output(clock.now(), &o);
         }
         match o {
             Outbound::Chunk(c) if c.halt => {
                 halt_lat.push(c.latency * 1e3);
+                // On the script's clock a stop is acted on at once: no time to show.
+                let after = if opts.live {
+                    format!("  ({:.2} ms after the stop)", c.latency * 1e3)
+                } else {
+                    String::new()
+                };
                 println!(
-                    "{t:6.2} s  HALT chunk #{:<4} hold {:?}…  ({:.2} ms after the stop)",
+                    "{t:6.2} s  HALT chunk #{:<4} hold {:?}…{after}",
                     c.seq,
                     &c.actions[..3.min(c.actions.len())],
-                    c.latency * 1e3
                 );
             }
             Outbound::Chunk(c) => {
                 lat.push(c.latency * 1e3);
                 if c.subgoal_id != last_subgoal || opts.live && c.seq % 10 == 1 {
+                    let tick = if opts.live {
+                        format!("  tick {:.1} ms", c.latency * 1e3)
+                    } else {
+                        String::new()
+                    };
                     println!(
-                        "{t:6.2} s  chunk #{:<4} subgoal {} {:?}  tick {:.1} ms  first action {:+.3?}",
+                        "{t:6.2} s  chunk #{:<4} subgoal {} {:?}{tick}  first action {:+.3?}",
                         c.seq,
                         c.subgoal_id,
                         c.subgoal,
-                        c.latency * 1e3,
                         &c.actions[..3.min(c.actions.len())]
                     );
                     last_subgoal = c.subgoal_id;
@@ -1295,6 +1304,28 @@ fn replay(path: &Path, backend: Option<&str>, precision: Option<&str>) -> Result
     }
 }
 
+/// What `run` shows: the node's outputs as they come (live, timed on arrival), or as the
+/// simulation took them, with the time on its clock.
+enum Shown {
+    Live(crossbeam_channel::Receiver<Outbound>),
+    Sim(crossbeam_channel::Receiver<(frt_robot_host::messages::Stamp, Outbound)>),
+}
+
+impl Shown {
+    fn recv_timeout(
+        &self,
+        d: std::time::Duration,
+    ) -> Result<
+        (Option<frt_robot_host::messages::Stamp>, Outbound),
+        crossbeam_channel::RecvTimeoutError,
+    > {
+        match self {
+            Shown::Live(r) => r.recv_timeout(d).map(|o| (None, o)),
+            Shown::Sim(r) => r.recv_timeout(d).map(|(t, o)| (Some(t), o)),
+        }
+    }
+}
+
 /// The recording of a `run` (on the script's clock from 0, or live on the system clock).
 fn record_tap(
     path: &Path,
@@ -1328,7 +1359,7 @@ fn drive(
     mut source: frt_robot_host::transport::SimSource,
     fast: bool,
     stop: &AtomicBool,
-    shown: &crossbeam_channel::Sender<Outbound>,
+    shown: &crossbeam_channel::Sender<(frt_robot_host::messages::Stamp, Outbound)>,
 ) -> (Node, Result<(), String>) {
     use frt_robot_host::transport::SimItem;
     let ended = Arc::new(AtomicBool::new(false));
@@ -1353,15 +1384,17 @@ fn drive(
             }
         }
         r = lock.run_until(t);
+        let now = lock.now();
         lock.drain(|o| {
-            let _ = shown.send(o);
+            let _ = shown.send((now, o));
         });
         if r.is_err() {
             break;
         }
     }
+    let now = lock.now();
     lock.drain(|o| {
-        let _ = shown.send(o);
+        let _ = shown.send((now, o));
     });
     ended.store(true, Ordering::SeqCst);
     if let Some(w) = watchdog {
