@@ -731,7 +731,7 @@ fn ros_tap(
     };
     let r = Recorder::create(path, cfg, &info).map_err(|e| e.to_string())?;
     println!("recording to {}", path.display());
-    Ok(Tap::new(r, cfg, endpoints))
+    Tap::new(r, cfg, endpoints, false).map_err(|e| e.to_string())
 }
 
 /// Completes a recording, if there is one, and says where it is.
@@ -1348,7 +1348,8 @@ fn record_tap(
     let r = Recorder::create(path, cfg, &info).map_err(|e| e.to_string())?;
     let endpoints = frt_robot_host::ros::wire::Endpoints::new(cfg, "/", &cfg.node.name, false)
         .map_err(|e| e.to_string())?;
-    Ok(Tap::new(r, cfg, endpoints))
+    // On the script's clock nothing is dropped; live, nothing waits for the disk.
+    Tap::new(r, cfg, endpoints, !opts.live).map_err(|e| e.to_string())
 }
 
 /// The simulation on its own clock: the script's messages and the node's ticks in time order

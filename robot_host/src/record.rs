@@ -329,56 +329,168 @@ impl Recording {
 }
 
 /// What a running node records through: its inputs as received, its outputs as the ROS 2
-/// transports publish them, its ticks. Shared by the threads that see them; a write that
-/// fails (a full disk) is logged once and ends the recording, never the node.
+/// transports publish them, its ticks. The threads that see them hand them to a writer thread
+/// of its own, so that no transport waits for the disk: a live node's tap drops what does not
+/// fit in its queue (counted and logged; a replay then differs and says so), a simulation's
+/// waits. A write that fails (a full disk) is logged once and ends the recording, never the
+/// node.
 pub struct Tap {
-    inner: std::sync::Mutex<Option<TapInner>>,
-    /// Tick times from the control thread, written with the next message (a control thread
-    /// never waits for the file).
-    ticks: (
-        crossbeam_channel::Sender<Stamp>,
-        crossbeam_channel::Receiver<Stamp>,
-    ),
+    tx: crossbeam_channel::Sender<Item>,
+    /// Whether senders wait for room (a simulation) or drop what does not fit (a live node).
+    lossless: bool,
+    dropped: std::sync::atomic::AtomicU64,
+    writer: std::sync::Mutex<Option<std::thread::JoinHandle<Option<Result<PathBuf>>>>>,
 }
 
-struct TapInner {
+/// What the writer thread writes.
+enum Item {
+    Input {
+        t: Stamp,
+        kind: crate::ros::wire::In,
+        data: Vec<u8>,
+    },
+    Output {
+        t: Stamp,
+        o: crate::messages::Outbound,
+    },
+    Tick(Stamp),
+    Transition {
+        t: Stamp,
+        from: crate::lifecycle::State,
+        tr: crate::lifecycle::Transition,
+    },
+    Configuration {
+        t: Stamp,
+        cfg: Box<Config>,
+    },
+    Finish,
+}
+
+/// Messages a live tap's queue holds.
+const QUEUE: usize = 4096;
+
+struct Writer {
     recorder: Recorder,
     endpoints: crate::ros::wire::Endpoints,
     publisher: crate::ros::wire::Publisher,
 }
 
+impl Writer {
+    fn write(&mut self, item: Item) -> Result<()> {
+        use crate::ros::msg::{self, RosMessage};
+        let r = &mut self.recorder;
+        match item {
+            Item::Input { t, kind, data } => {
+                let topic = self.endpoints.input_topic(&kind).to_string();
+                r.write(&topic, kind.type_name(), t, &data)
+            }
+            Item::Output { t, o } => {
+                let mut res = Ok(());
+                let endpoints = &self.endpoints;
+                self.publisher.messages(&o, |p| {
+                    if let (Ok(()), Some(topic)) = (&res, endpoints.output_topic(p.kind())) {
+                        res = r.write(topic, p.type_name(), t, &p.encode());
+                    }
+                });
+                res
+            }
+            Item::Tick(t) => r.tick(t),
+            Item::Transition { t, from, tr } => {
+                let state = |s: crate::lifecycle::State| msg::LifecycleState {
+                    id: s.id(),
+                    label: s.label().into(),
+                };
+                let e = msg::TransitionEvent {
+                    timestamp: nanos(t),
+                    transition: msg::LifecycleTransition {
+                        id: tr.id(),
+                        label: tr.label().into(),
+                    },
+                    start_state: state(from),
+                    goal_state: state(tr.goal()),
+                };
+                let topic = r.transitions.clone();
+                r.write(&topic, msg::TransitionEvent::NAME, t, &e.encode())
+            }
+            Item::Configuration { t, cfg } => {
+                let yaml = serde_yaml::to_string(&cfg).map_err(|e| bad(&r.path, e))?;
+                let topic = r.configuration.clone();
+                let m = msg::StringMsg { data: yaml };
+                r.write(&topic, msg::StringMsg::NAME, t, &m.encode())
+            }
+            Item::Finish => Ok(()),
+        }
+    }
+}
+
 impl Tap {
     /// Records into `recorder` for a node of configuration `cfg` whose topics are
-    /// `endpoints`.
-    pub fn new(recorder: Recorder, cfg: &Config, endpoints: crate::ros::wire::Endpoints) -> Tap {
-        Tap {
-            inner: std::sync::Mutex::new(Some(TapInner {
-                recorder,
-                endpoints,
-                publisher: crate::ros::wire::Publisher::new(cfg),
-            })),
-            ticks: crossbeam_channel::bounded(4096),
+    /// `endpoints`, on a writer thread; `lossless`: senders wait for room (a simulation on its
+    /// own clock) instead of dropping (a live node).
+    pub fn new(
+        recorder: Recorder,
+        cfg: &Config,
+        endpoints: crate::ros::wire::Endpoints,
+        lossless: bool,
+    ) -> Result<Tap> {
+        let (tx, rx) = crossbeam_channel::bounded::<Item>(QUEUE);
+        let mut w = Writer {
+            recorder,
+            endpoints,
+            publisher: crate::ros::wire::Publisher::new(cfg),
+        };
+        let writer = std::thread::Builder::new()
+            .name("frt-record".into())
+            .spawn(move || {
+                let mut failed = false;
+                for item in rx.iter() {
+                    let last = matches!(item, Item::Finish);
+                    if !failed {
+                        if let Err(e) = w.write(item) {
+                            tracing::error!(error = %e, "recording ended");
+                            failed = true;
+                        }
+                    }
+                    if last {
+                        break;
+                    }
+                }
+                (!failed).then(|| w.recorder.finish())
+            })
+            .map_err(|e| Error::bad("recording", format!("writer thread: {e}")))?;
+        Ok(Tap {
+            tx,
+            lossless,
+            dropped: Default::default(),
+            writer: std::sync::Mutex::new(Some(writer)),
+        })
+    }
+
+    fn send(&self, item: Item) {
+        if self.lossless {
+            let _ = self.tx.send(item);
+        } else {
+            self.try_send(item);
         }
     }
 
-    fn with(&self, f: impl FnOnce(&mut TapInner) -> Result<()>) {
-        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(inner) = g.as_mut() else { return };
-        let mut r = Ok(());
-        while let (Ok(()), Ok(t)) = (&r, self.ticks.1.try_recv()) {
-            r = inner.recorder.tick(t);
-        }
-        if let Err(e) = r.and_then(|()| f(inner)) {
-            tracing::error!(error = %e, "recording ended");
-            *g = None;
+    fn try_send(&self, item: Item) {
+        if let Err(crossbeam_channel::TrySendError::Full(_)) = self.tx.try_send(item) {
+            let n = self
+                .dropped
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if n == 0 {
+                tracing::warn!("recording: the disk does not keep up; messages are dropped");
+            }
         }
     }
 
     /// An input as received (serialized, with its encapsulation header) at `t`.
     pub fn input(&self, t: Stamp, kind: &crate::ros::wire::In, data: &[u8]) {
-        self.with(|i| {
-            let topic = i.endpoints.input_topic(kind).to_string();
-            i.recorder.write(&topic, kind.type_name(), t, data)
+        self.send(Item::Input {
+            t,
+            kind: kind.clone(),
+            data: data.to_vec(),
         });
     }
 
@@ -394,7 +506,7 @@ impl Tap {
             Command::Resume => (In::Resume, msg::Empty::default().encode()),
             Command::Subgoal(g) => (In::Subgoal, msg::StringMsg { data: g.clone() }.encode()),
         };
-        self.input(t, &kind, &data);
+        self.send(Item::Input { t, kind, data });
     }
 
     /// A lifecycle transition at `t` (`~/transition_event`): a replay keeps the node inactive
@@ -405,73 +517,48 @@ impl Tap {
         from: crate::lifecycle::State,
         tr: crate::lifecycle::Transition,
     ) {
-        use crate::ros::msg::{self, RosMessage};
-        let state = |s: crate::lifecycle::State| msg::LifecycleState {
-            id: s.id(),
-            label: s.label().into(),
-        };
-        let e = msg::TransitionEvent {
-            timestamp: nanos(t),
-            transition: msg::LifecycleTransition {
-                id: tr.id(),
-                label: tr.label().into(),
-            },
-            start_state: state(from),
-            goal_state: state(tr.goal()),
-        };
-        self.with(|i| {
-            let topic = i.recorder.transitions.clone();
-            i.recorder
-                .write(&topic, msg::TransitionEvent::NAME, t, &e.encode())
-        });
+        self.send(Item::Transition { t, from, tr });
     }
 
     /// The configuration in effect after a parameter set at `t`: a replay hands it to the
     /// node as the set did.
     pub fn configuration(&self, t: Stamp, cfg: &Config) {
-        use crate::ros::msg::{self, RosMessage};
-        self.with(|i| {
-            let yaml = serde_yaml::to_string(cfg).map_err(|e| bad(&i.recorder.path, e))?;
-            let topic = i.recorder.configuration.clone();
-            let m = msg::StringMsg { data: yaml };
-            i.recorder
-                .write(&topic, msg::StringMsg::NAME, t, &m.encode())
+        self.send(Item::Configuration {
+            t,
+            cfg: Box::new(cfg.clone()),
         });
     }
 
     /// What the node published, as the ROS 2 messages it becomes, at `t`.
     pub fn output(&self, t: Stamp, o: &crate::messages::Outbound) {
-        self.with(|i| {
-            let mut r = Ok(());
-            let TapInner {
-                recorder,
-                endpoints,
-                publisher,
-            } = i;
-            publisher.messages(o, |p| {
-                if let (Ok(()), Some(topic)) = (&r, endpoints.output_topic(p.kind())) {
-                    r = recorder.write(topic, p.type_name(), t, &p.encode());
-                }
-            });
-            r
-        });
+        self.send(Item::Output { t, o: o.clone() });
     }
 
     /// The start of a control tick at `t`.
     pub fn tick(&self, t: Stamp) {
-        self.with(|i| i.recorder.tick(t));
+        self.send(Item::Tick(t));
     }
 
-    /// The start of a control tick at `t`, written with the next message; never blocks (a
-    /// full queue loses the tick: the replay then differs and says so).
+    /// The start of a control tick at `t` from the control thread: never waits, allocates
+    /// nothing (a full queue loses the tick: the replay then differs and says so).
     pub fn tick_later(&self, t: Stamp) {
-        let _ = self.ticks.0.try_send(t);
+        self.try_send(Item::Tick(t));
     }
 
-    /// Completes the file; `None` when the recording had ended on an error.
+    /// Writes what is queued and completes the file; `None` when the recording had ended on
+    /// an error or was finished already.
     pub fn finish(&self) -> Option<Result<PathBuf>> {
-        self.with(|_| Ok(()));
-        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
-        inner.map(|i| i.recorder.finish())
+        let writer = self
+            .writer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()?;
+        let _ = self.tx.send(Item::Finish);
+        let r = writer.join().ok().flatten();
+        let dropped = self.dropped.load(std::sync::atomic::Ordering::Relaxed);
+        if dropped > 0 {
+            tracing::warn!(dropped, "recording: messages dropped while the disk lagged");
+        }
+        r
     }
 }

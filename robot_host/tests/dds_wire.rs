@@ -98,7 +98,7 @@ fn chunks_subgoals_and_interrupts_cross_the_wire_to_cyclone_dds() {
         version: "test".into(),
     };
     let recorder = Recorder::create(&recording, &cfg, &info).unwrap();
-    let tap = Arc::new(Tap::new(recorder, &cfg, dds.endpoints().clone()));
+    let tap = Arc::new(Tap::new(recorder, &cfg, dds.endpoints().clone(), false).unwrap());
     dds.set_tap(Some(tap.clone()));
 
     let (mut node, inputs, outputs) = Node::new(cfg.clone(), Arc::new(SystemClock), None).unwrap();
