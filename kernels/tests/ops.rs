@@ -1922,3 +1922,26 @@ backend_tests!(
     fused_ops,
     rejects_bad_arguments
 );
+
+/// The comparison the op tests make sees an error in a small entry that a check normalised
+/// by the largest entry lets through, and passes what is within tolerance.
+#[test]
+fn the_comparison_sees_errors_in_small_entries() {
+    let want: Vec<f64> = (0..64)
+        .map(|i| if i == 0 { 100.0 } else { 1.0 - i as f64 * 0.01 })
+        .collect();
+    let mut got: Vec<f32> = want.iter().map(|w| *w as f32).collect();
+    assert!(common::check_elements(&got, &want, 1e-3).is_ok());
+    // Entry 5 is off by 5 %: within 1e-3 of the largest entry, outside its own tolerance
+    // (1e-3 of itself plus 1e-3 of the entries' root mean square, 12.4).
+    got[5] *= 1.05;
+    assert!(rel_err(&got, &want) <= 1e-3);
+    let e = common::check_elements(&got, &want, 1e-3).unwrap_err();
+    assert!(e.contains("1 of 64") && e.contains("worst at 5"), "{e}");
+    // A NaN where a number is due fails; matching infinities pass.
+    got[5] = f32::NAN;
+    assert!(common::check_elements(&got, &want, 1e-3).is_err());
+    let inf = [f64::NEG_INFINITY, 1.0];
+    assert!(common::check_elements(&[f32::NEG_INFINITY, 1.0], &inf, 1e-3).is_ok());
+    assert!(common::check_elements(&[0.0, 1.0], &inf, 1e-3).is_err());
+}

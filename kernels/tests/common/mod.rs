@@ -33,7 +33,9 @@ pub fn host() -> Backend {
 pub fn cuda() -> Backend {
     let ctx = Ctx::cuda(0).expect("CUDA device 0 (this test needs a CUDA GPU)");
     let s = ctx.stream(0).unwrap();
-    let k = Kernels::new(&ctx).expect("the CUDA kernels compile and load");
+    // The options from the environment (FRT_ATTENTION=gemm etc.: the suite on another path).
+    let options = frt_kernels::KernelOptions::from_env().expect("kernel options");
+    let k = Kernels::with_options(&ctx, options).expect("the CUDA kernels compile and load");
     Backend {
         name: "cuda",
         k,
@@ -188,6 +190,46 @@ pub fn rel_err(got: &[f32], want: &[f64]) -> f64 {
     worst / scale
 }
 
+/// Checks every element: `|got − want| ≤ rtol · (|want| + rms(want))`, i.e. a relative
+/// tolerance with an absolute floor of `rtol` times the root mean square of the reference (in
+/// the tensor's own units: an error in a small entry is not hidden behind the largest one).
+/// Non-finite values must match exactly (a NaN where a number is due fails). On failure, names
+/// the worst element, its values and how many elements failed.
+pub fn check_elements(got: &[f32], want: &[f64], rtol: f64) -> Result<(), String> {
+    assert_eq!(got.len(), want.len());
+    let finite: Vec<f64> = want.iter().copied().filter(|w| w.is_finite()).collect();
+    let rms = (finite.iter().map(|w| w * w).sum::<f64>() / finite.len().max(1) as f64).sqrt();
+    let atol = rtol * rms.max(1e-30);
+    let (mut worst, mut at, mut failed) = (0f64, 0usize, 0usize);
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let g = *g as f64;
+        let ratio = if !w.is_finite() || !g.is_finite() {
+            if g == *w || (g.is_nan() && w.is_nan()) {
+                0.0
+            } else {
+                f64::INFINITY
+            }
+        } else {
+            (g - w).abs() / (atol + rtol * w.abs())
+        };
+        if ratio > 1.0 {
+            failed += 1;
+        }
+        if ratio > worst || ratio.is_nan() {
+            (worst, at) = (ratio, i);
+        }
+    }
+    if failed == 0 {
+        return Ok(());
+    }
+    Err(format!(
+        "{failed} of {} elements outside |Δ| ≤ {rtol:.1e} · (|want| + rms {rms:.3e}); worst at {at}: got {}, want {:.6e} ({worst:.2}× the tolerance)",
+        got.len(),
+        got[at],
+        want[at]
+    ))
+}
+
 /// Tolerance for outputs stored in `dt`, scaled by how much each output accumulates.
 pub fn tol(dt: DType, f32_tol: f64) -> f64 {
     match dt {
@@ -223,32 +265,31 @@ pub fn run(b: &Backend, case: &Case) {
     poison(b, &out);
     (case.op)(&b.k, b.s, &ins, &out).unwrap_or_else(|e| panic!("{}: {e}", case.name));
     let got = out.read_f32(b.s).unwrap();
-    let (want, against): (Vec<f64>, &str) = match &b.host {
-        None => ((case.reference)(&vals), "f64 reference"),
-        Some(h) => {
-            let (hins, _) = make(h, case.dtype, &case.inputs);
-            let hout = Tensor::alloc(h.k.ctx(), "out", case.out.1, &case.out.0).unwrap();
-            poison(h, &hout);
-            (case.op)(&h.k, h.s, &hins, &hout).unwrap();
-            (
-                hout.read_f32(h.s)
-                    .unwrap()
-                    .into_iter()
-                    .map(f64::from)
-                    .collect(),
-                "host backend",
-            )
+    let rtol = tol(case.out.1, case.f32_tol);
+    // Against the f64 reference (from the inputs as rounded to the case's dtype), on every
+    // backend and at every shape; on CUDA also against the host backend's output.
+    let mut against = vec![((case.reference)(&vals), "f64 reference")];
+    if let Some(h) = &b.host {
+        let (hins, _) = make(h, case.dtype, &case.inputs);
+        let hout = Tensor::alloc(h.k.ctx(), "out", case.out.1, &case.out.0).unwrap();
+        poison(h, &hout);
+        (case.op)(&h.k, h.s, &hins, &hout).unwrap();
+        let host: Vec<f64> = hout
+            .read_f32(h.s)
+            .unwrap()
+            .into_iter()
+            .map(f64::from)
+            .collect();
+        against.push((host, "host backend"));
+    }
+    for (want, what) in &against {
+        if let Err(m) = check_elements(&got, want, rtol) {
+            panic!(
+                "[{}] {} ({:?}) against the {what}: {m}",
+                b.name, case.name, case.dtype
+            );
         }
-    };
-    let err = rel_err(&got, &want);
-    let t = tol(case.out.1, case.f32_tol);
-    assert!(
-        err <= t,
-        "[{}] {} ({:?}): relative error {err:.3e} > {t:.1e} against the {against}",
-        b.name,
-        case.name,
-        case.dtype
-    );
+    }
     // The same op captured into a graph and replayed.
     let g = Graph::new(b.k.ctx(), &case.name, 1);
     g.capture(ShapeKey(0), |cs| {
