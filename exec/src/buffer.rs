@@ -95,7 +95,7 @@ fn as_bytes_mut<T: Pod>(v: &mut [T]) -> &mut [u8] {
     unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, std::mem::size_of_val(v)) }
 }
 
-fn check_range(op: &'static str, b: &Buffer, offset: usize, bytes: usize) -> Result<()> {
+pub(crate) fn check_range(op: &'static str, b: &Buffer, offset: usize, bytes: usize) -> Result<()> {
     match offset.checked_add(bytes) {
         Some(end) if end <= b.0.bytes => Ok(()),
         _ => Err(Error::OutOfRange {

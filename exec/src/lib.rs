@@ -49,6 +49,7 @@ mod error;
 mod event;
 mod graph;
 mod key;
+mod loader;
 mod lru;
 mod plan;
 
@@ -58,6 +59,7 @@ pub use error::{DriverCode, Error, HostOpError, Result, Status};
 pub use event::Event;
 pub use graph::{CaptureError, Graph};
 pub use key::ShapeKey;
+pub use loader::Loader;
 pub use plan::{NodeId, Plan};
 
 /// Re-exported so that crates launching their own CUDA work use the same cudarc.

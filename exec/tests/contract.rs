@@ -7,7 +7,7 @@
 mod common;
 
 use common::Backend;
-use frt_exec::{Buffer, Error, Graph, Plan, ShapeKey, Stream};
+use frt_exec::{Buffer, Error, Graph, Loader, Plan, ShapeKey, Stream};
 
 fn vals(_b: &Backend, x: &Buffer, s: Stream) -> Vec<f32> {
     x.to_vec::<f32>(s).unwrap()
@@ -712,6 +712,70 @@ fn wrapped_memory(b: &Backend) {
     ));
 }
 
+/// Set-up writes through a loader's slots: each send lands where it was sent, in stream
+/// order with other work; slots are reused (more sends than slots, each slot refilled while
+/// the others' copies may run); an unsent slot is handed out again; sends beyond a slot or a
+/// buffer, into another context's buffer or under capture are refused.
+fn loader_writes_through_its_slots(b: &Backend) {
+    let ctx = &b.ctx;
+    let s = ctx.stream(0).unwrap();
+    let n = 1000; // f32 values in the buffer
+    let x = Buffer::alloc(ctx, "weights", n * 4).unwrap();
+    b.k.fill(ctx, s, &x, -1.0).unwrap();
+    let mut l = Loader::new(ctx, 64, 2).unwrap();
+    assert_eq!(l.slot_bytes(), 64);
+    // 16 values a slot, 62 sends and a partial one: every slot is reused many times.
+    let want: Vec<f32> = (0..n).map(|i| i as f32 * 0.25 - 7.0).collect();
+    for (k, part) in want.chunks(16).enumerate() {
+        let slot = l.slot().unwrap();
+        for (o, v) in slot.chunks_exact_mut(4).zip(part) {
+            o.copy_from_slice(&v.to_le_bytes());
+        }
+        l.send(s, &x, k * 64, part.len() * 4).unwrap();
+    }
+    l.finish().unwrap();
+    assert_eq!(vals(b, &x, s), want);
+    // A slot that was not sent is handed out again: its contents are still there.
+    l.slot().unwrap()[..4].copy_from_slice(&5.5f32.to_le_bytes());
+    let again = l.slot().unwrap();
+    assert_eq!(&again[..4], &5.5f32.to_le_bytes());
+    l.send(s, &x, 0, 4).unwrap();
+    assert_eq!(vals(b, &x, s)[..2], [5.5, want[1]]);
+    // Work enqueued after a send sees its data (stream order).
+    l.slot().unwrap()[..4].copy_from_slice(&9.0f32.to_le_bytes());
+    l.send(s, &x, 4, 4).unwrap();
+    let y = Buffer::alloc(ctx, "y", 8).unwrap();
+    Buffer::copy(&y, 0, &x, 0, 8, s).unwrap();
+    assert_eq!(vals(b, &y, s), vec![5.5, 9.0]);
+    // Refusals.
+    let e = l.send(s, &x, 0, 65).unwrap_err();
+    assert!(matches!(e, Error::Invalid { .. }), "{e}");
+    let e = l.send(s, &x, n * 4 - 8, 16).unwrap_err();
+    assert!(matches!(e, Error::OutOfRange { .. }), "{e}");
+    let other = frt_exec::Ctx::host().unwrap();
+    let z = Buffer::alloc(&other, "z", 16).unwrap();
+    let e = l.send(other.stream(0).unwrap(), &z, 0, 4).unwrap_err();
+    assert!(matches!(e, Error::Invalid { .. }), "{e}");
+    let g = Graph::new(ctx, "g", 0);
+    let e = g.capture(ShapeKey(1), |cs| l.send(cs, &x, 0, 4)).unwrap_err();
+    assert!(
+        matches!(&e, Error::Capture { source: Some(inner), .. } if matches!(**inner, Error::Invalid { .. })),
+        "{e}"
+    );
+    assert!(matches!(Loader::new(ctx, 0, 2), Err(Error::Invalid { .. })));
+    assert!(matches!(Loader::new(ctx, 64, 0), Err(Error::Invalid { .. })));
+    // Dropped with a copy in flight: it waits for it before freeing the slot.
+    let big = Buffer::alloc(ctx, "big", 1 << 22).unwrap();
+    let mut l = Loader::new(ctx, 1 << 22, 1).unwrap();
+    l.slot().unwrap().fill(3);
+    l.send(s, &big, 0, 1 << 22).unwrap();
+    drop(l);
+    let mut tail = [0u8; 8];
+    big.download(s, (1 << 22) - 8, &mut tail).unwrap();
+    assert_eq!(tail, [3; 8]);
+    ctx.take_error().unwrap();
+}
+
 backend_tests!(
     capture_knows_its_graph,
     streams_and_priorities,
@@ -730,4 +794,5 @@ backend_tests!(
     host_operation_errors,
     adopt_foreign_exec,
     wrapped_memory,
+    loader_writes_through_its_slots,
 );

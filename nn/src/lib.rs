@@ -15,4 +15,4 @@ pub mod error;
 pub mod store;
 
 pub use error::{Error, Result};
-pub use store::{Path, SLICE, Store, Stored, View, bytes_read, upload_stacked};
+pub use store::{Path, SLOT_BYTES, SLOTS, Store, Stored, View, bytes_read, upload_stacked};

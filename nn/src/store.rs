@@ -11,19 +11,33 @@
 //!
 //! Lookup is hierarchical (`store.pp("layers").pp(3).get("q_proj.weight", &[out, in])`) and
 //! every error carries the tensor's full name and the shape the model expected. An upload
-//! converts in slices of [`SLICE`] values through one scratch buffer and [`Buffer::load`](frt_exec::Buffer::load):
-//! loading a model needs no host copy of it in f32 (nor any second copy at all).
+//! reads the source where it lies and converts (or copies) it straight into the staging slots
+//! of the store's [`Loader`] (page-locked on CUDA; [`SLOTS`] of [`SLOT_BYTES`]), on several
+//! threads, while the device copies the slots filled before: loading a model needs no host
+//! copy of it (in f32 or otherwise), and the copies run at the link's speed.
 
 use crate::error::{Error, Result};
-use frt_exec::{Ctx, Stream};
+use frt_exec::{Ctx, Loader, Stream};
 use frt_kernels::{DType, Tensor};
 use half::{bf16, f16};
 use std::collections::HashMap;
 use std::fmt::Display;
 use std::path::{Path as FsPath, PathBuf};
 
-/// Values converted per [`Buffer::load`](frt_exec::Buffer::load) call during an upload.
-pub const SLICE: usize = 1 << 20;
+/// The size of one staging slot of a store's uploads (see the module docs).
+pub const SLOT_BYTES: usize = 32 << 20;
+
+/// Staging slots of a store's uploads: one is filled while the others' copies run.
+pub const SLOTS: usize = 3;
+
+/// Values below which a slot is filled on the calling thread alone.
+const PARALLEL_MIN: usize = 1 << 16;
+
+/// Threads that fill one staging slot.
+fn fill_threads() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get().min(8)))
+}
 
 /// How a tensor's values are stored in its source.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,6 +117,9 @@ pub struct Store {
     sources: Vec<Bytes>,
     entries: HashMap<String, Entry>,
     scalars: HashMap<String, i64>,
+    /// The staging slots of uploads, made on the first upload (for that upload's context)
+    /// and freed with the store.
+    loader: std::sync::Mutex<Option<Loader>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -315,6 +332,7 @@ impl Store {
             sources: Vec::new(),
             entries: HashMap::new(),
             scalars: HashMap::new(),
+            loader: std::sync::Mutex::new(None),
         }
     }
 
@@ -390,6 +408,11 @@ impl Store {
             stored: e.stored,
             shape: &e.shape,
             bytes: &source.get()[e.start..e.start + e.len],
+            loader: &self.loader,
+            map: match source {
+                Bytes::Mapped(m) => Some((m, e.start)),
+                Bytes::F32(_) => None,
+            },
         })
     }
 
@@ -532,6 +555,10 @@ pub struct View<'a> {
     stored: Stored,
     shape: &'a [usize],
     bytes: &'a [u8],
+    /// The store's staging slots.
+    loader: &'a std::sync::Mutex<Option<Loader>>,
+    /// The file map the bytes lie in and where, for read-ahead.
+    map: Option<(&'a memmap2::Mmap, usize)>,
 }
 
 impl<'a> View<'a> {
@@ -583,12 +610,7 @@ impl<'a> View<'a> {
 
     /// An error naming the tensor when a value is NaN or infinite.
     pub fn check_finite(&self) -> Result<()> {
-        self.check_bytes(self.bytes)
-    }
-
-    /// [`check_finite`](Self::check_finite) of a part of this tensor's bytes.
-    fn check_bytes(&self, bytes: &[u8]) -> Result<()> {
-        if all_finite(self.stored, bytes) {
+        if all_finite(self.stored, self.bytes) {
             Ok(())
         } else {
             Err(Error::NonFinite {
@@ -606,8 +628,8 @@ impl<'a> View<'a> {
 
     /// Writes the values into the contiguous float tensor `t` from its element `at` on,
     /// converted to `t`'s dtype (as `f32 → dtype` rounds: bf16 and f16 round to nearest even),
-    /// ordered on `s`. A non-finite value is an error naming the tensor (nothing of a
-    /// rejected slice is written).
+    /// ordered on `s`. A non-finite value is an error naming the tensor (nothing of the
+    /// staging slot that holds it is written; the slots before it are).
     pub fn write_into(&self, t: &Tensor, s: Stream, at: usize) -> Result<()> {
         let upload_err = |reason: String| Error::Upload {
             name: self.name.clone(),
@@ -623,45 +645,105 @@ impl<'a> View<'a> {
             return Err(upload_err(format!("{n} values at element {at} of {t:?}")));
         }
         let dt = t.dtype();
+        if !matches!(dt, DType::F32 | DType::BF16 | DType::F16) {
+            return Err(upload_err(format!("into dtype {dt:?}")));
+        }
         let base = (t.offset() + at) * dt.size();
         let buffer = t.buffer();
-        if self.stored.dtype() == dt {
-            // Same precision: straight from the source, a slice at a time.
-            let step = SLICE * dt.size();
-            for (i, part) in self.bytes.chunks(step).enumerate() {
-                self.check_bytes(part)?;
-                buffer.load(s, base + i * step, part)?;
-                count_read(part.len());
-            }
-            return Ok(());
+        let mut guard = self.loader.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.as_ref().is_none_or(|l| !l.ctx().same(buffer.ctx())) {
+            // Another context's slots are freed (after their copies) before new ones are made.
+            *guard = None;
+            *guard = Some(Loader::new(buffer.ctx(), SLOT_BYTES, SLOTS)?);
         }
-        let mut f = vec![0f32; SLICE.min(n)];
-        let mut out: Vec<u8> = Vec::with_capacity(SLICE.min(n) * dt.size());
+        let loader = guard.as_mut().expect("made above");
+        // The whole tensor is read from the file now: ask for it in large reads, started at
+        // once, rather than page by page as the fill threads touch it. Only a hint.
+        #[cfg(unix)]
+        if let Some((map, start)) = self.map {
+            let _ = map.advise_range(memmap2::Advice::WillNeed, start, self.bytes.len());
+        }
+        let per_slot = loader.slot_bytes() / dt.size();
+        let (ssz, dsz) = (self.stored.size(), dt.size());
         let mut from = 0;
         while from < n {
-            let len = SLICE.min(n - from);
-            let vals = &mut f[..len];
-            self.convert(from, vals);
-            if vals.iter().any(|v| !v.is_finite()) {
+            let len = per_slot.min(n - from);
+            let out = &mut loader.slot()?[..len * dsz];
+            let src = &self.bytes[from * ssz..(from + len) * ssz];
+            let finite = if len < PARALLEL_MIN || fill_threads() == 1 {
+                fill(self.stored, src, dt, out)
+            } else {
+                let per = len.div_ceil(fill_threads());
+                std::thread::scope(|sc| {
+                    let parts: Vec<_> = src
+                        .chunks(per * ssz)
+                        .zip(out.chunks_mut(per * dsz))
+                        .map(|(i, o)| sc.spawn(move || fill(self.stored, i, dt, o)))
+                        .collect();
+                    // Every thread is joined before the answer (no early return).
+                    parts
+                        .into_iter()
+                        .fold(true, |ok, p| p.join().expect("filling a staging slot") & ok)
+                })
+            };
+            if !finite {
+                // Nothing of this slot is sent.
                 return Err(Error::NonFinite {
                     name: self.name.clone(),
                 });
             }
-            out.clear();
-            match dt {
-                DType::F32 => out.extend(vals.iter().flat_map(|v| v.to_le_bytes())),
-                DType::BF16 => {
-                    out.extend(vals.iter().flat_map(|v| bf16::from_f32(*v).to_le_bytes()))
-                }
-                DType::F16 => out.extend(vals.iter().flat_map(|v| f16::from_f32(*v).to_le_bytes())),
-                other => return Err(upload_err(format!("into dtype {other:?}"))),
-            }
-            buffer.load(s, base + from * dt.size(), &out)?;
-            count_read(len * self.stored.size());
+            loader.send(s, buffer, base + from * dsz, len * dsz)?;
+            count_read(len * ssz);
             from += len;
         }
         Ok(())
     }
+}
+
+/// Converts the values stored as `stored` in `src` into `out` as `dt` (f32, bf16 or f16; as
+/// `f32 → dt` rounds: to nearest even), or copies them when `dt` is their own precision;
+/// false when one is not finite (then `out` holds something unspecified).
+fn fill(stored: Stored, src: &[u8], dt: DType, out: &mut [u8]) -> bool {
+    if stored.dtype() == dt {
+        if !all_finite(stored, src) {
+            return false;
+        }
+        out.copy_from_slice(src);
+        return true;
+    }
+    match dt {
+        DType::F32 => convert_into(stored, src, out, f32::to_le_bytes),
+        DType::BF16 => convert_into(stored, src, out, |v| bf16::from_f32(v).to_le_bytes()),
+        DType::F16 => convert_into(stored, src, out, |v| f16::from_f32(v).to_le_bytes()),
+        _ => unreachable!("checked by write_into"),
+    }
+}
+
+/// [`fill`] between two precisions, `N` bytes a value out; false on a non-finite value.
+fn convert_into<const N: usize>(
+    stored: Stored,
+    src: &[u8],
+    out: &mut [u8],
+    encode: impl Fn(f32) -> [u8; N],
+) -> bool {
+    let mut finite = true;
+    let mut put = |o: &mut [u8], v: f32| {
+        finite &= v.is_finite();
+        o.copy_from_slice(&encode(v));
+    };
+    let outs = out.chunks_exact_mut(N);
+    match stored {
+        Stored::F32 => outs
+            .zip(src.chunks_exact(4))
+            .for_each(|(o, c)| put(o, f32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
+        Stored::BF16 => outs
+            .zip(src.chunks_exact(2))
+            .for_each(|(o, c)| put(o, bf16::from_le_bytes([c[0], c[1]]).to_f32())),
+        Stored::F16 => outs
+            .zip(src.chunks_exact(2))
+            .for_each(|(o, c)| put(o, f16::from_le_bytes([c[0], c[1]]).to_f32())),
+    }
+    finite
 }
 
 /// Whether every value stored as `stored` in `bytes` is finite (no copy).

@@ -162,12 +162,13 @@ fn shards_open_through_their_index() {
 }
 
 /// Uploads convert straight into the target precision, rounding as f32 → dtype does, across
-/// slice boundaries; the same precision is copied unchanged.
+/// staging slots (f32 targets: more values than one slot holds) and the threads that fill
+/// one; the same precision is copied unchanged.
 #[test]
 fn uploads_convert_into_each_precision() {
     let ctx = Ctx::host().unwrap();
     let s = ctx.stream(0).unwrap();
-    let n = frt_nn::SLICE + 1234;
+    let n = frt_nn::SLOT_BYTES / 4 + 1234;
     let v = values(n, 5);
     for stored in [Stored::F32, Stored::BF16, Stored::F16] {
         let d = tmp("convert");
@@ -226,6 +227,21 @@ fn non_finite_values_are_refused_by_name() {
             for dt in [DType::F32, DType::BF16] {
                 let e = st.root().upload("x.y", &[40], &ctx, s, dt).unwrap_err();
                 assert!(named(e), "{stored:?} → {dt:?} {bad}");
+            }
+            let _ = std::fs::remove_dir_all(&d);
+            // In a tensor filled by several threads, in the last thread's part.
+            let d = tmp("nan-large");
+            let n = 300_000;
+            let mut v = values(n, 7);
+            v[n - 5] = bad;
+            write(&d.join("model.safetensors"), &[("big", vec![n], v)], stored);
+            let st = Store::open(&d).unwrap();
+            for dt in [DType::F32, DType::BF16] {
+                let e = st.root().upload("big", &[n], &ctx, s, dt).unwrap_err();
+                assert!(
+                    matches!(e, Error::NonFinite { ref name } if name == "big"),
+                    "{stored:?} → {dt:?} {bad}: {e}"
+                );
             }
             let _ = std::fs::remove_dir_all(&d);
         }

@@ -1456,6 +1456,16 @@ impl Node {
         }
         self.status.clamped += changed;
         self.status.chunks += 1;
+        if self.status.chunks == 1 {
+            // Start-up's figure: process start to the first action published.
+            match crate::observe::since_process_start() {
+                Some(d) => tracing::info!(
+                    seconds_since_process_start = format!("{:.2}", d.as_secs_f64()),
+                    "first action chunk published"
+                ),
+                None => tracing::info!("first action chunk published"),
+            }
+        }
         self.policy.keep_chunk();
         self.delays[self.status.chunks as usize % DELAYS] = now - oldest;
         let t3 = std::time::Instant::now();

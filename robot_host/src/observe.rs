@@ -178,6 +178,31 @@ impl Recorder {
     }
 }
 
+/// How long ago this process started (exec included), from the kernel's records
+/// (`/proc/self/stat`'s start time against `/proc/uptime`; a resolution of one clock tick,
+/// usually 10 ms). `None` where they cannot be read (not Linux).
+pub fn since_process_start() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let uptime = std::fs::read_to_string("/proc/uptime").ok()?;
+    let up: f64 = uptime.split_whitespace().next()?.parse().ok()?;
+    since_start(&stat, up, clock_ticks()?)
+}
+
+/// `since_process_start` from the texts: the 22nd field of `stat` counted after the command
+/// name's closing parenthesis (the name may hold spaces and parentheses).
+fn since_start(stat: &str, uptime_s: f64, ticks_per_s: f64) -> Option<Duration> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // Fields from the 3rd (state) on: the start time is the 22nd, the 20th of these.
+    let start: f64 = rest.split_whitespace().nth(19)?.parse().ok()?;
+    Some(Duration::from_secs_f64((uptime_s - start / ticks_per_s).max(0.0)))
+}
+
+fn clock_ticks() -> Option<f64> {
+    // SAFETY: sysconf reads a constant of the system; no memory is passed.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (t > 0).then_some(t as f64)
+}
+
 /// The process's trace (`--trace FILE`): every thread's `tracing` spans on a track of its
 /// own (named after the thread), the control loop's stages, and each graph replay on its
 /// stream's track; written as Chrome trace JSON, which Perfetto opens. Off unless
@@ -379,5 +404,18 @@ mod tests {
         assert_eq!(v["traceEvents"][0]["dur"].as_f64().unwrap().round(), 2000.0);
         assert_eq!(r.summary()[0].3, 3);
         let _ = std::fs::remove_file(path);
+    }
+
+    #[test]
+    fn the_process_start_is_read_past_the_command_name() {
+        // A name with spaces and parentheses; start time 250 ticks (2.5 s at 100 per second).
+        let mut stat = String::from("4242 (a (b) c) S 1 4242 4242 0 -1 4194304 100 0 0 0");
+        stat.push_str(" 5 3 0 0 20 0 1 0 250 1000 100 18446744073709551615");
+        let d = since_start(&stat, 12.5, 100.0).unwrap();
+        assert!((d.as_secs_f64() - 10.0).abs() < 1e-9, "{d:?}");
+        assert_eq!(since_start("no parenthesis", 1.0, 100.0), None);
+        // This process started before now and after boot.
+        let own = since_process_start().unwrap();
+        assert!(own < Duration::from_secs(24 * 3600), "{own:?}");
     }
 }

@@ -290,11 +290,17 @@ pub fn check_files(cfg: &Config) -> Result<()> {
 impl Policy {
     /// Loads (or generates) the weights, builds the graphs and warms them up.
     pub fn build(cfg: &Config) -> Result<Policy> {
+        let t = std::time::Instant::now();
         let ctx = match cfg.model.backend {
             Backend::Auto => Ctx::auto()?,
             Backend::Host => Ctx::host()?,
             Backend::Cuda => Ctx::cuda(0)?,
         };
+        tracing::info!(
+            seconds = format!("{:.2}", t.elapsed().as_secs_f64()),
+            target = ?ctx.backend(),
+            "device opened"
+        );
         let mc = model_config(cfg)?;
         let HostSide {
             tokenizer,

@@ -28,6 +28,10 @@
 //! `pi05-bench --profile-absent`: the 3-slot model with one view absent, vision, prefix and one
 //! step in two profiled ranges: after ten runs, and after runs with every view present.
 //!
+//! `pi05-bench --write-checkpoint DIR [--f32] [--pi0]`: writes full-size random weights (seed 1)
+//! as a safetensors checkpoint in openpi's naming (bf16, or f32 with `--f32`; 4 shards and an
+//! index, and a `config.json`) for start-up measurements from a real file; needs no GPU.
+//!
 //! `pi05-bench --profile`: builds the 64-token model and replays vision, prefix and one step
 //! once each, without warm-up, between `cuProfilerStart` and `cuProfilerStop` — a short run
 //! to put under a kernel profiler (e.g. `ncu --profile-from-start off --graph-profiling node`).
@@ -66,6 +70,33 @@ fn build(
         compact_views: !MASKED.get().copied().unwrap_or(false),
     };
     Pi05::build(ctx, s, w, &o).unwrap()
+}
+
+/// `--write-checkpoint`: full-size random weights written as a safetensors checkpoint.
+fn write_checkpoint(dir: &std::path::Path, pi0: bool, f32_weights: bool) {
+    let c = if pi0 {
+        Pi05Config::pi0_base()
+    } else {
+        Pi05Config::base()
+    };
+    let t = std::time::Instant::now();
+    let tensors = frt_vla::weights::random_tensors(&c, 1);
+    let generated = t.elapsed().as_secs_f64();
+    frt_vla::weights::write_tensors(dir, &c, &tensors, !f32_weights, 4, false).unwrap_or_else(
+        |e| {
+            eprintln!("pi05-bench: writing {}: {e}", dir.display());
+            std::process::exit(1)
+        },
+    );
+    let values: usize = tensors.iter().map(|(_, _, v)| v.len()).sum();
+    println!(
+        "wrote {} ({} tensors, {:.2} G values in {}; generated in {generated:.1} s, written in {:.1} s)",
+        dir.display(),
+        tensors.len(),
+        values as f64 / 1e9,
+        if f32_weights { "f32" } else { "bf16" },
+        t.elapsed().as_secs_f64() - generated
+    );
 }
 
 fn pct(v: &mut [f64], q: f64) -> f64 {
@@ -203,6 +234,18 @@ fn main() {
     let profile_absent = args.iter().any(|a| a == "--profile-absent");
     let canonical = profile || profile_absent || args.iter().any(|a| a == "--canonical");
     let pi0 = args.iter().any(|a| a == "--pi0");
+    if let Some(dir) = args
+        .iter()
+        .position(|a| a == "--write-checkpoint")
+        .map(|i| args.get(i + 1))
+    {
+        let Some(dir) = dir else {
+            eprintln!("pi05-bench: --write-checkpoint needs a folder");
+            std::process::exit(2)
+        };
+        write_checkpoint(std::path::Path::new(dir), pi0, args.iter().any(|a| a == "--f32"));
+        return;
+    }
     let options = KernelOptions::from_env().unwrap_or_else(|e| {
         eprintln!("pi05-bench: {e}");
         std::process::exit(2)

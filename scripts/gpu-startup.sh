@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Start-up of the robot host at full size from a checkpoint file, on the GPU machine, from the
+# staged folder (scripts/stage-gpu.sh; the Gemma tokenizer unpacked to
+# /tmp/frt-gemma-tokenizer.json):
+#
+#     bash .gpu/gpu-startup.sh [bf16|f32 ...]
+#
+# For each checkpoint precision (default: bf16 and f32) it writes full-size random Pi0.5
+# weights as a safetensors checkpoint (`pi05-bench --write-checkpoint`), then runs
+# `frt-robot-host run --live` on a two-second simulation twice: cold (an empty kernel and GEMM
+# tuning cache, the page cache dropped where this user may) and warm (the same cache, the
+# checkpoint's pages as the first run left them). Each run prints the node's start-up log
+# lines (weights opened, model built, first action chunk published, with the seconds since
+# the process started) and the whole process's wall time.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+tokenizer=/tmp/frt-gemma-tokenizer.json
+[ -f "$tokenizer" ] || { echo "no $tokenizer (see the README's GPU section)"; exit 1; }
+work=/tmp/frt-startup
+mkdir -p "$work"
+cat > "$work/sim.yaml" <<'EOF'
+duration_s: 2
+camera_rate_hz: 15
+state_rate_hz: 50
+EOF
+drop_caches() {
+    sync
+    if echo 3 > /proc/sys/vm/drop_caches 2>/dev/null; then
+        echo "page cache dropped"
+    else
+        echo "page cache NOT dropped (not permitted): the checkpoint may be read from memory"
+    fi
+}
+for precision in "${@:-bf16 f32}"; do
+    for p in $precision; do
+        ckpt="$work/pi05-$p"
+        rm -rf "$ckpt"
+        flag=""
+        [ "$p" = f32 ] && flag="--f32"
+        "$here/pi05-bench" --write-checkpoint "$ckpt" $flag
+        du -sh "$ckpt"
+        cat > "$work/$p.yaml" <<EOF
+model:
+  checkpoint: $ckpt
+  tokenizer: $tokenizer
+  precision: bf16
+  backend: cuda
+  max_token_len: 64
+cameras:
+  - { name: base, topic: /base/image_raw, format: raw, view: 0 }
+  - { name: wrist, topic: /wrist/image_raw, format: raw, view: 1 }
+state:
+  topic: /joint_states
+  joints: [j1, j2, j3, j4, j5, j6, j7, j8]
+control:
+  rate_hz: 20
+  initial_subgoal: pick up the red block
+  action_dim: 8
+  dt: 0.05
+safety:
+  max_observation_age_ms: 1000
+  missing_camera: degrade
+  action_space: velocity
+  action_min: [-10.0]
+  action_max: [10.0]
+EOF
+        cache="$work/cache-$p"
+        rm -rf "$cache"
+        for run in cold warm; do
+            echo
+            echo "=== $p checkpoint, $run start"
+            [ "$run" = cold ] && drop_caches
+            start=$(date +%s.%N)
+            FRT_KERNEL_CACHE="$cache" "$here/frt-robot-host" --log-level info run --live \
+                --config "$work/$p.yaml" --sim "$work/sim.yaml" 2>&1 |
+                grep -E "loading the weights|weights opened|weights uploaded|model built|first action chunk|ready|Error|error" | head -20
+            echo "process wall time: $(awk "BEGIN { printf \"%.2f\", $(date +%s.%N) - $start }") s"
+        done
+    done
+done
