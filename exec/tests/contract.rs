@@ -757,13 +757,18 @@ fn loader_writes_through_its_slots(b: &Backend) {
     let e = l.send(other.stream(0).unwrap(), &z, 0, 4).unwrap_err();
     assert!(matches!(e, Error::Invalid { .. }), "{e}");
     let g = Graph::new(ctx, "g", 0);
-    let e = g.capture(ShapeKey(1), |cs| l.send(cs, &x, 0, 4)).unwrap_err();
+    let e = g
+        .capture(ShapeKey(1), |cs| l.send(cs, &x, 0, 4))
+        .unwrap_err();
     assert!(
         matches!(&e, Error::Capture { source: Some(inner), .. } if matches!(**inner, Error::Invalid { .. })),
         "{e}"
     );
     assert!(matches!(Loader::new(ctx, 0, 2), Err(Error::Invalid { .. })));
-    assert!(matches!(Loader::new(ctx, 64, 0), Err(Error::Invalid { .. })));
+    assert!(matches!(
+        Loader::new(ctx, 64, 0),
+        Err(Error::Invalid { .. })
+    ));
     // Dropped with a copy in flight: it waits for it before freeing the slot.
     let big = Buffer::alloc(ctx, "big", 1 << 22).unwrap();
     let mut l = Loader::new(ctx, 1 << 22, 1).unwrap();

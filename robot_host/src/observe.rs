@@ -194,7 +194,9 @@ fn since_start(stat: &str, uptime_s: f64, ticks_per_s: f64) -> Option<Duration> 
     let rest = &stat[stat.rfind(')')? + 1..];
     // Fields from the 3rd (state) on: the start time is the 22nd, the 20th of these.
     let start: f64 = rest.split_whitespace().nth(19)?.parse().ok()?;
-    Some(Duration::from_secs_f64((uptime_s - start / ticks_per_s).max(0.0)))
+    Some(Duration::from_secs_f64(
+        (uptime_s - start / ticks_per_s).max(0.0),
+    ))
 }
 
 fn clock_ticks() -> Option<f64> {

@@ -243,7 +243,11 @@ fn main() {
             eprintln!("pi05-bench: --write-checkpoint needs a folder");
             std::process::exit(2)
         };
-        write_checkpoint(std::path::Path::new(dir), pi0, args.iter().any(|a| a == "--f32"));
+        write_checkpoint(
+            std::path::Path::new(dir),
+            pi0,
+            args.iter().any(|a| a == "--f32"),
+        );
         return;
     }
     let options = KernelOptions::from_env().unwrap_or_else(|e| {
