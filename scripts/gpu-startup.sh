@@ -3,13 +3,13 @@
 # staged folder (scripts/stage-gpu.sh; the Gemma tokenizer unpacked to
 # /tmp/frt-gemma-tokenizer.json):
 #
-#     bash .gpu/gpu-startup.sh [bf16|f32 ...]
+#     [ROUNDS=N] bash .gpu/gpu-startup.sh [bf16|f32 ...]
 #
 # For each checkpoint precision (default: bf16 and f32) it writes full-size random Pi0.5
 # weights as a safetensors checkpoint (`pi05-bench --write-checkpoint`), then runs
-# `frt-robot-host run --live` on a two-second simulation twice: cold (an empty kernel and GEMM
-# tuning cache, the page cache dropped where this user may) and warm (the same cache, the
-# checkpoint's pages as the first run left them). Each run prints the node's start-up log
+# `frt-robot-host run --live` on a two-second simulation, cold (an empty kernel and GEMM
+# tuning cache, the page cache dropped where this user may) then warm (the same cache, the
+# checkpoint's pages as the run before left them), ROUNDS times (default 1). Each run prints the node's start-up log
 # lines (weights opened, model built, first action chunk published, with the seconds since
 # the process started) and the whole process's wall time.
 set -euo pipefail
@@ -39,6 +39,10 @@ for precision in "${@:-bf16 f32}"; do
         [ "$p" = f32 ] && flag="--f32"
         "$here/pi05-bench" --write-checkpoint "$ckpt" $flag
         du -sh "$ckpt"
+        # The disk's own pace: the largest shard read cold, alone.
+        shard=$(ls -S "$ckpt"/*.safetensors | head -1)
+        drop_caches > /dev/null
+        echo "cold read of $(basename "$shard"): $(dd if="$shard" of=/dev/null bs=16M 2>&1 | tail -1)"
         cat > "$work/$p.yaml" <<EOF
 model:
   checkpoint: $ckpt
@@ -65,15 +69,17 @@ safety:
   action_max: [10.0]
 EOF
         cache="$work/cache-$p"
-        rm -rf "$cache"
-        for run in cold warm; do
+        for run in $(for _ in $(seq "${ROUNDS:-1}"); do echo cold warm; done); do
             echo
             echo "=== $p checkpoint, $run start"
-            [ "$run" = cold ] && drop_caches
+            if [ "$run" = cold ]; then
+                rm -rf "$cache"
+                drop_caches
+            fi
             start=$(date +%s.%N)
             FRT_KERNEL_CACHE="$cache" "$here/frt-robot-host" --log-level info run --live \
                 --config "$work/$p.yaml" --sim "$work/sim.yaml" 2>&1 |
-                grep -E "loading the weights|weights opened|weights uploaded|model built|first action chunk|ready|Error|error" | head -20
+                grep -E "device opened|loading the weights|weights opened|weights uploaded|model built|first action chunk|ready|Error|error" | head -20
             echo "process wall time: $(awk "BEGIN { printf \"%.2f\", $(date +%s.%N) - $start }") s"
         done
     done

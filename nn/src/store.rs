@@ -3,7 +3,8 @@
 //!
 //! Sources:
 //! * safetensors (`model.safetensors`, or the shards a `model.safetensors.index.json` lists),
-//!   memory-mapped: nothing is read until a tensor is uploaded, and then only its bytes;
+//!   memory-mapped for the headers and the host's own reads: nothing is read until a tensor
+//!   is uploaded, and then only its bytes;
 //! * CTranslate2 `model.bin` (binary versions 4 to 6; float32, float16 and bfloat16
 //!   variables; integer scalars are kept as scalars, aliases resolved);
 //! * generated f32 tensors held in memory (deterministic random models for tests and
@@ -11,10 +12,11 @@
 //!
 //! Lookup is hierarchical (`store.pp("layers").pp(3).get("q_proj.weight", &[out, in])`) and
 //! every error carries the tensor's full name and the shape the model expected. An upload
-//! reads the source where it lies and converts (or copies) it straight into the staging slots
-//! of the store's [`Loader`] (page-locked on CUDA; [`SLOTS`] of [`SLOT_BYTES`]), on several
-//! threads, while the device copies the slots filled before: loading a model needs no host
-//! copy of it (in f32 or otherwise), and the copies run at the link's speed.
+//! reads the checkpoint file with positioned reads on several threads and converts (or
+//! copies) the values straight into the staging slots of the store's [`Loader`] (page-locked
+//! on CUDA; [`SLOTS`] of [`SLOT_BYTES`]), while the device copies the slots filled before:
+//! loading a model needs no host copy of it (in f32 or otherwise), the file is read in large
+//! requests, and the copies run at the link's speed.
 
 use crate::error::{Error, Result};
 use frt_exec::{Ctx, Loader, Stream};
@@ -66,7 +68,14 @@ impl Stored {
 }
 
 enum Bytes {
-    Mapped(memmap2::Mmap),
+    /// A checkpoint file: mapped (headers, small tensors the host reads) and open (uploads
+    /// read it with positioned reads: large requests from several threads, no page faults,
+    /// and a file cut short under the process is an error instead of a bus error).
+    Mapped {
+        map: memmap2::Mmap,
+        file: std::fs::File,
+        path: PathBuf,
+    },
     /// One generated tensor's values, held as they were made (no copy).
     F32(Vec<f32>),
 }
@@ -74,7 +83,7 @@ enum Bytes {
 impl Bytes {
     fn get(&self) -> &[u8] {
         match self {
-            Bytes::Mapped(m) => m,
+            Bytes::Mapped { map, .. } => map,
             // SAFETY: plain numbers, no padding; u8 has no alignment requirement. Read as
             // little-endian f32 (the stores' byte order), which is the host's (checked below).
             Bytes::F32(v) => unsafe {
@@ -145,12 +154,17 @@ fn bad(file: &FsPath, reason: impl Into<String>) -> Error {
     }
 }
 
-fn map(path: &FsPath) -> Result<memmap2::Mmap> {
+fn map(path: &FsPath) -> Result<Bytes> {
     let file = std::fs::File::open(path).map_err(io(path))?;
     // SAFETY: the map is read-only and lives as long as the store; a checkpoint file changed
     // by another process while a model loads is outside what the loader can defend against
     // (as with any reader of a file being rewritten).
-    unsafe { memmap2::Mmap::map(&file) }.map_err(io(path))
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io(path))?;
+    Ok(Bytes::Mapped {
+        map,
+        file,
+        path: path.to_path_buf(),
+    })
 }
 
 impl Store {
@@ -185,8 +199,9 @@ impl Store {
     pub fn safetensors(origin: &FsPath, files: &[PathBuf]) -> Result<Store> {
         let mut store = Store::empty(origin);
         for file in files {
-            let bytes = map(file)?;
-            let st = safetensors::SafeTensors::deserialize(&bytes)
+            let mapped = map(file)?;
+            let bytes = mapped.get();
+            let st = safetensors::SafeTensors::deserialize(bytes)
                 .map_err(|e| bad(file, e.to_string()))?;
             let base = bytes.as_ptr() as usize;
             let source = store.sources.len();
@@ -209,17 +224,18 @@ impl Store {
                     return Err(bad(file, format!("`{name}` is in more than one file")));
                 }
             }
-            store.sources.push(Bytes::Mapped(bytes));
+            store.sources.push(mapped);
         }
         Ok(store)
     }
 
     /// A CTranslate2 `model.bin` (binary versions 4 to 6), memory-mapped.
     pub fn ctranslate2(file: &FsPath) -> Result<Store> {
-        let bytes = map(file)?;
+        let mapped = map(file)?;
+        let bytes = mapped.get();
         let mut store = Store::empty(file);
         let mut rd = Reader {
-            b: &bytes,
+            b: bytes,
             at: 0,
             file,
         };
@@ -302,7 +318,7 @@ impl Store {
                 store.entries.insert(alias, e);
             }
         }
-        store.sources.push(Bytes::Mapped(bytes));
+        store.sources.push(mapped);
         Ok(store)
     }
 
@@ -409,8 +425,8 @@ impl Store {
             shape: &e.shape,
             bytes: &source.get()[e.start..e.start + e.len],
             loader: &self.loader,
-            map: match source {
-                Bytes::Mapped(m) => Some((m, e.start)),
+            file: match source {
+                Bytes::Mapped { file, path, .. } => Some((file, path.as_path(), e.start)),
                 Bytes::F32(_) => None,
             },
         })
@@ -557,8 +573,9 @@ pub struct View<'a> {
     bytes: &'a [u8],
     /// The store's staging slots.
     loader: &'a std::sync::Mutex<Option<Loader>>,
-    /// The file map the bytes lie in and where, for read-ahead.
-    map: Option<(&'a memmap2::Mmap, usize)>,
+    /// The file the bytes lie in (and its path) and where: uploads read it.
+    #[cfg_attr(not(unix), allow(dead_code))]
+    file: Option<(&'a std::fs::File, &'a FsPath, usize)>,
 }
 
 impl<'a> View<'a> {
@@ -657,34 +674,33 @@ impl<'a> View<'a> {
             *guard = Some(Loader::new(buffer.ctx(), SLOT_BYTES, SLOTS)?);
         }
         let loader = guard.as_mut().expect("made above");
-        // The whole tensor is read from the file now: ask for it in large reads, started at
-        // once, rather than page by page as the fill threads touch it. Only a hint.
-        #[cfg(unix)]
-        if let Some((map, start)) = self.map {
-            let _ = map.advise_range(memmap2::Advice::WillNeed, start, self.bytes.len());
-        }
         let per_slot = loader.slot_bytes() / dt.size();
         let (ssz, dsz) = (self.stored.size(), dt.size());
         let mut from = 0;
         while from < n {
             let len = per_slot.min(n - from);
             let out = &mut loader.slot()?[..len * dsz];
-            let src = &self.bytes[from * ssz..(from + len) * ssz];
             let finite = if len < PARALLEL_MIN || fill_threads() == 1 {
-                fill(self.stored, src, dt, out)
+                self.fill_part(from * ssz, out, dt)?
             } else {
                 let per = len.div_ceil(fill_threads());
                 std::thread::scope(|sc| {
-                    let parts: Vec<_> = src
-                        .chunks(per * ssz)
-                        .zip(out.chunks_mut(per * dsz))
-                        .map(|(i, o)| sc.spawn(move || fill(self.stored, i, dt, o)))
+                    let parts: Vec<_> = out
+                        .chunks_mut(per * dsz)
+                        .enumerate()
+                        .map(|(k, o)| {
+                            let at = (from + k * per) * ssz;
+                            sc.spawn(move || self.fill_part(at, o, dt))
+                        })
                         .collect();
                     // Every thread is joined before the answer (no early return).
-                    parts
+                    let done: Vec<Result<bool>> = parts
                         .into_iter()
-                        .fold(true, |ok, p| p.join().expect("filling a staging slot") & ok)
-                })
+                        .map(|p| p.join().expect("filling a staging slot"))
+                        .collect();
+                    done.into_iter()
+                        .try_fold(true, |ok, r| r.map(|finite| finite & ok))
+                })?
             };
             if !finite {
                 // Nothing of this slot is sent.
@@ -697,6 +713,28 @@ impl<'a> View<'a> {
             from += len;
         }
         Ok(())
+    }
+}
+
+impl View<'_> {
+    /// Fills `out` with this tensor's values from byte `at` of its stored bytes on, as `dt`
+    /// ([`fill`]): read from the file when it is one, else from memory. Ok(false) when a
+    /// value is not finite.
+    fn fill_part(&self, at: usize, out: &mut [u8], dt: DType) -> Result<bool> {
+        let len = out.len() / dt.size() * self.stored.size();
+        #[cfg(unix)]
+        if let Some((file, path, start)) = self.file {
+            use std::os::unix::fs::FileExt;
+            let offset = (start + at) as u64;
+            if self.stored.dtype() == dt {
+                file.read_exact_at(out, offset).map_err(io(path))?;
+                return Ok(all_finite(self.stored, out));
+            }
+            let mut raw = vec![0u8; len];
+            file.read_exact_at(&mut raw, offset).map_err(io(path))?;
+            return Ok(fill(self.stored, &raw, dt, out));
+        }
+        Ok(fill(self.stored, &self.bytes[at..at + len], dt, out))
     }
 }
 

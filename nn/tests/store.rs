@@ -207,6 +207,34 @@ fn uploads_convert_into_each_precision() {
     }
 }
 
+/// A checkpoint cut short after it was opened: the upload fails with an I/O error naming the
+/// file (uploads read the file; they never touch a page past its new end).
+#[test]
+fn a_file_cut_short_under_the_store_is_an_io_error() {
+    let ctx = Ctx::host().unwrap();
+    let s = ctx.stream(0).unwrap();
+    let d = tmp("cut");
+    let path = d.join("model.safetensors");
+    let n = 100_000;
+    write(&path, &[("w", vec![n], values(n, 3))], Stored::F32);
+    let st = Store::open(&d).unwrap();
+    let len = std::fs::metadata(&path).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(len - 4096)
+        .unwrap();
+    for dt in [DType::F32, DType::BF16] {
+        let e = st.root().upload("w", &[n], &ctx, s, dt).unwrap_err();
+        assert!(
+            matches!(&e, Error::Io { path: p, .. } if p == &path),
+            "{dt:?}: {e}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 #[test]
 fn non_finite_values_are_refused_by_name() {
     let ctx = Ctx::host().unwrap();
