@@ -91,12 +91,29 @@ pub fn resize_with_pad(src: &[u8], h: usize, w: usize, th: usize, tw: usize) -> 
     // Separable, in f32 (as jax): rows first into one row of sums, then columns.
     let mut row = vec![0f32; w * 3];
     let mut ky = 0;
+    const LANES: usize = 16;
     for (y, &(first, n)) in ty.span.iter().enumerate() {
-        row.fill(0.0);
-        for (t, &a) in ty.w[ky..ky + n].iter().enumerate() {
-            let i = first + t;
-            for (r, s) in row.iter_mut().zip(&src[i * w * 3..(i + 1) * w * 3]) {
-                *r += a * *s as f32;
+        // Each run of LANES sums is kept in registers across the taps and stored once; every
+        // sum is still 0 + a0·s0 + a1·s1 + …, in tap order.
+        let (taps_y, rows) = (&ty.w[ky..ky + n], &src[first * w * 3..(first + n) * w * 3]);
+        let mut chunks = row.chunks_exact_mut(LANES);
+        for (c, r) in (&mut chunks).enumerate() {
+            let mut acc = [0f32; LANES];
+            for (t, &a) in taps_y.iter().enumerate() {
+                let s: &[u8; LANES] = rows[t * w * 3 + c * LANES..][..LANES]
+                    .try_into()
+                    .expect("LANES values");
+                for (acc, s) in acc.iter_mut().zip(s) {
+                    *acc += a * *s as f32;
+                }
+            }
+            r.copy_from_slice(&acc);
+        }
+        let done = w * 3 - chunks.into_remainder().len();
+        for (x, r) in row[done..].iter_mut().enumerate() {
+            *r = 0.0;
+            for (t, &a) in taps_y.iter().enumerate() {
+                *r += a * rows[t * w * 3 + done + x] as f32;
             }
         }
         ky += n;
@@ -104,15 +121,21 @@ pub fn resize_with_pad(src: &[u8], h: usize, w: usize, th: usize, tw: usize) -> 
         let mut kx = 0;
         for (px, &(first, n)) in line.chunks_exact_mut(3).zip(&tx.span) {
             let mut v = [0f32; 3];
-            for (t, &a) in tx.w[kx..kx + n].iter().enumerate() {
-                let p = &row[(first + t) * 3..(first + t) * 3 + 3];
+            // The taps' pixels and weights as two slices (one bounds check a pixel, not one a
+            // tap); the same sums in the same order.
+            let pixels = row[first * 3..(first + n) * 3].chunks_exact(3);
+            for (p, &a) in pixels.zip(&tx.w[kx..kx + n]) {
                 v[0] += a * p[0];
                 v[1] += a * p[1];
                 v[2] += a * p[2];
             }
             kx += n;
             for (o, v) in px.iter_mut().zip(v) {
-                *o = v.round_ties_even().clamp(0.0, 255.0) as u8;
+                // Round half to even, then clamp: with integer bounds the same as clamping
+                // first; and for a value in [0, 255], adding and taking away 2^23 rounds it to
+                // an integer half to even (the spacing of f32 there is 1), without a call.
+                let c = v.clamp(0.0, 255.0);
+                *o = ((c + 8_388_608.0) - 8_388_608.0) as i32 as u8;
             }
         }
     }
