@@ -23,6 +23,7 @@ pub(crate) const SOURCES: &[(&str, &str)] = &[
     ("conv.cu", include_str!("../cuda/conv.cu")),
     ("flash.cu", include_str!("../cuda/flash.cu")),
     ("mlp.cu", include_str!("../cuda/mlp.cu")),
+    ("image.cu", include_str!("../cuda/image.cu")),
 ];
 
 pub(crate) struct CudaOps {

@@ -44,6 +44,7 @@ pub use error::{Error, Result};
 pub use ops::attention::{AttentionMask, AttentionPlan, GEMM_MIN_KEYS, GEMM_MIN_QUERIES};
 pub use ops::conv::{Conv1d, PatchEmbed};
 pub use ops::gemm::{Epilogue, Gemm, GemmOptions};
+pub use ops::image::Placement;
 pub use ops::mlp::{GEGLU_LINEAR_MAX_ROWS, GegluLinear};
 pub use options::{AttentionPath, KernelOptions};
 pub use tensor::{MAX_RANK, Tensor};

@@ -61,6 +61,45 @@ fn taps(input: usize, output: usize) -> Taps {
     t
 }
 
+/// [`resize_with_pad`] as tables for the device op `Kernels::resize_pad_pixels`, which
+/// computes `to_model_pixels(resize_with_pad(..))` from them bit for bit: where the resized
+/// image lies in the `th × tw` output, the spans (per output row, then per output column: the
+/// first input index, the number of taps, where their weights start) and the weights.
+pub fn resize_tables(
+    h: usize,
+    w: usize,
+    th: usize,
+    tw: usize,
+) -> (frt_kernels::Placement, Vec<i32>, Vec<f32>) {
+    let (rh, rw) = resized(h, w, th, tw);
+    let place = frt_kernels::Placement {
+        rows: rh,
+        cols: rw,
+        top: (th - rh) / 2,
+        left: (tw - rw) / 2,
+    };
+    let (mut spans, mut weights) = (Vec::new(), Vec::new());
+    for t in [taps(h, rh), taps(w, rw)] {
+        let mut at = weights.len();
+        for &(first, n) in &t.span {
+            spans.extend([first as i32, n as i32, at as i32]);
+            at += n;
+        }
+        weights.extend(t.w);
+    }
+    (place, spans, weights)
+}
+
+/// The size of a `h × w` image resized to fit `th × tw` without distortion (openpi: `int()`
+/// truncation; an extreme aspect ratio can leave 0 rows or columns).
+fn resized(h: usize, w: usize, th: usize, tw: usize) -> (usize, usize) {
+    let ratio = (w as f64 / tw as f64).max(h as f64 / th as f64);
+    (
+        ((h as f64 / ratio) as usize).min(th),
+        ((w as f64 / ratio) as usize).min(tw),
+    )
+}
+
 /// Resizes an `h × w × 3` uint8 image (HWC) to fit `th × tw` without distortion and pads it
 /// with black to exactly `th × tw` (openpi's `resize_with_pad`).
 pub fn resize_with_pad(src: &[u8], h: usize, w: usize, th: usize, tw: usize) -> Result<Vec<u8>> {
@@ -75,13 +114,8 @@ pub fn resize_with_pad(src: &[u8], h: usize, w: usize, th: usize, tw: usize) -> 
         // such images as they are).
         return Ok(src.to_vec());
     }
-    let ratio = (w as f64 / tw as f64).max(h as f64 / th as f64);
-    // As openpi: int() truncation; an extreme aspect ratio can leave 0 rows or columns, and
-    // then the result is all padding.
-    let (rh, rw) = (
-        ((h as f64 / ratio) as usize).min(th),
-        ((w as f64 / ratio) as usize).min(tw),
-    );
+    // An extreme aspect ratio can leave 0 rows or columns: then the result is all padding.
+    let (rh, rw) = resized(h, w, th, tw);
     let mut out = vec![0u8; th * tw * 3];
     if rh == 0 || rw == 0 {
         return Ok(out);

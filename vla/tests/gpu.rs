@@ -250,3 +250,23 @@ fn absent_views_on_cuda_match_the_masked_computation() {
     absent_views_match_the_masked_computation(&Pi05Config::tiny(), DType::F32, 0.99999);
     absent_views_match_the_masked_computation(&Pi05Config::base(), DType::BF16, 0.999);
 }
+
+/// The device resize (`resize_pad_pixels`) on CUDA equals the host backend's, bit for bit
+/// (and so the host preprocessing, `inputs::the_device_resize_equals_the_host_preprocessing`).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_device_resize_on_cuda_equals_the_host() {
+    let (cuda, host) = (Ctx::cuda(0).unwrap(), Ctx::host().unwrap());
+    for (k, &(h, w)) in common::FRAME_SIZES.iter().enumerate() {
+        let src = common::frame(k as u32 + 1, h, w);
+        let want = common::pixels_on(&host, &src, h, w, 224);
+        let got = common::pixels_on(&cuda, &src, h, w, 224);
+        let differ = got
+            .iter()
+            .zip(&want)
+            .filter(|(a, b)| a.to_bits() != b.to_bits())
+            .count();
+        println!("{h}×{w} → 224×224: {differ} of {} values differ", got.len());
+        assert_eq!(differ, 0, "{h}×{w}");
+    }
+}

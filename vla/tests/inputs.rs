@@ -7,6 +7,8 @@ use frt_vla::inputs::{
 use serde_json::Value;
 use std::path::Path;
 
+mod common;
+
 fn refs() -> Value {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/preprocess.json");
     serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
@@ -69,6 +71,25 @@ fn resize_with_pad_matches_jax() {
     let px = to_model_pixels(&all);
     assert!(px.values().iter().all(|x| (-1.0..=1.0).contains(x)));
     assert_eq!(ModelImage::new(px.values().to_vec()).unwrap(), px);
+}
+
+/// The device op from `resize_tables`, on the host backend, gives exactly what the host
+/// preprocessing gives (`to_model_pixels(resize_with_pad(..))`), bit for bit, at camera
+/// sizes, odd sizes, the model's own size, upscales and an all-padding extreme.
+#[test]
+fn the_device_resize_equals_the_host_preprocessing() {
+    let ctx = frt_exec::Ctx::host().unwrap();
+    for (k, &(h, w)) in common::FRAME_SIZES.iter().enumerate() {
+        let src = common::frame(k as u32 + 1, h, w);
+        let want = to_model_pixels(&resize_with_pad(&src, h, w, 224, 224).unwrap());
+        let got = common::pixels_on(&ctx, &src, h, w, 224);
+        let differ = got
+            .iter()
+            .zip(want.values())
+            .filter(|(a, b)| a.to_bits() != b.to_bits())
+            .count();
+        assert_eq!(differ, 0, "{h}×{w}: {differ} values differ");
+    }
 }
 
 #[test]

@@ -5,6 +5,7 @@ pub mod attention;
 pub mod conv;
 pub mod elementwise;
 pub mod gemm;
+pub mod image;
 pub mod mlp;
 pub mod norm;
 pub mod rope;
