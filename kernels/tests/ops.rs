@@ -698,9 +698,9 @@ fn gemm(b: &Backend) {
                         GemmOptions {
                             trans_a: ta,
                             trans_b: tb,
-                            alpha: alpha,
-                            beta: beta,
-                            bias: bias,
+                            alpha,
+                            beta,
+                            bias,
                             epilogue: epi,
                         },
                     )?;

@@ -8,7 +8,8 @@
 //! * subgoal overwrite: host time of writing a new prompt's buffers (and of tokenizing it);
 //! * host time per tick on the control thread (prompt and input writes; reading, guarding
 //!   and publishing the chunk; the next tick's noise is drawn while the device runs), and per
-//!   pair of frames on the I/O side (decoding, resize-with-pad, scaling).
+//!   pair of frames on the I/O side (decoding into RGB8; the resize with padding and the
+//!   scaling run on the policy's device, in the tick).
 
 use crate::messages::{Command, Image, JointState, Outbound, Source};
 use crate::node::{Clock, Node, SystemClock, TickOutcome};
@@ -302,7 +303,7 @@ pub fn run(o: &BenchOptions, tokenizer: Option<&Path>) -> Result<String> {
         pct(&host, 0.99)
     );
     r += &format!(
-        "| frames in on the I/O side: decode + resize-with-pad + scaling, both cameras, ms | {:.3} | {:.3} |\n",
+        "| frames in on the I/O side: decoding into RGB8, both cameras, ms | {:.3} | {:.3} |\n",
         pct(&frames_in, 0.5),
         pct(&frames_in, 0.99)
     );

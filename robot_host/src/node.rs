@@ -20,7 +20,7 @@ use crate::policy::Policy;
 use crate::safety::{Fault, Hold, StopLatch, Watchdog, fresh, panic_message};
 use crate::timeline::{CommandClock, Handover, Timeline, first_due_row, guard_chunk};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
-use frt_vla::ModelImage;
+use frt_vla::ViewImage;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -176,7 +176,7 @@ pub enum Drill {
 type Queued = (String, u64);
 
 /// A camera's name and its newest frame.
-type Camera = (String, Slot<(Stamp, ModelImage)>);
+type Camera = (String, Slot<(Stamp, Rgb8)>);
 
 /// Checks a subgoal against the model when it arrives (tokenized with the worst-case state):
 /// `Err` says why it cannot run.
@@ -222,8 +222,6 @@ pub struct Inputs {
     /// Configurations with changed live fields, for the control thread (see
     /// [`Inputs::reconfigure`]).
     reconfigure: Sender<Config>,
-    /// The model's square input size (frames are preprocessed to it on arrival).
-    image_side: usize,
     /// What the robot executes over time (the control thread merges chunks into it, the
     /// command stream and the holds read it). Lock order: the stop latch, then this.
     timeline: Arc<Mutex<Timeline>>,
@@ -291,20 +289,10 @@ impl Inputs {
         if let Err(e) = r {
             return Err(self.refuse(&self.counters.bad_frames, format!("camera `{camera}`: {e}")));
         }
-        // Preprocessed here, once per frame, off the control thread: resize-with-pad to the
-        // model's input size and scaling to [-1, 1], as openpi does.
-        let side = self.image_side;
-        let pixels = frt_vla::inputs::resize_with_pad(
-            &rgb.data,
-            rgb.height as usize,
-            rgb.width as usize,
-            side,
-            side,
-        )
-        .map(|img| frt_vla::inputs::to_model_pixels(&img))
-        .map_err(|e| self.refuse(&self.counters.bad_frames, format!("camera `{camera}`: {e}")))?;
+        // Kept as decoded: the policy resizes it with padding to the model's input size and
+        // scales it to [-1, 1] on its device (as openpi does on the host), in the tick.
         let mut v = slot.lock();
-        v.0 = Some((stamp, pixels));
+        v.0 = Some((stamp, rgb));
         v.1 += 1;
         self.meters.record(index, stamp);
         Ok(())
@@ -798,7 +786,7 @@ pub struct Node {
     delays: [f64; DELAYS],
     /// The newest preprocessed frame of each camera (taken from its slot when a new one
     /// arrived).
-    frames: Vec<Option<(Stamp, ModelImage)>>,
+    frames: Vec<Option<(Stamp, Rgb8)>>,
     state: Vec<f32>,
     seq: Arc<AtomicU64>,
     /// The clock at the last tick (a jump backwards resets the observations).
@@ -909,7 +897,6 @@ impl Node {
                 dims: dims.clone(),
             })),
             reconfigure: ctx,
-            image_side: policy.spec().image_size,
             timeline,
         };
         let shape = Shape {
@@ -1296,7 +1283,7 @@ impl Node {
                 None => {}
             }
         }
-        let fresh_frame = |f: &Option<(Stamp, ModelImage)>| f.as_ref().is_some_and(|(t, _)| ok(*t));
+        let fresh_frame = |f: &Option<(Stamp, Rgb8)>| f.as_ref().is_some_and(|(t, _)| ok(*t));
         if missing.is_some() || !self.frames.iter().any(fresh_frame) {
             let what = match missing {
                 Some(cam) => format!("camera `{cam}` missing, stale or future-stamped"),
@@ -1331,9 +1318,17 @@ impl Node {
                 }
             }
         }
-        let mut frames: [Option<&ModelImage>; frt_vla::MAX_VIEWS] = [None; frt_vla::MAX_VIEWS];
+        // The frames as decoded: resized, padded and scaled on the policy's device.
+        let mut frames: [Option<ViewImage>; frt_vla::MAX_VIEWS] = [None; frt_vla::MAX_VIEWS];
         for (f, slot) in frames.iter_mut().zip(&self.frames) {
-            *f = slot.as_ref().filter(|_| fresh_frame(slot)).map(|(_, p)| p);
+            *f = slot
+                .as_ref()
+                .filter(|_| fresh_frame(slot))
+                .map(|(_, rgb)| ViewImage::Rgb8 {
+                    width: rgb.width as usize,
+                    height: rgb.height as usize,
+                    data: &rgb.data,
+                });
         }
         let frames = &frames[..self.frames.len().min(frt_vla::MAX_VIEWS)];
         let subgoal = self.subgoal.clone();

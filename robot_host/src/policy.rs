@@ -9,8 +9,8 @@ use frt_exec::{Ctx, Stream};
 use frt_kernels::DType;
 use frt_vla::inputs::Normalization;
 use frt_vla::{
-    ChunkShape, ModelImage, Observation, Pi05, Pi05Config, Pi05Options, Pi05Weights, PolicySpec,
-    PromptScratch, Stage, StateInput, Tokenizer, Variant, pi0_tokens_into, pi05_tokens,
+    ChunkShape, Observation, Pi05, Pi05Config, Pi05Options, Pi05Weights, PolicySpec, PromptScratch,
+    Stage, StateInput, Tokenizer, Variant, ViewImage, pi0_tokens_into, pi05_tokens,
     pi05_tokens_into,
 };
 use std::path::Path;
@@ -491,7 +491,7 @@ impl Policy {
     /// into the model's buffers.
     pub fn prepare(
         &mut self,
-        frames: &[Option<&ModelImage>],
+        frames: &[Option<ViewImage>],
         state: &[f32],
         subgoal: &str,
     ) -> Result<()> {
@@ -650,12 +650,12 @@ mod tests {
         let mut want = vec![0.0f32; plain.noise_buf.len()];
         let views = plain.spec().views;
         let size = plain.spec().image_size;
-        let image = ModelImage::new(vec![0.25f32; size * size * 3]).unwrap();
-        let mut frames: Vec<Option<&ModelImage>> = vec![None; views];
-        frames[0] = Some(&image);
-        let bad = ModelImage::new(vec![0.25f32; size * size * 3 - 3]).unwrap();
+        let image = frt_vla::ModelImage::new(vec![0.25f32; size * size * 3]).unwrap();
+        let mut frames: Vec<Option<ViewImage>> = vec![None; views];
+        frames[0] = Some(ViewImage::Pixels(&image));
+        let bad = frt_vla::ModelImage::new(vec![0.25f32; size * size * 3 - 3]).unwrap();
         let mut bad_frames = frames.clone();
-        bad_frames[0] = Some(&bad);
+        bad_frames[0] = Some(ViewImage::Pixels(&bad));
         for tick in 0..4 {
             // Tick 2's inputs are refused (a short image) in both.
             let f = if tick == 2 { &bad_frames } else { &frames };

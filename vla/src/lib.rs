@@ -19,7 +19,10 @@ pub use error::{Error, Result};
 /// Bytes of checkpoint tensors uploads have read so far in this process (progress reports).
 pub use frt_nn::bytes_read as checkpoint_bytes_read;
 pub use inputs::ModelImage;
-pub use pi05::{EXACT_PREFIX_VARIANTS, Observation, Pi05, Pi05Options, PromptMode, Stage};
+pub use pi05::{
+    EXACT_PREFIX_VARIANTS, MAX_FRAME_SIDE, Observation, Pi05, Pi05Options, PromptMode, Stage,
+    ViewImage,
+};
 pub use policy::{Policy, PolicySpec, StateInput};
 pub use tokenizer::{
     EncodeScratch, PromptScratch, Tokenizer, pi0_tokens, pi0_tokens_into, pi05_tokens,

@@ -8,7 +8,7 @@
 
 use frt_exec::Ctx;
 use frt_kernels::DType;
-use frt_vla::{ModelImage, Observation, Pi05, Pi05Config, Pi05Weights, PromptMode};
+use frt_vla::{ModelImage, Observation, Pi05, Pi05Config, Pi05Weights, PromptMode, ViewImage};
 
 mod common;
 use common::rand;
@@ -45,10 +45,10 @@ fn actions(dtype: DType, mode: PromptMode, frozen_rows: usize) -> Vec<f32> {
         .enumerate()
     {
         let present: Vec<bool> = (0..c.views).map(|v| k == 0 || v != 1).collect();
-        let imgs: Vec<Option<&ModelImage>> = images
+        let imgs: Vec<Option<ViewImage>> = images
             .iter()
             .zip(&present)
-            .map(|(i, p)| p.then_some(i))
+            .map(|(i, p)| p.then_some(ViewImage::Pixels(i)))
             .collect();
         let noise = rand(100 + k as u32, n, 1.3);
         out.extend(

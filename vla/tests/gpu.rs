@@ -3,7 +3,9 @@
 
 use frt_exec::Ctx;
 use frt_kernels::{DType, KernelOptions};
-use frt_vla::{ModelImage, Observation, Pi05, Pi05Config, Pi05Options, Pi05Weights, PromptMode};
+use frt_vla::{
+    ModelImage, Observation, Pi05, Pi05Config, Pi05Options, Pi05Weights, PromptMode, ViewImage,
+};
 
 mod common;
 use common::rand;
@@ -26,10 +28,10 @@ fn compare(c: &Pi05Config, cuda_dtype: DType, min_cos: f64, max_rel: f64) {
     let images: Vec<ModelImage> = (0..c.views as u32)
         .map(|v| ModelImage::new(rand(10 + v, px, 1.0)).unwrap())
         .collect();
-    let imgs: Vec<Option<&ModelImage>> = images
+    let imgs: Vec<Option<ViewImage>> = images
         .iter()
         .enumerate()
-        .map(|(v, im)| (v != 1 || c.views < 3).then_some(im))
+        .map(|(v, im)| (v != 1 || c.views < 3).then_some(ViewImage::Pixels(im)))
         .collect();
     let tokens: Vec<u32> = (0..40u32)
         .map(|i| 2 + (i * 7919) % (c.vocab as u32 - 2))
@@ -129,7 +131,7 @@ fn frozen_prefix_on_cuda_matches_the_host() {
     let images: Vec<ModelImage> = (0..c.views as u32)
         .map(|v| ModelImage::new(rand(20 + v, px, 1.0)).unwrap())
         .collect();
-    let imgs: Vec<Option<&ModelImage>> = images.iter().map(Some).collect();
+    let imgs: Vec<Option<ViewImage>> = images.iter().map(|i| Some(ViewImage::Pixels(i))).collect();
     let tokens = [2u32, 17, 99, 301, 5, 42, 7, 108];
     let noise = rand(8, c.action_horizon * c.action_dim, 1.7);
     let obs = Observation {
@@ -217,10 +219,10 @@ fn absent_views_match_the_masked_computation(c: &Pi05Config, dt: DType, min_cos:
         [false, true, true],
         [true; 3],
     ] {
-        let imgs: Vec<Option<&ModelImage>> = images
+        let imgs: Vec<Option<ViewImage>> = images
             .iter()
             .zip(present)
-            .map(|(im, p)| p.then_some(im))
+            .map(|(im, p)| p.then_some(ViewImage::Pixels(im)))
             .collect();
         let obs = Observation {
             state: &[],

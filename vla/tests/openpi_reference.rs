@@ -6,7 +6,7 @@
 
 use frt_exec::Ctx;
 use frt_kernels::DType;
-use frt_vla::{ModelImage, Observation, Pi05, Pi05Config, Pi05Weights, PromptMode};
+use frt_vla::{ModelImage, Observation, Pi05, Pi05Config, Pi05Weights, PromptMode, ViewImage};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -103,10 +103,10 @@ fn check(reference: &str, c: &Pi05Config) {
     for mode in [PromptMode::Fixed, PromptMode::Exact] {
         let m = Pi05::with_mode(&ctx, ctx.stream(0).unwrap(), &w, DType::F32, mode).unwrap();
         for case in &r.cases {
-            let views: Vec<Option<&ModelImage>> = images
+            let views: Vec<Option<ViewImage>> = images
                 .iter()
                 .zip(&case.present)
-                .map(|(im, p)| p.then_some(im))
+                .map(|(im, p)| p.then_some(ViewImage::Pixels(im)))
                 .collect();
             let a = m
                 .infer(&Observation {

@@ -3,7 +3,9 @@
 
 use frt_exec::{Ctx, Stream};
 use frt_kernels::DType;
-use frt_vla::{ModelImage, Observation, Pi05, Pi05Config, Pi05Weights, PromptMode, Stage};
+use frt_vla::{
+    ModelImage, Observation, Pi05, Pi05Config, Pi05Weights, PromptMode, Stage, ViewImage,
+};
 
 struct Inputs {
     images: Vec<ModelImage>,
@@ -29,11 +31,11 @@ fn inputs(c: &Pi05Config, seed: u32) -> Inputs {
 }
 
 fn infer(m: &Pi05, i: &Inputs, present: &[bool]) -> Vec<f32> {
-    let imgs: Vec<Option<&ModelImage>> = i
+    let imgs: Vec<Option<ViewImage>> = i
         .images
         .iter()
         .zip(present)
-        .map(|(im, p)| p.then_some(im))
+        .map(|(im, p)| p.then_some(ViewImage::Pixels(im)))
         .collect();
     m.infer(&Observation {
         state: &[],
@@ -80,7 +82,11 @@ fn end_to_end_is_deterministic_and_masks_work() {
     // ... nor do the padded prompt slots (written here behind the model's back).
     m.set_inputs(&Observation {
         state: &[],
-        images: &[Some(&i.images[0]), None, Some(&i.images[2])],
+        images: &[
+            Some(ViewImage::Pixels(&i.images[0])),
+            None,
+            Some(ViewImage::Pixels(&i.images[2])),
+        ],
         tokens: &i.tokens,
         noise: &i.noise,
     })
@@ -137,7 +143,11 @@ fn stages_replay_one_by_one_and_halt_overrides() {
     let c = m.config.clone();
     let i = inputs(&c, 21);
     let whole = infer(&m, &i, &[true, true, false]);
-    let imgs = [Some(&i.images[0]), Some(&i.images[1]), None];
+    let imgs = [
+        Some(ViewImage::Pixels(&i.images[0])),
+        Some(ViewImage::Pixels(&i.images[1])),
+        None,
+    ];
     m.set_inputs(&Observation {
         state: &[],
         images: &imgs,
@@ -174,7 +184,7 @@ fn bad_inputs_are_rejected() {
     let c = m.config.clone();
     let i = inputs(&c, 1);
     let img = &i.images[0];
-    let obs = |images: &[Option<&ModelImage>], tokens: &[u32], noise: &[f32]| {
+    let obs = |images: &[Option<ViewImage>], tokens: &[u32], noise: &[f32]| {
         m.set_inputs(&Observation {
             state: &[],
             images,
@@ -189,7 +199,11 @@ fn bad_inputs_are_rejected() {
     );
     let short = ModelImage::new(img.values()[1..].to_vec()).unwrap();
     assert!(
-        obs(&[Some(&short), None, None], &i.tokens, &i.noise),
+        obs(
+            &[Some(ViewImage::Pixels(&short)), None, None],
+            &i.tokens,
+            &i.noise
+        ),
         "short image"
     );
     // Out-of-range pixels never become a ModelImage (the error names the first one).
@@ -206,25 +220,35 @@ fn bad_inputs_are_rejected() {
     (edge[0], edge[1]) = (1.0, -1.0);
     assert!(ModelImage::new(edge).is_ok(), "the range's ends are in it");
     assert!(
-        obs(&[Some(img), None], &i.tokens, &i.noise),
+        obs(&[Some(ViewImage::Pixels(img)), None], &i.tokens, &i.noise),
         "wrong view count"
     );
-    assert!(obs(&[Some(img), None, None], &[], &i.noise), "empty prompt");
+    assert!(
+        obs(&[Some(ViewImage::Pixels(img)), None, None], &[], &i.noise),
+        "empty prompt"
+    );
     assert!(
         obs(
-            &[Some(img), None, None],
+            &[Some(ViewImage::Pixels(img)), None, None],
             &vec![1; c.max_token_len + 1],
             &i.noise
         ),
         "long prompt"
     );
     assert!(
-        obs(&[Some(img), None, None], &[2, c.vocab as u32], &i.noise),
+        obs(
+            &[Some(ViewImage::Pixels(img)), None, None],
+            &[2, c.vocab as u32],
+            &i.noise
+        ),
         "token outside the vocabulary"
     );
     let mut nan = i.noise.clone();
     nan[0] = f32::NAN;
-    assert!(obs(&[Some(img), None, None], &i.tokens, &nan), "NaN noise");
+    assert!(
+        obs(&[Some(ViewImage::Pixels(img)), None, None], &i.tokens, &nan),
+        "NaN noise"
+    );
     assert!(m.set_hold(m.stream(), &[0.0; 3]).is_err());
     // A hold is never non-finite.
     let n = c.action_horizon * c.action_dim;
@@ -273,11 +297,11 @@ fn exact_prompt_mode_matches_fixed_mode() {
         infer(&exact, &short, &present)
     );
     // Stage by stage runs the current length's prefix.
-    let imgs: Vec<Option<&ModelImage>> = short
+    let imgs: Vec<Option<ViewImage>> = short
         .images
         .iter()
         .zip(&present)
-        .map(|(im, p)| p.then_some(im))
+        .map(|(im, p)| p.then_some(ViewImage::Pixels(im)))
         .collect();
     exact
         .set_inputs(&Observation {
@@ -375,12 +399,16 @@ fn pi0_stages_state_input_and_precision() {
     assert_eq!(m.spec().name, "Pi0");
     assert_eq!(m.spec().state, frt_vla::StateInput::Token);
     let i = inputs(&c, 31);
-    let imgs = [Some(&i.images[0]), None, Some(&i.images[2])];
+    let imgs = [
+        Some(ViewImage::Pixels(&i.images[0])),
+        None,
+        Some(ViewImage::Pixels(&i.images[2])),
+    ];
     let state: Vec<f32> = (0..7).map(|j| 0.3 - 0.1 * j as f32).collect();
     let mut padded = state.clone();
     padded.resize(c.action_dim, 0.0);
     fn with_state<'a>(
-        images: &'a [Option<&'a ModelImage>],
+        images: &'a [Option<ViewImage<'a>>],
         i: &'a Inputs,
         state: &'a [f32],
     ) -> Observation<'a> {
@@ -539,4 +567,96 @@ fn absent_views_cost_nothing_and_change_nothing() {
         let p = [true, false, true];
         assert_ne!(infer(&compact, &swapped, &p), infer(&compact, &i, &p));
     }
+}
+
+/// Camera frames given as they are decoded (`ViewImage::Rgb8`) and resized on the model's
+/// device give the same actions, bit for bit, as the same frames preprocessed on the host
+/// (`Pixels` of `to_model_pixels(resize_with_pad(..))`): with a view absent (packed), with
+/// frames and pixels mixed, at two frame sizes in turn (the buffers follow a size change),
+/// in both prompt modes' model; malformed frames are refused by view.
+#[test]
+fn camera_frames_resized_on_the_device_match_host_preprocessing() {
+    use frt_vla::inputs::{resize_with_pad, to_model_pixels};
+    let ctx = Ctx::host().unwrap();
+    let (m, _) = model(&ctx, 7);
+    let c = &m.config;
+    let side = c.siglip.image_size;
+    let i = inputs(c, 40);
+    for (round, &(h, w)) in [(48usize, 64usize), (30, 20), (48, 64)].iter().enumerate() {
+        let frames: Vec<Vec<u8>> = (0..c.views)
+            .map(|v| common::frame(round as u32 * 10 + v as u32, h, w))
+            .collect();
+        let pixels: Vec<ModelImage> = frames
+            .iter()
+            .map(|f| to_model_pixels(&resize_with_pad(f, h, w, side, side).unwrap()))
+            .collect();
+        let rgb = |v: usize| ViewImage::Rgb8 {
+            width: w,
+            height: h,
+            data: &frames[v],
+        };
+        // Every view a frame; the middle one absent; the first as pixels, the rest frames.
+        let cases: [Vec<Option<ViewImage>>; 3] = [
+            (0..c.views).map(|v| Some(rgb(v))).collect(),
+            (0..c.views).map(|v| (v != 1).then(|| rgb(v))).collect(),
+            (0..c.views)
+                .map(|v| {
+                    Some(if v == 0 {
+                        ViewImage::Pixels(&pixels[0])
+                    } else {
+                        rgb(v)
+                    })
+                })
+                .collect(),
+        ];
+        for (k, views) in cases.iter().enumerate() {
+            let want: Vec<Option<ViewImage>> = views
+                .iter()
+                .enumerate()
+                .map(|(v, x)| x.map(|_| ViewImage::Pixels(&pixels[v])))
+                .collect();
+            let run = |images: &[Option<ViewImage>]| {
+                m.infer(&Observation {
+                    state: &[],
+                    images,
+                    tokens: &i.tokens,
+                    noise: &i.noise,
+                })
+                .unwrap()
+            };
+            let (got, want) = (run(views), run(&want));
+            assert!(
+                got.iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{h}×{w}, case {k}: actions differ"
+            );
+        }
+    }
+    // Refusals name the view.
+    let f = common::frame(1, 4, 4);
+    let bad = |images: &[Option<ViewImage>]| {
+        m.set_inputs(&Observation {
+            state: &[],
+            images,
+            tokens: &i.tokens,
+            noise: &i.noise,
+        })
+        .unwrap_err()
+        .to_string()
+    };
+    let frame = |width, height, data| {
+        Some(ViewImage::Rgb8 {
+            width,
+            height,
+            data,
+        })
+    };
+    let mut views: Vec<Option<ViewImage>> = vec![None; c.views];
+    views[0] = frame(4, 4, &f[..47]);
+    assert!(bad(&views).contains("image 0"), "{}", bad(&views));
+    views[0] = frame(0, 4, &f[..0]);
+    assert!(bad(&views).contains("0×4"), "{}", bad(&views));
+    views[0] = frame(5000, 1, &f[..0]);
+    assert!(bad(&views).contains("5000×1"), "{}", bad(&views));
 }

@@ -20,55 +20,67 @@ pub struct Placement {
     pub left: usize,
 }
 
-/// One output pixel of [`Kernels::resize_pad_pixels`] on the host: `spans` and `weights` as
-/// described there; black (−1) when a span falls outside the frame or the weights.
+/// One axis's span of output sample `k`: (first input index, taps, start in the weights),
+/// when it lies inside `len` inputs and the weights.
+fn span(spans: &[i32], k: usize, len: usize, weights: usize) -> Option<(usize, usize, usize)> {
+    let s = &spans[3 * k..3 * k + 3];
+    let (f, n, o) = (s[0] as i64, s[1] as i64, s[2] as i64);
+    let fits = f >= 0 && n >= 0 && o >= 0 && f + n <= len as i64 && o + n <= weights as i64;
+    fits.then_some((f as usize, n as usize, o as usize))
+}
+
+/// [`Kernels::resize_pad_pixels`] on the host: separable, each output row's column sums
+/// first (into `row`), then each pixel's; the same sums in the same order as the CUDA kernel.
 #[allow(clippy::too_many_arguments)]
-fn pixel(
+fn resize_host(
     src: &[u8],
     (h, w): (usize, usize),
     spans: &[i32],
     weights: &[f32],
     p: Placement,
-    y: usize,
-    x: usize,
+    tw: usize,
     out: &mut [f32],
+    row: &mut Vec<f32>,
 ) {
     out.fill(-1.0);
-    if y < p.top || y >= p.top + p.rows || x < p.left || x >= p.left + p.cols {
-        return;
-    }
-    let span = |k: usize| {
-        let s = &spans[3 * k..3 * k + 3];
-        (s[0] as i64, s[1] as i64, s[2] as i64)
-    };
-    let ((fy, ny, oy), (fx, nx, ox)) = (span(y - p.top), span(p.rows + x - p.left));
-    let nw = weights.len() as i64;
-    let fits = |f: i64, n: i64, o: i64, len: usize| {
-        f >= 0 && n >= 0 && o >= 0 && f + n <= len as i64 && o + n <= nw
-    };
-    if !fits(fy, ny, oy, h) || !fits(fx, nx, ox, w) {
-        return;
-    }
-    let mut v = [0f32; 3];
-    for j in 0..nx as usize {
-        let mut r = [0f32; 3];
-        for t in 0..ny as usize {
-            let a = weights[oy as usize + t];
-            let at = ((fy as usize + t) * w + fx as usize + j) * 3;
-            for (r, s) in r.iter_mut().zip(&src[at..at + 3]) {
-                *r += a * *s as f32;
+    row.resize(w * 3, 0.0);
+    for y in 0..p.rows {
+        let Some((fy, ny, oy)) = span(spans, y, h, weights.len()) else {
+            continue;
+        };
+        let taps = &weights[oy..oy + ny];
+        for (c, r) in row.iter_mut().enumerate() {
+            *r = 0.0;
+            for (t, &a) in taps.iter().enumerate() {
+                *r += a * src[(fy + t) * w * 3 + c] as f32;
             }
         }
-        let b = weights[ox as usize + j];
-        for (v, r) in v.iter_mut().zip(r) {
-            *v += b * r;
+        let line = &mut out[((p.top + y) * tw + p.left) * 3..][..p.cols * 3];
+        for (x, px) in line.chunks_exact_mut(3).enumerate() {
+            let Some((fx, nx, ox)) = span(spans, p.rows + x, w, weights.len()) else {
+                continue;
+            };
+            let mut v = [0f32; 3];
+            for (j, &b) in weights[ox..ox + nx].iter().enumerate() {
+                let r = &row[(fx + j) * 3..(fx + j) * 3 + 3];
+                for (v, r) in v.iter_mut().zip(r) {
+                    *v += b * r;
+                }
+            }
+            for (o, v) in px.iter_mut().zip(v) {
+                // Half to even (adding and taking away 2^23 rounds a value in [0, 255] so),
+                // clamped.
+                let q = ((v.clamp(0.0, 255.0) + 8_388_608.0) - 8_388_608.0) as i32 as u8;
+                *o = q as f32 / 255.0 * 2.0 - 1.0;
+            }
         }
     }
-    for (o, v) in out.iter_mut().zip(v) {
-        // Half to even (adding and taking away 2^23 rounds a value in [0, 255] so), clamped.
-        let q = ((v.clamp(0.0, 255.0) + 8_388_608.0) - 8_388_608.0) as i32 as u8;
-        *o = q as f32 / 255.0 * 2.0 - 1.0;
-    }
+}
+
+thread_local! {
+    /// The host op's row of column sums (reused: nothing is allocated per call once it has
+    /// grown to the widest frame).
+    static ROW: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 impl Kernels {
@@ -165,9 +177,9 @@ impl Kernels {
                             std::slice::from_raw_parts_mut(op as *mut f32, th * tw * 3),
                         )
                     };
-                    for (i, px) in out.chunks_exact_mut(3).enumerate() {
-                        pixel(src, (h, w), spans, weights, place, i / tw, i % tw, px);
-                    }
+                    ROW.with_borrow_mut(|row| {
+                        resize_host(src, (h, w), spans, weights, place, tw, out, row)
+                    });
                 })
             }
         }

@@ -465,11 +465,11 @@ fn worker(
         let t = Instant::now();
         let chunk = &mut job.out;
         let r = (|| -> Result<(), String> {
-            let mut frames: [Option<&frt_vla::ModelImage>; frt_vla::MAX_VIEWS] =
+            let mut frames: [Option<frt_vla::ViewImage>; frt_vla::MAX_VIEWS] =
                 [None; frt_vla::MAX_VIEWS];
             let views = job.images.len().min(frt_vla::MAX_VIEWS);
             for (f, im) in frames.iter_mut().zip(&job.images) {
-                *f = im.as_ref();
+                *f = im.as_ref().map(frt_vla::ViewImage::Pixels);
             }
             policy
                 .prepare(&frames[..views], &job.state, &job.prompt)

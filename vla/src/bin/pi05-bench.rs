@@ -41,6 +41,7 @@ use frt_kernels::DType;
 use frt_kernels::KernelOptions;
 use frt_vla::{
     ModelImage, Observation, Pi05, Pi05Config, Pi05Options, Pi05Weights, PromptMode, Stage,
+    ViewImage,
 };
 
 /// The kernel options of every model built here: the defaults, overridden from the
@@ -307,9 +308,17 @@ fn main() {
         drop(w);
         let (img, tokens, noise) = canonical_inputs(&c);
         let state: Vec<f32> = (0..14).map(|j| 0.05 * j as f32 - 0.3).collect();
-        let images = [Some(&img), Some(&img), None];
-        let every = [Some(&img), Some(&img), Some(&img)];
-        let set = |views: &[Option<&ModelImage>]| {
+        let images = [
+            Some(ViewImage::Pixels(&img)),
+            Some(ViewImage::Pixels(&img)),
+            None,
+        ];
+        let every = [
+            Some(ViewImage::Pixels(&img)),
+            Some(ViewImage::Pixels(&img)),
+            Some(ViewImage::Pixels(&img)),
+        ];
+        let set = |views: &[Option<ViewImage>]| {
             m.set_inputs(&Observation {
                 state: &state,
                 images: views,
@@ -453,7 +462,7 @@ fn inpaint_cost(ctx: &Ctx, iters: usize) {
     for m in models {
         m.set_inputs(&Observation {
             state: &[],
-            images: &[Some(&img), Some(&img)],
+            images: &[Some(ViewImage::Pixels(&img)), Some(ViewImage::Pixels(&img))],
             tokens: &tokens,
             noise: &noise,
         })
@@ -555,7 +564,10 @@ fn precision(ctx: &Ctx) {
     for (name, views, tokens, noise) in &sets {
         let obs = Observation {
             state: &[],
-            images: &[Some(&views[0]), Some(&views[1])],
+            images: &[
+                Some(ViewImage::Pixels(&views[0])),
+                Some(ViewImage::Pixels(&views[1])),
+            ],
             tokens,
             noise,
         };

@@ -74,10 +74,72 @@ impl Stage {
     }
 }
 
-/// What one inference sees (already preprocessed).
+/// The largest width or height of a camera frame the model resizes itself.
+pub const MAX_FRAME_SIDE: usize = 4096;
+
+/// One camera view as the model takes it.
+#[derive(Clone, Copy, Debug)]
+pub enum ViewImage<'a> {
+    /// Model pixels (`image_size × image_size × 3`, HWC), preprocessed by the caller.
+    Pixels(&'a ModelImage),
+    /// A camera frame, packed RGB8 (`height × width × 3`, HWC), of any size up to
+    /// [`MAX_FRAME_SIDE`]: resized with padding and scaled on the model's device, giving what
+    /// [`Pixels`](Self::Pixels) of `to_model_pixels(resize_with_pad(..))` would, bit for bit.
+    /// The first frame of a size allocates that view's buffers for it (and a change of size
+    /// again); later frames of the same size allocate nothing.
+    Rgb8 {
+        width: usize,
+        height: usize,
+        data: &'a [u8],
+    },
+}
+
+impl<'a> From<&'a ModelImage> for ViewImage<'a> {
+    fn from(p: &'a ModelImage) -> Self {
+        ViewImage::Pixels(p)
+    }
+}
+
+/// The device buffers that turn one view's camera frames of one size into model pixels, and
+/// the graph that does it: a variant per image slot it writes (captured when first needed).
+struct FramePrep {
+    size: (usize, usize),
+    src: Tensor,
+    spans: Tensor,
+    weights: Tensor,
+    place: frt_kernels::Placement,
+    graph: Graph,
+}
+
+impl FramePrep {
+    fn new(ctx: &Ctx, s: Stream, (h, w): (usize, usize), side: usize) -> Result<FramePrep> {
+        let (place, spans, weights) = crate::inputs::resize_tables(h, w, side, side);
+        let src = Tensor::alloc(ctx, "camera frame", DType::U8, &[h, w, 3])?;
+        let sp = Tensor::alloc(ctx, "resize spans", DType::I32, &[spans.len() / 3, 3])?;
+        sp.buffer().write(s, 0, &spans)?;
+        // At least one value: an image resized to nothing has no weights.
+        let wt = Tensor::alloc(ctx, "resize weights", DType::F32, &[weights.len().max(1)])?;
+        if !weights.is_empty() {
+            wt.write_f32(s, &weights)?;
+        }
+        Ok(FramePrep {
+            size: (h, w),
+            src,
+            spans: sp,
+            weights: wt,
+            place,
+            graph: Graph::new(ctx, "camera frame", 0),
+        })
+    }
+}
+
+/// One view's camera frame in `set_inputs`: its slot, height, width and bytes.
+type Frame<'a> = Option<(usize, usize, usize, &'a [u8])>;
+
+/// What one inference sees.
 pub struct Observation<'a> {
-    /// Per view, 224×224×3 values (HWC), or `None` for a missing view.
-    pub images: &'a [Option<&'a ModelImage>],
+    /// Per view, its image, or `None` for a missing view.
+    pub images: &'a [Option<ViewImage<'a>>],
     /// Prompt tokens (BOS first), at most `max_token_len`. Pi0.5's carry the discretized state
     /// (see [`PolicySpec::state`](crate::PolicySpec)).
     pub tokens: &'a [u32],
@@ -118,6 +180,8 @@ pub struct Pi05 {
     prompt_len: std::sync::atomic::AtomicUsize,
     /// One view of zeros (what a missing view's pixels are).
     zero_view: Vec<f32>,
+    /// Per view slot, the buffers for its camera frames' current size.
+    frames: std::sync::Mutex<Vec<Option<FramePrep>>>,
     /// The prompt buffer's bytes as the host builds them (reused by each `set_prompt`).
     prompt_bytes: std::sync::Mutex<Vec<u8>>,
     /// Frozen-prefix denoising, when built with it.
@@ -461,6 +525,7 @@ impl Pi05 {
             prefix_parts,
             prompt_len: Default::default(),
             zero_view,
+            frames: std::sync::Mutex::new((0..spec.views).map(|_| None).collect()),
             prompt_bytes: Default::default(),
             inpaint,
             state,
@@ -604,9 +669,12 @@ impl Pi05 {
             });
         }
         // Pixels go from the caller's slices to the device through one staging copy; nothing
-        // is allocated per inference.
+        // is allocated per inference. Camera frames go up as they are, each into its view's
+        // buffer, and are resized there.
         // Compact: the present views packed first; else each in its slot, zeros for absent ones.
         let mut parts: [&[f32]; crate::config::MAX_VIEWS] = [&[]; crate::config::MAX_VIEWS];
+        // Per view: its slot, height, width and bytes.
+        let mut frames: [Frame; crate::config::MAX_VIEWS] = [None; crate::config::MAX_VIEWS];
         let mut present = [false; crate::config::MAX_VIEWS];
         let mut packed = 0;
         for (v, img) in obs.images.iter().enumerate() {
@@ -616,15 +684,46 @@ impl Pi05 {
                 }
                 continue;
             };
-            // In range by its type (see ModelImage).
-            let img = img.values();
-            if img.len() != per_view {
-                return Err(Error::BadInput {
-                    what: format!("image {v}"),
-                    reason: format!("{} values, expected {per_view}", img.len()),
-                });
+            let at = if self.compact { packed } else { v };
+            match *img {
+                // In range by its type (see ModelImage).
+                ViewImage::Pixels(img) => {
+                    let img = img.values();
+                    if img.len() != per_view {
+                        return Err(Error::BadInput {
+                            what: format!("image {v}"),
+                            reason: format!("{} values, expected {per_view}", img.len()),
+                        });
+                    }
+                    parts[at] = img;
+                }
+                ViewImage::Rgb8 {
+                    width,
+                    height,
+                    data,
+                } => {
+                    let sides = 1..=MAX_FRAME_SIDE;
+                    if !sides.contains(&width) || !sides.contains(&height) {
+                        return Err(Error::BadInput {
+                            what: format!("image {v}"),
+                            reason: format!(
+                                "a {width}×{height} frame (1 to {MAX_FRAME_SIDE} per side)"
+                            ),
+                        });
+                    }
+                    if data.len() != width * height * 3 {
+                        return Err(Error::BadInput {
+                            what: format!("image {v}"),
+                            reason: format!(
+                                "{} bytes for a {width}×{height} RGB8 frame ({} expected)",
+                                data.len(),
+                                width * height * 3
+                            ),
+                        });
+                    }
+                    frames[v] = Some((at, height, width, data));
+                }
             }
-            parts[if self.compact { packed } else { v }] = img;
             packed += 1;
             present[v] = true;
         }
@@ -656,10 +755,47 @@ impl Pi05 {
             state.write_f32_parts(self.s, &[obs.state, pad])?;
         }
         self.set_prompt(obs.tokens, &present[..c.views])?;
-        self.vision_model
-            .images_of(slots)
-            .write_f32_parts(self.s, &parts[..slots])?;
+        let images = self.vision_model.images_of(slots);
+        if frames.iter().all(Option::is_none) {
+            images.write_f32_parts(self.s, &parts[..slots])?;
+        } else {
+            self.write_views(images, &parts[..slots], &frames[..c.views])?;
+        }
         self.x.write_f32(self.s, obs.noise)?;
+        Ok(())
+    }
+
+    /// Writes `images` (`[slots, …]` model pixels) when some views are camera frames: each
+    /// slot with pixels from `parts`, each frame (by view: its slot and size) uploaded into
+    /// its view's buffer and resized into its slot on the device.
+    fn write_views(&self, images: &Tensor, parts: &[&[f32]], frames: &[Frame]) -> Result<()> {
+        let side = self.config.siglip.image_size;
+        for (slot, part) in parts.iter().enumerate() {
+            if !part.is_empty() {
+                images.narrow(0, slot, 1)?.write_f32(self.s, part)?;
+            }
+        }
+        let mut preps = self.frames.lock().unwrap_or_else(|p| p.into_inner());
+        for (v, frame) in frames.iter().enumerate() {
+            let Some((slot, h, w, data)) = *frame else {
+                continue;
+            };
+            let prep = &mut preps[v];
+            if prep.as_ref().is_none_or(|p| p.size != (h, w)) {
+                *prep = Some(FramePrep::new(self.k.ctx(), self.s, (h, w), side)?);
+            }
+            let p = prep.as_ref().expect("made above");
+            let key = ShapeKey(slot as u64);
+            if !p.graph.has_variant(key) {
+                let out = images.narrow(0, slot, 1)?.reshape(&[side, side, 3])?;
+                p.graph.capture(key, |cs| {
+                    self.k
+                        .resize_pad_pixels(cs, &p.src, &p.spans, &p.weights, p.place, &out)
+                })?;
+            }
+            p.src.buffer().upload(self.s, 0, data)?;
+            p.graph.replay(key, self.s)?;
+        }
         Ok(())
     }
 
