@@ -272,3 +272,68 @@ fn the_device_resize_on_cuda_equals_the_host() {
         assert_eq!(differ, 0, "{h}×{w}");
     }
 }
+
+/// On CUDA, camera frames resized by the model (`ViewImage::Rgb8`) give the same actions, bit
+/// for bit, as the frames preprocessed on the host, for the tiny model in f32 and the
+/// full-size one in bf16 (640×480 frames, one view absent, then every view present).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn camera_frames_on_cuda_match_host_preprocessing() {
+    use frt_vla::inputs::{resize_with_pad, to_model_pixels};
+    let ctx = Ctx::cuda(0).unwrap();
+    let s = ctx.stream(0).unwrap();
+    for (c, dtype) in [
+        (Pi05Config::tiny(), DType::F32),
+        (Pi05Config::base(), DType::BF16),
+    ] {
+        let m = Pi05::new(&ctx, s, &Pi05Weights::random(&c, 3), dtype).unwrap();
+        let side = c.siglip.image_size;
+        let (h, w) = (480, 640);
+        let frames: Vec<Vec<u8>> = (0..c.views)
+            .map(|v| common::frame(20 + v as u32, h, w))
+            .collect();
+        let pixels: Vec<ModelImage> = frames
+            .iter()
+            .map(|f| to_model_pixels(&resize_with_pad(f, h, w, side, side).unwrap()))
+            .collect();
+        let tokens: Vec<u32> = (0..20u32).map(|i| 2 + i * 13).collect();
+        let noise = rand(9, c.action_horizon * c.action_dim, 1.0);
+        for absent in [Some(1), None] {
+            let run = |rgb: bool| {
+                let images: Vec<Option<ViewImage>> = (0..c.views)
+                    .map(|v| {
+                        (Some(v) != absent).then(|| {
+                            if rgb {
+                                ViewImage::Rgb8 {
+                                    width: w,
+                                    height: h,
+                                    data: &frames[v],
+                                }
+                            } else {
+                                ViewImage::Pixels(&pixels[v])
+                            }
+                        })
+                    })
+                    .collect();
+                m.infer(&Observation {
+                    state: &[],
+                    images: &images,
+                    tokens: &tokens,
+                    noise: &noise,
+                })
+                .unwrap()
+            };
+            let (got, want) = (run(true), run(false));
+            let differ = got
+                .iter()
+                .zip(&want)
+                .filter(|(a, b)| a.to_bits() != b.to_bits())
+                .count();
+            println!(
+                "model image side {side}, {dtype:?}, view absent {absent:?}: {differ} of {} actions differ",
+                got.len()
+            );
+            assert_eq!(differ, 0);
+        }
+    }
+}
