@@ -544,6 +544,8 @@ impl Pi05 {
     }
 
     /// Graphs captured so far (vision, prefix, every step, halt). A prompt change keeps it.
+    /// The camera-frame graphs ([`ViewImage::Rgb8`], one per view and frame size, captured
+    /// with the first frames of that size) are not counted.
     pub fn capture_count(&self) -> u64 {
         self.vision.capture_count()
             + self.prefix.capture_count()
