@@ -502,6 +502,7 @@ impl Policy {
                 format!("{} for {views} views", frames.len()),
             ));
         }
+        let t0 = std::time::Instant::now();
         self.state_buf.clear();
         self.state_buf.extend_from_slice(state);
         if let Some(n) = &self.norm {
@@ -516,16 +517,25 @@ impl Policy {
             &mut self.tokens,
             &mut self.prompt,
         )?;
+        let t1 = std::time::Instant::now();
         self.draw_noise();
         // The draw is used up whether or not the inputs are accepted, as when it was drawn
         // here: the sequence of draws does not depend on when they are made.
         self.noise_ready = false;
-        self.model.set_inputs(&Observation {
+        let t2 = std::time::Instant::now();
+        let r = self.model.set_inputs(&Observation {
             images: frames,
             tokens: &self.tokens,
             state: &self.state_buf,
             noise: &self.noise_buf,
-        })?;
+        });
+        // In a trace (`--trace`), the parts of the control thread's input preparation.
+        use crate::observe::trace;
+        let (t3, track) = (std::time::Instant::now(), trace::this_thread());
+        trace::span("prompt and state", track, t0, t1);
+        trace::span("noise", track, t1, t2);
+        trace::span("model inputs (uploads, frame resizes)", track, t2, t3);
+        r?;
         Ok(())
     }
 
