@@ -9,9 +9,9 @@
 # weights as a safetensors checkpoint (`pi05-bench --write-checkpoint`), then runs
 # `frt-robot-host run --live` on a two-second simulation, cold (an empty kernel and GEMM
 # tuning cache, the page cache dropped where this user may) then warm (the same cache, the
-# checkpoint's pages as the run before left them), ROUNDS times (default 1). Each run prints the node's start-up log
-# lines (weights opened, model built, first action chunk published, with the seconds since
-# the process started) and the whole process's wall time.
+# checkpoint's pages as the run before left them), ROUNDS times (default 1). Each run prints
+# the node's start-up log lines (device opened, weights opened, model built, first action
+# chunk published with the seconds since the process started) and the process's wall time.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 tokenizer=/tmp/frt-gemma-tokenizer.json
