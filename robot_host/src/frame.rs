@@ -2,8 +2,9 @@
 //! (`sensor_msgs/CompressedImage`, JPEG or PNG) images into packed RGB8, done once, on the I/O
 //! side, before a frame reaches the control loop.
 
-/// The largest accepted width or height (an 8K frame is refused before any work).
-pub const MAX_SIDE: u32 = 4096;
+/// The largest accepted width or height (an 8K frame is refused before any work): the most the
+/// policy resizes on its device.
+pub const MAX_SIDE: u32 = frt_vla::MAX_FRAME_SIDE as u32;
 
 /// Why a frame was refused.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -784,7 +784,7 @@ pub struct Node {
     /// How long the last chunks took from observation to publication (seconds; the
     /// frozen prefix covers the longest).
     delays: [f64; DELAYS],
-    /// The newest preprocessed frame of each camera (taken from its slot when a new one
+    /// The newest frame of each camera, as decoded (taken from its slot when a new one
     /// arrived).
     frames: Vec<Option<(Stamp, Rgb8)>>,
     state: Vec<f32>,

@@ -533,7 +533,6 @@ impl Policy {
         use crate::observe::trace;
         let (t3, track) = (std::time::Instant::now(), trace::this_thread());
         trace::span("prompt and state", track, t0, t1);
-        trace::span("noise", track, t1, t2);
         trace::span("model inputs (uploads, frame resizes)", track, t2, t3);
         r?;
         Ok(())

@@ -94,12 +94,6 @@ pub enum ViewImage<'a> {
     },
 }
 
-impl<'a> From<&'a ModelImage> for ViewImage<'a> {
-    fn from(p: &'a ModelImage) -> Self {
-        ViewImage::Pixels(p)
-    }
-}
-
 /// The device buffers that turn one view's camera frames of one size into model pixels, and
 /// the graph that does it: a variant per image slot it writes (captured when first needed).
 struct FramePrep {
