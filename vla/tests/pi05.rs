@@ -491,11 +491,10 @@ fn a_checkpoint_of_the_other_variant_is_named() {
     }
 }
 
-/// The tiny model built with absent views left out (the default) and with every slot encoded
+/// A tiny model built with absent views left out (the default) and with every slot encoded
 /// and absent ones masked.
-fn compact_and_masked(ctx: &Ctx, dtype: DType, mode: PromptMode) -> (Pi05, Pi05) {
-    let c = Pi05Config::tiny();
-    let w = Pi05Weights::random(&c, 21);
+fn compact_and_masked(ctx: &Ctx, c: &Pi05Config, dtype: DType, mode: PromptMode) -> (Pi05, Pi05) {
+    let w = Pi05Weights::random(c, 21);
     let build = |compact_views: bool| {
         Pi05::build(
             ctx,
@@ -515,21 +514,23 @@ fn compact_and_masked(ctx: &Ctx, dtype: DType, mode: PromptMode) -> (Pi05, Pi05)
 #[test]
 fn absent_views_cost_nothing_and_change_nothing() {
     let ctx = Ctx::host().unwrap();
-    for (dtype, mode) in [
-        (DType::F32, PromptMode::Fixed),
-        (DType::BF16, PromptMode::Fixed),
-        (DType::F32, PromptMode::Exact),
+    let (pi05, pi0) = (Pi05Config::tiny(), Pi05Config::pi0_tiny());
+    for (c, dtype, mode) in [
+        (&pi05, DType::F32, PromptMode::Fixed),
+        (&pi05, DType::BF16, PromptMode::Fixed),
+        (&pi05, DType::F32, PromptMode::Exact),
+        (&pi0, DType::F32, PromptMode::Fixed),
+        (&pi0, DType::BF16, PromptMode::Exact),
     ] {
-        let (compact, masked) = compact_and_masked(&ctx, dtype, mode);
-        let c = compact.config.clone();
-        // Every count of views has its vision and prefix variant from the start (fixed mode);
-        // the masked model has one of each.
-        if mode == PromptMode::Fixed {
-            assert_eq!(
-                compact.variant_count(),
-                masked.variant_count() + 2 * (c.views - 1)
-            );
-        }
+        let (compact, masked) = compact_and_masked(&ctx, c, dtype, mode);
+        let name = c.variant.name();
+        // Every count of views has its vision, prefix (fixed mode) and step variants from the
+        // start; the masked model has one of each.
+        let per_count = 1 + usize::from(mode == PromptMode::Fixed) + c.steps;
+        assert_eq!(
+            compact.variant_count(),
+            masked.variant_count() + per_count * (c.views - 1)
+        );
         let i = inputs(&c, 31);
         let (captures, variants) = (compact.capture_count(), compact.variant_count());
         for bits in 1u32..(1 << c.views) {
@@ -544,7 +545,7 @@ fn absent_views_cost_nothing_and_change_nothing() {
                 .fold(0f32, f32::max);
             assert!(
                 a == b,
-                "{dtype:?} {mode:?}, views present {present:?}: max |Δ| {worst:e}"
+                "{name} {dtype:?} {mode:?}, views present {present:?}: max |Δ| {worst:e}"
             );
         }
         if mode == PromptMode::Fixed {

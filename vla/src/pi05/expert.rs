@@ -7,7 +7,7 @@
 //! (`flow.rs`); the expert's tokens are rounded to the model's precision once per step, its
 //! final normed output widened once.
 
-use super::flow::{Flow, Inpaint, Io, time_embedding};
+use super::flow::{Flow, Inpaint, Io, StepKeys, time_embedding};
 use super::prefix::GemmaLayer;
 use super::{GEMMA_EPS, ROPE_WAVELENGTH};
 use crate::error::Result;
@@ -18,7 +18,6 @@ use frt_kernels::{AttentionMask, AttentionPlan, DType, GegluLinear, Gemm, Kernel
 /// The action expert, planned (see the module docs).
 pub(crate) struct Expert {
     el: Vec<GemmaLayer>,
-    p_len: usize,
     s_len: usize,
     hd: usize,
     ew: usize,
@@ -42,7 +41,8 @@ pub(crate) struct Expert {
     sg_o: Gemm,
     sg_gu: GegluLinear,
     sg_down: Gemm,
-    sattn_plans: Vec<AttentionPlan>,
+    /// Per number of encoded views: its prefix rows and a layer's attention plans.
+    variants: Vec<(usize, usize, Vec<AttentionPlan>)>,
 }
 
 impl Expert {
@@ -59,14 +59,11 @@ impl Expert {
         let ctx = k.ctx();
         let c = &w.config;
         let (lg, eg) = (&c.llm, &c.expert);
-        let (p_len, s_len) = (c.prefix_len(), c.action_horizon);
+        let s_len = c.action_horizon;
         let (hd, heads, kvh) = (lg.head_dim, lg.heads, lg.kv_heads);
         let t_as =
             |name: &str, dt: DType| -> Result<Tensor> { Ok(w.get(name)?.upload(ctx, s, dt)?) };
         let model_dt = |name: &str| t_as(name, dt);
-        let heads_of = |t: &Tensor, rows: usize, n: usize| -> Result<Tensor> {
-            Ok(t.reshape(&[rows, n, hd])?)
-        };
         // ---- per-step adaptive-norm conditions (depend only on the step's time)
         let ew = eg.width;
         let n_mods = 2 * eg.depth + 1;
@@ -155,22 +152,8 @@ impl Expert {
         let sg_gu = k.geglu_linear(&aln, &el[0].gate_up, &sh)?;
         let sg_down = k.linear(&sh, &el[0].down, &so, false, false)?;
         let flow = Flow::build(k, s, w, &io, &a32, &aln32)?;
-        let mut sattn_plans: Vec<AttentionPlan> = Vec::new();
-        for l in &el {
-            let plan = k.attention_plan_sharing(
-                &heads_of(&sq, s_len, heads)?,
-                &heads_of(&l.k_cache, p_len + s_len, kvh)?,
-                &heads_of(&l.v_cache, p_len + s_len, kvh)?,
-                &heads_of(&sattn, s_len, heads)?,
-                &AttentionMask::keys(&io.full_mask),
-                1.0 / (hd as f32).sqrt(),
-                sattn_plans.first(),
-            )?;
-            sattn_plans.push(plan);
-        }
-        Ok(Expert {
+        let mut e = Expert {
             el,
-            p_len,
             s_len,
             hd,
             ew,
@@ -193,8 +176,35 @@ impl Expert {
             sg_o,
             sg_gu,
             sg_down,
-            sattn_plans,
-        })
+            variants: Vec::new(),
+        };
+        for keys in &io.keys {
+            e.add_keys(k, keys)?;
+        }
+        Ok(e)
+    }
+
+    /// Plans the step variant that attends to `keys`.
+    pub(crate) fn add_keys(&mut self, k: &Kernels, keys: &StepKeys) -> Result<()> {
+        let (hd, s_len) = (self.hd, self.s_len);
+        let heads_of =
+            |t: &Tensor| -> Result<Tensor> { Ok(t.reshape(&[t.dim(0), t.dim(1) / hd, hd])?) };
+        let n = keys.prefix_rows + s_len;
+        let mut plans: Vec<AttentionPlan> = Vec::new();
+        for l in &self.el {
+            let plan = k.attention_plan_sharing(
+                &heads_of(&self.sq)?,
+                &heads_of(&l.k_cache.narrow(0, 0, n)?)?,
+                &heads_of(&l.v_cache.narrow(0, 0, n)?)?,
+                &heads_of(&self.sattn)?,
+                &AttentionMask::keys(&keys.mask),
+                1.0 / (hd as f32).sqrt(),
+                plans.first(),
+            )?;
+            plans.push(plan);
+        }
+        self.variants.push((keys.views, keys.prefix_rows, plans));
+        Ok(())
     }
 
     /// The frozen-prefix buffers, when built with them.
@@ -214,16 +224,13 @@ impl Expert {
         )?)
     }
 
-    /// The cache rows a layer writes its keys and values into (behind the prefix's).
-    fn sk_rows(&self, l: &GemmaLayer) -> Result<(Tensor, Tensor)> {
-        Ok((
-            l.k_cache.narrow(0, self.p_len, self.s_len)?,
-            l.v_cache.narrow(0, self.p_len, self.s_len)?,
-        ))
-    }
-
-    /// Records step `i` on `cs`.
-    pub(crate) fn record(&self, k: &Kernels, cs: Stream, i: usize) -> Result<()> {
+    /// Records step `i` of the variant for `views` encoded views on `cs`.
+    pub(crate) fn record(&self, k: &Kernels, cs: Stream, i: usize, views: usize) -> Result<()> {
+        let (_, prefix_rows, plans) = self
+            .variants
+            .iter()
+            .find(|v| v.0 == views)
+            .expect("a step variant for every count of views planned");
         self.flow.record_in(cs, i)?;
         // Each residual is fused with the norm that follows it (the next layer's input norm,
         // or the final norm); the first norm also rounds the f32 tokens into the residual
@@ -235,8 +242,10 @@ impl Expert {
             k.ada_rms_norm(cs, &self.a, &m0, &self.aln, GEMMA_EPS)?
         };
         let depth = self.el.len();
-        for (j, (l, plan)) in self.el.iter().zip(&self.sattn_plans).enumerate() {
-            let (kc, vc) = self.sk_rows(l)?;
+        for (j, (l, plan)) in self.el.iter().zip(plans).enumerate() {
+            // The cache rows this layer writes its keys and values into (behind the prefix's).
+            let kc = l.k_cache.narrow(0, *prefix_rows, self.s_len)?;
+            let vc = l.v_cache.narrow(0, *prefix_rows, self.s_len)?;
             self.sg_qkv.run(cs, &self.aln, &l.qkv, &self.sqkv, None)?;
             k.rope_qkv(
                 cs,

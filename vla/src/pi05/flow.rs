@@ -42,9 +42,20 @@ pub(crate) struct Io {
     pub(crate) out: Tensor,
     /// The suffix tokens' positions (i32, written with the prompt).
     pub(crate) suffix_pos: Tensor,
-    /// Which of `[prefix ; suffix]` keys are valid (u8, written with the prompt).
-    pub(crate) full_mask: Tensor,
+    /// Per step variant (a number of encoded views), what its steps attend to.
+    pub(crate) keys: Vec<StepKeys>,
     pub(crate) inpaint_prefix: bool,
+}
+
+/// The keys of one step variant: the prefix rows that `views` encoded views and a full prompt
+/// fill, and the suffix's own rows right behind them in the caches — the step attends to
+/// `[..prefix_rows + suffix]` and nothing of the slots that were left out.
+#[derive(Clone)]
+pub(crate) struct StepKeys {
+    pub(crate) views: usize,
+    pub(crate) prefix_rows: usize,
+    /// Which of those `prefix_rows + suffix` keys are valid (u8, written with the prompt).
+    pub(crate) mask: Tensor,
 }
 
 /// The f32 action path of one denoising step, planned.

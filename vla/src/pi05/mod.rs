@@ -166,6 +166,9 @@ pub struct Pi05 {
     mode: PromptMode,
     /// Whether absent views are left out ([`Pi05Options::compact_views`]).
     compact: bool,
+    /// Per number of views the model may encode (ascending), the prefix rows its step
+    /// attends to.
+    step_prefix: Vec<usize>,
     /// The views the current inputs encode (the present ones, packed first, when compact;
     /// else every slot).
     encoded: std::sync::atomic::AtomicUsize,
@@ -194,10 +197,16 @@ enum StepModel {
 }
 
 impl StepModel {
-    fn record(&self, k: &Kernels, cs: Stream, i: usize) -> Result<()> {
+    fn record(&self, k: &Kernels, cs: Stream, i: usize, views: usize) -> Result<()> {
         match self {
-            StepModel::Pi05(e) => e.record(k, cs, i),
-            StepModel::Pi0(e) => e.record(k, cs, i),
+            StepModel::Pi05(e) => e.record(k, cs, i, views),
+            StepModel::Pi0(e) => e.record(k, cs, i, views),
+        }
+    }
+    fn add_keys(&mut self, k: &Kernels, keys: &flow::StepKeys) -> Result<()> {
+        match self {
+            StepModel::Pi05(e) => e.add_keys(k, keys),
+            StepModel::Pi0(e) => e.add_keys(k, keys),
         }
     }
     fn inpaint(&self) -> Option<&Inpaint> {
@@ -235,10 +244,11 @@ pub struct Pi05Options {
     /// The op library's tunables.
     pub kernels: KernelOptions,
     /// Absent views cost nothing: the present views' pixels are packed into the first slots
-    /// and only they are encoded and go through the prefix (a vision and a prefix variant per
-    /// number of present views, captured when built; exact mode: per number and prompt
-    /// length). The results equal the masked computation's (every slot encoded, absent ones
-    /// masked out of attention). Off: every slot is encoded and absent ones masked.
+    /// and only they are encoded, go through the prefix and are attended to by the steps (a
+    /// vision, a prefix and a set of step variants per number of present views, captured when
+    /// built; exact mode: prefix variants per number and prompt length). The results equal the
+    /// masked computation's (every slot encoded, absent ones masked out of attention). Off:
+    /// every slot is encoded and absent ones masked.
     pub compact_views: bool,
 }
 
@@ -262,6 +272,11 @@ fn prefix_key(mode: PromptMode, views: usize, len: usize) -> ShapeKey {
         PromptMode::Fixed => ShapeKey(views as u64),
         PromptMode::Exact => ShapeKey(((views as u64) << 32) | len as u64),
     }
+}
+
+/// The step graph's variant for step `i` with `views` encoded views.
+fn step_key(views: usize, i: usize) -> ShapeKey {
+    ShapeKey(((views as u64) << 32) | i as u64)
 }
 
 /// Prefix graphs (prompt lengths) exact mode keeps.
@@ -303,10 +318,22 @@ impl Pi05 {
         let (hd, heads, kvh) = (lg.head_dim, lg.heads, lg.kv_heads);
         let kv_width = kvh * hd;
 
+        // The numbers of views the model may encode (every one from 1 when absent views are
+        // left out), and per number the prefix rows its step attends to: its views' and a
+        // full prompt's (the step's own keys go right behind them).
+        let counts: Vec<usize> = if options.compact_views {
+            (1..=c.views).collect()
+        } else {
+            vec![c.views]
+        };
+        let step_prefix = |n: usize| n * sg.tokens() + c.max_token_len;
+
         // ---- buffers
         // Everything a prompt change writes lives in one buffer (one upload per change):
-        // tokens, prefix and suffix positions (i32), then the prefix and full key masks (u8).
-        let prompt_bytes = 4 * (c.max_token_len + p_len + s_len) + p_len + (p_len + s_len);
+        // tokens, prefix and suffix positions (i32), then the prefix's key mask and, per
+        // number of views, its step's (u8).
+        let step_masks: usize = counts.iter().map(|&n| step_prefix(n) + s_len).sum();
+        let prompt_bytes = 4 * (c.max_token_len + p_len + s_len) + p_len + step_masks;
         let prompt = frt_exec::Buffer::alloc(ctx, "prompt", prompt_bytes)?;
         let i32s = |off: usize, n: usize| Tensor::with_layout(&prompt, DType::I32, &[n], &[1], off);
         let tokens = i32s(0, c.max_token_len)?;
@@ -314,8 +341,18 @@ impl Pi05 {
         let suffix_pos = i32s(c.max_token_len + p_len, s_len)?;
         let mask_at = 4 * (c.max_token_len + p_len + s_len);
         let prefix_mask = Tensor::with_layout(&prompt, DType::U8, &[p_len], &[1], mask_at)?;
-        let full_mask =
-            Tensor::with_layout(&prompt, DType::U8, &[p_len + s_len], &[1], mask_at + p_len)?;
+        let mut step_keys = Vec::with_capacity(counts.len());
+        let mut at = mask_at + p_len;
+        for &views in &counts {
+            let prefix_rows = step_prefix(views);
+            let len = prefix_rows + s_len;
+            step_keys.push(flow::StepKeys {
+                views,
+                prefix_rows,
+                mask: Tensor::with_layout(&prompt, DType::U8, &[len], &[1], at)?,
+            });
+            at += len;
+        }
         // With frozen-prefix denoising, x_t shares its buffer with the noise copy, the frozen
         // actions and their row count (the update reads them after the expert's weights went
         // through the caches: one neighbourhood, not three cold allocations).
@@ -332,12 +369,7 @@ impl Pi05 {
         let prefix_x = Tensor::alloc(ctx, "prefix.x", dt, &[p_len, lg.width])?;
 
         // ---- vision: SigLIP over the encoded views at once, then the projector; one variant
-        // per number of views it may encode
-        let counts: Vec<usize> = if options.compact_views {
-            (1..=c.views).collect()
-        } else {
-            vec![c.views]
-        };
+        // per number of views it may encode.
         // Every slot's variant first; the others are planned last, once everything the
         // every-view path uses is allocated (their plans' memory does not sit between its
         // buffers).
@@ -439,15 +471,17 @@ impl Pi05 {
             capture_prefix(c.views)?;
         }
 
-        // ---- the action expert: one denoising step per graph variant
+        // ---- the action expert: one denoising step per graph variant (and number of views;
+        // every view's first, the others' planned last)
+        let (every, fewer) = step_keys.split_last().expect("at least one count of views");
         let io = flow::Io {
             x: x.clone(),
             out: out.clone(),
             suffix_pos,
-            full_mask,
+            keys: vec![every.clone()],
             inpaint_prefix,
         };
-        let expert = match c.variant {
+        let mut expert = match c.variant {
             Variant::Pi05 => {
                 StepModel::Pi05(Box::new(expert::Expert::build(&k, s, w, dt, el, io)?))
             }
@@ -458,20 +492,25 @@ impl Pi05 {
             StepModel::Pi05(_) => None,
             StepModel::Pi0(e) => Some(e.state().clone()),
         };
-        let step = Graph::new(ctx, "pi05.step", c.steps);
+        let step = Graph::new(ctx, "pi05.step", c.steps * counts.len());
         for i in 0..c.steps {
-            step.capture(ShapeKey(i as u64), |cs| expert.record(&k, cs, i))?;
+            step.capture(step_key(c.views, i), |cs| expert.record(&k, cs, i, c.views))?;
         }
         let halt = Graph::new(ctx, "pi05.halt", 1);
         halt.capture(ShapeKey(0), |cs| {
             Buffer::copy(out.buffer(), 0, hold.buffer(), 0, hold.buffer().bytes(), cs)
         })?;
         // The variants for fewer views.
-        for &n in counts.iter().filter(|n| **n != c.views) {
+        for keys in fewer {
+            let n = keys.views;
             vision_model.add_plan(&k, n)?;
             vision.capture(ShapeKey(n as u64), |cs| vision_model.record(&k, cs, n))?;
             if mode == PromptMode::Fixed {
                 capture_prefix(n)?;
+            }
+            expert.add_keys(&k, keys)?;
+            for i in 0..c.steps {
+                step.capture(step_key(n, i), |cs| expert.record(&k, cs, i, n))?;
             }
         }
         let mut plans = Vec::with_capacity(counts.len());
@@ -480,7 +519,7 @@ impl Pi05 {
             plan.add(&vision, ShapeKey(n as u64), s)?;
             plan.add(&prefix, ShapeKey::INHERIT, s)?;
             for i in 0..c.steps {
-                plan.add(&step, ShapeKey(i as u64), s)?;
+                plan.add(&step, step_key(n, i), s)?;
             }
             plans.push((n, plan));
         }
@@ -515,6 +554,7 @@ impl Pi05 {
             plans,
             mode,
             compact: options.compact_views,
+            step_prefix: step_keys.iter().map(|k| k.prefix_rows).collect(),
             encoded: std::sync::atomic::AtomicUsize::new(counts[counts.len() - 1]),
             prefix_parts,
             prompt_len: Default::default(),
@@ -622,10 +662,11 @@ impl Pi05 {
         for i in 0..c.suffix_len() as i32 {
             put(n + i);
         }
-        for _ in 0..2 {
-            bytes.extend((0..c.prefix_len()).map(|i| u8::from(valid(i))));
+        bytes.extend((0..c.prefix_len()).map(|i| u8::from(valid(i))));
+        for &rows in &self.step_prefix {
+            bytes.extend((0..rows).map(|i| u8::from(valid(i))));
+            bytes.extend(std::iter::repeat_n(1u8, c.suffix_len()));
         }
-        bytes.extend(std::iter::repeat_n(1u8, c.suffix_len()));
         self.prefix_parts
             .tokens
             .buffer()
@@ -802,7 +843,7 @@ impl Pi05 {
                 .vision
                 .replay(ShapeKey(self.encoded() as u64), self.s)?,
             Stage::Prefix => self.prefix.replay(self.prefix_key(), self.s)?,
-            Stage::Step(i) => self.step.replay(ShapeKey(i as u64), self.s)?,
+            Stage::Step(i) => self.step.replay(step_key(self.encoded(), i), self.s)?,
         }
         Ok(())
     }

@@ -16,7 +16,7 @@
 //! projections run in f32 (as openpi's f32 parameters compute them); the suffix is rounded to
 //! the model's precision once per step, the final normed action rows widened once.
 
-use super::flow::{Flow, Inpaint, Io, time_embedding};
+use super::flow::{Flow, Inpaint, Io, StepKeys, time_embedding};
 use super::prefix::GemmaLayer;
 use super::{GEMMA_EPS, ROPE_WAVELENGTH};
 use crate::error::{Error, Result};
@@ -28,7 +28,6 @@ use frt_kernels::{AttentionMask, AttentionPlan, DType, GegluLinear, Gemm, Kernel
 pub(crate) struct Expert {
     el: Vec<GemmaLayer>,
     final_norm: Tensor,
-    p_len: usize,
     /// The action rows (the suffix has one more: the state token).
     horizon: usize,
     ew: usize,
@@ -73,10 +72,9 @@ pub(crate) struct Expert {
     ag_o: Gemm,
     ag_gu: GegluLinear,
     ag_down: Gemm,
-    /// Per layer: the state token's attention (keys up to and including its own row) and the
-    /// action tokens' (every key).
-    state_plans: Vec<AttentionPlan>,
-    action_plans: Vec<AttentionPlan>,
+    /// Per number of encoded views: its prefix rows, and per layer the state token's attention
+    /// (keys up to and including its own row) and the action tokens' (every key).
+    variants: Vec<(usize, usize, Vec<(AttentionPlan, AttentionPlan)>)>,
 }
 
 impl Expert {
@@ -93,7 +91,7 @@ impl Expert {
         let ctx = k.ctx();
         let c = &w.config;
         let (lg, eg) = (&c.llm, &c.expert);
-        let (p_len, horizon, s_len) = (c.prefix_len(), c.action_horizon, c.suffix_len());
+        let (horizon, s_len) = (c.action_horizon, c.suffix_len());
         let (hd, heads, kvh) = (lg.head_dim, lg.heads, lg.kv_heads);
         let ew = eg.width;
         let f = DType::F32;
@@ -187,39 +185,10 @@ impl Expert {
         let ag_o = k.linear(&rows(&sattn)?, &el[0].o, &rows(&a)?, false, true)?;
         let ag_gu = k.geglu_linear(&rows(&aln)?, &el[0].gate_up, &rows(&sh)?)?;
         let ag_down = k.linear(&rows(&sh)?, &el[0].down, &rows(&a)?, false, true)?;
-        // Block-causal attention as two plans a layer: the state query over the keys up to its
-        // own row, the action queries over every key; both behind the prefix's key mask.
-        let heads_of =
-            |t: &Tensor, n: usize| -> Result<Tensor> { Ok(t.reshape(&[t.dim(0), n, hd])?) };
-        let (mut state_plans, mut action_plans) = (Vec::new(), Vec::new());
-        let scale = 1.0 / (hd as f32).sqrt();
-        for l in &el {
-            let to_state = p_len + 1;
-            let plan = k.attention_plan_sharing(
-                &heads_of(&sq.narrow(0, 0, 1)?, heads)?,
-                &heads_of(&l.k_cache.narrow(0, 0, to_state)?, kvh)?,
-                &heads_of(&l.v_cache.narrow(0, 0, to_state)?, kvh)?,
-                &heads_of(&sattn.narrow(0, 0, 1)?, heads)?,
-                &AttentionMask::keys(&io.full_mask.narrow(0, 0, to_state)?),
-                scale,
-                state_plans.first(),
-            )?;
-            state_plans.push(plan);
-            let plan = k.attention_plan_sharing(
-                &heads_of(&sq.narrow(0, 1, horizon)?, heads)?,
-                &heads_of(&l.k_cache, kvh)?,
-                &heads_of(&l.v_cache, kvh)?,
-                &heads_of(&sattn.narrow(0, 1, horizon)?, heads)?,
-                &AttentionMask::keys(&io.full_mask),
-                scale,
-                action_plans.first(),
-            )?;
-            action_plans.push(plan);
-        }
-        Ok(Expert {
+        // Attention: planned per variant of the keys (`add_keys`).
+        let mut e = Expert {
             el,
             final_norm,
-            p_len,
             horizon,
             ew,
             hd,
@@ -254,9 +223,55 @@ impl Expert {
             ag_o,
             ag_gu,
             ag_down,
-            state_plans,
-            action_plans,
-        })
+            variants: Vec::new(),
+        };
+        for keys in &io.keys {
+            e.add_keys(k, keys)?;
+        }
+        Ok(e)
+    }
+
+    /// Plans the step variant that attends to `keys`: per layer the state query over the keys
+    /// up to its own row and the action queries over every key (block-causal), both behind
+    /// the prefix's key mask.
+    pub(crate) fn add_keys(&mut self, k: &Kernels, keys: &StepKeys) -> Result<()> {
+        let (hd, h) = (self.hd, self.horizon);
+        let heads_of =
+            |t: &Tensor| -> Result<Tensor> { Ok(t.reshape(&[t.dim(0), t.dim(1) / hd, hd])?) };
+        let scale = 1.0 / (hd as f32).sqrt();
+        let mut plans: Vec<(AttentionPlan, AttentionPlan)> = Vec::new();
+        for l in &self.el {
+            let keys_to = |n: usize| -> Result<[Tensor; 3]> {
+                Ok([
+                    heads_of(&l.k_cache.narrow(0, 0, n)?)?,
+                    heads_of(&l.v_cache.narrow(0, 0, n)?)?,
+                    keys.mask.narrow(0, 0, n)?,
+                ])
+            };
+            let [kc, vc, mask] = keys_to(keys.prefix_rows + 1)?;
+            let state = k.attention_plan_sharing(
+                &heads_of(&self.sq.narrow(0, 0, 1)?)?,
+                &kc,
+                &vc,
+                &heads_of(&self.sattn.narrow(0, 0, 1)?)?,
+                &AttentionMask::keys(&mask),
+                scale,
+                plans.first().map(|p| &p.0),
+            )?;
+            let [kc, vc, mask] = keys_to(keys.prefix_rows + 1 + h)?;
+            let actions = k.attention_plan_sharing(
+                &heads_of(&self.sq.narrow(0, 1, h)?)?,
+                &kc,
+                &vc,
+                &heads_of(&self.sattn.narrow(0, 1, h)?)?,
+                &AttentionMask::keys(&mask),
+                scale,
+                plans.first().map(|p| &p.1),
+            )?;
+            plans.push((state, actions));
+        }
+        self.variants.push((keys.views, keys.prefix_rows, plans));
+        Ok(())
     }
 
     /// The frozen-prefix buffers, when built with them.
@@ -269,9 +284,14 @@ impl Expert {
         &self.state
     }
 
-    /// Records step `i` on `cs`: the whole suffix in the first step, the action rows alone in
-    /// the later ones (see the module docs).
-    pub(crate) fn record(&self, k: &Kernels, cs: Stream, i: usize) -> Result<()> {
+    /// Records step `i` of the variant for `views` encoded views on `cs`: the whole suffix in
+    /// the first step, the action rows alone in the later ones (see the module docs).
+    pub(crate) fn record(&self, k: &Kernels, cs: Stream, i: usize, views: usize) -> Result<()> {
+        let (_, prefix_rows, plans) = self
+            .variants
+            .iter()
+            .find(|v| v.0 == views)
+            .expect("a step variant for every count of views planned");
         let h = self.horizon;
         let first = i == 0;
         // The rows this step runs: all of the suffix, or the action rows.
@@ -328,13 +348,9 @@ impl Expert {
         } else {
             (&self.ag_qkv, &self.ag_o, &self.ag_gu, &self.ag_down)
         };
-        for (l, (sp, ap)) in self
-            .el
-            .iter()
-            .zip(self.state_plans.iter().zip(&self.action_plans))
-        {
-            let kc = l.k_cache.narrow(0, self.p_len + r0, n)?;
-            let vc = l.v_cache.narrow(0, self.p_len + r0, n)?;
+        for (l, (sp, ap)) in self.el.iter().zip(plans) {
+            let kc = l.k_cache.narrow(0, *prefix_rows + r0, n)?;
+            let vc = l.v_cache.narrow(0, *prefix_rows + r0, n)?;
             let ln1 = l.ln1.as_ref().expect("plain expert norms");
             k.rms_norm(cs, &a, ln1, &aln, GEMMA_EPS)?;
             qkv_op.run(cs, &aln, &l.qkv, &sqkv, None)?;
