@@ -531,7 +531,7 @@ fn absent_views_cost_nothing_and_change_nothing() {
             compact.variant_count(),
             masked.variant_count() + per_count * (c.views - 1)
         );
-        let i = inputs(&c, 31);
+        let i = inputs(c, 31);
         let (captures, variants) = (compact.capture_count(), compact.variant_count());
         for bits in 1u32..(1 << c.views) {
             let present: Vec<bool> = (0..c.views).map(|v| bits & (1 << v) != 0).collect();

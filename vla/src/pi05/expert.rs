@@ -7,7 +7,7 @@
 //! (`flow.rs`); the expert's tokens are rounded to the model's precision once per step, its
 //! final normed output widened once.
 
-use super::flow::{Flow, Inpaint, Io, StepKeys, time_embedding};
+use super::flow::{Flow, Inpaint, Io, StepKeys, StepVariant, time_embedding, variant_for};
 use super::prefix::GemmaLayer;
 use super::{GEMMA_EPS, ROPE_WAVELENGTH};
 use crate::error::Result;
@@ -42,7 +42,7 @@ pub(crate) struct Expert {
     sg_gu: GegluLinear,
     sg_down: Gemm,
     /// Per number of encoded views: its prefix rows and a layer's attention plans.
-    variants: Vec<(usize, usize, Vec<AttentionPlan>)>,
+    variants: Vec<StepVariant<AttentionPlan>>,
 }
 
 impl Expert {
@@ -203,7 +203,11 @@ impl Expert {
             )?;
             plans.push(plan);
         }
-        self.variants.push((keys.views, keys.prefix_rows, plans));
+        self.variants.push(StepVariant {
+            views: keys.views,
+            prefix_rows: keys.prefix_rows,
+            plans,
+        });
         Ok(())
     }
 
@@ -226,11 +230,9 @@ impl Expert {
 
     /// Records step `i` of the variant for `views` encoded views on `cs`.
     pub(crate) fn record(&self, k: &Kernels, cs: Stream, i: usize, views: usize) -> Result<()> {
-        let (_, prefix_rows, plans) = self
-            .variants
-            .iter()
-            .find(|v| v.0 == views)
-            .expect("a step variant for every count of views planned");
+        let StepVariant {
+            prefix_rows, plans, ..
+        } = variant_for(&self.variants, views);
         self.flow.record_in(cs, i)?;
         // Each residual is fused with the norm that follows it (the next layer's input norm,
         // or the final norm); the first norm also rounds the f32 tokens into the residual

@@ -58,6 +58,22 @@ pub(crate) struct StepKeys {
     pub(crate) mask: Tensor,
 }
 
+/// A step variant as an expert planned it: its number of views, its prefix rows, and per
+/// layer its attention plan(s) `P`.
+pub(crate) struct StepVariant<P> {
+    pub(crate) views: usize,
+    pub(crate) prefix_rows: usize,
+    pub(crate) plans: Vec<P>,
+}
+
+/// The variant planned for `views` encoded views.
+pub(crate) fn variant_for<P>(variants: &[StepVariant<P>], views: usize) -> &StepVariant<P> {
+    variants
+        .iter()
+        .find(|v| v.views == views)
+        .expect("a step variant for every count of views planned")
+}
+
 /// The f32 action path of one denoising step, planned.
 pub(crate) struct Flow {
     steps: usize,

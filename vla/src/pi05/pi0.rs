@@ -16,7 +16,7 @@
 //! projections run in f32 (as openpi's f32 parameters compute them); the suffix is rounded to
 //! the model's precision once per step, the final normed action rows widened once.
 
-use super::flow::{Flow, Inpaint, Io, StepKeys, time_embedding};
+use super::flow::{Flow, Inpaint, Io, StepKeys, StepVariant, time_embedding, variant_for};
 use super::prefix::GemmaLayer;
 use super::{GEMMA_EPS, ROPE_WAVELENGTH};
 use crate::error::{Error, Result};
@@ -74,7 +74,7 @@ pub(crate) struct Expert {
     ag_down: Gemm,
     /// Per number of encoded views: its prefix rows, and per layer the state token's attention
     /// (keys up to and including its own row) and the action tokens' (every key).
-    variants: Vec<(usize, usize, Vec<(AttentionPlan, AttentionPlan)>)>,
+    variants: Vec<StepVariant<(AttentionPlan, AttentionPlan)>>,
 }
 
 impl Expert {
@@ -270,7 +270,11 @@ impl Expert {
             )?;
             plans.push((state, actions));
         }
-        self.variants.push((keys.views, keys.prefix_rows, plans));
+        self.variants.push(StepVariant {
+            views: keys.views,
+            prefix_rows: keys.prefix_rows,
+            plans,
+        });
         Ok(())
     }
 
@@ -287,11 +291,9 @@ impl Expert {
     /// Records step `i` of the variant for `views` encoded views on `cs`: the whole suffix in
     /// the first step, the action rows alone in the later ones (see the module docs).
     pub(crate) fn record(&self, k: &Kernels, cs: Stream, i: usize, views: usize) -> Result<()> {
-        let (_, prefix_rows, plans) = self
-            .variants
-            .iter()
-            .find(|v| v.0 == views)
-            .expect("a step variant for every count of views planned");
+        let StepVariant {
+            prefix_rows, plans, ..
+        } = variant_for(&self.variants, views);
         let h = self.horizon;
         let first = i == 0;
         // The rows this step runs: all of the suffix, or the action rows.
