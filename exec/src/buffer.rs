@@ -231,6 +231,7 @@ impl Buffer {
                     src: sp as usize,
                     bytes,
                     _keep: [Some(dst.clone()), Some(src.clone())],
+                    _host: None,
                 },
             ),
             // SAFETY: both ranges were checked against live allocations, which the caller's
@@ -317,6 +318,7 @@ impl Buffer {
                     src: stage as usize,
                     bytes: len,
                     _keep: [Some(self.clone()), None],
+                    _host: None,
                 },
             )?,
             // SAFETY: pinned staging memory stays untouched until `last_copy` completes.
@@ -360,6 +362,7 @@ impl Buffer {
                     src: (self.0.ptr + offset as u64) as usize,
                     bytes: out.len(),
                     _keep: [Some(self.clone()), None],
+                    _host: None,
                 },
             )?,
             // SAFETY: the staging memory is not read until `last_copy` completes (below).

@@ -7,7 +7,7 @@
 mod common;
 
 use common::Backend;
-use frt_exec::{Buffer, Error, Graph, Loader, Plan, ShapeKey, Stream};
+use frt_exec::{Buffer, Error, Graph, HostBuffer, Loader, Plan, ShapeKey, Stream};
 
 fn vals(_b: &Backend, x: &Buffer, s: Stream) -> Vec<f32> {
     x.to_vec::<f32>(s).unwrap()
@@ -781,6 +781,100 @@ fn loader_writes_through_its_slots(b: &Backend) {
     ctx.take_error().unwrap();
 }
 
+/// Uploads from a host buffer: land where sent, in stream order; the host buffer cannot be
+/// written before its pending copy has read it (`write` waits); a copy still pending when the
+/// host buffer is dropped completes; ranges, contexts and capture are checked.
+fn host_buffer_uploads_without_staging(b: &Backend) {
+    let ctx = &b.ctx;
+    let s = ctx.stream(0).unwrap();
+    let n = 256; // f32 values
+    let x = Buffer::alloc(ctx, "frame", n * 4).unwrap();
+    b.k.fill(ctx, s, &x, -1.0).unwrap();
+    let mut h = HostBuffer::alloc(ctx, "pinned frame", n * 4).unwrap();
+    assert_eq!((h.name(), h.bytes()), ("pinned frame", n * 4));
+    assert!(h.as_slice().iter().all(|v| *v == 0), "zeroed");
+    let put = |h: &mut HostBuffer, f: &dyn Fn(usize) -> f32| {
+        for (i, o) in h.write().unwrap().chunks_exact_mut(4).enumerate() {
+            o.copy_from_slice(&f(i).to_le_bytes());
+        }
+    };
+    put(&mut h, &|i| i as f32);
+    // The whole buffer, then 8 values from value 16 into value 100 onwards.
+    x.upload_from(s, 0, &h, 0, n * 4).unwrap();
+    let want: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    assert_eq!(vals(b, &x, s), want);
+    x.upload_from(s, 400, &h, 64, 32).unwrap();
+    let mut want2 = want.clone();
+    want2[100..108].copy_from_slice(&want[16..24]);
+    assert_eq!(vals(b, &x, s), want2);
+    // A copy held back behind 100 ms of stream work: writing the host buffer at once waits
+    // for it, so the copy still carries what was there when it was enqueued.
+    ctx.launch_host(s, || {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        Ok(())
+    })
+    .unwrap();
+    x.upload_from(s, 0, &h, 0, n * 4).unwrap();
+    put(&mut h, &|i| 1000.0 + i as f32);
+    assert_eq!(vals(b, &x, s), want);
+    // Work after an upload sees its data (stream order).
+    x.upload_from(s, 0, &h, 0, 8).unwrap();
+    let y = Buffer::alloc(ctx, "y", 8).unwrap();
+    Buffer::copy(&y, 0, &x, 0, 8, s).unwrap();
+    assert_eq!(vals(b, &y, s), vec![1000.0, 1001.0]);
+    // Copies on two streams: the second is ordered after the first, and `write` after both.
+    let s2 = ctx.stream(0).unwrap();
+    let z = Buffer::alloc(ctx, "z", n * 4).unwrap();
+    ctx.launch_host(s, || {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        Ok(())
+    })
+    .unwrap();
+    x.upload_from(s, 0, &h, 0, n * 4).unwrap();
+    z.upload_from(s2, 0, &h, 0, n * 4).unwrap();
+    put(&mut h, &|_| 7.0);
+    let want3: Vec<f32> = (0..n).map(|i| 1000.0 + i as f32).collect();
+    assert_eq!(vals(b, &x, s), want3);
+    assert_eq!(vals(b, &z, s2), want3);
+    // Refusals.
+    let e = x.upload_from(s, 0, &h, n * 4 - 4, 8).unwrap_err();
+    assert!(matches!(e, Error::Invalid { .. }), "{e}");
+    assert!(e.to_string().contains("pinned frame"), "{e}");
+    let e = x.upload_from(s, n * 4 - 4, &h, 0, 8).unwrap_err();
+    assert!(matches!(e, Error::OutOfRange { .. }), "{e}");
+    let other = frt_exec::Ctx::host().unwrap();
+    let oh = HostBuffer::alloc(&other, "elsewhere", 8).unwrap();
+    let e = x.upload_from(s, 0, &oh, 0, 8).unwrap_err();
+    assert!(matches!(e, Error::Invalid { .. }), "{e}");
+    let g = Graph::new(ctx, "g", 0);
+    let e = g
+        .capture(ShapeKey(1), |cs| x.upload_from(cs, 0, &h, 0, 8))
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::Capture { source: Some(inner), .. } if matches!(**inner, Error::Invalid { .. })),
+        "{e}"
+    );
+    assert!(matches!(
+        HostBuffer::alloc(ctx, "empty", 0),
+        Err(Error::Invalid { .. })
+    ));
+    // Dropped with a copy in flight: the copy completes.
+    let big = Buffer::alloc(ctx, "big", 1 << 22).unwrap();
+    let mut hb = HostBuffer::alloc(ctx, "big frame", 1 << 22).unwrap();
+    hb.write().unwrap().fill(3);
+    ctx.launch_host(s, || {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        Ok(())
+    })
+    .unwrap();
+    big.upload_from(s, 0, &hb, 0, 1 << 22).unwrap();
+    drop(hb);
+    let mut tail = [0u8; 8];
+    big.download(s, (1 << 22) - 8, &mut tail).unwrap();
+    assert_eq!(tail, [3; 8]);
+    ctx.take_error().unwrap();
+}
+
 backend_tests!(
     capture_knows_its_graph,
     streams_and_priorities,
@@ -800,4 +894,5 @@ backend_tests!(
     adopt_foreign_exec,
     wrapped_memory,
     loader_writes_through_its_slots,
+    host_buffer_uploads_without_staging,
 );

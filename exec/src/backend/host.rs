@@ -30,12 +30,14 @@ pub(crate) type HostFn = Arc<dyn Fn() -> Result<(), HostOpError> + Send + Sync +
 #[derive(Clone)]
 pub(crate) enum HostOp {
     Run(HostFn),
-    /// `memmove` between two host addresses; `_keep` holds the buffers they belong to.
+    /// `memmove` between two host addresses; `_keep` and `_host` hold the buffers they
+    /// belong to.
     Memcpy {
         dst: usize,
         src: usize,
         bytes: usize,
         _keep: [Option<Buffer>; 2],
+        _host: Option<std::sync::Arc<crate::host_buffer::HostBufferInner>>,
     },
     Record {
         event: Arc<HostEventState>,
