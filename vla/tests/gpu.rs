@@ -296,22 +296,33 @@ fn camera_frames_on_cuda_match_host_preprocessing() {
             .iter()
             .map(|f| to_model_pixels(&resize_with_pad(f, h, w, side, side).unwrap()))
             .collect();
+        // The frames in page-locked host buffers as well (uploaded without a staging copy).
+        let hosted: Vec<frt_exec::HostBuffer> = frames
+            .iter()
+            .map(|f| {
+                let mut b = frt_exec::HostBuffer::alloc(&ctx, "frame", f.len()).unwrap();
+                b.write().unwrap().copy_from_slice(f);
+                b
+            })
+            .collect();
         let tokens: Vec<u32> = (0..20u32).map(|i| 2 + i * 13).collect();
         let noise = rand(9, c.action_horizon * c.action_dim, 1.0);
-        for absent in [Some(1), None] {
+        for (absent, hosted_frames) in [(Some(1), false), (None, false), (None, true)] {
             let run = |rgb: bool| {
                 let images: Vec<Option<ViewImage>> = (0..c.views)
                     .map(|v| {
-                        (Some(v) != absent).then(|| {
-                            if rgb {
-                                ViewImage::Rgb8 {
-                                    width: w,
-                                    height: h,
-                                    data: &frames[v],
-                                }
-                            } else {
-                                ViewImage::Pixels(&pixels[v])
-                            }
+                        (Some(v) != absent).then(|| match (rgb, hosted_frames) {
+                            (true, false) => ViewImage::Rgb8 {
+                                width: w,
+                                height: h,
+                                data: &frames[v],
+                            },
+                            (true, true) => ViewImage::HostRgb8 {
+                                width: w,
+                                height: h,
+                                data: &hosted[v],
+                            },
+                            _ => ViewImage::Pixels(&pixels[v]),
                         })
                     })
                     .collect();
@@ -330,7 +341,7 @@ fn camera_frames_on_cuda_match_host_preprocessing() {
                 .filter(|(a, b)| a.to_bits() != b.to_bits())
                 .count();
             println!(
-                "model image side {side}, {dtype:?}, view absent {absent:?}: {differ} of {} actions differ",
+                "model image side {side}, {dtype:?}, view absent {absent:?}, frames in host buffers {hosted_frames}: {differ} of {} actions differ",
                 got.len()
             );
             assert_eq!(differ, 0);

@@ -1,7 +1,7 @@
 //! The tiny Pi0.5 (and the tiny Pi0) on the host backend: end to end, masks, determinism,
 //! subgoals without recapture, replay by replay, halting, the state input.
 
-use frt_exec::{Ctx, Stream};
+use frt_exec::{Ctx, HostBuffer, Stream};
 use frt_kernels::DType;
 use frt_vla::{
     ModelImage, Observation, Pi05, Pi05Config, Pi05Weights, PromptMode, Stage, ViewImage,
@@ -596,8 +596,23 @@ fn camera_frames_resized_on_the_device_match_host_preprocessing() {
             height: h,
             data: &frames[v],
         };
-        // Every view a frame; the middle one absent; the first as pixels, the rest frames.
-        let cases: [Vec<Option<ViewImage>>; 3] = [
+        // The same frames in host buffers with room to spare (a frame is their first bytes).
+        let hosted: Vec<HostBuffer> = frames
+            .iter()
+            .map(|f| {
+                let mut b = HostBuffer::alloc(&ctx, "frame", f.len() + 7).unwrap();
+                b.write().unwrap()[..f.len()].copy_from_slice(f);
+                b
+            })
+            .collect();
+        let host = |v: usize| ViewImage::HostRgb8 {
+            width: w,
+            height: h,
+            data: &hosted[v],
+        };
+        // Every view a frame; the middle one absent; the first as pixels, the rest frames;
+        // every view a frame in a host buffer, the last one absent.
+        let cases: [Vec<Option<ViewImage>>; 4] = [
             (0..c.views).map(|v| Some(rgb(v))).collect(),
             (0..c.views).map(|v| (v != 1).then(|| rgb(v))).collect(),
             (0..c.views)
@@ -608,6 +623,9 @@ fn camera_frames_resized_on_the_device_match_host_preprocessing() {
                         rgb(v)
                     })
                 })
+                .collect(),
+            (0..c.views)
+                .map(|v| (v + 1 != c.views).then(|| host(v)))
                 .collect(),
         ];
         for (k, views) in cases.iter().enumerate() {
@@ -660,4 +678,11 @@ fn camera_frames_resized_on_the_device_match_host_preprocessing() {
     assert!(bad(&views).contains("0×4"), "{}", bad(&views));
     views[0] = frame(5000, 1, &f[..0]);
     assert!(bad(&views).contains("5000×1"), "{}", bad(&views));
+    let short = HostBuffer::alloc(&ctx, "short", 47).unwrap();
+    views[0] = Some(ViewImage::HostRgb8 {
+        width: 4,
+        height: 4,
+        data: &short,
+    });
+    assert!(bad(&views).contains("47 bytes"), "{}", bad(&views));
 }

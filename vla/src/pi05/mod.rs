@@ -39,7 +39,7 @@ use crate::inputs::ModelImage;
 use crate::policy::{Policy, PolicySpec};
 use crate::weights::{EXPERT, LLM, Pi05Weights};
 use flow::Inpaint;
-use frt_exec::{Buffer, Ctx, Graph, Plan, ShapeKey, Stream};
+use frt_exec::{Buffer, Ctx, Graph, HostBuffer, Plan, ShapeKey, Stream};
 use frt_kernels::{DType, KernelOptions, Kernels, Tensor};
 use frt_nn::blocks::gemma::GemmaDims;
 use prefix::{GemmaLayer, PrefixParts};
@@ -92,6 +92,22 @@ pub enum ViewImage<'a> {
         height: usize,
         data: &'a [u8],
     },
+    /// [`Rgb8`](Self::Rgb8) in a [`HostBuffer`] (its first `height × width × 3` bytes): the
+    /// model only enqueues the copy to its device, with no staging copy on the calling
+    /// thread (page-locked memory on CUDA), and the host buffer cannot be written until that
+    /// copy has run ([`HostBuffer::write`] waits).
+    HostRgb8 {
+        width: usize,
+        height: usize,
+        data: &'a HostBuffer,
+    },
+}
+
+/// A camera frame's bytes as the caller holds them.
+#[derive(Clone, Copy)]
+enum FrameBytes<'a> {
+    Slice(&'a [u8]),
+    Host(&'a HostBuffer),
 }
 
 /// The device buffers that turn one view's camera frames of one size into model pixels, and
@@ -128,7 +144,7 @@ impl FramePrep {
 }
 
 /// One view's camera frame in `set_inputs`: its slot, height, width and bytes.
-type Frame<'a> = Option<(usize, usize, usize, &'a [u8])>;
+type Frame<'a> = Option<(usize, usize, usize, FrameBytes<'a>)>;
 
 /// What one inference sees.
 pub struct Observation<'a> {
@@ -722,7 +738,7 @@ impl Pi05 {
                 continue;
             };
             let at = if self.compact { packed } else { v };
-            match *img {
+            let (width, height, bytes, data) = match *img {
                 // In range by its type (see ModelImage).
                 ViewImage::Pixels(img) => {
                     let img = img.values();
@@ -733,34 +749,43 @@ impl Pi05 {
                         });
                     }
                     parts[at] = img;
+                    packed += 1;
+                    present[v] = true;
+                    continue;
                 }
                 ViewImage::Rgb8 {
                     width,
                     height,
                     data,
-                } => {
-                    let sides = 1..=MAX_FRAME_SIDE;
-                    if !sides.contains(&width) || !sides.contains(&height) {
-                        return Err(Error::BadInput {
-                            what: format!("image {v}"),
-                            reason: format!(
-                                "a {width}×{height} frame (1 to {MAX_FRAME_SIDE} per side)"
-                            ),
-                        });
-                    }
-                    if data.len() != width * height * 3 {
-                        return Err(Error::BadInput {
-                            what: format!("image {v}"),
-                            reason: format!(
-                                "{} bytes for a {width}×{height} RGB8 frame ({} expected)",
-                                data.len(),
-                                width * height * 3
-                            ),
-                        });
-                    }
-                    frames[v] = Some((at, height, width, data));
-                }
+                } => (width, height, data.len(), FrameBytes::Slice(data)),
+                ViewImage::HostRgb8 {
+                    width,
+                    height,
+                    data,
+                } => (width, height, data.bytes(), FrameBytes::Host(data)),
+            };
+            let sides = 1..=MAX_FRAME_SIDE;
+            if !sides.contains(&width) || !sides.contains(&height) {
+                return Err(Error::BadInput {
+                    what: format!("image {v}"),
+                    reason: format!("a {width}×{height} frame (1 to {MAX_FRAME_SIDE} per side)"),
+                });
             }
+            // A slice is the frame; a host buffer holds it in its first bytes.
+            let need = width * height * 3;
+            let fits = match data {
+                FrameBytes::Slice(_) => bytes == need,
+                FrameBytes::Host(_) => bytes >= need,
+            };
+            if !fits {
+                return Err(Error::BadInput {
+                    what: format!("image {v}"),
+                    reason: format!(
+                        "{bytes} bytes for a {width}×{height} RGB8 frame ({need} expected)"
+                    ),
+                });
+            }
+            frames[v] = Some((at, height, width, data));
             packed += 1;
             present[v] = true;
         }
@@ -830,7 +855,14 @@ impl Pi05 {
                         .resize_pad_pixels(cs, &p.src, &p.spans, &p.weights, p.place, &out)
                 })?;
             }
-            p.src.buffer().upload(self.s, 0, data)?;
+            match data {
+                FrameBytes::Slice(data) => p.src.buffer().upload(self.s, 0, data)?,
+                FrameBytes::Host(data) => {
+                    p.src
+                        .buffer()
+                        .upload_from(self.s, 0, data, 0, p.src.buffer().bytes())?
+                }
+            }
             p.graph.replay(key, self.s)?;
         }
         Ok(())
