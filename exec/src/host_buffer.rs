@@ -14,8 +14,9 @@ pub(crate) struct HostBufferInner {
     name: String,
     ptr: *mut u8,
     bytes: usize,
-    /// Marks the end of the last device copy out of the memory.
-    last_copy: Mutex<Option<Event>>,
+    /// Marks the end of the last device copy out of the memory, once there was one (made
+    /// with the memory: an upload allocates nothing).
+    last_copy: Mutex<(Event, bool)>,
 }
 
 // SAFETY: the memory is written only through `&mut HostBuffer` after its copies completed,
@@ -76,13 +77,14 @@ impl HostBuffer {
                 p
             }
         };
-        Ok(HostBuffer(Arc::new(HostBufferInner {
+        let inner = HostBufferInner {
             ctx: ctx.clone(),
             name: name.to_string(),
             ptr,
             bytes,
-            last_copy: Mutex::new(None),
-        })))
+            last_copy: Mutex::new((ctx.event()?, false)),
+        };
+        Ok(HostBuffer(Arc::new(inner)))
     }
 
     pub fn name(&self) -> &str {
@@ -107,8 +109,8 @@ impl HostBuffer {
     /// finished (waits for them).
     pub fn write(&mut self) -> Result<&mut [u8]> {
         let last = self.0.last_copy.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(ev) = last.as_ref() {
-            ev.synchronize()?;
+        if last.1 {
+            last.0.synchronize()?;
         }
         drop(last);
         // SAFETY: `bytes` bytes allocated in `alloc`; no copy out of them is pending (waited
@@ -163,8 +165,8 @@ impl Buffer {
         let mut last = src.0.last_copy.lock().unwrap_or_else(|p| p.into_inner());
         // A copy still pending on another stream: this one is ordered after it, so that the
         // event recorded below marks the end of every copy out of the memory.
-        if let Some(ev) = last.as_ref() {
-            ev.wait_on(s)?;
+        if last.1 {
+            last.0.wait_on(s)?;
         }
         // SAFETY (both arms): the destination range was checked against this live buffer and
         // the source range against the host buffer; the host buffer is not written until the
@@ -185,10 +187,8 @@ impl Buffer {
             )?,
             Device::Cuda(c) => unsafe { c.copy_htod(to, from, len, raw as _)? },
         }
-        if last.is_none() {
-            *last = Some(ctx.event()?);
-        }
-        last.as_ref().expect("created above").record(s)
+        last.1 = true;
+        last.0.record(s)
     }
 }
 
@@ -196,13 +196,8 @@ impl Drop for HostBuffer {
     fn drop(&mut self) {
         // On the host backend a pending copy holds the memory; on CUDA it must not be freed
         // under a running copy.
-        let last = self
-            .0
-            .last_copy
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let (Device::Cuda(_), Some(ev)) = (&self.0.ctx.inner.device, last) {
+        let last = self.0.last_copy.lock().unwrap_or_else(|p| p.into_inner());
+        if let (Device::Cuda(_), (ev, true)) = (&self.0.ctx.inner.device, &*last) {
             if let Err(e) = ev.synchronize() {
                 self.0.ctx.inner.defer_error(e);
                 // Leaked rather than freed under a copy that may still run.

@@ -183,3 +183,121 @@ pub fn decode_compressed_limited(
     out.data.extend_from_slice(rgb.as_raw());
     Ok(())
 }
+
+/// A decoded camera frame as the node keeps it: packed RGB8 in the first `width × height × 3`
+/// bytes of a host buffer of its camera's [`FramePool`]. Not `Clone`: a buffer is free again
+/// once the one frame that holds it is dropped.
+#[derive(Debug)]
+pub(crate) struct CameraFrame {
+    pub width: u32,
+    pub height: u32,
+    pub data: std::sync::Arc<frt_exec::HostBuffer>,
+}
+
+/// The most host buffers one camera's frames occupy: the newest frame waiting for a tick, the
+/// one the tick holds, and one being written, with one to spare.
+const POOL_BUFFERS: usize = 4;
+
+/// A camera's host buffers (page-locked on CUDA, so that the tick only enqueues a frame's
+/// upload and copies none of its bytes): the I/O side writes each decoded frame into a buffer
+/// no frame holds any more, waiting for that buffer's last upload if it is still pending.
+/// Buffers are allocated as frames need them (a larger frame replaces a free smaller buffer)
+/// and kept for the camera's life.
+pub(crate) struct FramePool {
+    ctx: frt_exec::Ctx,
+    name: String,
+    buffers: std::sync::Mutex<Vec<std::sync::Arc<frt_exec::HostBuffer>>>,
+}
+
+impl FramePool {
+    pub fn new(ctx: &frt_exec::Ctx, camera: &str) -> FramePool {
+        FramePool {
+            ctx: ctx.clone(),
+            name: format!("camera `{camera}` frame"),
+            buffers: Default::default(),
+        }
+    }
+
+    /// `rgb` copied into a free buffer of the pool.
+    pub fn frame(&self, rgb: &Rgb8) -> Result<CameraFrame, String> {
+        use std::sync::Arc;
+        let need = rgb.data.len();
+        let mut buffers = self.buffers.lock().unwrap_or_else(|p| p.into_inner());
+        // Handles are only cloned here, under the lock: a count of 1 (the pool's) stays 1.
+        let free = |b: &Arc<frt_exec::HostBuffer>| Arc::strong_count(b) == 1;
+        let mut buf = match buffers.iter().position(|b| free(b) && b.bytes() >= need) {
+            Some(i) => buffers.swap_remove(i),
+            None => {
+                if buffers.len() >= POOL_BUFFERS {
+                    // Too small for this frame: replaced by one that fits.
+                    let Some(i) = buffers.iter().position(free) else {
+                        return Err(format!(
+                            "every one of its {POOL_BUFFERS} frame buffers is in use"
+                        ));
+                    };
+                    buffers.swap_remove(i);
+                }
+                let b = frt_exec::HostBuffer::alloc(&self.ctx, &self.name, need.max(1))
+                    .map_err(|e| format!("no memory for its frames: {e}"))?;
+                Arc::new(b)
+            }
+        };
+        let only = Arc::get_mut(&mut buf).expect("a free buffer has no other handle");
+        only.write().map_err(|e| format!("frame buffer: {e}"))?[..need].copy_from_slice(&rgb.data);
+        buffers.push(buf.clone());
+        Ok(CameraFrame {
+            width: rgb.width,
+            height: rgb.height,
+            data: buf,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rgb(w: u32, h: u32, seed: u8) -> Rgb8 {
+        Rgb8 {
+            width: w,
+            height: h,
+            data: (0..w * h * 3).map(|i| (i as u8).wrapping_mul(seed)).collect(),
+        }
+    }
+
+    /// Frames land in the pool's buffers; a buffer is reused once its frame is dropped, never
+    /// while a frame holds it; a larger frame replaces a free smaller buffer; with every
+    /// buffer held the frame is refused by reason.
+    #[test]
+    fn frame_pool_reuses_buffers_no_frame_holds() {
+        let ctx = frt_exec::Ctx::host().unwrap();
+        let pool = FramePool::new(&ctx, "base");
+        let a = rgb(4, 3, 7);
+        let f1 = pool.frame(&a).unwrap();
+        assert_eq!((f1.width, f1.height), (4, 3));
+        assert_eq!(&f1.data.as_slice()[..36], &a.data[..]);
+        // Held: the next frame goes elsewhere and leaves the first intact.
+        let b = rgb(4, 3, 11);
+        let f2 = pool.frame(&b).unwrap();
+        assert!(!std::sync::Arc::ptr_eq(&f1.data, &f2.data));
+        assert_eq!(&f1.data.as_slice()[..36], &a.data[..]);
+        // Dropped: its buffer is taken again.
+        let first = std::sync::Arc::as_ptr(&f1.data);
+        drop(f1);
+        let f3 = pool.frame(&rgb(2, 2, 3)).unwrap();
+        assert_eq!(std::sync::Arc::as_ptr(&f3.data), first);
+        // Every buffer held: refused.
+        let f4 = pool.frame(&b).unwrap();
+        let f5 = pool.frame(&b).unwrap();
+        let e = pool.frame(&b).unwrap_err();
+        assert!(e.contains("in use"), "{e}");
+        // A larger frame replaces a free buffer too small for it.
+        drop(f5);
+        let big = rgb(40, 30, 5);
+        let f6 = pool.frame(&big).unwrap();
+        assert!(f6.data.bytes() >= big.data.len());
+        assert_eq!(&f6.data.as_slice()[..big.data.len()], &big.data[..]);
+        assert_eq!(&f2.data.as_slice()[..36], &b.data[..]);
+        drop((f2, f3, f4));
+    }
+}

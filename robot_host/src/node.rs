@@ -14,7 +14,7 @@
 
 use crate::config::{ActionDim, ActionKind, Config, MissingCamera, PastRows};
 use crate::error::{Error, Result};
-use crate::frame::{Rgb8, decode_compressed_limited, decode_raw};
+use crate::frame::{CameraFrame, FramePool, Rgb8, decode_compressed_limited, decode_raw};
 use crate::messages::*;
 use crate::policy::Policy;
 use crate::safety::{Fault, Hold, StopLatch, Watchdog, fresh, panic_message};
@@ -175,8 +175,12 @@ pub enum Drill {
 /// A subgoal for the control loop and the id its chunks will carry.
 type Queued = (String, u64);
 
-/// A camera's name and its newest frame.
-type Camera = (String, Slot<(Stamp, Rgb8)>);
+/// A camera: its name, its newest frame, and the host buffers its frames are decoded into.
+struct Camera {
+    name: String,
+    slot: Slot<(Stamp, CameraFrame)>,
+    pool: FramePool,
+}
 
 /// Checks a subgoal against the model when it arrives (tokenized with the worst-case state):
 /// `Err` says why it cannot run.
@@ -258,11 +262,11 @@ impl Inputs {
     /// A camera image: decoded to RGB8 and stored as that camera's newest frame.
     pub fn frame(&self, camera: &str, stamp: Stamp, image: &Image) -> Result<()> {
         let max_pixels = self.bounds().max_pixels;
-        let Some((index, (_, slot))) = self
+        let Some((index, cam)) = self
             .cameras
             .iter()
             .enumerate()
-            .find(|(_, (n, _))| n == camera)
+            .find(|(_, c)| c.name == camera)
         else {
             return Err(self.refuse(
                 &self.counters.bad_frames,
@@ -289,10 +293,19 @@ impl Inputs {
         if let Err(e) = r {
             return Err(self.refuse(&self.counters.bad_frames, format!("camera `{camera}`: {e}")));
         }
-        // Kept as decoded: the policy resizes it with padding to the model's input size and
-        // scales it to [-1, 1] on its device (as openpi does on the host), in the tick.
-        let mut v = slot.lock();
-        v.0 = Some((stamp, rgb));
+        // Kept as decoded, in the camera's host buffers: the policy resizes it with padding to
+        // the model's input size and scales it to [-1, 1] on its device (as openpi does on
+        // the host), in the tick.
+        let frame = match cam.pool.frame(&rgb) {
+            Ok(f) => f,
+            Err(e) => {
+                return Err(
+                    self.refuse(&self.counters.bad_frames, format!("camera `{camera}`: {e}"))
+                );
+            }
+        };
+        let mut v = cam.slot.lock();
+        v.0 = Some((stamp, frame));
         v.1 += 1;
         self.meters.record(index, stamp);
         Ok(())
@@ -786,7 +799,7 @@ pub struct Node {
     delays: [f64; DELAYS],
     /// The newest frame of each camera, as decoded (taken from its slot when a new one
     /// arrived).
-    frames: Vec<Option<(Stamp, Rgb8)>>,
+    frames: Vec<Option<(Stamp, CameraFrame)>>,
     state: Vec<f32>,
     seq: Arc<AtomicU64>,
     /// The clock at the last tick (a jump backwards resets the observations).
@@ -862,7 +875,11 @@ impl Node {
             cameras: Arc::new(
                 cfg.cameras
                     .iter()
-                    .map(|c| (c.name.clone(), Slot::new()))
+                    .map(|c| Camera {
+                        name: c.name.clone(),
+                        slot: Slot::new(),
+                        pool: FramePool::new(policy.ctx(), &c.name),
+                    })
                     .collect(),
             ),
             joints: Arc::new(cfg.state.joints.clone()),
@@ -914,7 +931,7 @@ impl Node {
             },
             board: Arc::default(),
             subgoal: Arc::from(cfg.control.initial_subgoal.trim()),
-            frames: vec![None; cfg.cameras.len()],
+            frames: cfg.cameras.iter().map(|_| None).collect(),
             chunk: vec![0.0; horizon * d],
             anchor: vec![0.0; d],
             dims,
@@ -1241,9 +1258,9 @@ impl Node {
 
     /// Forgets every observation (the clock jumped backwards: their stamps mean nothing now).
     fn reset_observations(&mut self) {
-        for (f, (_, slot)) in self.frames.iter_mut().zip(self.inputs.cameras.iter()) {
+        for (f, cam) in self.frames.iter_mut().zip(self.inputs.cameras.iter()) {
             *f = None;
-            slot.lock().0 = None;
+            cam.slot.lock().0 = None;
         }
         self.inputs.state.lock().0 = None;
         self.inputs.timeline().clear();
@@ -1270,20 +1287,21 @@ impl Node {
         // Newest observations.
         let mut oldest = f64::INFINITY;
         let mut missing = None;
-        for (i, (name, slot)) in self.inputs.cameras.iter().enumerate() {
+        for (i, cam) in self.inputs.cameras.iter().enumerate() {
             {
-                let mut v = slot.lock();
+                let mut v = cam.slot.lock();
                 if v.0.is_some() {
                     self.frames[i] = v.0.take();
                 }
             }
             match self.frames[i].as_ref().filter(|(t, _)| ok(*t)) {
                 Some((t, _)) => oldest = oldest.min(*t),
-                None if self.cfg.cameras[i].required => missing = Some(name.clone()),
+                None if self.cfg.cameras[i].required => missing = Some(cam.name.clone()),
                 None => {}
             }
         }
-        let fresh_frame = |f: &Option<(Stamp, Rgb8)>| f.as_ref().is_some_and(|(t, _)| ok(*t));
+        let fresh_frame =
+            |f: &Option<(Stamp, CameraFrame)>| f.as_ref().is_some_and(|(t, _)| ok(*t));
         if missing.is_some() || !self.frames.iter().any(fresh_frame) {
             let what = match missing {
                 Some(cam) => format!("camera `{cam}` missing, stale or future-stamped"),
@@ -1324,10 +1342,10 @@ impl Node {
             *f = slot
                 .as_ref()
                 .filter(|_| fresh_frame(slot))
-                .map(|(_, rgb)| ViewImage::Rgb8 {
-                    width: rgb.width as usize,
-                    height: rgb.height as usize,
-                    data: &rgb.data,
+                .map(|(_, f)| ViewImage::HostRgb8 {
+                    width: f.width as usize,
+                    height: f.height as usize,
+                    data: &f.data,
                 });
         }
         let frames = &frames[..self.frames.len().min(frt_vla::MAX_VIEWS)];
