@@ -261,7 +261,9 @@ mod tests {
         Rgb8 {
             width: w,
             height: h,
-            data: (0..w * h * 3).map(|i| (i as u8).wrapping_mul(seed)).collect(),
+            data: (0..w * h * 3)
+                .map(|i| (i as u8).wrapping_mul(seed))
+                .collect(),
         }
     }
 

@@ -126,7 +126,11 @@ pub struct Tokenizer {
     /// Added tokens by first character, longest first.
     added: HashMap<char, Vec<(String, u32)>>,
     bos: Option<u32>,
+    /// Unique to this tokenizer in the process (what a [`PromptScratch`] remembers it by).
+    id: u64,
 }
+
+static NEXT_TOKENIZER_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Tokenizer {
     /// Reads and checks a `tokenizer.json`.
@@ -290,6 +294,7 @@ impl Tokenizer {
             pre_tokenizers,
             added,
             bos,
+            id: NEXT_TOKENIZER_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         })
     }
 
@@ -767,11 +772,54 @@ impl std::hash::Hasher for PairHasher {
     }
 }
 
-/// Buffers [`pi05_tokens_into`] reuses (the prompt text and the encoder's).
+/// Buffers [`pi05_tokens_into`] reuses (the prompt text and the encoder's), and the last
+/// prompt it encoded with its ids: a prompt equal to the last one (the same task, state bins
+/// and tokenizer, as between most control ticks) is not encoded again.
 #[derive(Default)]
 pub struct PromptScratch {
     prompt: String,
     encode: EncodeScratch,
+    /// The tokenizer (its id; 0: none) the last prompt (with its tail) was encoded with, and
+    /// its ids.
+    last_tokenizer: u64,
+    last_prompt: String,
+    last_ids: Vec<u32>,
+}
+
+impl PromptScratch {
+    /// The ids of `scratch.prompt` by `tokenizer`: BOS, the prompt, then `tail` — the ids
+    /// remembered from the last call when the prompt and tokenizer are the same.
+    fn encode_prompt(
+        &mut self,
+        tokenizer: &Tokenizer,
+        bos: u32,
+        tail: &str,
+        ids: &mut Vec<u32>,
+    ) -> Result<()> {
+        ids.clear();
+        let last = &self.last_prompt;
+        if self.last_tokenizer == tokenizer.id
+            && last.len() == self.prompt.len() + tail.len()
+            && last.starts_with(&self.prompt)
+            && last.ends_with(tail)
+        {
+            ids.extend_from_slice(&self.last_ids);
+            return Ok(());
+        }
+        self.last_tokenizer = 0;
+        ids.push(bos);
+        tokenizer.encode_into(&self.prompt, ids, &mut self.encode)?;
+        if !tail.is_empty() {
+            tokenizer.encode_into(tail, ids, &mut self.encode)?;
+        }
+        self.last_prompt.clear();
+        self.last_prompt.push_str(&self.prompt);
+        self.last_prompt.push_str(tail);
+        self.last_ids.clear();
+        self.last_ids.extend_from_slice(ids);
+        self.last_tokenizer = tokenizer.id;
+        Ok(())
+    }
 }
 
 impl PromptScratch {
@@ -784,6 +832,9 @@ impl PromptScratch {
         let text = 3 * prompt + 16;
         PromptScratch {
             prompt: String::with_capacity(prompt),
+            last_tokenizer: 0,
+            last_prompt: String::with_capacity(prompt + 1),
+            last_ids: Vec::with_capacity(Self::max_ids(task_bytes, state_len)),
             encode: EncodeScratch {
                 text: String::with_capacity(text),
                 tmp: String::with_capacity(text),
@@ -838,9 +889,7 @@ pub fn pi05_tokens_into(
 ) -> Result<()> {
     let bos = required_bos(tokenizer)?;
     write_pi05_prompt(task, normalized_state, &mut scratch.prompt)?;
-    ids.clear();
-    ids.push(bos);
-    tokenizer.encode_into(&scratch.prompt, ids, &mut scratch.encode)?;
+    scratch.encode_prompt(tokenizer, bos, "", ids)?;
     if ids.len() > max_len {
         return Err(Error::BadInput {
             what: "prompt".into(),
@@ -882,10 +931,7 @@ pub fn pi0_tokens_into(
 ) -> Result<()> {
     let bos = required_bos(tokenizer)?;
     write_pi0_task(task, &mut scratch.prompt)?;
-    ids.clear();
-    ids.push(bos);
-    tokenizer.encode_into(&scratch.prompt, ids, &mut scratch.encode)?;
-    tokenizer.encode_into("\n", ids, &mut scratch.encode)?;
+    scratch.encode_prompt(tokenizer, bos, "\n", ids)?;
     if ids.len() > max_len {
         return Err(Error::BadInput {
             what: "prompt".into(),

@@ -4,7 +4,9 @@
 //! `scripts/fetch-models.sh` installs.
 
 use frt_vla::inputs::pi05_prompt;
-use frt_vla::{Error, Tokenizer, pi05_tokens};
+use frt_vla::{
+    Error, PromptScratch, Tokenizer, pi0_tokens, pi0_tokens_into, pi05_tokens, pi05_tokens_into,
+};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -303,4 +305,45 @@ fn pi0_prompt_is_the_cleaned_task_then_a_newline_token() {
     let err = frt_vla::pi0_tokens(&tok, "pick up the cup", ids.len() - 1).unwrap_err();
     assert!(err.to_string().contains("at most"), "{err}");
     assert!(frt_vla::pi0_tokens(&tok, " \n ", 48).is_err());
+}
+
+/// A reused scratch remembers the last prompt's ids: the same prompt again gives them without
+/// encoding, and another prompt, another tokenizer or the other prompt form (Pi0's) encodes
+/// anew — every call gives what a fresh encode gives.
+#[test]
+fn a_reused_scratch_gives_what_a_fresh_encode_gives() {
+    let small = Tokenizer::load(&data("tokenizer-small.json")).unwrap();
+    let gemma = Tokenizer::load(&gemma_path()).unwrap();
+    let (a, b) = ([0.1f32, -0.5, 0.9], [0.1f32, -0.49, 0.9]);
+    // (tokenizer, task, state; None: Pi0's prompt)
+    let calls: [(&Tokenizer, &str, Option<&[f32]>); 9] = [
+        (&gemma, "pick up the cup", Some(&a)),
+        (&gemma, "pick up the cup", Some(&a)),
+        (&small, "pick up the cup", Some(&a)),
+        (&gemma, "pick up the cup", Some(&a)),
+        (&gemma, "pick up the cup", Some(&b)),
+        (&gemma, "pick up the fork", Some(&b)),
+        (&gemma, "pick up the fork", None),
+        (&gemma, "pick up the fork", Some(&b)),
+        (&small, "pick up the fork", None),
+    ];
+    let mut scratch = PromptScratch::with_capacity(64, 3);
+    let mut ids = Vec::new();
+    for (k, (tok, task, state)) in calls.iter().enumerate() {
+        let want = match state {
+            Some(s) => {
+                pi05_tokens_into(tok, task, s, 200, &mut ids, &mut scratch).unwrap();
+                pi05_tokens(tok, task, s, 200).unwrap()
+            }
+            None => {
+                pi0_tokens_into(tok, task, 200, &mut ids, &mut scratch).unwrap();
+                pi0_tokens(tok, task, 200).unwrap()
+            }
+        };
+        assert_eq!(ids, want, "call {k}");
+    }
+    // Remembered ids are still held to the model's length.
+    let n = ids.len();
+    pi0_tokens_into(&small, "pick up the fork", n, &mut ids, &mut scratch).unwrap();
+    assert!(pi0_tokens_into(&small, "pick up the fork", n - 1, &mut ids, &mut scratch).is_err());
 }
