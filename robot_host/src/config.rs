@@ -1095,8 +1095,14 @@ impl Config {
                 ActionSpace::Position => (ActionKind::Position, HoldRule::Measured),
                 ActionSpace::Velocity => (ActionKind::Velocity, HoldRule::Zero),
             };
+            if joints.len() < d {
+                return Err(bad(
+                    "control.action_dim",
+                    format!("{d} dimensions for {} joints in `state.joints`", joints.len()),
+                ));
+            }
             let mut dims = Vec::with_capacity(d);
-            for k in 0..d {
+            for (k, joint) in joints.iter().enumerate().take(d) {
                 let (min, max) = (at(lo, k), at(hi, k));
                 if min > max {
                     return Err(bad(
@@ -1105,7 +1111,7 @@ impl Config {
                     ));
                 }
                 dims.push(ActionDim {
-                    joint: joints[k].clone(),
+                    joint: joint.clone(),
                     state_index: k,
                     kind,
                     delta: false,

@@ -336,9 +336,9 @@ fn the_first_due_row_is_capped_against_the_command_it_takes_over_from() {
     let (c2, p2) = r.drain();
     assert_eq!(c2[0].due_row, 3);
     let before = &p1[0].rows[7 * 8..8 * 8];
-    for k in 0..8 {
-        assert!((p2[0].rows[k] - before[k]).abs() <= cap + 1e-6);
-        assert!((c2[0].actions[3 * 8 + k] - before[k]).abs() <= cap + 1e-6);
+    for (k, b) in before.iter().enumerate() {
+        assert!((p2[0].rows[k] - b).abs() <= cap + 1e-6);
+        assert!((c2[0].actions[3 * 8 + k] - b).abs() <= cap + 1e-6);
         // Every later row is within the cap of the one before.
         for j in 1..p2[0].rows.len() / 8 {
             let (a, b) = (p2[0].rows[(j - 1) * 8 + k], p2[0].rows[j * 8 + k]);
