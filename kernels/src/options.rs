@@ -33,6 +33,10 @@ pub struct KernelOptions {
     pub split_k: bool,
     /// Tuning prints its timings on stderr.
     pub tuning_log: bool,
+    /// Key splits of the tensor-core attention kernel (each split's partial results are
+    /// combined by a second kernel); `None`: chosen per shape to fill the device (about two
+    /// blocks an SM). Capped by the number of key tiles.
+    pub attention_splits: Option<usize>,
 }
 
 impl Default for KernelOptions {
@@ -42,13 +46,15 @@ impl Default for KernelOptions {
             gemm_tuning: true,
             split_k: true,
             tuning_log: false,
+            attention_splits: None,
         }
     }
 }
 
 /// The environment variables [`KernelOptions::from_env`] reads.
-pub const ENV_VARS: [&str; 4] = [
+pub const ENV_VARS: [&str; 5] = [
     "FRT_ATTENTION",
+    "FRT_ATTENTION_SPLITS",
     "FRT_GEMM_TUNING",
     "FRT_GEMM_SPLIT_K",
     "FRT_GEMM_TUNING_LOG",
@@ -56,8 +62,9 @@ pub const ENV_VARS: [&str; 4] = [
 
 impl KernelOptions {
     /// The defaults, overridden by `FRT_ATTENTION` (`auto`, `flash`, `gemm`),
-    /// `FRT_GEMM_TUNING`, `FRT_GEMM_SPLIT_K` and `FRT_GEMM_TUNING_LOG` (`0` or `1`), for
-    /// benchmarks. A value outside those is an error naming the variable.
+    /// `FRT_ATTENTION_SPLITS` (a positive number, or `auto`), `FRT_GEMM_TUNING`,
+    /// `FRT_GEMM_SPLIT_K` and `FRT_GEMM_TUNING_LOG` (`0` or `1`), for benchmarks. A value
+    /// outside those is an error naming the variable.
     pub fn from_env() -> Result<KernelOptions> {
         Self::from_vars(|k| std::env::var(k).ok())
     }
@@ -82,6 +89,17 @@ impl KernelOptions {
                 "flash" => AttentionPath::Flash,
                 "gemm" => AttentionPath::Gemm,
                 _ => return Err(bad("FRT_ATTENTION", &v, "auto, flash or gemm")),
+            };
+        }
+        if let Some(v) = var("FRT_ATTENTION_SPLITS") {
+            o.attention_splits = match v.as_str() {
+                "auto" => None,
+                n => match n.parse::<usize>() {
+                    Ok(n) if n > 0 => Some(n),
+                    _ => {
+                        return Err(bad("FRT_ATTENTION_SPLITS", &v, "a positive number or auto"));
+                    }
+                },
             };
         }
         o.gemm_tuning = flag("FRT_GEMM_TUNING", o.gemm_tuning)?;
@@ -128,5 +146,15 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("FRT_ATTENTION"), "{e}");
+        let o = KernelOptions::from_vars(env(&[("FRT_ATTENTION_SPLITS", "3")])).unwrap();
+        assert_eq!(o.attention_splits, Some(3));
+        for bad in ["0", "-2", "many"] {
+            let e = KernelOptions::from_vars(move |k: &str| {
+                (k == "FRT_ATTENTION_SPLITS").then(|| bad.to_string())
+            })
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains("FRT_ATTENTION_SPLITS"), "{e}");
+        }
     }
 }

@@ -1098,7 +1098,10 @@ impl Config {
             if joints.len() < d {
                 return Err(bad(
                     "control.action_dim",
-                    format!("{d} dimensions for {} joints in `state.joints`", joints.len()),
+                    format!(
+                        "{d} dimensions for {} joints in `state.joints`",
+                        joints.len()
+                    ),
                 ));
             }
             let mut dims = Vec::with_capacity(d);

@@ -866,6 +866,7 @@ impl Kernels {
         // being at least one tile of keys.
         let target = 2 * sms;
         let splits = forced_splits
+            .or(self.options.attention_splits)
             .unwrap_or(if blocks < target {
                 target.div_ceil(blocks)
             } else {
