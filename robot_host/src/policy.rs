@@ -357,6 +357,7 @@ impl Policy {
                         inpaint_prefix: cfg.execution.inpaint_prefix,
                         kernels: cfg.kernels,
                         compact_views: true,
+                        run_variants_once: true,
                     },
                 ),
             };

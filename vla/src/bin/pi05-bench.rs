@@ -15,6 +15,8 @@
 //! `pi05-bench --canonical`: the 64-token rows only (2 views; 3 slots, one absent) (for A/B runs of settings such as
 //! `FRT_GEMM_TUNING` or `FRT_ATTENTION`, one process per setting). `--masked`: every view
 //! slot encoded, absent ones masked, instead of leaving them out (`compact_views` off).
+//! `--no-variant-run`: the variants for fewer views are not run once when the model is built
+//! (`run_variants_once` off).
 //!
 //! `pi05-bench --inpaint`: the cost of frozen-prefix denoising: the 64-token model built
 //! twice without it (the second build shows how much two builds of one model differ: each
@@ -45,8 +47,8 @@ use frt_vla::{
 };
 
 /// The kernel options of every model built here: the defaults, overridden from the
-/// environment (`FRT_ATTENTION`, `FRT_GEMM_TUNING`, `FRT_GEMM_SPLIT_K`, `FRT_GEMM_TUNING_LOG`),
-/// read once.
+/// environment (`FRT_ATTENTION`, `FRT_ATTENTION_SPLITS`, `FRT_GEMM_TUNING`, `FRT_GEMM_SPLIT_K`,
+/// `FRT_GEMM_TUNING_LOG`), read once.
 static KERNEL_OPTIONS: std::sync::OnceLock<KernelOptions> = std::sync::OnceLock::new();
 
 /// `--masked`: every view slot encoded and absent ones masked (`compact_views` off), for A/B
@@ -69,6 +71,7 @@ fn build(
         inpaint_prefix,
         kernels,
         compact_views: !MASKED.get().copied().unwrap_or(false),
+        run_variants_once: !std::env::args().any(|a| a == "--no-variant-run"),
     };
     Pi05::build(ctx, s, w, &o).unwrap()
 }
