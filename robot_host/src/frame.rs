@@ -56,51 +56,93 @@ pub fn decode_raw(
     data: &[u8],
     out: &mut Rgb8,
 ) -> Result<(), FrameError> {
-    let (bpp, order): (u32, [usize; 3]) = match encoding {
-        "rgb8" => (3, [0, 1, 2]),
-        "bgr8" => (3, [2, 1, 0]),
-        "rgba8" => (4, [0, 1, 2]),
-        "bgra8" => (4, [2, 1, 0]),
-        "mono8" => (1, [0, 0, 0]),
-        e => return Err(FrameError::Encoding(e.to_string())),
-    };
-    if data.is_empty() {
-        return Err(FrameError::Empty);
-    }
-    check_size(width, height)?;
-    let need_row = width as u64 * bpp as u64;
-    if (step as u64) < need_row {
-        return Err(FrameError::Step {
-            step,
-            bpp,
-            need: need_row,
-        });
-    }
-    let need = step as u64 * height as u64;
-    if data.len() as u64 != need {
-        return Err(FrameError::Length {
-            got: data.len(),
-            need,
-        });
-    }
-    let (w, h) = (width as usize, height as usize);
+    let raw = RawImage::check(encoding, width, height, step, data)?;
     out.width = width;
     out.height = height;
     out.data.clear();
-    out.data.reserve(w * h * 3);
-    if encoding == "rgb8" {
-        for row in data.chunks_exact(step as usize).take(h) {
-            out.data.extend_from_slice(&row[..w * 3]);
-        }
-        return Ok(());
-    }
-    for row in data.chunks_exact(step as usize).take(h) {
-        for px in row[..w * bpp as usize].chunks_exact(bpp as usize) {
-            out.data
-                .extend_from_slice(&[px[order[0]], px[order[1]], px[order[2]]]);
-        }
-    }
+    out.data.resize(raw.rgb8_bytes(), 0);
+    raw.convert(&mut out.data);
     Ok(())
+}
+
+/// A raw image checked for decoding (see [`decode_raw`]).
+pub(crate) struct RawImage<'a> {
+    width: usize,
+    height: usize,
+    step: usize,
+    /// Bytes a pixel, and where its red, green and blue are.
+    bpp: usize,
+    order: [usize; 3],
+    data: &'a [u8],
+}
+
+impl<'a> RawImage<'a> {
+    pub(crate) fn check(
+        encoding: &str,
+        width: u32,
+        height: u32,
+        step: u32,
+        data: &'a [u8],
+    ) -> Result<RawImage<'a>, FrameError> {
+        let (bpp, order): (u32, [usize; 3]) = match encoding {
+            "rgb8" => (3, [0, 1, 2]),
+            "bgr8" => (3, [2, 1, 0]),
+            "rgba8" => (4, [0, 1, 2]),
+            "bgra8" => (4, [2, 1, 0]),
+            "mono8" => (1, [0, 0, 0]),
+            e => return Err(FrameError::Encoding(e.to_string())),
+        };
+        if data.is_empty() {
+            return Err(FrameError::Empty);
+        }
+        check_size(width, height)?;
+        let need_row = width as u64 * bpp as u64;
+        if (step as u64) < need_row {
+            return Err(FrameError::Step {
+                step,
+                bpp,
+                need: need_row,
+            });
+        }
+        let need = step as u64 * height as u64;
+        if data.len() as u64 != need {
+            return Err(FrameError::Length {
+                got: data.len(),
+                need,
+            });
+        }
+        Ok(RawImage {
+            width: width as usize,
+            height: height as usize,
+            step: step as usize,
+            bpp: bpp as usize,
+            order,
+            data,
+        })
+    }
+
+    /// The size of the image in packed RGB8.
+    pub(crate) fn rgb8_bytes(&self) -> usize {
+        self.width * self.height * 3
+    }
+
+    /// Writes the image as packed RGB8 into `out` (at least [`rgb8_bytes`](Self::rgb8_bytes)).
+    pub(crate) fn convert(&self, out: &mut [u8]) {
+        let (w, bpp, o) = (self.width, self.bpp, self.order);
+        let rows = self.data.chunks_exact(self.step).take(self.height);
+        for (row, dst) in rows.zip(out.chunks_exact_mut(w * 3)) {
+            if bpp == 3 && o == [0, 1, 2] {
+                dst.copy_from_slice(&row[..w * 3]);
+                continue;
+            }
+            for (px, d) in row[..w * bpp]
+                .chunks_exact(bpp)
+                .zip(dst.chunks_exact_mut(3))
+            {
+                d.copy_from_slice(&[px[o[0]], px[o[1]], px[o[2]]]);
+            }
+        }
+    }
 }
 
 /// Refuses an image of more than `max` pixels.
@@ -220,8 +262,19 @@ impl FramePool {
 
     /// `rgb` copied into a free buffer of the pool.
     pub fn frame(&self, rgb: &Rgb8) -> Result<CameraFrame, String> {
+        self.frame_with(rgb.width, rgb.height, |out| out.copy_from_slice(&rgb.data))
+    }
+
+    /// A `width × height` RGB8 frame that `fill` writes (given exactly its bytes) into a free
+    /// buffer of the pool.
+    pub fn frame_with(
+        &self,
+        width: u32,
+        height: u32,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<CameraFrame, String> {
         use std::sync::Arc;
-        let need = rgb.data.len();
+        let need = width as usize * height as usize * 3;
         let mut buffers = self.buffers.lock().unwrap_or_else(|p| p.into_inner());
         // Handles are only cloned here, under the lock: a count of 1 (the pool's) stays 1.
         let free = |b: &Arc<frt_exec::HostBuffer>| Arc::strong_count(b) == 1;
@@ -243,11 +296,12 @@ impl FramePool {
             }
         };
         let only = Arc::get_mut(&mut buf).expect("a free buffer has no other handle");
-        only.write().map_err(|e| format!("frame buffer: {e}"))?[..need].copy_from_slice(&rgb.data);
+        let out = only.write().map_err(|e| format!("frame buffer: {e}"))?;
+        fill(&mut out[..need]);
         buffers.push(buf.clone());
         Ok(CameraFrame {
-            width: rgb.width,
-            height: rgb.height,
+            width,
+            height,
             data: buf,
         })
     }

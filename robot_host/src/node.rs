@@ -14,7 +14,7 @@
 
 use crate::config::{ActionDim, ActionKind, Config, MissingCamera, PastRows};
 use crate::error::{Error, Result};
-use crate::frame::{CameraFrame, FramePool, Rgb8, decode_compressed_limited, decode_raw};
+use crate::frame::{CameraFrame, FramePool, RawImage, Rgb8, decode_compressed_limited};
 use crate::messages::*;
 use crate::policy::Policy;
 use crate::safety::{Fault, Hold, StopLatch, Watchdog, fresh, panic_message};
@@ -276,32 +276,33 @@ impl Inputs {
         if let Some(p) = self.stamp_problem(stamp) {
             return Err(self.refuse(&self.counters.bad_frames, format!("camera `{camera}`: {p}")));
         }
-        let mut rgb = Rgb8::default();
-        let r = match image {
+        // Decoded into one of the camera's host buffers: the policy resizes it with padding to
+        // the model's input size and scales it to [-1, 1] on its device (as openpi does on the
+        // host), in the tick. A raw image is converted straight into the buffer.
+        let bad =
+            |e: String| self.refuse(&self.counters.bad_frames, format!("camera `{camera}`: {e}"));
+        let frame = match image {
             Image::Raw {
                 encoding,
                 width,
                 height,
                 step,
                 data,
-            } => decode_raw(encoding, *width, *height, *step, data, &mut rgb)
-                .and_then(|()| crate::frame::check_pixels(*width, *height, max_pixels)),
-            Image::Compressed { format, data } => {
-                decode_compressed_limited(format, data, max_pixels, &mut rgb)
+            } => {
+                let raw = RawImage::check(encoding, *width, *height, *step, data)
+                    .and_then(|raw| {
+                        crate::frame::check_pixels(*width, *height, max_pixels).map(|()| raw)
+                    })
+                    .map_err(|e| bad(e.to_string()))?;
+                cam.pool
+                    .frame_with(*width, *height, |out| raw.convert(out))
+                    .map_err(bad)?
             }
-        };
-        if let Err(e) = r {
-            return Err(self.refuse(&self.counters.bad_frames, format!("camera `{camera}`: {e}")));
-        }
-        // Kept as decoded, in the camera's host buffers: the policy resizes it with padding to
-        // the model's input size and scales it to [-1, 1] on its device (as openpi does on
-        // the host), in the tick.
-        let frame = match cam.pool.frame(&rgb) {
-            Ok(f) => f,
-            Err(e) => {
-                return Err(
-                    self.refuse(&self.counters.bad_frames, format!("camera `{camera}`: {e}"))
-                );
+            Image::Compressed { format, data } => {
+                let mut rgb = Rgb8::default();
+                decode_compressed_limited(format, data, max_pixels, &mut rgb)
+                    .map_err(|e| bad(e.to_string()))?;
+                cam.pool.frame(&rgb).map_err(bad)?
             }
         };
         let mut v = cam.slot.lock();
