@@ -16,11 +16,11 @@ use crate::config::{ActionDim, ActionKind, Config, MissingCamera, PastRows};
 use crate::error::{Error, Result};
 use crate::frame::{CameraFrame, FramePool, RawImage, Rgb8, decode_compressed_limited};
 use crate::messages::*;
-use crate::policy::Policy;
+use crate::policy::{Policy, PromptMaker};
 use crate::safety::{Fault, Hold, StopLatch, Watchdog, fresh, panic_message};
 use crate::timeline::{CommandClock, Handover, Timeline, first_due_row, guard_chunk};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
-use frt_vla::ViewImage;
+use frt_vla::{PromptScratch, ViewImage};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -195,6 +195,13 @@ struct Bounds {
     dims: Arc<Vec<ActionDim>>,
 }
 
+/// A prompt made on the I/O side: the raw state and subgoal it was made from, and its ids.
+struct MadePrompt {
+    state: Vec<f32>,
+    subgoal: String,
+    ids: Vec<u32>,
+}
+
 /// What the transports write into (cloneable, `Send`): decoding and validation happen here,
 /// on the caller's (I/O) thread; refused inputs are counted and never reach the policy.
 #[derive(Clone)]
@@ -202,6 +209,11 @@ pub struct Inputs {
     cameras: Arc<Vec<Camera>>,
     joints: Arc<Vec<String>>,
     state: Arc<Slot<(Stamp, Vec<f32>)>>,
+    /// The prompt tokens made for the newest state (see [`Inputs::state`]).
+    prompt: Arc<Mutex<Option<MadePrompt>>>,
+    prompt_maker: PromptMaker,
+    /// Whether states are tokenized on arrival (on by default; off for A/B comparisons).
+    tokenize_states: Arc<AtomicBool>,
     subgoals: Sender<Queued>,
     /// The last accepted subgoal (pending or current) and its id; held while a subgoal is
     /// queued, so ids follow the queue's order.
@@ -340,11 +352,46 @@ impl Inputs {
             }
             v.push(x as f32);
         }
-        let mut s = self.state.lock();
-        s.0 = Some((js.stamp, v));
-        s.1 += 1;
+        // The prompt for this state and the newest subgoal, made here so that the control
+        // thread only copies it (a tick whose subgoal or state differs makes its own).
+        let made = self
+            .tokenize_states
+            .load(Ordering::Relaxed)
+            .then(|| {
+                let subgoal = self
+                    .latest
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .1
+                    .clone();
+                let (mut normalized, mut ids) = (Vec::new(), Vec::new());
+                let mut scratch = PromptScratch::default();
+                self.prompt_maker
+                    .make(&subgoal, &v, &mut normalized, &mut ids, &mut scratch)
+                    .ok()
+                    .map(|()| MadePrompt {
+                        state: v.clone(),
+                        subgoal,
+                        ids,
+                    })
+            })
+            .flatten();
+        {
+            let mut s = self.state.lock();
+            s.0 = Some((js.stamp, v));
+            s.1 += 1;
+        }
+        if let Some(made) = made {
+            *self.prompt.lock().unwrap_or_else(|p| p.into_inner()) = Some(made);
+        }
         self.meters.record(self.cameras.len(), js.stamp);
         Ok(())
+    }
+
+    /// Whether each robot state is tokenized into the prompt as it arrives (the default), or
+    /// only in the tick (for comparisons: the chunks are the same either way).
+    pub fn set_tokenize_states(&self, on: bool) {
+        self.tokenize_states.store(on, Ordering::Relaxed);
     }
 
     /// A command for the control loop. A stop or a resume is latched (never refused, see
@@ -802,6 +849,10 @@ pub struct Node {
     /// arrived).
     frames: Vec<Option<(Stamp, CameraFrame)>>,
     state: Vec<f32>,
+    /// The prompt ids the I/O side made for this tick's state and subgoal (copied here), and
+    /// how many ticks took theirs so.
+    made_ids: Vec<u32>,
+    prompts_made: u64,
     seq: Arc<AtomicU64>,
     /// The clock at the last tick (a jump backwards resets the observations).
     last_now: Stamp,
@@ -885,6 +936,9 @@ impl Node {
             ),
             joints: Arc::new(cfg.state.joints.clone()),
             state: Arc::new(Slot::new()),
+            prompt: Arc::default(),
+            prompt_maker: policy.prompt_maker(),
+            tokenize_states: Arc::new(AtomicBool::new(true)),
             subgoals: stx,
             latest: Arc::new(Mutex::new((
                 INITIAL_SUBGOAL_ID,
@@ -925,6 +979,7 @@ impl Node {
             plans: cfg.ros.joint_trajectory.is_some(),
         };
         let done = [policy.ctx().event()?, policy.ctx().event()?];
+        let made_ids = PromptScratch::max_ids(MAX_SUBGOAL_BYTES, cfg.state.joints.len());
         let node = Node {
             status: Status {
                 subgoal_id: INITIAL_SUBGOAL_ID,
@@ -950,6 +1005,8 @@ impl Node {
             out: otx,
             done,
             state: Vec::new(),
+            made_ids: Vec::with_capacity(made_ids),
+            prompts_made: 0,
             seq: Arc::default(),
             last_now: f64::NEG_INFINITY,
             tap: None,
@@ -1015,6 +1072,11 @@ impl Node {
     }
 
     /// Where the last published tick's time went.
+    /// Ticks whose prompt tokens the I/O side had made (see [`Inputs::state`]).
+    pub fn prompts_made(&self) -> u64 {
+        self.prompts_made
+    }
+
     pub fn last_timings(&self) -> TickTimings {
         self.timings
     }
@@ -1351,6 +1413,18 @@ impl Node {
         }
         let frames = &frames[..self.frames.len().min(frt_vla::MAX_VIEWS)];
         let subgoal = self.subgoal.clone();
+        // The prompt the I/O side made, when it was made from this state and subgoal.
+        let made = {
+            let p = self.inputs.prompt.lock().unwrap_or_else(|p| p.into_inner());
+            match p.as_ref() {
+                Some(m) if m.state == self.state && *m.subgoal == *subgoal => {
+                    self.made_ids.clear();
+                    self.made_ids.extend_from_slice(&m.ids);
+                    true
+                }
+                _ => false,
+            }
+        };
         let _busy = BusyTick::new(&self.busy);
         if self.policy.inpaints() {
             let (rows, shift) = self.frozen_prefix(oldest);
@@ -1358,7 +1432,9 @@ impl Node {
                 return self.refused(e);
             }
         }
-        if let Err(e) = self.policy.prepare(frames, &self.state, &subgoal) {
+        self.prompts_made += u64::from(made);
+        let tokens = made.then_some(&self.made_ids[..]);
+        if let Err(e) = self.policy.prepare(frames, &self.state, &subgoal, tokens) {
             return self.refused(e);
         }
         let t1 = std::time::Instant::now();

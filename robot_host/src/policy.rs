@@ -47,6 +47,44 @@ impl Noise {
     }
 }
 
+/// Makes a tick's prompt tokens from a subgoal and a raw robot state exactly as
+/// [`Policy::prepare`] does (it uses one), on any thread: the I/O side makes them as each
+/// state arrives, so that the control thread only copies them.
+#[derive(Clone)]
+pub struct PromptMaker {
+    state_input: StateInput,
+    tokenizer: Arc<Tokenizer>,
+    norm: Option<Arc<Normalization>>,
+    max_len: usize,
+}
+
+impl PromptMaker {
+    /// Normalizes `state` into `normalized` and writes the prompt's ids into `ids`.
+    pub fn make(
+        &self,
+        subgoal: &str,
+        state: &[f32],
+        normalized: &mut Vec<f32>,
+        ids: &mut Vec<u32>,
+        scratch: &mut PromptScratch,
+    ) -> frt_vla::Result<()> {
+        normalized.clear();
+        normalized.extend_from_slice(state);
+        if let Some(n) = &self.norm {
+            n.state.normalize(normalized, n.quantiles)?;
+        }
+        prompt_into(
+            self.state_input,
+            &self.tokenizer,
+            subgoal,
+            normalized,
+            self.max_len,
+            ids,
+            scratch,
+        )
+    }
+}
+
 pub struct Policy {
     ctx: Ctx,
     model: Box<dyn frt_vla::Policy>,
@@ -55,7 +93,8 @@ pub struct Policy {
     /// A normalized state whose prompt has the most tokens (every value in the bin whose
     /// number tokenizes longest): subgoals are checked against it when they arrive.
     worst_state: Arc<[f32]>,
-    norm: Option<Normalization>,
+    norm: Option<Arc<Normalization>>,
+    prompts: PromptMaker,
     noise: Noise,
     noise_buf: Vec<f32>,
     /// `noise_buf` holds a draw no tick has used yet (see [`Policy::draw_noise`]).
@@ -192,7 +231,7 @@ fn worst_state(tokenizer: &Tokenizer, n: usize) -> Result<Arc<[f32]>> {
 struct HostSide {
     tokenizer: Arc<Tokenizer>,
     worst_state: Arc<[f32]>,
-    norm: Option<Normalization>,
+    norm: Option<Arc<Normalization>>,
 }
 
 impl HostSide {
@@ -225,7 +264,7 @@ impl HostSide {
             ));
         }
         let norm = match &cfg.model.norm_stats {
-            Some(p) => Some(Normalization::load(p, cfg.model.quantile_norm)?),
+            Some(p) => Some(Arc::new(Normalization::load(p, cfg.model.quantile_norm)?)),
             None => None,
         };
         Ok(HostSide {
@@ -377,10 +416,17 @@ impl Policy {
             target = %model.target(),
             "model built"
         );
+        let prompts = PromptMaker {
+            state_input: model.spec().state,
+            tokenizer: tokenizer.clone(),
+            norm: norm.clone(),
+            max_len: model.spec().max_token_len,
+        };
         let p = Policy {
             ctx,
             model,
             halt_stream,
+            prompts,
             tokenizer,
             worst_state,
             norm,
@@ -488,13 +534,20 @@ impl Policy {
         self.model.stages()
     }
 
+    /// What makes the prompt tokens (for the I/O side).
+    pub fn prompt_maker(&self) -> PromptMaker {
+        self.prompts.clone()
+    }
+
     /// Writes one observation (preprocessed frames, the prompt with the state, fresh noise)
-    /// into the model's buffers.
+    /// into the model's buffers. `tokens`: the prompt's ids for this subgoal and state, made
+    /// beforehand by this policy's [`PromptMaker`]; `None`: made here.
     pub fn prepare(
         &mut self,
         frames: &[Option<ViewImage>],
         state: &[f32],
         subgoal: &str,
+        tokens: Option<&[u32]>,
     ) -> Result<()> {
         let views = self.spec().views;
         if frames.len() != views {
@@ -504,20 +557,24 @@ impl Policy {
             ));
         }
         let t0 = std::time::Instant::now();
-        self.state_buf.clear();
-        self.state_buf.extend_from_slice(state);
-        if let Some(n) = &self.norm {
-            n.state.normalize(&mut self.state_buf, n.quantiles)?;
+        match tokens {
+            Some(ids) => {
+                self.state_buf.clear();
+                self.state_buf.extend_from_slice(state);
+                if let Some(n) = &self.norm {
+                    n.state.normalize(&mut self.state_buf, n.quantiles)?;
+                }
+                self.tokens.clear();
+                self.tokens.extend_from_slice(ids);
+            }
+            None => self.prompts.make(
+                subgoal,
+                state,
+                &mut self.state_buf,
+                &mut self.tokens,
+                &mut self.prompt,
+            )?,
         }
-        prompt_into(
-            self.model.spec().state,
-            &self.tokenizer,
-            subgoal,
-            &self.state_buf,
-            self.model.spec().max_token_len,
-            &mut self.tokens,
-            &mut self.prompt,
-        )?;
         let t1 = std::time::Instant::now();
         self.draw_noise();
         // The draw is used up whether or not the inputs are accepted, as when it was drawn
@@ -670,10 +727,10 @@ mod tests {
             // Tick 2's inputs are refused (a short image) in both.
             let f = if tick == 2 { &bad_frames } else { &frames };
             let state = [0.1, -0.2, 0.3, 0.0, 0.05, -0.1, 0.2, 0.0];
-            let r1 = plain.prepare(f, &state, "pick up the cup");
+            let r1 = plain.prepare(f, &state, "pick up the cup", None);
             ahead.draw_noise();
             ahead.draw_noise();
-            let r2 = ahead.prepare(f, &state, "pick up the cup");
+            let r2 = ahead.prepare(f, &state, "pick up the cup", None);
             assert_eq!(r1.is_ok(), tick != 2);
             assert_eq!(r2.is_ok(), tick != 2);
             reference.fill(&mut want);

@@ -790,3 +790,46 @@ fn limits_set_while_running_bound_the_next_chunk() {
         Some(&[0.3f32][..])
     );
 }
+
+/// Prompts made on the I/O side as states arrive give the chunks the tick's own tokenization
+/// gives, bit for bit, through state changes and a subgoal change; a tick whose subgoal
+/// differs from the one a prompt was made for makes its own.
+#[test]
+fn prompts_made_on_the_io_side_change_nothing() {
+    let run = |made: bool| {
+        let mut r = rig("pick up the red block", "");
+        r.inputs.set_tokenize_states(made);
+        let mut chunks = Vec::new();
+        for k in 0..6u32 {
+            let t = 1.0 + 0.1 * k as f64;
+            r.observe(t, k * 7);
+            if k == 3 {
+                r.inputs
+                    .command(Command::Subgoal("open the drawer".into()), Source::Typed)
+                    .unwrap();
+            }
+            // A subgoal change abandons the tick it arrives in: tick again.
+            while r.node.tick() != TickOutcome::Published {}
+            chunks.extend(r.chunks());
+        }
+        (chunks, r.node.prompts_made())
+    };
+    let (a, made) = run(true);
+    let (b, none) = run(false);
+    assert_eq!(a.len(), 6);
+    assert_eq!(none, 0);
+    // Every tick but the one after the subgoal change (its state's prompt has the old one).
+    assert_eq!(made, 5);
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(&*x.subgoal, &*y.subgoal);
+        assert!(
+            x.actions
+                .iter()
+                .zip(y.actions.iter())
+                .all(|(p, q)| p.to_bits() == q.to_bits()),
+            "chunk {}: actions differ",
+            x.seq
+        );
+    }
+    assert_eq!(&*a[5].subgoal, "open the drawer");
+}

@@ -472,7 +472,7 @@ fn worker(
                 *f = im.as_ref().map(frt_vla::ViewImage::Pixels);
             }
             policy
-                .prepare(&frames[..views], &job.state, &job.prompt)
+                .prepare(&frames[..views], &job.state, &job.prompt, None)
                 .map_err(|e| e.to_string())?;
             for i in 0..policy.stages().len() {
                 let stage = policy.stages()[i];
