@@ -419,27 +419,8 @@ impl Buffer {
     fn staging(&self) -> Result<std::sync::MutexGuard<'_, Staging>> {
         let mut st = self.0.staging.lock().unwrap_or_else(|p| p.into_inner());
         if st.ptr.is_null() {
-            let bytes = self.0.bytes;
-            let oom = |code| Error::OutOfMemory {
-                name: format!("{} (staging)", self.0.name),
-                bytes,
-                code,
-            };
-            st.ptr = match &self.0.ctx.inner.device {
-                Device::Host(_) => {
-                    let layout =
-                        Layout::from_size_align(bytes, HOST_ALIGN).map_err(|_| oom(None))?;
-                    // SAFETY: non-zero size (buffers have at least one byte).
-                    let p = unsafe { std::alloc::alloc(layout) };
-                    if p.is_null() {
-                        return Err(oom(None));
-                    }
-                    p
-                }
-                Device::Cuda(c) => c
-                    .alloc_pinned(bytes)
-                    .map_err(|code| oom(Some(DriverCode(code))))?,
-            };
+            let name = format!("{} (staging)", self.0.name);
+            st.ptr = crate::host_buffer::alloc_host(&self.0.ctx, &name, self.0.bytes)?;
         }
         Ok(st)
     }
@@ -463,33 +444,31 @@ impl Drop for BufferInner {
                 self.ctx.inner.defer_error(e);
             }
         }
+        if !staging.ptr.is_null() {
+            // SAFETY: from `alloc_host` in `staging()`; its last copy completed (synchronized
+            // above on CUDA; on the host backend every pending copy holds a handle).
+            if let Err(e) =
+                unsafe { crate::host_buffer::free_host(&self.ctx, staging.ptr, self.bytes) }
+            {
+                self.ctx.inner.defer_error(e);
+            }
+        }
+        if !self.owned {
+            return;
+        }
         match &self.ctx.inner.device {
             Device::Host(_) => {
                 let layout = Layout::from_size_align(self.bytes, HOST_ALIGN)
                     .expect("layout was valid at allocation");
-                if !staging.ptr.is_null() {
-                    // SAFETY: allocated in `staging()` with this layout.
-                    unsafe { std::alloc::dealloc(staging.ptr, layout) };
-                }
-                if self.owned {
-                    // SAFETY: allocated in `alloc` with this layout; no operation holds the
-                    // buffer any more (they hold handles).
-                    unsafe { std::alloc::dealloc(self.ptr as *mut u8, layout) };
-                }
+                // SAFETY: allocated in `alloc` with this layout; no operation holds the buffer
+                // any more (they hold handles).
+                unsafe { std::alloc::dealloc(self.ptr as *mut u8, layout) };
             }
             Device::Cuda(c) => {
-                if !staging.ptr.is_null() {
-                    // SAFETY: from `alloc_pinned`; its last copy completed (synchronized above).
-                    if let Err(e) = unsafe { c.free_pinned(staging.ptr) } {
-                        self.ctx.inner.defer_error(e);
-                    }
-                }
-                if self.owned {
-                    // SAFETY: from `alloc`; graphs that used it hold handles, so none is left.
-                    // cuMemFree waits for pending work on the memory.
-                    if let Err(e) = unsafe { c.free(self.ptr) } {
-                        self.ctx.inner.defer_error(e);
-                    }
+                // SAFETY: from `alloc`; graphs that used it hold handles, so none is left.
+                // cuMemFree waits for pending work on the memory.
+                if let Err(e) = unsafe { c.free(self.ptr) } {
+                    self.ctx.inner.defer_error(e);
                 }
             }
         }

@@ -6,8 +6,55 @@ use crate::{Buffer, Ctx, Event, Stream};
 use std::alloc::Layout;
 use std::sync::{Arc, Mutex};
 
-/// Alignment of the host backend's allocations.
-const HOST_ALIGN: usize = 64;
+/// Alignment of the host backend's allocations of host memory.
+const HOST_ALIGN: usize = 256;
+
+/// `bytes` (at least 1) of host memory that device copies read and write: page-locked on CUDA
+/// (copies run asynchronously at the link's speed), aligned plain memory on the host backend.
+/// `name` names it in the error.
+pub(crate) fn alloc_host(ctx: &Ctx, name: &str, bytes: usize) -> Result<*mut u8> {
+    let oom = |code| Error::OutOfMemory {
+        name: name.to_string(),
+        bytes,
+        code,
+    };
+    match &ctx.inner.device {
+        Device::Host(_) => {
+            let layout = Layout::from_size_align(bytes, HOST_ALIGN).map_err(|_| oom(None))?;
+            if bytes == 0 {
+                return Err(oom(None));
+            }
+            // SAFETY: non-zero size (checked above).
+            let p = unsafe { std::alloc::alloc(layout) };
+            if p.is_null() {
+                return Err(oom(None));
+            }
+            Ok(p)
+        }
+        Device::Cuda(c) => c
+            .alloc_pinned(bytes)
+            .map_err(|code| oom(Some(DriverCode(code)))),
+    }
+}
+
+/// Frees host memory from [`alloc_host`].
+///
+/// # Safety
+/// `ptr` came from `alloc_host(ctx, _, bytes)`, is not freed yet, and no copy out of or into
+/// it is pending.
+pub(crate) unsafe fn free_host(ctx: &Ctx, ptr: *mut u8, bytes: usize) -> Result<()> {
+    match &ctx.inner.device {
+        Device::Host(_) => {
+            let layout =
+                Layout::from_size_align(bytes, HOST_ALIGN).expect("layout was valid at allocation");
+            // SAFETY: allocated with this layout (the caller's promise).
+            unsafe { std::alloc::dealloc(ptr, layout) };
+            Ok(())
+        }
+        // SAFETY: from `alloc_pinned` (the caller's promise).
+        Device::Cuda(c) => unsafe { c.free_pinned(ptr) },
+    }
+}
 
 pub(crate) struct HostBufferInner {
     ctx: Ctx,
@@ -47,36 +94,15 @@ impl std::fmt::Debug for HostBuffer {
 impl HostBuffer {
     /// `bytes` (at least 1) of host memory, zeroed, named `name` in errors.
     pub fn alloc(ctx: &Ctx, name: &str, bytes: usize) -> Result<HostBuffer> {
-        let oom = |code| Error::OutOfMemory {
-            name: name.to_string(),
-            bytes,
-            code,
-        };
         if bytes == 0 {
             return Err(Error::invalid(
                 "HostBuffer::alloc",
                 format!("`{name}`: a host buffer needs at least one byte"),
             ));
         }
-        let ptr = match &ctx.inner.device {
-            Device::Host(_) => {
-                let layout = Layout::from_size_align(bytes, HOST_ALIGN).map_err(|_| oom(None))?;
-                // SAFETY: non-zero size (checked above).
-                let p = unsafe { std::alloc::alloc_zeroed(layout) };
-                if p.is_null() {
-                    return Err(oom(None));
-                }
-                p
-            }
-            Device::Cuda(c) => {
-                let p = c
-                    .alloc_pinned(bytes)
-                    .map_err(|code| oom(Some(DriverCode(code))))?;
-                // SAFETY: `bytes` bytes just allocated, not yet shared.
-                unsafe { std::ptr::write_bytes(p, 0, bytes) };
-                p
-            }
-        };
+        let ptr = alloc_host(ctx, name, bytes)?;
+        // SAFETY: `bytes` bytes just allocated, not yet shared.
+        unsafe { std::ptr::write_bytes(ptr, 0, bytes) };
         let inner = HostBufferInner {
             ctx: ctx.clone(),
             name: name.to_string(),
@@ -209,19 +235,11 @@ impl Drop for HostBuffer {
 
 impl Drop for HostBufferInner {
     fn drop(&mut self) {
-        match &self.ctx.inner.device {
-            Device::Host(_) => {
-                let layout = Layout::from_size_align(self.bytes, HOST_ALIGN)
-                    .expect("layout was valid at allocation");
-                // SAFETY: allocated in `alloc` with this layout; the last handle is gone.
-                unsafe { std::alloc::dealloc(self.ptr, layout) };
-            }
-            Device::Cuda(c) => {
-                // SAFETY: from `alloc_pinned`; its copies completed (`HostBuffer`'s drop).
-                if let Err(e) = unsafe { c.free_pinned(self.ptr) } {
-                    self.ctx.inner.defer_error(e);
-                }
-            }
+        // SAFETY: from `alloc_host` in `alloc`; the last handle is gone, and its copies
+        // completed (`HostBuffer`'s drop waited on CUDA; on the host backend a pending copy
+        // holds a handle).
+        if let Err(e) = unsafe { free_host(&self.ctx, self.ptr, self.bytes) } {
+            self.ctx.inner.defer_error(e);
         }
     }
 }

@@ -3,7 +3,7 @@
 //! before it.
 
 use crate::ctx::Device;
-use crate::error::{DriverCode, Error, Result};
+use crate::error::{Error, Result};
 use crate::{Buffer, Ctx, Event, Stream};
 
 struct Slot {
@@ -58,26 +58,7 @@ impl Loader {
             next: 0,
         };
         for _ in 0..slots {
-            let oom = |code| Error::OutOfMemory {
-                name: "loader slot".into(),
-                bytes: slot_bytes,
-                code,
-            };
-            let ptr = match &ctx.inner.device {
-                Device::Host(_) => {
-                    let layout = std::alloc::Layout::from_size_align(slot_bytes, 64)
-                        .map_err(|_| oom(None))?;
-                    // SAFETY: non-zero size (checked above).
-                    let p = unsafe { std::alloc::alloc(layout) };
-                    if p.is_null() {
-                        return Err(oom(None));
-                    }
-                    p
-                }
-                Device::Cuda(c) => c
-                    .alloc_pinned(slot_bytes)
-                    .map_err(|code| oom(Some(DriverCode(code))))?,
-            };
+            let ptr = crate::host_buffer::alloc_host(ctx, "loader slot", slot_bytes)?;
             // Pushed at once: drop frees what was allocated when a later slot fails.
             l.slots.push(Slot { ptr, done: None });
         }
@@ -170,27 +151,20 @@ impl Loader {
 impl Drop for Loader {
     fn drop(&mut self) {
         for slot in self.slots.drain(..) {
-            match &self.ctx.inner.device {
-                Device::Host(_) => {
-                    let layout = std::alloc::Layout::from_size_align(self.slot_bytes, 64)
-                        .expect("layout was valid at allocation");
-                    // SAFETY: allocated in `new` with this layout; host copies are done.
-                    unsafe { std::alloc::dealloc(slot.ptr, layout) };
+            // Page-locked memory must not be freed under a running copy (host-backend sends
+            // are done when `send` returns).
+            if let (Device::Cuda(_), Some(ev)) = (&self.ctx.inner.device, &slot.done) {
+                if let Err(e) = ev.synchronize() {
+                    self.ctx.inner.defer_error(e);
+                    // Leaked rather than freed under a copy that may still run.
+                    continue;
                 }
-                Device::Cuda(c) => {
-                    // Page-locked memory must not be freed under a running copy.
-                    if let Some(ev) = &slot.done {
-                        if let Err(e) = ev.synchronize() {
-                            self.ctx.inner.defer_error(e);
-                            // Leaked rather than freed under a copy that may still run.
-                            continue;
-                        }
-                    }
-                    // SAFETY: from `alloc_pinned`; its last copy completed (synchronized).
-                    if let Err(e) = unsafe { c.free_pinned(slot.ptr) } {
-                        self.ctx.inner.defer_error(e);
-                    }
-                }
+            }
+            // SAFETY: from `alloc_host` in `new`; its last copy completed.
+            if let Err(e) =
+                unsafe { crate::host_buffer::free_host(&self.ctx, slot.ptr, self.slot_bytes) }
+            {
+                self.ctx.inner.defer_error(e);
             }
         }
     }
