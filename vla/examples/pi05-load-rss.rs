@@ -1,10 +1,9 @@
 //! Peak host memory while loading the full-size Pi0.5 onto a CUDA GPU.
 //!
-//! `pi05-load-rss write DIR`: writes a full-size checkpoint of random weights (bf16, 4 shards,
-//! openpi naming) into DIR.
-//! `pi05-load-rss load DIR [bf16|f32]`: loads DIR, builds the model on GPU 0 (uploads and
-//! captures), and prints the checkpoint's size, the peak resident memory of the process
-//! (`VmHWM`) and their ratio. Run it in a fresh process: the peak covers the whole process.
+//! `pi05-load-rss load DIR [bf16|f32]`: loads DIR (a full-size checkpoint, e.g. from
+//! `pi05-bench --write-checkpoint DIR`), builds the model on GPU 0 (uploads and captures), and
+//! prints the checkpoint's size, the peak resident memory of the process (`VmHWM`) and their
+//! ratio. Run it in a fresh process: the peak covers the whole process.
 
 use frt_kernels::DType;
 use frt_vla::{Pi05, Pi05Config, Pi05Weights};
@@ -28,7 +27,8 @@ fn config() -> Pi05Config {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: pi05-load-rss write DIR | load DIR [bf16|f32]";
+    let usage =
+        "usage: pi05-load-rss load DIR [bf16|f32] (write DIR with pi05-bench --write-checkpoint)";
     let (Some(cmd), Some(dir)) = (args.get(1), args.get(2)) else {
         eprintln!("{usage}");
         std::process::exit(2)
@@ -36,17 +36,6 @@ fn main() {
     let dir = Path::new(dir);
     let c = config();
     match cmd.as_str() {
-        "write" => {
-            let t = std::time::Instant::now();
-            Pi05Weights::random(&c, 1)
-                .write(dir, true, 4, false)
-                .unwrap();
-            println!(
-                "wrote {} in {:.1} s",
-                dir.display(),
-                t.elapsed().as_secs_f64()
-            );
-        }
         "load" => {
             let dtype = match args.get(3).map(String::as_str) {
                 Some("f32") => DType::F32,
