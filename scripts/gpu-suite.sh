@@ -31,6 +31,7 @@ done
 step ./frt-exec-bench --backend cuda --rounds 300
 step ./kernels-ops --ignored --test-threads=1
 step ./kernels-cache --ignored --nocapture
+step ./kernels-targets --ignored --nocapture
 step ./frt-kernels-bench --iters 200
 step ./vla-gpu --ignored --test-threads=1 --nocapture
 step ./pi05-bench --iters 200

@@ -26,6 +26,9 @@ pub(crate) const SOURCES: &[(&str, &str)] = &[
     ("image.cu", include_str!("../cuda/image.cu")),
 ];
 
+/// How many CUDA C sources there are (`kernels/cuda/*.cu`): one cubin each.
+pub const SOURCE_COUNT: usize = SOURCES.len();
+
 pub(crate) struct CudaOps {
     /// Keeps the primary context (and so the modules) alive.
     ctx: Ctx,
@@ -243,6 +246,20 @@ fn compile(file: &'static str, source: &str, arch: &str) -> Result<Vec<u8>> {
     // SAFETY: destroyed once.
     unsafe { nv::nvrtcDestroyProgram(&mut prog) };
     result
+}
+
+/// Compiles every kernel source for `arch` (e.g. `sm_110`, Jetson AGX Thor) with this
+/// machine's NVRTC, bypassing the disk cache and needing no device: checks that the kernels
+/// build for GPUs that are not at hand. Returns each source file with the size of its cubin,
+/// or the first compile error (naming the file, the architecture and NVRTC's log).
+pub fn compile_for(arch: &str) -> Result<Vec<(&'static str, usize)>> {
+    SOURCES
+        .iter()
+        .map(|&(file, source)| {
+            let bin = compile(file, &format!("{COMMON}\n{source}"), arch)?;
+            Ok((file, bin.len()))
+        })
+        .collect()
 }
 
 /// The device's name, the driver's version and cuBLASLt's version: what a GEMM tuning result

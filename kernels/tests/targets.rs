@@ -1,0 +1,35 @@
+//! The CUDA kernels build for the GPUs this project targets but that are not at hand: every
+//! `kernels/cuda/*.cu` compiled by the machine's NVRTC for Ampere (sm_80), Jetson Orin
+//! (sm_87), Ada (sm_89), Hopper (sm_90), Blackwell (sm_100, sm_120) and Jetson AGX Thor
+//! (sm_110). Needs NVRTC (a CUDA install), not a GPU of each kind:
+//! `cargo test -p frt-kernels --test targets -- --ignored --nocapture`.
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn kernels_compile_for_every_target_architecture() {
+    let mut failed = Vec::new();
+    for arch in [
+        "sm_80", "sm_87", "sm_89", "sm_90", "sm_100", "sm_110", "sm_120",
+    ] {
+        match frt_kernels::cuda_compile_for(arch) {
+            Ok(files) => {
+                assert_eq!(files.len(), frt_kernels::CUDA_SOURCE_COUNT);
+                let sizes: Vec<String> = files
+                    .iter()
+                    .map(|(f, n)| format!("{f} {} KiB", n.div_ceil(1024)))
+                    .collect();
+                println!("{arch}: {}", sizes.join(", "));
+            }
+            Err(e) => {
+                println!("{arch}: {e}");
+                failed.push(arch);
+            }
+        }
+    }
+    assert!(failed.is_empty(), "no build for {failed:?}");
+    // An architecture NVRTC does not know is an error naming it, not a crash.
+    let e = frt_kernels::cuda_compile_for("sm_1")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("sm_1"), "{e}");
+}
