@@ -212,6 +212,8 @@ pub struct Inputs {
     /// The prompt tokens made for the newest state (see [`Inputs::state`]).
     prompt: Arc<Mutex<Option<MadePrompt>>>,
     prompt_maker: PromptMaker,
+    /// The buffers the I/O side tokenizes in (states arrive on one topic: no contention).
+    prompt_scratch: Arc<Mutex<PromptScratch>>,
     /// Whether states are tokenized on arrival (on by default; off for A/B comparisons).
     tokenize_states: Arc<AtomicBool>,
     subgoals: Sender<Queued>,
@@ -325,7 +327,8 @@ impl Inputs {
     }
 
     /// Robot state: reordered into the configured joint order; every joint must be present
-    /// and finite (as the f32 the policy takes), the stamp not ahead of the node clock.
+    /// and finite (as the f32 the policy takes), the stamp not ahead of the node clock. Its
+    /// prompt tokens (with the newest subgoal) are made here too, for the tick to copy.
     pub fn state(&self, js: &JointState) -> Result<()> {
         let bad = |e: String| Err(self.refuse(&self.counters.bad_states, e));
         if js.names.len() != js.position.len() {
@@ -365,7 +368,10 @@ impl Inputs {
                     .1
                     .clone();
                 let (mut normalized, mut ids) = (Vec::new(), Vec::new());
-                let mut scratch = PromptScratch::default();
+                let mut scratch = self
+                    .prompt_scratch
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
                 self.prompt_maker
                     .make(&subgoal, &v, &mut normalized, &mut ids, &mut scratch)
                     .ok()
@@ -938,6 +944,7 @@ impl Node {
             state: Arc::new(Slot::new()),
             prompt: Arc::default(),
             prompt_maker: policy.prompt_maker(),
+            prompt_scratch: Arc::default(),
             tokenize_states: Arc::new(AtomicBool::new(true)),
             subgoals: stx,
             latest: Arc::new(Mutex::new((
@@ -1071,12 +1078,12 @@ impl Node {
         self.rec.summary()
     }
 
-    /// Where the last published tick's time went.
     /// Ticks whose prompt tokens the I/O side had made (see [`Inputs::state`]).
     pub fn prompts_made(&self) -> u64 {
         self.prompts_made
     }
 
+    /// Where the last published tick's time went.
     pub fn last_timings(&self) -> TickTimings {
         self.timings
     }

@@ -539,7 +539,7 @@ impl Policy {
         self.prompts.clone()
     }
 
-    /// Writes one observation (preprocessed frames, the prompt with the state, fresh noise)
+    /// Writes one observation (frames, the prompt with the state, fresh noise)
     /// into the model's buffers. `tokens`: the prompt's ids for this subgoal and state, made
     /// beforehand by this policy's [`PromptMaker`]; `None`: made here.
     pub fn prepare(
