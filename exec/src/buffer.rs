@@ -288,7 +288,7 @@ impl Buffer {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         check_range("upload", self, offset, len)?;
         let ctx = &self.0.ctx;
-        let raw = ctx.inner.raw_stream(s)?;
+        ctx.inner.raw_stream(s)?; // an unknown stream is refused before any work
         if ctx.is_capturing(s) {
             return Err(Error::invalid(
                 "Buffer::upload",
@@ -309,29 +309,45 @@ impl Buffer {
             unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), st.ptr.add(at), p.len()) };
             at += p.len();
         }
-        let stage = st.ptr as u64 + offset as u64;
+        // SAFETY: the range was checked; pinned staging memory stays untouched until
+        // `last_copy` (marked next) completes, and lives as long as this buffer, which a
+        // host-backend copy holds.
+        unsafe { self.enqueue_htod(s, offset, st.ptr.add(offset), len, None)? };
+        self.mark_staging(&mut st, s)
+    }
+
+    /// Enqueues a copy of `len` bytes from the host address `src` into `self[offset..]` on
+    /// `s`: on the host backend an operation that holds this buffer and `hold`, on CUDA an
+    /// asynchronous copy.
+    ///
+    /// # Safety
+    /// The range was checked against this buffer; `src` holds `len` bytes that stay valid and
+    /// unwritten until the copy has run (on the host backend, as long as `hold` or this buffer
+    /// lives).
+    pub(crate) unsafe fn enqueue_htod(
+        &self,
+        s: Stream,
+        offset: usize,
+        src: *const u8,
+        len: usize,
+        hold: Option<Arc<crate::host_buffer::HostBufferInner>>,
+    ) -> Result<()> {
+        let ctx = &self.0.ctx;
+        let dst = self.0.ptr + offset as u64;
         match &ctx.inner.device {
             Device::Host(h) => h.enqueue(
                 s,
                 HostOp::Memcpy {
-                    dst: (self.0.ptr + offset as u64) as usize,
-                    src: stage as usize,
+                    dst: dst as usize,
+                    src: src as usize,
                     bytes: len,
                     _keep: [Some(self.clone()), None],
-                    _host: None,
+                    _host: hold,
                 },
-            )?,
-            // SAFETY: pinned staging memory stays untouched until `last_copy` completes.
-            Device::Cuda(c) => unsafe {
-                c.copy_htod(
-                    self.0.ptr + offset as u64,
-                    stage as *const u8,
-                    len,
-                    raw as _,
-                )?
-            },
+            ),
+            // SAFETY: the caller's promise.
+            Device::Cuda(c) => unsafe { c.copy_htod(dst, src, len, ctx.inner.raw_stream(s)? as _) },
         }
-        self.mark_staging(&mut st, s)
     }
 
     /// Copies `self[offset..offset + out.len()]` to the host after the work enqueued on `s`;

@@ -187,7 +187,7 @@ impl Buffer {
         if len == 0 {
             return Ok(());
         }
-        let raw = ctx.inner.raw_stream(s)?;
+        ctx.inner.raw_stream(s)?; // an unknown stream is refused before any work
         let mut last = src.0.last_copy.lock().unwrap_or_else(|p| p.into_inner());
         // A copy still pending on another stream: this one is ordered after it, so that the
         // event recorded below marks the end of every copy out of the memory.
@@ -198,21 +198,18 @@ impl Buffer {
         // the source range against the host buffer; the host buffer is not written until the
         // event recorded below completes (`write` waits), and outlives the copy: on the host
         // backend the enqueued operation holds it, on CUDA dropping it waits for the event.
-        let from = unsafe { src.0.ptr.add(src_offset) };
-        let to = self.ptr() + offset as u64;
-        match &ctx.inner.device {
-            Device::Host(h) => h.enqueue(
+        // SAFETY: both ranges were checked; the host buffer is not written until the event
+        // recorded below completes (`write` waits), and outlives the copy: on the host backend
+        // the enqueued operation holds it, on CUDA dropping it waits for the event.
+        unsafe {
+            self.enqueue_htod(
                 s,
-                crate::backend::host::HostOp::Memcpy {
-                    dst: to as usize,
-                    src: from as usize,
-                    bytes: len,
-                    _keep: [Some(self.clone()), None],
-                    _host: Some(src.0.clone()),
-                },
-            )?,
-            Device::Cuda(c) => unsafe { c.copy_htod(to, from, len, raw as _)? },
-        }
+                offset,
+                src.0.ptr.add(src_offset),
+                len,
+                Some(src.0.clone()),
+            )?
+        };
         last.1 = true;
         last.0.record(s)
     }
