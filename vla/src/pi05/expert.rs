@@ -178,9 +178,7 @@ impl Expert {
             sg_down,
             variants: Vec::new(),
         };
-        for keys in &io.keys {
-            e.add_keys(k, keys)?;
-        }
+        e.add_keys(k, &io.keys)?;
         Ok(e)
     }
 

@@ -42,8 +42,9 @@ pub(crate) struct Io {
     pub(crate) out: Tensor,
     /// The suffix tokens' positions (i32, written with the prompt).
     pub(crate) suffix_pos: Tensor,
-    /// Per step variant (a number of encoded views), what its steps attend to.
-    pub(crate) keys: Vec<StepKeys>,
+    /// What the first step variant's steps attend to (the others are added with
+    /// `add_keys`).
+    pub(crate) keys: StepKeys,
     pub(crate) inpaint_prefix: bool,
 }
 

@@ -501,7 +501,7 @@ impl Pi05 {
             x: x.clone(),
             out: out.clone(),
             suffix_pos,
-            keys: vec![every.clone()],
+            keys: every.clone(),
             inpaint_prefix,
         };
         let mut expert = match c.variant {

@@ -225,9 +225,7 @@ impl Expert {
             ag_down,
             variants: Vec::new(),
         };
-        for keys in &io.keys {
-            e.add_keys(k, keys)?;
-        }
+        e.add_keys(k, &io.keys)?;
         Ok(e)
     }
 
