@@ -30,6 +30,7 @@ for t in test_exec test_plan_vla; do
 done
 step ./frt-exec-bench --backend cuda --rounds 300
 step ./kernels-ops --ignored --test-threads=1
+step ./kernels-fp8 --ignored --test-threads=1 --nocapture
 step ./kernels-cache --ignored --nocapture
 step ./kernels-targets --ignored --nocapture
 step ./frt-kernels-bench --iters 200

@@ -171,3 +171,33 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned r[4], unsigned) { r[0
 #endif
 TC_MMA(bf16, "bf16")
 TC_MMA(f16, "f16")
+
+// FP8 E4M3 codes, with the host's arithmetic (kernels/src/fp8.rs): round to nearest, ties to an
+// even mantissa; beyond ±448 (infinities included) the largest finite value; NaN stays NaN.
+__device__ __forceinline__ unsigned char e4m3_from_f32(float x) {
+    const unsigned bits = __float_as_uint(x);
+    const unsigned char sign = (unsigned char)((bits >> 24) & 0x80u);
+    if (x != x) return sign | 0x7f;
+    const float a = fabsf(x);
+    if (a >= 448.f) return sign | 0x7e;
+    // Subnormal steps of 2^-9 (the scaling is exact; rintf rounds ties to even).
+    if (a < 0.015625f) return sign | (unsigned char)rintf(a * 512.f);
+    const unsigned ab = __float_as_uint(a);
+    int e = (int)((ab >> 23) & 0xffu) - 127;
+    const unsigned m = ab & 0x7fffffu, rest = m & 0xfffffu;
+    unsigned q = m >> 20;
+    if (rest > 0x80000u || (rest == 0x80000u && (q & 1u))) ++q;
+    if (q == 8u) {
+        q = 0u;
+        ++e;
+    }
+    const int biased = e + 7;
+    if (biased > 15 || (biased == 15 && q == 7u)) return sign | 0x7e;
+    return sign | (unsigned char)((biased << 3) | (int)q);
+}
+__device__ __forceinline__ float e4m3_to_f32(unsigned char c) {
+    const int e = (c >> 3) & 0xf, m = c & 7;
+    if (e == 15 && m == 7) return __uint_as_float(0x7fc00000u);
+    const float mag = e == 0 ? (float)m * 0.001953125f : ldexpf(1.f + (float)m * 0.125f, e - 7);
+    return (c & 0x80) ? -mag : mag;
+}

@@ -24,6 +24,7 @@ pub(crate) const SOURCES: &[(&str, &str)] = &[
     ("flash.cu", include_str!("../cuda/flash.cu")),
     ("mlp.cu", include_str!("../cuda/mlp.cu")),
     ("image.cu", include_str!("../cuda/image.cu")),
+    ("fp8.cu", include_str!("../cuda/fp8.cu")),
 ];
 
 /// How many CUDA C sources there are (`kernels/cuda/*.cu`): one cubin each.

@@ -10,6 +10,8 @@ pub enum DType {
     F16,
     I32,
     U8,
+    /// FP8 E4M3 codes (see [`fp8`](crate::fp8)): GEMM operands with scales kept beside them.
+    E4M3,
 }
 
 impl DType {
@@ -17,7 +19,7 @@ impl DType {
         match self {
             DType::F32 | DType::I32 => 4,
             DType::BF16 | DType::F16 => 2,
-            DType::U8 => 1,
+            DType::U8 | DType::E4M3 => 1,
         }
     }
 
@@ -29,6 +31,7 @@ impl DType {
             DType::F16 => "f16",
             DType::I32 => "i32",
             DType::U8 => "u8",
+            DType::E4M3 => "e4m3",
         }
     }
 

@@ -338,4 +338,30 @@ impl Tensor {
         self.buffer.read(s, self.offset, &mut v)?;
         Ok(v)
     }
+
+    /// Writes the bytes of a contiguous tensor of a one-byte dtype (u8, e4m3 codes).
+    pub fn write_bytes(&self, s: Stream, values: &[u8]) -> Result<()> {
+        self.expect_contiguous("write_bytes")?;
+        if self.dtype.size() != 1 || values.len() != self.numel() {
+            return Err(Error::shape(
+                "write_bytes",
+                format!("{} bytes for {self:?} (a one-byte dtype)", values.len()),
+            ));
+        }
+        Ok(self.buffer.write(s, self.offset, values)?)
+    }
+
+    /// Reads the bytes of a contiguous tensor of a one-byte dtype (u8, e4m3 codes).
+    pub fn read_bytes(&self, s: Stream) -> Result<Vec<u8>> {
+        self.expect_contiguous("read_bytes")?;
+        if self.dtype.size() != 1 {
+            return Err(Error::shape(
+                "read_bytes",
+                format!("{self:?} is not of a one-byte dtype"),
+            ));
+        }
+        let mut v = vec![0u8; self.numel()];
+        self.buffer.read(s, self.offset, &mut v)?;
+        Ok(v)
+    }
 }

@@ -3,7 +3,7 @@
 //!
 //! `frt-kernels-bench [--iters N] [--only SECTIONS]`
 //!
-//! SECTIONS: a comma-separated subset of gemm, geglu, mem, attention, conv (default: all).
+//! SECTIONS: a comma-separated subset of gemm, geglu, fp8, mem, attention, conv (default: all).
 //!
 //! Each op is captured into a graph that repeats it back to back (as a model's graph runs its
 //! ops), enough times for one replay to take ≥ 100 µs; after warm-up, N replays are timed with
@@ -166,7 +166,7 @@ fn main() {
         .nth(1)
         .map(|v| v.split(',').map(str::to_string).collect())
         .unwrap_or_default();
-    let sections = ["gemm", "geglu", "mem", "attention", "conv"];
+    let sections = ["gemm", "geglu", "fp8", "mem", "attention", "conv"];
     if let Some(o) = only.iter().find(|o| !sections.contains(&o.as_str())) {
         eprintln!(
             "--only: unknown section `{o}` (sections: {})",
@@ -288,6 +288,73 @@ fn main() {
                     100.0 * bytes / (med * 1e-3) / 1e9 / b.copy_gbs
                 );
             }
+        }
+    }
+    if b.wants("fp8") {
+        // bf16 against FP8 (E4M3 codes, per-feature weight scales, one activation scale) at the
+        // action expert's and the prefix's shapes, each weight read from memory: the repeated
+        // ops cycle through copies of it (≥ 128 MB), as in a model whose weights exceed L2.
+        println!();
+        for (what, m, kk, n) in [
+            ("expert qkv", 50usize, 1024usize, 2560usize),
+            ("expert attn out", 50, 2048, 1024),
+            ("expert gate+up", 50, 1024, 8192),
+            ("expert down", 50, 4096, 1024),
+            ("gemma qkv", 576, 2048, 2560),
+            ("gemma gate+up", 576, 2048, 32768),
+            ("gemma down", 576, 16384, 2048),
+        ] {
+            let copies = ((128usize << 20) / (n * kk)).clamp(2, 64);
+            let next = std::cell::Cell::new(0usize);
+            let pick = |len: usize| {
+                next.set((next.get() + 1) % len);
+                next.get()
+            };
+            let bf = DType::BF16;
+            let x = b.tensor("x", bf, &[m, kk]);
+            let ws: Vec<Tensor> = (0..copies).map(|_| b.tensor("w", bf, &[n, kk])).collect();
+            let out = b.tensor("out", bf, &[m, n]);
+            let g = b.k.linear(&x, &ws[0], &out, false, false).unwrap();
+            let (bf_med, bf_p) = b.time(what, &|s| g.run(s, &x, &ws[pick(ws.len())], &out, None));
+            let ctx = b.k.ctx().clone();
+            let codes = |shape: &[usize]| Tensor::alloc(&ctx, "codes", DType::E4M3, shape).unwrap();
+            let xq = codes(&[m, kk]);
+            let xs = b.tensor("x_scale", DType::F32, &[1]);
+            xs.write_f32(b.s, &[0.01]).unwrap();
+            b.k.quantize_e4m3(b.s, &x, &xs, &xq).unwrap();
+            let wq: Vec<Tensor> = ws
+                .iter()
+                .map(|w| {
+                    let q = codes(&[n, kk]);
+                    b.k.quantize_e4m3(b.s, w, &xs, &q).unwrap();
+                    q
+                })
+                .collect();
+            let wsc = b.tensor("w_scale", DType::F32, &[n]);
+            let fp8 = match b.k.linear_e4m3(&xq, &wq[0], &out, false) {
+                Ok(p) => p,
+                Err(e) => {
+                    println!("| {what:<16} | FP8 not run: {e} |");
+                    continue;
+                }
+            };
+            let xsv = b.tensor("x_scale", DType::F32, &[fp8.x_scale_elements()]);
+            let (f_med, f_p) = b.time(what, &|s| {
+                fp8.run(s, &xq, &xsv, &wq[pick(wq.len())], &wsc, &out, None)
+            });
+            let bytes = (n * kk) as f64;
+            println!(
+                "| {what:<16} | {:<24} | bf16 {:>6.1} / {:>6.1} µs ({:>5.0} GB/s) | e4m3 {:>6.1} / {:>6.1} µs ({:>5.0} GB/s, {:?}) | {:.2}× |",
+                format!("{m}x{kk}x{n}"),
+                bf_med * 1e3,
+                bf_p * 1e3,
+                2.0 * bytes / (bf_med * 1e-3) / 1e9,
+                f_med * 1e3,
+                f_p * 1e3,
+                bytes / (f_med * 1e-3) / 1e9,
+                fp8.scaling().expect("CUDA"),
+                bf_med / f_med
+            );
         }
     }
     if b.wants("mem") {

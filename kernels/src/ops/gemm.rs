@@ -116,36 +116,72 @@ impl Spec {
     }
 }
 
-/// cuBLASLt objects of one plan.
-struct LtPlan {
-    handle: lts::cublasLtHandle_t,
-    desc: lts::cublasLtMatmulDesc_t,
-    layouts: [lts::cublasLtMatrixLayout_t; 3],
-    algo: lts::cublasLtMatmulAlgo_t,
-    /// Workspace bytes `algo` uses (e.g. for split-K partial sums).
-    workspace_bytes: usize,
+/// cuBLASLt objects a plan owns: its handle, its matmul descriptor and the layouts of
+/// cuBLASLt's A, B and C/D (null until made), destroyed together.
+pub(crate) struct LtObjects {
+    pub(crate) handle: lts::cublasLtHandle_t,
+    pub(crate) desc: lts::cublasLtMatmulDesc_t,
+    pub(crate) layouts: [lts::cublasLtMatrixLayout_t; 3],
 }
 
 // SAFETY: cuBLASLt descriptors may be used from any thread; a plan's are only mutated (the
-// bias pointer) under `&mut`-free calls serialized by the caller's stream use.
-unsafe impl Send for LtPlan {}
+// pointer attributes set before each enqueue) under calls serialized by the caller's stream
+// use.
+unsafe impl Send for LtObjects {}
 // SAFETY: as above.
-unsafe impl Sync for LtPlan {}
+unsafe impl Sync for LtObjects {}
 
-impl Drop for LtPlan {
+impl LtObjects {
+    /// A handle and a matmul descriptor computing in f32 (layouts still to be made).
+    pub(crate) fn new() -> Result<LtObjects> {
+        let handle = lt::create_handle().map_err(lt_err("cublasLtCreate"))?;
+        let mut o = LtObjects {
+            handle,
+            desc: std::ptr::null_mut(),
+            layouts: [std::ptr::null_mut(); 3],
+        };
+        o.desc = lt::create_matmul_desc(
+            lts::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            lts::cudaDataType::CUDA_R_32F,
+        )
+        .map_err(lt_err("cublasLtMatmulDescCreate"))?;
+        Ok(o)
+    }
+}
+
+impl Drop for LtObjects {
     fn drop(&mut self) {
-        // SAFETY: created in `LtPlan::new`, destroyed once.
+        // SAFETY: made by `new` and the plan's constructor, destroyed once.
         unsafe {
             for l in self.layouts {
-                let _ = lt::destroy_matrix_layout(l);
+                if !l.is_null() {
+                    let _ = lt::destroy_matrix_layout(l);
+                }
             }
-            let _ = lt::destroy_matmul_desc(self.desc);
+            if !self.desc.is_null() {
+                let _ = lt::destroy_matmul_desc(self.desc);
+            }
             let _ = lt::destroy_handle(self.handle);
         }
     }
 }
 
-fn lt_err(call: &'static str) -> impl Fn(lt::CublasError) -> Error {
+/// cuBLASLt objects of one plan.
+struct LtPlan {
+    lt: LtObjects,
+    algo: lts::cublasLtMatmulAlgo_t,
+    /// Workspace bytes `algo` uses (e.g. for split-K partial sums).
+    workspace_bytes: usize,
+}
+
+impl std::ops::Deref for LtPlan {
+    type Target = LtObjects;
+    fn deref(&self) -> &LtObjects {
+        &self.lt
+    }
+}
+
+pub(crate) fn lt_err(call: &'static str) -> impl Fn(lt::CublasError) -> Error {
     move |e| Error::Cublas {
         call,
         status: e.0 as i32,
@@ -158,7 +194,7 @@ fn cuda_type(dt: DType, arg: &'static str) -> Result<lts::cudaDataType> {
         DType::BF16 => Ok(lts::cudaDataType::CUDA_R_16BF),
         DType::F16 => Ok(lts::cudaDataType::CUDA_R_16F),
         DType::F32 => Ok(lts::cudaDataType::CUDA_R_32F),
-        DType::I32 | DType::U8 => Err(Error::DType {
+        DType::I32 | DType::U8 | DType::E4M3 => Err(Error::DType {
             op: "gemm",
             arg,
             got: dt,
@@ -173,12 +209,8 @@ pub(crate) const WORKSPACE: usize = 32 << 20;
 impl LtPlan {
     fn new(k: &Kernels, sp: &Spec) -> Result<LtPlan> {
         k.ctx.bind_to_thread()?;
-        let handle = lt::create_handle().map_err(lt_err("cublasLtCreate"))?;
-        let desc = lt::create_matmul_desc(
-            lts::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-            lts::cudaDataType::CUDA_R_32F,
-        )
-        .map_err(lt_err("cublasLtMatmulDescCreate"))?;
+        let mut objects = LtObjects::new()?;
+        let (handle, desc) = (objects.handle, objects.desc);
         let set = |attr, v: *const c_void, size| {
             // SAFETY: `desc` is live; `v` points to `size` bytes of the attribute's type.
             unsafe { lt::set_matmul_desc_attribute(desc, attr, v, size) }
@@ -243,11 +275,13 @@ impl LtPlan {
             }
             Ok(ml)
         };
-        let layouts = [
-            mk(&sp.b, sp.a_dt)?,
-            mk(&sp.a, sp.a_dt)?,
-            mk(&sp.c, sp.c_dt)?,
-        ];
+        for (slot, (l, dt)) in [(&sp.b, sp.a_dt), (&sp.a, sp.a_dt), (&sp.c, sp.c_dt)]
+            .into_iter()
+            .enumerate()
+        {
+            objects.layouts[slot] = mk(l, dt)?;
+        }
+        let layouts = objects.layouts;
         let pref = lt::create_matmul_pref().map_err(lt_err("cublasLtMatmulPreferenceCreate"))?;
         let ws = WORKSPACE as u64;
         // SAFETY: `pref` is live; the value has the attribute's type.
@@ -297,9 +331,7 @@ impl LtPlan {
             });
         }
         let mut plan = LtPlan {
-            handle,
-            desc,
-            layouts,
+            lt: objects,
             algo: candidates[0],
             workspace_bytes: workspace_sizes[0],
         };
@@ -645,7 +677,7 @@ const TIMED_REPLAYS: usize = 3;
 const TUNING_ROUNDS: usize = 5;
 
 /// An empty heuristic result for cuBLASLt to fill in.
-fn no_result() -> lts::cublasLtMatmulHeuristicResult_t {
+pub(crate) fn no_result() -> lts::cublasLtMatmulHeuristicResult_t {
     lts::cublasLtMatmulHeuristicResult_t {
         // SAFETY: a plain-data C struct; zeroes are a valid (empty) value.
         algo: unsafe { std::mem::zeroed() },

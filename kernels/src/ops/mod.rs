@@ -4,6 +4,7 @@
 pub mod attention;
 pub mod conv;
 pub mod elementwise;
+pub mod fp8;
 pub mod gemm;
 pub mod image;
 pub mod mlp;

@@ -1,0 +1,705 @@
+//! FP8 E4M3 ops (codes and conversion: [`crate::fp8`]): static quantization of an activation
+//! with a scale kept in device memory, its inverse, and the FP8 linear layer
+//! `out = (x · wᵀ) · x_scale · w_scale[n] (+ bias)` of E4M3 activations (one scale for the
+//! tensor) and E4M3 weights (one scale per output feature, as
+//! [`quantize_rows_e4m3`](crate::fp8::quantize_rows_e4m3) makes them), accumulated in f32.
+//!
+//! The scales are device tensors read when the work runs, so a graph captured once follows a
+//! new calibration written into them. On CUDA the linear layer is a cuBLASLt FP8 GEMM (FP8
+//! tensor cores: sm_89 or newer; elsewhere planning it is an error that says so); on the host
+//! backend the codes are decoded exactly and the products summed in f32.
+
+use super::gemm::{LtObjects, WORKSPACE, lt_err, no_result};
+use super::{P, Rows, rows};
+use crate::cuda::Param;
+use crate::dtype::with_float;
+use crate::error::{Error, Result};
+use crate::fp8::{e4m3_from_f32, e4m3_to_f32};
+use crate::pool::Pool;
+use crate::{DType, Kernels, Tensor};
+use frt_exec::Stream;
+use frt_exec::cudarc::cublaslt::result as lt;
+use frt_exec::cudarc::cublaslt::sys as lts;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// `x` float, `out` E4M3 (or the reverse), both contiguous with as many elements; `scale` one
+/// f32.
+fn check_pair(
+    k: &Kernels,
+    op: &'static str,
+    float: &Tensor,
+    codes: &Tensor,
+    scale: &Tensor,
+) -> Result<()> {
+    k.check_ctx(op, &[float, codes, scale])?;
+    float.expect_float(op, "float tensor")?;
+    codes.expect_dtype(op, "codes", DType::E4M3)?;
+    scale.expect_dtype(op, "scale", DType::F32)?;
+    for t in [float, codes, scale] {
+        t.expect_contiguous(op)?;
+    }
+    if float.numel() != codes.numel() || scale.numel() != 1 {
+        return Err(Error::shape(
+            op,
+            format!("{float:?} and {codes:?} need as many elements, {scale:?} one"),
+        ));
+    }
+    Ok(())
+}
+
+/// Launches `fp8.cu`'s elementwise kernel `name` of float type `dt` on `(input, scale, output)`
+/// of `n` elements.
+///
+/// # Safety
+/// The tensors hold `n` elements each (the scale one), of the kernel's types.
+unsafe fn elementwise(
+    c: &crate::cuda::CudaOps,
+    s: Stream,
+    name: &'static str,
+    dt: DType,
+    [input, scale, output]: [&Tensor; 3],
+    n: usize,
+) -> Result<()> {
+    let threads = 256u32;
+    let blocks = n.div_ceil(threads as usize).clamp(1, 4096) as u32;
+    let params = [
+        Param::of(input),
+        Param::of(scale),
+        Param::of(output),
+        (n as u64).into(),
+    ];
+    // SAFETY: the caller's contract.
+    unsafe {
+        c.launch(
+            s,
+            name,
+            Some(dt),
+            (blocks, 1, 1),
+            (threads, 1, 1),
+            0,
+            &params,
+        )
+    }
+}
+
+/// The value of every code (NaN for the two NaN codes).
+fn code_values() -> &'static [f32; 256] {
+    static T: std::sync::OnceLock<[f32; 256]> = std::sync::OnceLock::new();
+    T.get_or_init(|| std::array::from_fn(|c| e4m3_to_f32(c as u8)))
+}
+
+impl Kernels {
+    /// Static quantization: `out[i] = e4m3(x[i] / scale)` (`scale`: one f32 in device memory,
+    /// read when the work runs; see [`crate::fp8`] for the rounding, the same on both
+    /// backends). A scale of 0 saturates every nonzero value.
+    pub fn quantize_e4m3(&self, s: Stream, x: &Tensor, scale: &Tensor, out: &Tensor) -> Result<()> {
+        let op = "quantize_e4m3";
+        check_pair(self, op, x, out, scale)?;
+        let n = x.numel();
+        match &self.cuda {
+            Some(c) => {
+                // SAFETY: n elements each, checked above; the scale has one.
+                unsafe { elementwise(c, s, "quantize_e4m3", x.dtype(), [x, scale, out], n) }
+            }
+            None => {
+                let (xp, sp, op_) = (P::of(x), P::of(scale), P::of(out));
+                let dt = x.dtype();
+                let keep = (x.clone(), scale.clone(), out.clone());
+                self.host(s, move || {
+                    let _ = &keep;
+                    // SAFETY: indices inside the checked tensors.
+                    unsafe {
+                        let sc = sp.ld::<f32>(0);
+                        with_float!(dt, T, {
+                            for i in 0..n {
+                                *((op_.0 + i) as *mut u8) = e4m3_from_f32(xp.ld::<T>(i) / sc);
+                            }
+                        })
+                    }
+                })
+            }
+        }
+    }
+
+    /// `out[i] = value(codes[i]) · scale`, rounded to `out`'s dtype.
+    pub fn dequantize_e4m3(
+        &self,
+        s: Stream,
+        codes: &Tensor,
+        scale: &Tensor,
+        out: &Tensor,
+    ) -> Result<()> {
+        let op = "dequantize_e4m3";
+        check_pair(self, op, out, codes, scale)?;
+        let n = out.numel();
+        match &self.cuda {
+            Some(c) => {
+                // SAFETY: n elements each, checked above; the scale has one.
+                unsafe { elementwise(c, s, "dequantize_e4m3", out.dtype(), [codes, scale, out], n) }
+            }
+            None => {
+                let (cp, sp, op_) = (P::of(codes), P::of(scale), P::of(out));
+                let dt = out.dtype();
+                let keep = (codes.clone(), scale.clone(), out.clone());
+                self.host(s, move || {
+                    let _ = &keep;
+                    let values = code_values();
+                    // SAFETY: indices inside the checked tensors.
+                    unsafe {
+                        let sc = sp.ld::<f32>(0);
+                        with_float!(dt, T, {
+                            for i in 0..n {
+                                let c = *((cp.0 + i) as *const u8);
+                                op_.st::<T>(i, values[c as usize] * sc);
+                            }
+                        })
+                    }
+                })
+            }
+        }
+    }
+
+    /// Plans the FP8 linear layer (see the module docs) for E4M3 `x` `[M, K]`, E4M3 `w`
+    /// `[N, K]` (PyTorch's `[out, in]`) and a float `out` `[M, N]`, rows with unit column
+    /// stride; `bias`: whether runs add one (`[N]`, `out`'s dtype, bf16 or f16). On CUDA: cuBLASLt's FP8
+    /// GEMM, which needs K and the row strides of `x` and `w` to be multiples of 16 and the
+    /// device to have FP8 tensor cores (sm_89+).
+    pub fn linear_e4m3(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        out: &Tensor,
+        bias: bool,
+    ) -> Result<Fp8Linear> {
+        let op = "linear_e4m3";
+        self.check_ctx(op, &[x, w, out])?;
+        x.expect_dtype(op, "x", DType::E4M3)?;
+        w.expect_dtype(op, "w", DType::E4M3)?;
+        out.expect_float(op, "out")?;
+        if bias && out.dtype() == DType::F32 {
+            // cuBLASLt's FP8 GEMMs take a bias only beside a 16-bit output.
+            return Err(Error::shape(
+                op,
+                "a bias needs a bf16 or f16 output (cuBLASLt's FP8 GEMMs take none beside f32)",
+            ));
+        }
+        let (xr, wr, or) = (rows(op, x)?, rows(op, w)?, rows(op, out)?);
+        if xr.cols != wr.cols || or.rows != xr.rows || or.cols != wr.rows {
+            return Err(Error::shape(
+                op,
+                format!("x {x:?} · wᵀ {w:?} does not give out {out:?}"),
+            ));
+        }
+        let spec = Fp8Spec {
+            x: xr,
+            w: wr,
+            out: or,
+            out_dt: out.dtype(),
+            bias,
+        };
+        let lt = match &self.cuda {
+            Some(c) => Some(Arc::new(Fp8Lt::new(
+                self,
+                &c.arch,
+                &spec,
+                (w.ptr(), x.ptr()),
+            )?)),
+            None => None,
+        };
+        Ok(Fp8Linear {
+            kernels: self.clone(),
+            spec,
+            lt,
+        })
+    }
+}
+
+#[derive(Copy, Clone, Debug)]
+struct Fp8Spec {
+    x: Rows,
+    w: Rows,
+    out: Rows,
+    out_dt: DType,
+    bias: bool,
+}
+
+/// How a cuBLASLt FP8 plan applies the scales (the first form cuBLASLt accepts, tried in
+/// this order).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Fp8Scaling {
+    /// cuBLASLt's outer-vector scale mode on the weight operand, a scalar for the activation.
+    OuterVector,
+    /// Outer-vector scale modes on both operands: the activation's scale is then a vector of
+    /// one (equal) entry per row of `x` (see [`Fp8Linear::x_scale_elements`]).
+    BothVectors,
+    /// A device vector of alphas, one per output feature.
+    AlphaVector,
+}
+
+/// [`Kernels::linear_e4m3`]: planned once for the layouts; runs with any tensors of those
+/// layouts (one layer's weights after another), its scales read when the work runs.
+pub struct Fp8Linear {
+    kernels: Kernels,
+    spec: Fp8Spec,
+    lt: Option<Arc<Fp8Lt>>,
+}
+
+impl Fp8Linear {
+    /// `(M, K, N)`.
+    pub fn dims(&self) -> (usize, usize, usize) {
+        (self.spec.x.rows, self.spec.x.cols, self.spec.w.rows)
+    }
+
+    /// On CUDA, how the weight scales are applied (which form cuBLASLt accepted).
+    pub fn scaling(&self) -> Option<Fp8Scaling> {
+        self.lt.as_ref().map(|p| p.scaling)
+    }
+
+    /// How many f32 the activation scale has: 1, or M equal entries where cuBLASLt takes the
+    /// activation's scale as a vector ([`Fp8Scaling::BothVectors`]).
+    pub fn x_scale_elements(&self) -> usize {
+        match self.scaling() {
+            Some(Fp8Scaling::BothVectors) => self.spec.x.rows,
+            _ => 1,
+        }
+    }
+
+    /// Enqueues `out = (x · wᵀ) · x_scale · w_scale[n] (+ bias)`: `x_scale`
+    /// [`x_scale_elements`](Self::x_scale_elements) f32 (all equal), `w_scale` N f32
+    /// (contiguous).
+    #[allow(clippy::too_many_arguments)]
+    pub fn run(
+        &self,
+        s: Stream,
+        x: &Tensor,
+        x_scale: &Tensor,
+        w: &Tensor,
+        w_scale: &Tensor,
+        out: &Tensor,
+        bias: Option<&Tensor>,
+    ) -> Result<()> {
+        let op = "linear_e4m3";
+        let sp = self.spec;
+        let k = &self.kernels;
+        k.check_ctx(op, &[x, x_scale, w, w_scale, out])?;
+        let same = |t: &Tensor, planned: Rows, dt: DType| -> Result<bool> {
+            let r = rows(op, t)?;
+            Ok(t.dtype() == dt
+                && (r.rows, r.cols, r.stride) == (planned.rows, planned.cols, planned.stride))
+        };
+        if !same(x, sp.x, DType::E4M3)?
+            || !same(w, sp.w, DType::E4M3)?
+            || !same(out, sp.out, sp.out_dt)?
+        {
+            return Err(Error::shape(
+                op,
+                format!("{x:?}, {w:?}, {out:?} differ from the planned layout {sp:?}"),
+            ));
+        }
+        for (t, n, name) in [
+            (x_scale, self.x_scale_elements(), "x_scale"),
+            (w_scale, sp.w.rows, "w_scale"),
+        ] {
+            t.expect_dtype(op, name, DType::F32)?;
+            t.expect_contiguous(op)?;
+            if t.numel() != n {
+                return Err(Error::shape(
+                    op,
+                    format!("{name} {t:?} must have {n} elements"),
+                ));
+            }
+        }
+        match (bias, sp.bias) {
+            (Some(t), true) => {
+                k.check_ctx(op, &[t])?;
+                t.expect_dtype(op, "bias", sp.out_dt)?;
+                t.expect_contiguous(op)?;
+                if t.numel() != sp.w.rows {
+                    return Err(Error::shape(
+                        op,
+                        format!("bias {t:?} must have {} elements", sp.w.rows),
+                    ));
+                }
+            }
+            (None, false) => {}
+            _ => {
+                return Err(Error::shape(
+                    op,
+                    "a bias is given exactly when the plan was made with one",
+                ));
+            }
+        }
+        match &self.lt {
+            Some(p) => {
+                let cuda = k.cuda.as_ref().expect("CUDA plans exist on CUDA");
+                let workspace = cuda.workspace(&k.ctx, s)?;
+                k.retain(s, &[x, x_scale, w, w_scale, out]);
+                if let Some(t) = bias {
+                    k.retain(s, &[t]);
+                }
+                k.ctx.retain(s, &workspace);
+                k.ctx.retain_object(s, p.clone());
+                k.ctx.bind_to_thread()?;
+                let raw = k.ctx.raw_stream(s)? as lts::cudaStream_t;
+                // SAFETY: layouts and sizes checked against the plan; the pointers are live
+                // device memory retained by a capture in progress.
+                unsafe {
+                    p.matmul(
+                        x.ptr(),
+                        x_scale.ptr(),
+                        w.ptr(),
+                        w_scale.ptr(),
+                        out.ptr(),
+                        bias.map(|t| t.ptr()),
+                        workspace.ptr(),
+                        raw,
+                    )
+                }
+            }
+            None => {
+                let ptrs = (
+                    P::of(x),
+                    P::of(x_scale),
+                    P::of(w),
+                    P::of(w_scale),
+                    P::of(out),
+                    bias.map(P::of),
+                );
+                let keep = (
+                    x.clone(),
+                    x_scale.clone(),
+                    w.clone(),
+                    w_scale.clone(),
+                    out.clone(),
+                    bias.cloned(),
+                );
+                k.host(s, move || {
+                    let _ = &keep;
+                    // SAFETY: the layouts were checked against the plan.
+                    unsafe { host_linear(&sp, ptrs) };
+                })
+            }
+        }
+    }
+}
+
+/// The host backend's FP8 linear layer: each weight row decoded once per task, products summed
+/// in f32, then scaled by `x_scale · w_scale[n]`, the bias added, rounded to `out`'s dtype.
+///
+/// # Safety
+/// The pointers hold tensors of the spec's layouts.
+unsafe fn host_linear(sp: &Fp8Spec, (x, xs, w, ws, out, bias): (P, P, P, P, P, Option<P>)) {
+    const COLS_PER_TASK: usize = 16;
+    let values = code_values();
+    let (m, kk, n) = (sp.x.rows, sp.x.cols, sp.w.rows);
+    // SAFETY: one f32.
+    let x_scale = unsafe { xs.ld::<f32>(0) };
+    // The activations decoded once.
+    let xd: Vec<f32> = (0..m * kk)
+        .map(|i| {
+            let (r, c) = (i / kk, i % kk);
+            // SAFETY: inside x's layout.
+            values[unsafe { *((x.0 + r * sp.x.stride + c) as *const u8) } as usize]
+        })
+        .collect();
+    let tasks = n.div_ceil(COLS_PER_TASK);
+    let dt = sp.out_dt;
+    Pool::global().run(tasks, &|t| {
+        let mut wd = vec![0f32; kk];
+        for j in t * COLS_PER_TASK..((t + 1) * COLS_PER_TASK).min(n) {
+            for (c, v) in wd.iter_mut().enumerate() {
+                // SAFETY: inside w's layout.
+                *v = values[unsafe { *((w.0 + j * sp.w.stride + c) as *const u8) } as usize];
+            }
+            // SAFETY: n scales, n bias values.
+            let scale = x_scale * unsafe { ws.ld::<f32>(j) };
+            let b = bias.map(|b| with_float!(dt, T, { unsafe { b.ld::<T>(j) } }));
+            for i in 0..m {
+                let mut y = super::gemm::dot(&xd[i * kk..(i + 1) * kk], &wd) * scale;
+                if let Some(b) = b {
+                    y += b;
+                }
+                // SAFETY: inside out's layout.
+                with_float!(dt, T, { unsafe { out.st::<T>(i * sp.out.stride + j, y) } });
+            }
+        }
+    });
+}
+
+/// cuBLASLt objects of one FP8 plan.
+struct Fp8Lt {
+    lt: LtObjects,
+    algo: lts::cublasLtMatmulAlgo_t,
+    scaling: Fp8Scaling,
+}
+
+impl std::ops::Deref for Fp8Lt {
+    type Target = LtObjects;
+    fn deref(&self) -> &LtObjects {
+        &self.lt
+    }
+}
+
+fn out_type(dt: DType) -> lts::cudaDataType {
+    match dt {
+        DType::BF16 => lts::cudaDataType::CUDA_R_16BF,
+        DType::F16 => lts::cudaDataType::CUDA_R_16F,
+        _ => lts::cudaDataType::CUDA_R_32F,
+    }
+}
+
+impl Fp8Lt {
+    /// `placeholders`: device addresses the scale pointers hold while cuBLASLt is asked for an
+    /// algorithm (vector scale modes refuse null ones); each run sets the real ones.
+    fn new(k: &Kernels, arch: &str, sp: &Fp8Spec, placeholders: (u64, u64)) -> Result<Fp8Lt> {
+        let op = "linear_e4m3";
+        let sm: u32 = arch
+            .trim_start_matches("sm_")
+            .trim_end_matches(['a', 'f'])
+            .parse()
+            .unwrap_or(0);
+        if sm < 89 {
+            return Err(Error::shape(
+                op,
+                format!("FP8 GEMMs need FP8 tensor cores (sm_89 or newer); this device is {arch}"),
+            ));
+        }
+        let (m, kk, n) = (sp.x.rows, sp.x.cols, sp.w.rows);
+        if kk % 16 != 0 || sp.x.stride % 16 != 0 || sp.w.stride % 16 != 0 {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "cuBLASLt's FP8 GEMM needs K ({kk}) and the row strides of x ({}) and w ({}) to be multiples of 16",
+                    sp.x.stride, sp.w.stride
+                ),
+            ));
+        }
+        k.ctx.bind_to_thread()?;
+        // The forms of scaling in turn (see `Fp8Scaling`).
+        let mut refused = Vec::new();
+        for scaling in [
+            Fp8Scaling::OuterVector,
+            Fp8Scaling::BothVectors,
+            Fp8Scaling::AlphaVector,
+        ] {
+            match Self::with_scaling(sp, (m, kk, n), scaling, placeholders) {
+                Ok(p) => return Ok(p),
+                Err(e) => refused.push(format!("{scaling:?}: {e}")),
+            }
+        }
+        // SAFETY: no arguments; reads the loaded library's version.
+        let version = unsafe { lts::cublasLtGetVersion() };
+        Err(Error::shape(
+            op,
+            format!(
+                "cuBLASLt {version} takes none of the forms of per-feature scales for {m}x{kk}x{n} on {arch} ({})",
+                refused.join("; ")
+            ),
+        ))
+    }
+
+    fn with_scaling(
+        sp: &Fp8Spec,
+        (m, kk, n): (usize, usize, usize),
+        scaling: Fp8Scaling,
+        (a_scale, b_scale): (u64, u64),
+    ) -> Result<Fp8Lt> {
+        let mut plan = Fp8Lt {
+            lt: LtObjects::new()?,
+            algo: lts::cublasLtMatmulAlgo_t { data: [0; 8] },
+            scaling,
+        };
+        let desc = plan.desc;
+        let set = |attr, v: *const c_void, size| {
+            // SAFETY: `desc` is live; `v` points to `size` bytes of the attribute's type.
+            unsafe { lt::set_matmul_desc_attribute(desc, attr, v, size) }
+                .map_err(lt_err("cublasLtMatmulDescSetAttribute"))
+        };
+        use lts::cublasLtMatmulDescAttributes_t as A;
+        // cuBLASLt's A is our w seen column-major (K × N), transposed; its B our x (K × M);
+        // D our out (N × M column-major): the "TN" form FP8 GEMMs require.
+        let (ta, tb) = (1i32, 0i32);
+        set(
+            A::CUBLASLT_MATMUL_DESC_TRANSA,
+            &ta as *const _ as *const c_void,
+            4,
+        )?;
+        set(
+            A::CUBLASLT_MATMUL_DESC_TRANSB,
+            &tb as *const _ as *const c_void,
+            4,
+        )?;
+        match scaling {
+            Fp8Scaling::OuterVector | Fp8Scaling::BothVectors => {
+                let mode =
+                    lts::cublasLtMatmulMatrixScale_t::CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+                set(
+                    A::CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
+                    &mode as *const _ as *const c_void,
+                    4,
+                )?;
+                if scaling == Fp8Scaling::BothVectors {
+                    set(
+                        A::CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
+                        &mode as *const _ as *const c_void,
+                        4,
+                    )?;
+                }
+            }
+            Fp8Scaling::AlphaVector => {
+                let mode =
+                    lts::cublasLtPointerMode_t::CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_ZERO;
+                set(
+                    A::CUBLASLT_MATMUL_DESC_POINTER_MODE,
+                    &mode as *const _ as *const c_void,
+                    4,
+                )?;
+            }
+        }
+        // Placeholder scale pointers (see `new`); the alpha-vector form has no weight scale.
+        if scaling != Fp8Scaling::AlphaVector {
+            set(
+                A::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                &a_scale as *const u64 as *const c_void,
+                8,
+            )?;
+        }
+        set(
+            A::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+            &b_scale as *const u64 as *const c_void,
+            8,
+        )?;
+        let epi = if sp.bias {
+            lts::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS
+        } else {
+            lts::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_DEFAULT
+        };
+        set(
+            A::CUBLASLT_MATMUL_DESC_EPILOGUE,
+            &epi as *const _ as *const c_void,
+            4,
+        )?;
+        if sp.bias {
+            let bt = out_type(sp.out_dt);
+            set(
+                A::CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                &bt as *const _ as *const c_void,
+                4,
+            )?;
+        }
+        let e4m3 = lts::cudaDataType::CUDA_R_8F_E4M3;
+        let mk = |ty, rows: usize, cols: usize, ld: usize| {
+            lt::create_matrix_layout(ty, rows as u64, cols as u64, ld as i64)
+                .map_err(lt_err("cublasLtMatrixLayoutCreate"))
+        };
+        plan.lt.layouts[0] = mk(e4m3, kk, n, sp.w.stride)?;
+        plan.lt.layouts[1] = mk(e4m3, kk, m, sp.x.stride)?;
+        plan.lt.layouts[2] = mk(out_type(sp.out_dt), n, m, sp.out.stride)?;
+        let pref = lt::create_matmul_pref().map_err(lt_err("cublasLtMatmulPreferenceCreate"))?;
+        let ws = WORKSPACE as u64;
+        let mut found = [no_result(); 1];
+        let mut count = 0i32;
+        // SAFETY: every descriptor is live and describes the operands; `found` has room for
+        // one result.
+        let status = unsafe {
+            let _ = lt::set_matmul_pref_attribute(
+                pref,
+                lts::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                &ws as *const _ as *const c_void,
+                8,
+            );
+            let st = lts::cublasLtMatmulAlgoGetHeuristic(
+                plan.handle,
+                plan.desc,
+                plan.layouts[0],
+                plan.layouts[1],
+                plan.layouts[2],
+                plan.layouts[2],
+                pref,
+                1,
+                found.as_mut_ptr(),
+                &mut count,
+            );
+            let _ = lt::destroy_matmul_pref(pref);
+            st
+        };
+        if status != lts::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+            || count < 1
+            || found[0].state != lts::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+            || found[0].workspaceSize > WORKSPACE
+        {
+            return Err(Error::NoAlgorithm {
+                what: format!("FP8 GEMM ({scaling:?} scales) {sp:?}: status {status:?}"),
+            });
+        }
+        plan.algo = found[0].algo;
+        Ok(plan)
+    }
+
+    /// Enqueues the GEMM with this run's pointers.
+    ///
+    /// # Safety
+    /// The pointers are live device memory of the plan's layouts and sizes; `raw` a stream of
+    /// the plan's context.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn matmul(
+        &self,
+        x: u64,
+        x_scale: u64,
+        w: u64,
+        w_scale: u64,
+        out: u64,
+        bias: Option<u64>,
+        workspace: u64,
+        raw: lts::cudaStream_t,
+    ) -> Result<()> {
+        use lts::cublasLtMatmulDescAttributes_t as A;
+        let set = |attr, ptr: &u64| {
+            // SAFETY: the descriptor is live; the value is a device pointer.
+            unsafe {
+                lt::set_matmul_desc_attribute(
+                    self.desc,
+                    attr,
+                    ptr as *const u64 as *const c_void,
+                    8,
+                )
+            }
+            .map_err(lt_err("cublasLtMatmulDescSetAttribute"))
+        };
+        set(A::CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scale)?;
+        if self.scaling != Fp8Scaling::AlphaVector {
+            set(A::CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale)?;
+        }
+        if let Some(b) = &bias {
+            set(A::CUBLASLT_MATMUL_DESC_BIAS_POINTER, b)?;
+        }
+        let (one, zero) = (1f32, 0f32);
+        let alpha: *const c_void = match self.scaling {
+            Fp8Scaling::AlphaVector => w_scale as *const c_void,
+            _ => &one as *const f32 as *const c_void,
+        };
+        // SAFETY: the caller's contract.
+        unsafe {
+            lt::matmul(
+                self.handle,
+                self.desc,
+                alpha,
+                &zero as *const f32 as *const c_void,
+                w as *const c_void,
+                self.layouts[0],
+                x as *const c_void,
+                self.layouts[1],
+                out as *const c_void,
+                self.layouts[2],
+                out as *mut c_void,
+                self.layouts[2],
+                &self.algo,
+                workspace as *mut c_void,
+                WORKSPACE,
+                raw,
+            )
+        }
+        .map_err(lt_err("cublasLtMatmul"))
+    }
+}

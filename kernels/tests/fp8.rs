@@ -1,0 +1,358 @@
+//! FP8 E4M3 ops on both backends: static quantization gives exactly the codes of
+//! `frt_kernels::fp8` (the host's arithmetic) on every backend; the FP8 linear layer matches
+//! an f64 reference of the decoded codes and scales; new scales written into their tensors
+//! reach a captured graph without recapture.
+//!
+//! Host: `cargo test -p frt-kernels --test fp8`. CUDA: `-- --ignored` (`.gpu/kernels-fp8`).
+
+mod common;
+
+use common::{Backend, FLOATS, Rng, check_elements, size_ok, tol};
+use frt_exec::{Graph, ShapeKey};
+use frt_kernels::fp8::{E4M3_MAX, e4m3_from_f32, e4m3_to_f32, quantize_rows_e4m3};
+use frt_kernels::{DType, Kernels, Tensor};
+
+fn exec_err(e: frt_kernels::Error) -> frt_exec::Error {
+    match e {
+        frt_kernels::Error::Exec(e) => e,
+        other => frt_exec::Error::Invalid {
+            op: "capture",
+            reason: other.to_string(),
+        },
+    }
+}
+
+/// Values spread over E4M3's whole range once divided by `scale`: tiny, subnormal, normal,
+/// saturating, both signs.
+fn spread(rng: &mut Rng, n: usize, scale: f32) -> Vec<f32> {
+    (0..n)
+        .map(|_| {
+            let e = rng.uniform() * 12.0 - 2.0; // 2^-14 .. 2^10 before the scale
+            let v = 2f32.powf(e) * scale;
+            if rng.below(2) == 0 { v } else { -v }
+        })
+        .collect()
+}
+
+/// What a float tensor of `dt` holds for `v` (its storage rounding).
+fn stored(dt: DType, v: f32) -> f32 {
+    match dt {
+        DType::BF16 => half::bf16::from_f32(v).to_f32(),
+        DType::F16 => half::f16::from_f32(v).to_f32(),
+        _ => v,
+    }
+}
+
+fn scalar(b: &Backend, v: f32) -> Tensor {
+    filled(b, v, 1)
+}
+
+fn filled(b: &Backend, v: f32, n: usize) -> Tensor {
+    let t = Tensor::alloc(b.k.ctx(), "scale", DType::F32, &[n]).unwrap();
+    t.write_f32(b.s, &vec![v; n]).unwrap();
+    t
+}
+
+/// The activation scale as the plan takes it (one value, or one per row).
+fn x_scale(b: &Backend, plan: &frt_kernels::Fp8Linear, v: f32) -> Tensor {
+    filled(b, v, plan.x_scale_elements())
+}
+
+fn quantize_gives_the_host_codes(b: &Backend) {
+    let mut rng = Rng::new(81);
+    for (n, big) in [(1000usize, false), (50 * 1024, false), (576 * 2048, true)] {
+        if !size_ok(b, big) {
+            continue;
+        }
+        for dt in FLOATS {
+            let scale = 0.37f32;
+            let v = spread(&mut rng, n, scale);
+            let x = Tensor::alloc(b.k.ctx(), "x", dt, &[n]).unwrap();
+            x.write_f32(b.s, &v).unwrap();
+            let q = Tensor::alloc(b.k.ctx(), "q", DType::E4M3, &[n]).unwrap();
+            let sc = scalar(b, scale);
+            b.k.quantize_e4m3(b.s, &x, &sc, &q).unwrap();
+            let got = q.read_bytes(b.s).unwrap();
+            let want: Vec<u8> = v
+                .iter()
+                .map(|&x| e4m3_from_f32(stored(dt, x) / scale))
+                .collect();
+            let differ = got.iter().zip(&want).filter(|(a, b)| a != b).count();
+            assert_eq!(
+                differ, 0,
+                "[{}] quantize {n} {dt:?}: {differ} codes differ",
+                b.name
+            );
+            // Saturated and subnormal codes both occur.
+            assert!(want.iter().any(|&c| c & 0x7f == 0x7e) && want.iter().any(|&c| c & 0x78 == 0));
+            // Dequantized: each code's value times the scale, rounded to dt.
+            let back = Tensor::alloc(b.k.ctx(), "back", dt, &[n]).unwrap();
+            b.k.dequantize_e4m3(b.s, &q, &sc, &back).unwrap();
+            let got = back.read_f32(b.s).unwrap();
+            for (i, (&g, &c)) in got.iter().zip(&want).enumerate() {
+                let w = stored(dt, e4m3_to_f32(c) * scale);
+                assert_eq!(
+                    g.to_bits(),
+                    w.to_bits(),
+                    "[{}] dequantize {dt:?} at {i}",
+                    b.name
+                );
+            }
+        }
+    }
+}
+
+/// A quantized GEMM case: activations quantized with one scale, weights per row.
+struct Fp8Case {
+    x: Vec<u8>,
+    x_scale: f32,
+    w: Vec<u8>,
+    w_scale: Vec<f32>,
+    bias: Option<Vec<f32>>,
+}
+
+impl Fp8Case {
+    fn new(rng: &mut Rng, m: usize, k: usize, n: usize, bias: bool) -> Fp8Case {
+        let xf = rng.vec(m * k, 3.0);
+        let x_scale = 3.0 / E4M3_MAX;
+        let x = xf.iter().map(|v| e4m3_from_f32(v / x_scale)).collect();
+        // Weights whose rows differ in size, so that per-row scales matter.
+        let wf: Vec<f32> = (0..n * k)
+            .map(|i| rng.uniform() * 0.05 * (1.0 + (i / k % 7) as f32))
+            .collect();
+        let (w, w_scale) = quantize_rows_e4m3(&wf, n, k);
+        Fp8Case {
+            x,
+            x_scale,
+            w,
+            w_scale,
+            bias: bias.then(|| rng.vec(n, 0.5)),
+        }
+    }
+
+    /// f64 reference: Σ value(x)·value(w) · x_scale · w_scale[n] (+ bias as stored in dt).
+    fn reference(&self, m: usize, k: usize, n: usize, dt: DType) -> Vec<f64> {
+        let decode = |c: &[u8]| -> Vec<f64> { c.iter().map(|&c| e4m3_to_f32(c) as f64).collect() };
+        let (x, w) = (decode(&self.x), decode(&self.w));
+        let mut out = vec![0f64; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                let (xr, wr) = (&x[i * k..(i + 1) * k], &w[j * k..(j + 1) * k]);
+                let acc: f64 = xr.iter().zip(wr).map(|(a, b)| a * b).sum();
+                let b = self.bias.as_ref().map_or(0.0, |b| stored(dt, b[j]) as f64);
+                out[i * n + j] = acc * self.x_scale as f64 * self.w_scale[j] as f64 + b;
+            }
+        }
+        out
+    }
+}
+
+struct Fp8Tensors {
+    x: Tensor,
+    w: Tensor,
+    ws: Tensor,
+    out: Tensor,
+    bias: Option<Tensor>,
+}
+
+fn upload(b: &Backend, c: &Fp8Case, (m, k, n): (usize, usize, usize), dt: DType) -> Fp8Tensors {
+    let ctx = b.k.ctx();
+    let t = |name, dt, shape: &[usize]| Tensor::alloc(ctx, name, dt, shape).unwrap();
+    let (x, w) = (t("x", DType::E4M3, &[m, k]), t("w", DType::E4M3, &[n, k]));
+    x.write_bytes(b.s, &c.x).unwrap();
+    w.write_bytes(b.s, &c.w).unwrap();
+    let ws = t("w_scale", DType::F32, &[n]);
+    ws.write_f32(b.s, &c.w_scale).unwrap();
+    let out = t("out", dt, &[m, n]);
+    out.write_f32(b.s, &vec![f32::NAN; m * n]).unwrap();
+    let bias = c.bias.as_ref().map(|v| {
+        let bt = t("bias", dt, &[n]);
+        bt.write_f32(b.s, v).unwrap();
+        bt
+    });
+    Fp8Tensors {
+        x,
+        w,
+        ws,
+        out,
+        bias,
+    }
+}
+
+fn linear_matches_the_reference(b: &Backend) {
+    let mut rng = Rng::new(82);
+    // (m, k, n, bias, big): small and odd (host), the action expert's and the prefix's.
+    let shapes = [
+        (3usize, 32usize, 16usize, false, false),
+        (5, 64, 40, true, false),
+        (50, 1024, 2560, false, true),
+        (50, 4096, 1024, false, true),
+        (576, 2048, 2048, true, true),
+    ];
+    for (m, k, n, with_bias, big) in shapes {
+        if !size_ok(b, big) {
+            continue;
+        }
+        for dt in [DType::BF16, DType::F32] {
+            let c = Fp8Case::new(&mut rng, m, k, n, with_bias);
+            if with_bias && dt == DType::F32 {
+                // A bias only beside a 16-bit output (as cuBLASLt's FP8 GEMMs take one).
+                let t = upload(b, &c, (m, k, n), dt);
+                let e =
+                    b.k.linear_e4m3(&t.x, &t.w, &t.out, true)
+                        .err()
+                        .expect("refused");
+                assert!(e.to_string().contains("bf16 or f16 output"), "{e}");
+                continue;
+            }
+            let t = upload(b, &c, (m, k, n), dt);
+            let plan = b.k.linear_e4m3(&t.x, &t.w, &t.out, with_bias).unwrap();
+            let xs = x_scale(b, &plan, c.x_scale);
+            plan.run(b.s, &t.x, &xs, &t.w, &t.ws, &t.out, t.bias.as_ref())
+                .unwrap();
+            if b.is_cuda() {
+                eprintln!(
+                    "linear_e4m3 {m}x{k}x{n} {dt:?}: {:?} scales",
+                    plan.scaling()
+                );
+            }
+            let got = t.out.read_f32(b.s).unwrap();
+            let want = c.reference(m, k, n, dt);
+            // f32 outputs: Hopper's FP8 tensor cores add products with fewer bits than f32
+            // between cuBLASLt's promotions to f32 (seen: 8.8e-5 relative at K = 32).
+            if let Err(e) = check_elements(&got, &want, tol(dt, 5e-5 * (k as f64).sqrt())) {
+                panic!(
+                    "[{}] linear_e4m3 {m}x{k}x{n} {dt:?} bias {with_bias} ({:?}): {e}",
+                    b.name,
+                    plan.scaling()
+                );
+            }
+        }
+    }
+}
+
+/// New scales written into the scale tensors change what a captured graph computes, with no
+/// new capture; the graph then matches a fresh run with those scales.
+fn new_scales_reach_a_captured_graph(b: &Backend) {
+    let mut rng = Rng::new(83);
+    let (m, k, n) = if b.is_cuda() {
+        (50, 1024, 2560)
+    } else {
+        (4, 32, 24)
+    };
+    let dt = DType::BF16;
+    let c = Fp8Case::new(&mut rng, m, k, n, false);
+    let t = upload(b, &c, (m, k, n), dt);
+    let xf = Tensor::alloc(b.k.ctx(), "x_float", dt, &[m, k]).unwrap();
+    xf.write_f32(b.s, &rng.vec(m * k, 3.0)).unwrap();
+    let plan = b.k.linear_e4m3(&t.x, &t.w, &t.out, false).unwrap();
+    let xs = x_scale(b, &plan, c.x_scale);
+    let record = |k: &Kernels, s| -> frt_kernels::Result<()> {
+        k.quantize_e4m3(s, &xf, &xs.narrow(0, 0, 1)?, &t.x)?;
+        plan.run(s, &t.x, &xs, &t.w, &t.ws, &t.out, None)
+    };
+    let g = Graph::new(b.k.ctx(), "fp8", 1);
+    g.capture(ShapeKey(0), |cs| record(&b.k, cs).map_err(exec_err))
+        .unwrap();
+    let captures = g.capture_count();
+    let run_graph = || {
+        g.replay(ShapeKey(0), b.s).unwrap();
+        (t.x.read_bytes(b.s).unwrap(), t.out.read_f32(b.s).unwrap())
+    };
+    let first = run_graph();
+    // A new calibration: another activation scale, every weight scale doubled.
+    xs.write_f32(b.s, &vec![c.x_scale * 1.5; xs.numel()])
+        .unwrap();
+    let doubled: Vec<f32> = c.w_scale.iter().map(|s| s * 2.0).collect();
+    t.ws.write_f32(b.s, &doubled).unwrap();
+    let second = run_graph();
+    assert_eq!(g.capture_count(), captures, "no new capture");
+    assert_ne!(
+        first.0, second.0,
+        "[{}] the codes follow the new activation scale",
+        b.name
+    );
+    // The same tensors and scales run eagerly give the same bits.
+    record(&b.k, b.s).unwrap();
+    let eager = (t.x.read_bytes(b.s).unwrap(), t.out.read_f32(b.s).unwrap());
+    assert_eq!(second.0, eager.0, "[{}] codes", b.name);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&second.1), bits(&eager.1), "[{}] outputs", b.name);
+    // And the reference with the new scales.
+    let new_case = Fp8Case {
+        x: second.0.clone(),
+        x_scale: c.x_scale * 1.5,
+        w: c.w.clone(),
+        w_scale: doubled,
+        bias: None,
+    };
+    check_elements(&second.1, &new_case.reference(m, k, n, dt), tol(dt, 1e-4))
+        .unwrap_or_else(|e| panic!("[{}] after the new scales: {e}", b.name));
+}
+
+fn rejects_bad_arguments(b: &Backend) {
+    let ctx = b.k.ctx();
+    let t = |dt, shape: &[usize]| Tensor::alloc(ctx, "t", dt, shape).unwrap();
+    let (x, w, out) = (
+        t(DType::E4M3, &[4, 32]),
+        t(DType::E4M3, &[8, 32]),
+        t(DType::BF16, &[4, 8]),
+    );
+    let msg = |r: frt_kernels::Result<frt_kernels::Fp8Linear>| match r {
+        Ok(_) => panic!("accepted"),
+        Err(e) => e.to_string(),
+    };
+    // bf16 operands where codes are due; shapes that do not chain.
+    let e = msg(b.k.linear_e4m3(&t(DType::BF16, &[4, 32]), &w, &out, false));
+    assert!(e.contains("x"), "{e}");
+    let e = msg(b.k.linear_e4m3(&x, &t(DType::E4M3, &[8, 16]), &out, false));
+    assert!(e.contains("does not give"), "{e}");
+    if b.is_cuda() {
+        // cuBLASLt's FP8 GEMM needs K a multiple of 16.
+        let e = msg(b.k.linear_e4m3(
+            &t(DType::E4M3, &[4, 24]),
+            &t(DType::E4M3, &[8, 24]),
+            &out,
+            false,
+        ));
+        assert!(e.contains("multiples of 16") || e.contains("sm_89"), "{e}");
+    }
+    let plan = b.k.linear_e4m3(&x, &w, &out, false).unwrap();
+    let (xs, ws) = (x_scale(b, &plan, 1.0), t(DType::F32, &[8]));
+    // A weight scale per feature, one activation scale.
+    let e = plan
+        .run(b.s, &x, &xs, &w, &t(DType::F32, &[4]), &out, None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("w_scale") && e.contains("8 elements"), "{e}");
+    let e = plan
+        .run(b.s, &x, &filled(b, 1.0, 7), &w, &ws, &out, None)
+        .unwrap_err()
+        .to_string();
+    let want = format!("{} elements", plan.x_scale_elements());
+    assert!(e.contains("x_scale") && e.contains(&want), "{e}");
+    let e = plan
+        .run(b.s, &x, &xs, &w, &ws, &out, Some(&t(DType::BF16, &[8])))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("bias"), "{e}");
+    // Quantize: a float input, codes out, one scale.
+    let xf = t(DType::F32, &[4, 32]);
+    let e =
+        b.k.quantize_e4m3(b.s, &xf, &ws, &x)
+            .unwrap_err()
+            .to_string();
+    assert!(e.contains("one"), "{e}");
+    let e =
+        b.k.quantize_e4m3(b.s, &xf, &scalar(b, 1.0), &t(DType::U8, &[4, 32]))
+            .unwrap_err()
+            .to_string();
+    assert!(e.contains("codes"), "{e}");
+}
+
+backend_tests!(
+    quantize_gives_the_host_codes,
+    linear_matches_the_reference,
+    new_scales_reach_a_captured_graph,
+    rejects_bad_arguments
+);
