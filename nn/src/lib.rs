@@ -15,4 +15,7 @@ pub mod error;
 pub mod store;
 
 pub use error::{Error, Result};
-pub use store::{Path, SLOT_BYTES, SLOTS, Store, Stored, View, bytes_read, upload_stacked};
+pub use store::{
+    Path, QuantizedWeight, SLOT_BYTES, SLOTS, Store, Stored, View, bytes_read, upload_stacked,
+    upload_stacked_e4m3,
+};

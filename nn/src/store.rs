@@ -800,6 +800,97 @@ fn all_finite(stored: Stored, bytes: &[u8]) -> bool {
     }
 }
 
+/// A weight quantized per output feature for FP8 GEMMs
+/// ([`Kernels::linear_e4m3`](frt_kernels::Kernels::linear_e4m3)): E4M3 codes `[rows, cols]` and
+/// one f32 scale per row, `w[r, c] ≈ value(codes[r, c]) · scales[r]`
+/// ([`quantize_rows_e4m3`](frt_kernels::fp8::quantize_rows_e4m3)).
+#[derive(Clone)]
+pub struct QuantizedWeight {
+    pub codes: Tensor,
+    pub scales: Tensor,
+}
+
+/// Rows quantized per pass of [`View::write_e4m3_rows`]: about 4 MiB of f32 at a time.
+const QUANTIZE_VALUES: usize = 1 << 20;
+
+impl View<'_> {
+    /// Uploads a 2-D weight `[rows, cols]` quantized per row (see [`QuantizedWeight`]).
+    pub fn upload_e4m3(&self, ctx: &Ctx, s: Stream) -> Result<QuantizedWeight> {
+        upload_stacked_e4m3(std::slice::from_ref(self), ctx, s)
+    }
+
+    /// Quantizes this 2-D weight's rows into `q`'s rows from `row_at` on, a few rows at a
+    /// time (the host holds no copy of the whole weight). A non-finite value is an error
+    /// naming the tensor.
+    fn write_e4m3_rows(&self, q: &QuantizedWeight, s: Stream, row_at: usize) -> Result<()> {
+        let (rows, cols) = match self.shape {
+            [r, c] => (*r, *c),
+            _ => {
+                return Err(Error::Upload {
+                    name: self.name.clone(),
+                    reason: format!("an FP8 weight is 2-D, not {:?}", self.shape),
+                });
+            }
+        };
+        let per = (QUANTIZE_VALUES / cols.max(1)).max(1);
+        let mut values = vec![0f32; per.min(rows) * cols];
+        let mut r = 0;
+        while r < rows {
+            let n = per.min(rows - r);
+            let part = &mut values[..n * cols];
+            self.convert(r * cols, part);
+            if part.iter().any(|v| !v.is_finite()) {
+                return Err(Error::NonFinite {
+                    name: self.name.clone(),
+                });
+            }
+            let (codes, scales) = frt_kernels::fp8::quantize_rows_e4m3(part, n, cols);
+            q.codes.narrow(0, row_at + r, n)?.write_bytes(s, &codes)?;
+            q.scales.narrow(0, row_at + r, n)?.write_f32(s, &scales)?;
+            count_read(n * cols * self.stored.size());
+            r += n;
+        }
+        Ok(())
+    }
+}
+
+/// [`upload_stacked`] of 2-D weights, quantized per row for FP8 GEMMs ([`QuantizedWeight`]).
+pub fn upload_stacked_e4m3(views: &[View], ctx: &Ctx, s: Stream) -> Result<QuantizedWeight> {
+    let first = views.first().ok_or_else(|| Error::Upload {
+        name: "(none)".into(),
+        reason: "nothing to stack".into(),
+    })?;
+    let cols = match first.shape {
+        [_, c] => *c,
+        other => {
+            return Err(Error::Upload {
+                name: first.name.clone(),
+                reason: format!("an FP8 weight is 2-D, not {other:?}"),
+            });
+        }
+    };
+    for v in views {
+        if v.shape.len() != 2 || v.shape[1] != cols {
+            return Err(Error::TensorShape {
+                name: v.name.clone(),
+                got: v.shape.to_vec(),
+                expected: vec![v.shape.first().copied().unwrap_or(0), cols],
+            });
+        }
+    }
+    let rows: usize = views.iter().map(|v| v.shape[0]).sum();
+    let q = QuantizedWeight {
+        codes: Tensor::alloc(ctx, &first.name, DType::E4M3, &[rows, cols])?,
+        scales: Tensor::alloc(ctx, &format!("{}.scales", first.name), DType::F32, &[rows])?,
+    };
+    let mut at = 0;
+    for v in views {
+        v.write_e4m3_rows(&q, s, at)?;
+        at += v.shape[0];
+    }
+    Ok(q)
+}
+
 /// Several `[rows_i, …]` tensors stacked along their first dimension into one new tensor of
 /// `dtype` (`[Σ rows_i, …]`: fused projections such as `[q; k; v]`), each written into its
 /// rows; the trailing dimensions must agree. Named after the first.

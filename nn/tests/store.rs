@@ -362,3 +362,85 @@ fn ctranslate2_files_open_with_scalars_and_aliases() {
     assert!(e.contains("truncated") && e.contains("model.bin"), "{e}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// FP8 uploads quantize each row by its own largest magnitude, from a file in any stored
+/// precision (rows quantized a few at a time: a weight larger than one pass), stack like
+/// `upload_stacked`, and refuse non-finite values and weights that are not 2-D by name.
+#[test]
+fn fp8_uploads_quantize_each_row() {
+    use frt_kernels::fp8::quantize_rows_e4m3;
+    let dir = tmp("fp8");
+    let ctx = Ctx::host().unwrap();
+    let s = ctx.stream(0).unwrap();
+    // 300 rows of 4000: more than one pass of quantization (2^20 values).
+    let (r1, r2, cols) = (300usize, 7usize, 4000usize);
+    let mut a = values(r1 * cols, 3);
+    // Rows of very different sizes (and one of zeros).
+    for (i, v) in a.iter_mut().enumerate() {
+        *v *= (1 + i / cols % 5) as f32 * 0.1;
+        if i / cols == 17 {
+            *v = 0.0;
+        }
+    }
+    let b = values(r2 * cols, 4);
+    for stored in [Stored::F32, Stored::BF16] {
+        let sub = dir.join(format!("{stored:?}"));
+        std::fs::create_dir_all(&sub).unwrap();
+        let path = sub.join("model.safetensors");
+        write(
+            &path,
+            &[
+                ("a", vec![r1, cols], a.clone()),
+                ("b", vec![r2, cols], b.clone()),
+            ],
+            stored,
+        );
+        let store = Store::open(&sub).unwrap();
+        let (va, vb) = (store.view("a").unwrap(), store.view("b").unwrap());
+        let q = frt_nn::upload_stacked_e4m3(&[va.clone(), vb.clone()], &ctx, s).unwrap();
+        assert_eq!(q.codes.shape(), &[r1 + r2, cols]);
+        assert_eq!(q.codes.dtype(), DType::E4M3);
+        let all: Vec<f32> = [va.to_f32(), vb.to_f32()].concat();
+        let (codes, scales) = quantize_rows_e4m3(&all, r1 + r2, cols);
+        assert!(q.codes.read_bytes(s).unwrap() == codes, "{stored:?}: codes");
+        assert_eq!(q.scales.read_f32(s).unwrap(), scales, "{stored:?}: scales");
+        assert_eq!(scales[17], 1.0, "a row of zeros keeps scale 1");
+        let one = va.upload_e4m3(&ctx, s).unwrap();
+        assert!(one.codes.read_bytes(s).unwrap() == codes[..r1 * cols]);
+    }
+    // A NaN in the second pass of rows, and a 1-D weight.
+    let mut bad = a.clone();
+    bad[290 * cols + 5] = f32::NAN;
+    let sub = dir.join("bad");
+    std::fs::create_dir_all(&sub).unwrap();
+    let path = sub.join("model.safetensors");
+    write(
+        &path,
+        &[
+            ("bad", vec![r1, cols], bad),
+            ("bias", vec![cols], b[..cols].to_vec()),
+        ],
+        Stored::F32,
+    );
+    let store = Store::open(&sub).unwrap();
+    let e = store
+        .view("bad")
+        .unwrap()
+        .upload_e4m3(&ctx, s)
+        .err()
+        .unwrap();
+    assert!(
+        matches!(&e, Error::NonFinite { name } if name == "bad"),
+        "{e}"
+    );
+    let e = store
+        .view("bias")
+        .unwrap()
+        .upload_e4m3(&ctx, s)
+        .err()
+        .unwrap();
+    assert!(
+        e.to_string().contains("bias") && e.to_string().contains("2-D"),
+        "{e}"
+    );
+}
