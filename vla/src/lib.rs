@@ -5,6 +5,7 @@
 //! ([`weights`]), preprocessing and normalization as openpi does them ([`inputs`]), the prompt tokenizer ([`tokenizer`]), and the
 //! policy as vision → prefix → action-step graphs with a halt graph ([`pi05`]).
 
+pub mod calibration;
 pub mod config;
 pub mod cost;
 mod error;
