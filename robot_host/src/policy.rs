@@ -397,6 +397,7 @@ impl Policy {
                         kernels: cfg.kernels,
                         compact_views: true,
                         run_variants_once: true,
+                        fp8_expert: None,
                     },
                 ),
             };

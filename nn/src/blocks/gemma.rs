@@ -5,7 +5,7 @@
 //! fused projection, and the gated GELU MLP with `gate; up` fused.
 
 use crate::error::Result;
-use crate::store::{Path, upload_stacked};
+use crate::store::{Path, QuantizedWeight, upload_stacked, upload_stacked_e4m3};
 use frt_exec::{Ctx, Stream};
 use frt_kernels::{DType, Tensor};
 
@@ -79,6 +79,51 @@ impl GemmaLayer {
             down: m
                 .pp("down_proj")
                 .upload("weight", &[w, d.mlp], ctx, s, dt)?,
+        })
+    }
+}
+
+/// A Gemma layer's projections quantized per output feature for FP8 GEMMs (the same
+/// checkpoint names and row order as [`GemmaLayer`]).
+#[derive(Clone)]
+pub struct GemmaFp8 {
+    pub qkv: QuantizedWeight,
+    pub o: QuantizedWeight,
+    pub gate_up: QuantizedWeight,
+    pub down: QuantizedWeight,
+}
+
+impl GemmaFp8 {
+    /// Loads the projections of the layer under `p` quantized per row.
+    pub fn load(p: &Path, d: &GemmaDims, ctx: &Ctx, s: Stream) -> Result<GemmaFp8> {
+        let (w, q_rows, kv_rows) = (d.width, d.heads * d.head_dim, d.kv_heads * d.head_dim);
+        let a = p.pp("self_attn");
+        let m = p.pp("mlp");
+        Ok(GemmaFp8 {
+            qkv: upload_stacked_e4m3(
+                &[
+                    a.pp("q_proj").get("weight", &[q_rows, w])?,
+                    a.pp("k_proj").get("weight", &[kv_rows, w])?,
+                    a.pp("v_proj").get("weight", &[kv_rows, w])?,
+                ],
+                ctx,
+                s,
+            )?,
+            o: a.pp("o_proj")
+                .get("weight", &[w, q_rows])?
+                .upload_e4m3(ctx, s)?,
+            gate_up: upload_stacked_e4m3(
+                &[
+                    m.pp("gate_proj").get("weight", &[d.mlp, w])?,
+                    m.pp("up_proj").get("weight", &[d.mlp, w])?,
+                ],
+                ctx,
+                s,
+            )?,
+            down: m
+                .pp("down_proj")
+                .get("weight", &[w, d.mlp])?
+                .upload_e4m3(ctx, s)?,
         })
     }
 }

@@ -72,6 +72,7 @@ fn build(
         kernels,
         compact_views: !MASKED.get().copied().unwrap_or(false),
         run_variants_once: !std::env::args().any(|a| a == "--no-variant-run"),
+        fp8_expert: None,
     };
     Pi05::build(ctx, s, w, &o).unwrap()
 }

@@ -10,10 +10,88 @@
 use super::flow::{Flow, Inpaint, Io, StepKeys, StepVariant, time_embedding, variant_for};
 use super::prefix::GemmaLayer;
 use super::{GEMMA_EPS, ROPE_WAVELENGTH};
+use crate::calibration::Calibration;
 use crate::error::Result;
 use crate::weights::{EXPERT, Pi05Weights};
 use frt_exec::Stream;
-use frt_kernels::{AttentionMask, AttentionPlan, DType, GegluLinear, Gemm, Kernels, Tensor};
+use frt_kernels::{
+    AttentionMask, AttentionPlan, DType, Fp8Linear, GegluLinear, Gemm, Kernels, Tensor,
+};
+use frt_nn::blocks::gemma::{GemmaDims, GemmaFp8};
+
+/// The inputs of a layer's FP8 GEMMs, in the order of a layer's scales.
+const FP8_INPUTS: [&str; 4] = ["qkv", "o", "gate_up", "down"];
+
+/// The calibration names of the expert's FP8 GEMM inputs (`expert.layers.{j}.{qkv, o,
+/// gate_up, down}`), layer by layer.
+pub(crate) fn fp8_names(depth: usize) -> Vec<String> {
+    (0..depth)
+        .flat_map(|j| FP8_INPUTS.map(|g| format!("expert.layers.{j}.{g}")))
+        .collect()
+}
+
+/// What a calibration run does at each FP8 GEMM input: is given the activation (see
+/// [`Expert::record_calibrating`]).
+pub(crate) type Probe<'a> = &'a mut dyn FnMut(&str, &Tensor) -> Result<()>;
+
+/// The expert's GEMMs in FP8 (E4M3 weights per output feature, activations with static scales
+/// in a buffer: a new calibration is a buffer write).
+struct Fp8Expert {
+    layers: Vec<GemmaFp8>,
+    /// Per layer and GEMM input (`FP8_INPUTS` order), its activation's scale repeated
+    /// `per` times (what the FP8 GEMM plans take, see `Fp8Linear::x_scale_elements`).
+    scales: Tensor,
+    per: usize,
+    /// The quantized activations: the normed tokens, the attention output, the MLP's hidden
+    /// rows; and the gate+up product before GEGLU.
+    tokens: Tensor,
+    attn: Tensor,
+    hidden: Tensor,
+    gate_up: Tensor,
+    /// q/k/v, attention out, gate+up, down.
+    lin: [Fp8Linear; 4],
+}
+
+impl Fp8Expert {
+    /// Writes the calibration's scales into the scale buffer (every captured graph reads
+    /// them from there: no recapture). The calibration must name exactly this expert's GEMM
+    /// inputs.
+    fn set_scales(&self, s: Stream, cal: &Calibration) -> Result<()> {
+        let names = fp8_names(self.layers.len());
+        cal.check_names(names.iter().map(String::as_str))?;
+        let mut v = Vec::with_capacity(self.scales.numel());
+        for n in &names {
+            let scale = cal.scale(n)?;
+            v.extend(std::iter::repeat_n(scale, self.per));
+        }
+        self.scales.write_f32(s, &v)?;
+        Ok(())
+    }
+
+    /// Layer `j`'s scale of GEMM input `g` as GEMM plan `g` takes it.
+    fn scale(&self, j: usize, g: usize) -> Result<Tensor> {
+        let at = (j * FP8_INPUTS.len() + g) * self.per;
+        Ok(self.scales.narrow(0, at, self.lin[g].x_scale_elements())?)
+    }
+
+    /// `out = linear_g(quantize(x))` with layer `j`'s weight `w` and scale of input `g`.
+    #[allow(clippy::too_many_arguments)]
+    fn linear(
+        &self,
+        k: &Kernels,
+        cs: Stream,
+        (j, g): (usize, usize),
+        x: &Tensor,
+        codes: &Tensor,
+        w: &frt_nn::QuantizedWeight,
+        out: &Tensor,
+    ) -> Result<()> {
+        let scale = self.scale(j, g)?;
+        k.quantize_e4m3(cs, x, &scale.narrow(0, 0, 1)?, codes)?;
+        self.lin[g].run(cs, codes, &scale, &w.codes, &w.scales, out, None)?;
+        Ok(())
+    }
+}
 
 /// The action expert, planned (see the module docs).
 pub(crate) struct Expert {
@@ -43,11 +121,15 @@ pub(crate) struct Expert {
     sg_down: Gemm,
     /// Per number of encoded views: its prefix rows and a layer's attention plans.
     variants: Vec<StepVariant<AttentionPlan>>,
+    /// The FP8 GEMMs, when built with a calibration.
+    fp8: Option<Fp8Expert>,
 }
 
 impl Expert {
     /// Uploads the expert's own weights (its layers `el` are loaded, sharing the language
-    /// model's caches), computes every step's norm conditions, and plans a step's ops.
+    /// model's caches), computes every step's norm conditions, and plans a step's ops; with
+    /// `fp8`, also its projections quantized per output feature, and the FP8 GEMMs with that
+    /// calibration's scales.
     pub(crate) fn build(
         k: &Kernels,
         s: Stream,
@@ -55,6 +137,7 @@ impl Expert {
         dt: DType,
         el: Vec<GemmaLayer>,
         io: Io,
+        fp8: Option<&Calibration>,
     ) -> Result<Expert> {
         let ctx = k.ctx();
         let c = &w.config;
@@ -152,6 +235,63 @@ impl Expert {
         let sg_gu = k.geglu_linear(&aln, &el[0].gate_up, &sh)?;
         let sg_down = k.linear(&sh, &el[0].down, &so, false, false)?;
         let flow = Flow::build(k, s, w, &io, &a32, &aln32)?;
+        let fp8 = match fp8 {
+            Some(cal) => {
+                let dims = GemmaDims {
+                    width: eg.width,
+                    mlp: eg.mlp,
+                    heads: eg.heads,
+                    kv_heads: eg.kv_heads,
+                    head_dim: eg.head_dim,
+                };
+                let root = w.root();
+                let layers = (0..eg.depth)
+                    .map(|j| {
+                        let p = root.pp(EXPERT).pp("layers").pp(j);
+                        Ok(GemmaFp8::load(&p, &dims, ctx, s)?)
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let codes =
+                    |name: &str, cols: usize| Tensor::alloc(ctx, name, DType::E4M3, &[s_len, cols]);
+                let (tokens, attn, hidden) = (
+                    codes("step.fp8.tokens", ew)?,
+                    codes("step.fp8.attn", heads * hd)?,
+                    codes("step.fp8.mlp", eg.mlp)?,
+                );
+                let gate_up = Tensor::alloc(ctx, "step.fp8.gate_up", dt, &[s_len, 2 * eg.mlp])?;
+                let l0 = &layers[0];
+                let lin = [
+                    k.linear_e4m3(&tokens, &l0.qkv.codes, &sqkv, false)?,
+                    k.linear_e4m3(&attn, &l0.o.codes, &so, false)?,
+                    k.linear_e4m3(&tokens, &l0.gate_up.codes, &gate_up, false)?,
+                    k.linear_e4m3(&hidden, &l0.down.codes, &so, false)?,
+                ];
+                let per = lin
+                    .iter()
+                    .map(Fp8Linear::x_scale_elements)
+                    .max()
+                    .unwrap_or(1);
+                let scales = Tensor::alloc(
+                    ctx,
+                    "step.fp8.scales",
+                    DType::F32,
+                    &[eg.depth * FP8_INPUTS.len() * per],
+                )?;
+                let f = Fp8Expert {
+                    layers,
+                    scales,
+                    per,
+                    tokens,
+                    attn,
+                    hidden,
+                    gate_up,
+                    lin,
+                };
+                f.set_scales(s, cal)?;
+                Some(f)
+            }
+            None => None,
+        };
         let mut e = Expert {
             el,
             s_len,
@@ -177,6 +317,7 @@ impl Expert {
             sg_gu,
             sg_down,
             variants: Vec::new(),
+            fp8,
         };
         e.add_keys(k, &io.keys)?;
         Ok(e)
@@ -209,6 +350,22 @@ impl Expert {
         Ok(())
     }
 
+    /// Whether the expert runs its GEMMs in FP8.
+    pub(crate) fn is_fp8(&self) -> bool {
+        self.fp8.is_some()
+    }
+
+    /// A new calibration for the FP8 GEMMs (a buffer write on `s`: captured graphs keep
+    /// running, with the new scales). An error for an expert built without FP8.
+    pub(crate) fn set_calibration(&self, s: Stream, cal: &Calibration) -> Result<()> {
+        match &self.fp8 {
+            Some(f) => f.set_scales(s, cal),
+            None => Err(crate::Error::Config {
+                reason: "a calibration is for a model built with its FP8 expert".into(),
+            }),
+        }
+    }
+
     /// The frozen-prefix buffers, when built with them.
     pub(crate) fn inpaint(&self) -> Option<&Inpaint> {
         self.flow.inpaint()
@@ -226,8 +383,45 @@ impl Expert {
         )?)
     }
 
-    /// Records step `i` of the variant for `views` encoded views on `cs`.
+    /// Records step `i` of the variant for `views` encoded views on `cs` (FP8 GEMMs when built
+    /// with them).
     pub(crate) fn record(&self, k: &Kernels, cs: Stream, i: usize, views: usize) -> Result<()> {
+        self.record_with(k, cs, i, views, None)
+    }
+
+    /// Runs step `i` with the 16-bit GEMMs (whatever the expert was built with), giving `probe`
+    /// each FP8 GEMM input as it is made (by its calibration name). For calibration: run on a
+    /// stream outside any capture.
+    pub(crate) fn record_calibrating(
+        &self,
+        k: &Kernels,
+        cs: Stream,
+        i: usize,
+        views: usize,
+        probe: Probe,
+    ) -> Result<()> {
+        self.record_with(k, cs, i, views, Some(probe))
+    }
+
+    fn record_with(
+        &self,
+        k: &Kernels,
+        cs: Stream,
+        i: usize,
+        views: usize,
+        mut probe: Option<Probe>,
+    ) -> Result<()> {
+        let fp8 = if probe.is_some() {
+            None
+        } else {
+            self.fp8.as_ref()
+        };
+        let mut see = |j: usize, g: usize, t: &Tensor| -> Result<()> {
+            match probe.as_mut() {
+                Some(p) => p(&format!("expert.layers.{j}.{}", FP8_INPUTS[g]), t),
+                None => Ok(()),
+            }
+        };
         let StepVariant {
             prefix_rows, plans, ..
         } = variant_for(&self.variants, views);
@@ -246,7 +440,19 @@ impl Expert {
             // The cache rows this layer writes its keys and values into (behind the prefix's).
             let kc = l.k_cache.narrow(0, *prefix_rows, self.s_len)?;
             let vc = l.v_cache.narrow(0, *prefix_rows, self.s_len)?;
-            self.sg_qkv.run(cs, &self.aln, &l.qkv, &self.sqkv, None)?;
+            see(j, 0, &self.aln)?;
+            match fp8 {
+                Some(f) => f.linear(
+                    k,
+                    cs,
+                    (j, 0),
+                    &self.aln,
+                    &f.tokens,
+                    &f.layers[j].qkv,
+                    &self.sqkv,
+                )?,
+                None => self.sg_qkv.run(cs, &self.aln, &l.qkv, &self.sqkv, None)?,
+            }
             k.rope_qkv(
                 cs,
                 &self.sqkv,
@@ -258,7 +464,19 @@ impl Expert {
                 ROPE_WAVELENGTH,
             )?;
             plan.run(k, cs)?;
-            self.sg_o.run(cs, &self.sattn, &l.o, &self.so, None)?;
+            see(j, 1, &self.sattn)?;
+            match fp8 {
+                Some(f) => f.linear(
+                    k,
+                    cs,
+                    (j, 1),
+                    &self.sattn,
+                    &f.attn,
+                    &f.layers[j].o,
+                    &self.so,
+                )?,
+                None => self.sg_o.run(cs, &self.sattn, &l.o, &self.so, None)?,
+            }
             gate = k.residual_ada_rms_norm(
                 cs,
                 &self.a,
@@ -268,8 +486,42 @@ impl Expert {
                 &self.aln,
                 GEMMA_EPS,
             )?;
-            self.sg_gu.run(k, cs, &self.aln, &l.gate_up, &self.sh)?;
-            self.sg_down.run(cs, &self.sh, &l.down, &self.so, None)?;
+            see(j, 2, &self.aln)?;
+            match fp8 {
+                Some(f) => {
+                    let gu = &f.gate_up;
+                    f.linear(
+                        k,
+                        cs,
+                        (j, 2),
+                        &self.aln,
+                        &f.tokens,
+                        &f.layers[j].gate_up,
+                        gu,
+                    )?;
+                    let mlp = self.sh.dim(1);
+                    k.geglu(
+                        cs,
+                        &gu.narrow(1, 0, mlp)?,
+                        &gu.narrow(1, mlp, mlp)?,
+                        &self.sh,
+                    )?;
+                }
+                None => self.sg_gu.run(k, cs, &self.aln, &l.gate_up, &self.sh)?,
+            }
+            see(j, 3, &self.sh)?;
+            match fp8 {
+                Some(f) => f.linear(
+                    k,
+                    cs,
+                    (j, 3),
+                    &self.sh,
+                    &f.hidden,
+                    &f.layers[j].down,
+                    &self.so,
+                )?,
+                None => self.sg_down.run(cs, &self.sh, &l.down, &self.so, None)?,
+            }
             // modulation 2·depth is the final norm's
             let m = self.modulation(i, 2 * j + 2)?;
             gate = if self.narrow && j + 1 == depth {

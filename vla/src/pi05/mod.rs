@@ -204,6 +204,24 @@ pub struct Pi05 {
     state_pad: Vec<f32>,
     spec: PolicySpec,
     stages: Vec<Stage>,
+    /// What the step graphs were recorded from (kept for calibration runs and new
+    /// calibrations).
+    step_model: StepModel,
+}
+
+/// What a calibration is recorded on (see [`Pi05::calibration_model`]).
+fn calibration_model(c: &Pi05Config) -> String {
+    let e = &c.expert;
+    format!(
+        "{} expert: width {}, {} layers, mlp {}, heads {}/{}, head dim {}",
+        c.variant.name(),
+        e.width,
+        e.depth,
+        e.mlp,
+        e.heads,
+        e.kv_heads,
+        e.head_dim
+    )
 }
 
 /// The step graph's model: Pi0.5's adaptive-norm expert or Pi0's state-token expert.
@@ -223,6 +241,21 @@ impl StepModel {
         match self {
             StepModel::Pi05(e) => e.add_keys(k, keys),
             StepModel::Pi0(e) => e.add_keys(k, keys),
+        }
+    }
+    fn record_calibrating(
+        &self,
+        k: &Kernels,
+        cs: Stream,
+        i: usize,
+        views: usize,
+        probe: expert::Probe,
+    ) -> Result<()> {
+        match self {
+            StepModel::Pi05(e) => e.record_calibrating(k, cs, i, views, probe),
+            StepModel::Pi0(_) => Err(Error::Config {
+                reason: "an FP8 action expert is Pi0.5's: Pi0 has nothing to calibrate".into(),
+            }),
         }
     }
     fn inpaint(&self) -> Option<&Inpaint> {
@@ -248,7 +281,7 @@ pub enum PromptMode {
 }
 
 /// How a [`Pi05`] is built.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Pi05Options {
     /// The precision of the weights and activations (the actions stay in f32).
     pub dtype: DType,
@@ -272,6 +305,10 @@ pub struct Pi05Options {
     /// present, and at the 2-view model's speed from then on; what that first run changes is
     /// not known. No effect on results (the next inference writes every input).
     pub run_variants_once: bool,
+    /// The action expert's GEMMs in FP8 with this calibration's activation scales (weights
+    /// quantized per output feature at load; the 16-bit weights stay too, for calibrating
+    /// again). Pi0.5 only; see [`Pi05::calibrate_expert`] and [`Pi05::set_calibration`].
+    pub fp8_expert: Option<crate::calibration::Calibration>,
 }
 
 impl Pi05Options {
@@ -284,6 +321,7 @@ impl Pi05Options {
             kernels: KernelOptions::default(),
             compact_views: true,
             run_variants_once: true,
+            fp8_expert: None,
         }
     }
 }
@@ -504,9 +542,26 @@ impl Pi05 {
             keys: every.clone(),
             inpaint_prefix,
         };
+        let fp8 = options.fp8_expert.as_ref();
+        if let Some(cal) = fp8 {
+            if cal.model != calibration_model(&c) {
+                return Err(Error::Config {
+                    reason: format!(
+                        "calibration recorded on `{}`, this model is `{}`",
+                        cal.model,
+                        calibration_model(&c)
+                    ),
+                });
+            }
+        }
         let mut expert = match c.variant {
             Variant::Pi05 => {
-                StepModel::Pi05(Box::new(expert::Expert::build(&k, s, w, dt, el, io)?))
+                StepModel::Pi05(Box::new(expert::Expert::build(&k, s, w, dt, el, io, fp8)?))
+            }
+            Variant::Pi0 if fp8.is_some() => {
+                return Err(Error::Config {
+                    reason: "an FP8 action expert is Pi0.5's (Pi0 runs in bf16, f16 or f32)".into(),
+                });
             }
             Variant::Pi0 => StepModel::Pi0(Box::new(pi0::Expert::build(&k, s, w, dt, el, io)?)),
         };
@@ -589,6 +644,7 @@ impl Pi05 {
             state_pad: vec![0.0; spec.action_dim],
             spec,
             stages,
+            step_model: expert,
         };
         if options.compact_views
             && options.run_variants_once
@@ -1013,6 +1069,72 @@ impl Pi05 {
     /// Reads the output chunk (`action_horizon × action_dim`) after the work on `s`.
     pub fn read_actions(&self, s: Stream, out: &mut [f32]) -> Result<()> {
         Ok(self.out.buffer().read(s, 0, out)?)
+    }
+
+    /// Whether the action expert runs its GEMMs in FP8 ([`Pi05Options::fp8_expert`]).
+    pub fn fp8_expert(&self) -> bool {
+        matches!(&self.step_model, StepModel::Pi05(e) if e.is_fp8())
+    }
+
+    /// What a calibration of this model is recorded on (its variant and sizes); a calibration
+    /// file names it.
+    pub fn calibration_model(&self) -> String {
+        calibration_model(&self.config)
+    }
+
+    /// Records a calibration of the action expert's FP8 GEMM inputs
+    /// ([`calibration`](crate::calibration)): each observation runs through vision and prefix
+    /// (their graphs) and then every denoising step with the 16-bit GEMMs, outside any graph,
+    /// each GEMM input read back and its range recorded at `percentile`. The captured graphs
+    /// are not touched; the model's outputs afterwards are those of the last observation.
+    pub fn calibrate_expert(
+        &self,
+        observations: &[Observation],
+        percentile: f64,
+    ) -> Result<crate::calibration::Calibration> {
+        let mut rec = crate::calibration::RangeRecorder::new(percentile)?;
+        let s = self.s;
+        for obs in observations {
+            self.set_inputs(obs)?;
+            self.replay(Stage::Vision)?;
+            self.replay(Stage::Prefix)?;
+            let mut probe = |name: &str, t: &Tensor| -> Result<()> {
+                let v = t.read_f32(s)?;
+                rec.record(name, &v)
+            };
+            for i in 0..self.config.steps {
+                self.step_model
+                    .record_calibrating(&self.k, s, i, self.encoded(), &mut probe)?;
+            }
+            rec.end_observation();
+        }
+        self.k.ctx().sync_stream(s)?;
+        rec.finish(&self.calibration_model())
+    }
+
+    /// Loads another calibration into a model built with an FP8 expert: its scales are
+    /// written into the buffer the step graphs read (no recapture). The calibration must have
+    /// been recorded on this model's kind (every range named as this model names them).
+    pub fn set_calibration(&self, cal: &crate::calibration::Calibration) -> Result<()> {
+        if cal.model != self.calibration_model() {
+            return Err(Error::Config {
+                reason: format!(
+                    "calibration recorded on `{}`, this model is `{}`",
+                    cal.model,
+                    self.calibration_model()
+                ),
+            });
+        }
+        match &self.step_model {
+            StepModel::Pi05(e) => e.set_calibration(self.s, cal)?,
+            StepModel::Pi0(_) => {
+                return Err(Error::Config {
+                    reason: "an FP8 action expert is Pi0.5's".into(),
+                });
+            }
+        }
+        self.k.ctx().sync_stream(self.s)?;
+        Ok(())
     }
 
     /// Convenience: inputs, one inference, and the actions (allocates the result).
