@@ -27,6 +27,13 @@
 //! weights, run on the same inputs and noise (the canonical ones and two random sets): per
 //! set 1 − cosine and max |Δ| of bf16's actions against f32's.
 //!
+//! `pi05-bench --fp8-expert [--iters N]`: the 64-token bf16 model calibrated on 16 synthesized
+//! observations (random views, prompts and noise), then built again with its action expert in
+//! FP8 (`Pi05Options::fp8_expert`) from the same weights: per held-out set (the canonical
+//! inputs and three random ones) 1 − cosine and max |Δ| of the FP8 model's actions against
+//! bf16's; then both models timed alternately (one step and end to end, p50 / p99) and the GPU
+//! memory in use.
+//!
 //! `pi05-bench --profile-absent`: the 3-slot model with one view absent, vision, prefix and one
 //! step in two profiled ranges: after ten runs, and after runs with every view present.
 //!
@@ -64,6 +71,19 @@ fn build(
     prompt_mode: PromptMode,
     inpaint_prefix: bool,
 ) -> Pi05 {
+    build_with(ctx, s, w, dtype, prompt_mode, inpaint_prefix, None)
+}
+
+/// [`build`] with an FP8 action expert of that calibration.
+fn build_with(
+    ctx: &Ctx,
+    s: frt_exec::Stream,
+    w: &Pi05Weights,
+    dtype: DType,
+    prompt_mode: PromptMode,
+    inpaint_prefix: bool,
+    fp8_expert: Option<frt_vla::calibration::Calibration>,
+) -> Pi05 {
     let kernels = *KERNEL_OPTIONS.get().expect("read in main");
     let o = Pi05Options {
         dtype,
@@ -72,7 +92,7 @@ fn build(
         kernels,
         compact_views: !MASKED.get().copied().unwrap_or(false),
         run_variants_once: !std::env::args().any(|a| a == "--no-variant-run"),
-        fp8_expert: None,
+        fp8_expert,
     };
     Pi05::build(ctx, s, w, &o).unwrap()
 }
@@ -274,6 +294,10 @@ fn main() {
     );
     if inpaint {
         inpaint_cost(&ctx, iters);
+        return;
+    }
+    if args.iter().any(|a| a == "--fp8-expert") {
+        fp8_expert(&ctx, iters);
         return;
     }
     if args.iter().any(|a| a == "--precision") {
@@ -588,4 +612,151 @@ fn precision(ctx: &Ctx) {
         let cos = dot / (na.sqrt() * nb.sqrt());
         println!("| {name} | {:.2e} | {max_d:.2e} | {max_a:.3} |", 1.0 - cos);
     }
+}
+
+/// Random inputs for `--fp8-expert`: two views, a prompt of 48 tokens, standard-normal-like
+/// noise.
+fn random_set(c: &Pi05Config, k: u32) -> ([ModelImage; 2], Vec<u32>, Vec<f32>) {
+    let rand = |seed: u32, len: usize| -> Vec<f32> {
+        let mut x = seed.wrapping_mul(2_654_435_761) | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                x as f32 / u32::MAX as f32 * 2.0 - 1.0
+            })
+            .collect()
+    };
+    let px = c.siglip.image_size * c.siglip.image_size * 3;
+    let views = [
+        ModelImage::new(rand(1000 + 2 * k, px)).unwrap(),
+        ModelImage::new(rand(1001 + 2 * k, px)).unwrap(),
+    ];
+    let tokens: Vec<u32> = std::iter::once(2)
+        .chain(
+            rand(3000 + k, 47)
+                .iter()
+                .map(|v| 100 + (v.abs() * 200_000.0) as u32),
+        )
+        .collect();
+    let n = c.action_horizon * c.action_dim;
+    let u = rand(5000 + k, 4 * n);
+    let noise: Vec<f32> = u.chunks(4).map(|q| q.iter().sum::<f32>() * 0.866).collect();
+    (views, tokens, noise)
+}
+
+/// `--fp8-expert`: see the module docs.
+fn fp8_expert(ctx: &Ctx, iters: usize) {
+    let mut c = Pi05Config::base();
+    c.views = 2;
+    c.max_token_len = 64;
+    let w = Pi05Weights::random(&c, 1);
+    let s = ctx.stream(0).unwrap();
+    let bf16 = build(ctx, s, &w, DType::BF16, PromptMode::Fixed, false);
+    let calib: Vec<_> = (0..16).map(|k| random_set(&c, k)).collect();
+    let imgs: Vec<[Option<ViewImage>; 2]> = calib
+        .iter()
+        .map(|(v, _, _)| {
+            [
+                Some(ViewImage::Pixels(&v[0])),
+                Some(ViewImage::Pixels(&v[1])),
+            ]
+        })
+        .collect();
+    let obs: Vec<Observation> = calib
+        .iter()
+        .zip(&imgs)
+        .map(|((_, t, n), i)| Observation {
+            state: &[],
+            images: i,
+            tokens: t,
+            noise: n,
+        })
+        .collect();
+    let t = std::time::Instant::now();
+    let cal = bf16.calibrate_expert(&obs, 99.9).unwrap();
+    let calibrate_s = t.elapsed().as_secs_f64();
+    let fp8 = build_with(
+        ctx,
+        s,
+        &w,
+        DType::BF16,
+        PromptMode::Fixed,
+        false,
+        Some(cal.clone()),
+    );
+    drop(w);
+    println!(
+        "FP8 action expert against bf16, full size, random weights (seed 1), 2 views, 64-token prompt capacity; calibrated on 16 random observations at the 99.9th percentile ({} ranges) in {calibrate_s:.1} s\n",
+        cal.ranges.len()
+    );
+    println!("| held-out inputs | 1 − cos | max abs diff | rms bf16 action |");
+    println!("|---|---|---|---|");
+    let (img, tokens, noise) = canonical_inputs(&c);
+    let mut sets = vec![("canonical".to_string(), [img.clone(), img], tokens, noise)];
+    for k in 0..3 {
+        let (v, t, n) = random_set(&c, 100 + k);
+        sets.push((format!("random {k}"), v, t, n));
+    }
+    for (name, views, tokens, noise) in &sets {
+        let obs = Observation {
+            state: &[],
+            images: &[
+                Some(ViewImage::Pixels(&views[0])),
+                Some(ViewImage::Pixels(&views[1])),
+            ],
+            tokens,
+            noise,
+        };
+        let a = bf16.infer(&obs).unwrap();
+        let b = fp8.infer(&obs).unwrap();
+        let (mut dot, mut na, mut nb, mut max_d) = (0f64, 0f64, 0f64, 0f32);
+        for (x, y) in a.iter().zip(&b) {
+            dot += *x as f64 * *y as f64;
+            na += (*x as f64).powi(2);
+            nb += (*y as f64).powi(2);
+            max_d = max_d.max((x - y).abs());
+        }
+        let cos = dot / (na.sqrt() * nb.sqrt());
+        let rms = (na / a.len() as f64).sqrt();
+        println!("| {name} | {:.2e} | {max_d:.3e} | {rms:.3} |", 1.0 - cos);
+    }
+    let time = timer(ctx, s);
+    let (mut rows, models) = (
+        [Vec::new(), Vec::new(), Vec::new(), Vec::new()],
+        [&bf16, &fp8],
+    );
+    for m in models {
+        for _ in 0..10 {
+            m.run().unwrap();
+        }
+    }
+    ctx.sync_stream(s).unwrap();
+    for _ in 0..iters {
+        for (j, m) in models.iter().enumerate() {
+            rows[2 * j].push(time(&|| m.replay(Stage::Step(3)).unwrap()));
+            rows[2 * j + 1].push(time(&|| m.run().unwrap()));
+        }
+    }
+    let cu = ctx.cuda_context().expect("CUDA").clone();
+    let (free, total) = cu.mem_get_info().unwrap();
+    println!("\n| model | one step p50 / p99 ms | end to end p50 / p99 ms |");
+    println!("|---|---|---|");
+    for (j, name) in ["bf16", "FP8 action expert"].iter().enumerate() {
+        let (st, e2e) = rows.split_at_mut(2 * j + 1);
+        let (st, e2e) = (&mut st[2 * j], &mut e2e[0]);
+        println!(
+            "| {name} | {:.3} / {:.3} | {:.3} / {:.3} |",
+            pct(st, 0.5),
+            pct(st, 0.99),
+            pct(e2e, 0.5),
+            pct(e2e, 0.99)
+        );
+    }
+    println!(
+        "\nGPU memory in use (both models): {:.1} GB of {:.1}",
+        (total - free) as f64 / 1e9,
+        total as f64 / 1e9
+    );
 }

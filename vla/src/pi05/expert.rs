@@ -39,7 +39,8 @@ pub(crate) type Probe<'a> = &'a mut dyn FnMut(&str, &Tensor) -> Result<()>;
 struct Fp8Expert {
     layers: Vec<GemmaFp8>,
     /// Per layer and GEMM input (`FP8_INPUTS` order), its activation's scale repeated
-    /// `per` times (what the FP8 GEMM plans take, see `Fp8Linear::x_scale_elements`).
+    /// `per` times (at least what the FP8 GEMM plans take, see
+    /// `Fp8Linear::x_scale_elements`; a multiple of 64).
     scales: Tensor,
     per: usize,
     /// The quantized activations: the normed tokens, the attention output, the MLP's hidden
@@ -266,11 +267,14 @@ impl Expert {
                     k.linear_e4m3(&tokens, &l0.gate_up.codes, &gate_up, false)?,
                     k.linear_e4m3(&hidden, &l0.down.codes, &so, false)?,
                 ];
+                // Each layer's scales start 256 bytes apart (cuBLASLt refuses a scale vector
+                // that is not aligned).
                 let per = lin
                     .iter()
                     .map(Fp8Linear::x_scale_elements)
                     .max()
-                    .unwrap_or(1);
+                    .unwrap_or(1)
+                    .next_multiple_of(64);
                 let scales = Tensor::alloc(
                     ctx,
                     "step.fp8.scales",
