@@ -36,6 +36,7 @@ step ./kernels-targets --ignored --nocapture
 step ./frt-kernels-bench --iters 200
 step ./vla-gpu --ignored --test-threads=1 --nocapture
 step ./pi05-bench --iters 200
+step ./pi05-bench --fp8-expert --iters 100
 if [ -f /tmp/frt-whisper/model.bin ]; then
     step ./asr-real_model --ignored --test-threads=1 --nocapture
     step ./transcribe ../asr/tests/data/pick_blue_cup.wav --model /tmp/frt-whisper --backend cuda
