@@ -219,6 +219,9 @@ pub enum Precision {
     F32,
     Bf16,
     F16,
+    /// bf16, with Pi0.5's action expert in FP8 (E4M3 weights per output feature, activations
+    /// with the static scales of `model.calibration`; `frt-robot-host calibrate` records one).
+    Fp8,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -259,6 +262,9 @@ pub struct ModelConfig {
     #[serde(default)]
     pub quantile_norm: bool,
     pub precision: Precision,
+    /// The FP8 calibration file (`precision: fp8` needs one; see `frt-robot-host calibrate`).
+    #[serde(default)]
+    pub calibration: Option<PathBuf>,
     #[serde(default = "default_backend")]
     pub backend: Backend,
     #[serde(default)]
@@ -782,6 +788,27 @@ impl Config {
                 "model.tokenizer",
                 "required (the bundled tokenizer only fits the tiny random model)",
             ));
+        }
+        match (m.precision, &m.calibration, m.kind) {
+            (Precision::Fp8, None, _) => {
+                return Err(bad(
+                    "model.calibration",
+                    "`precision: fp8` needs a calibration file (`frt-robot-host calibrate` records one)",
+                ));
+            }
+            (Precision::Fp8, _, ModelKind::Pi0) => {
+                return Err(bad(
+                    "model.precision",
+                    "fp8 is for Pi0.5 (its action expert); Pi0 runs in f32, bf16 or f16",
+                ));
+            }
+            (p, Some(_), _) if p != Precision::Fp8 => {
+                return Err(bad(
+                    "model.calibration",
+                    format!("is for `precision: fp8` (this configuration says {p:?})"),
+                ));
+            }
+            _ => {}
         }
         if self.cameras.is_empty() {
             return Err(bad("cameras", "at least one camera is needed"));

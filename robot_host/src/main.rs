@@ -139,6 +139,22 @@ enum Command {
         #[arg(long, value_name = "PRECISION")]
         precision: Option<String>,
     },
+    /// Records an FP8 calibration for `precision: fp8`: the configuration's model, in bf16,
+    /// runs a scripted simulation (as `run --fast` does), each tick's inference also recording
+    /// the ranges of the action expert's FP8 GEMM inputs; then the calibration file is written.
+    Calibrate {
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// The simulation script whose observations the ranges are recorded on.
+        #[arg(long, value_name = "SCRIPT")]
+        sim: PathBuf,
+        /// Where to write the calibration (default: the configuration's `model.calibration`).
+        #[arg(long, value_name = "FILE.json")]
+        out: Option<PathBuf>,
+        /// The percentile of each observation's magnitudes a range is taken at.
+        #[arg(long, default_value_t = frt_vla::calibration::DEFAULT_PERCENTILE)]
+        percentile: f64,
+    },
     /// Validates a configuration and everything it names (checkpoint, tokenizer, norm stats,
     /// Whisper), builds the model, and prints a summary.
     Check {
@@ -243,7 +259,31 @@ fn main() {
             record,
             fast,
             live,
-        } => run_sim(&config, &sim, SimOptions { live, fast, record }),
+        } => run_sim(
+            &config,
+            &sim,
+            SimOptions {
+                live,
+                fast,
+                record,
+                calibrate: None,
+            },
+        ),
+        Command::Calibrate {
+            config,
+            sim,
+            out,
+            percentile,
+        } => run_sim(
+            &config,
+            &sim,
+            SimOptions {
+                live: false,
+                fast: true,
+                record: None,
+                calibrate: Some((out, percentile)),
+            },
+        ),
         Command::Replay {
             recording,
             backend,
@@ -971,6 +1011,9 @@ struct SimOptions {
     live: bool,
     fast: bool,
     record: Option<PathBuf>,
+    /// `calibrate`: where to write the calibration (else the configuration's) and the
+    /// percentile.
+    calibrate: Option<(Option<PathBuf>, f64)>,
 }
 
 /// The speech thread's handles (to join) and its progress.
@@ -1012,6 +1055,20 @@ fn speech_or_none(cfg: &mut Config, what: &str) -> bool {
 
 fn run_sim(config: &Path, script: &Path, opts: SimOptions) -> Result<(), String> {
     let mut cfg = Config::load(config).map_err(|e| format!("{}: {e}", config.display()))?;
+    // Calibrating: the model in bf16 (an FP8 configuration's file may not exist yet).
+    let calibrate = match &opts.calibrate {
+        Some((out, percentile)) => {
+            let out = out.clone().or_else(|| cfg.model.calibration.clone()).ok_or(
+                "calibrate: give --out FILE.json (the configuration names no model.calibration)",
+            )?;
+            if cfg.model.precision == frt_robot_host::config::Precision::Fp8 {
+                cfg.model.precision = frt_robot_host::config::Precision::Bf16;
+                cfg.model.calibration = None;
+            }
+            Some((out, *percentile))
+        }
+        None => None,
+    };
     let script = SimScript::load(script).map_err(|e| e.to_string())?;
     let voice_ok = speech_or_none(&mut cfg, "spoken events are skipped");
     let manual = Arc::new(frt_robot_host::ManualClock::default());
@@ -1029,8 +1086,12 @@ fn run_sim(config: &Path, script: &Path, opts: SimOptions) -> Result<(), String>
     let stop = Arc::new(AtomicBool::new(false));
     let (atx, arx) = crossbeam_channel::bounded::<Audio>(512);
     let t_build = std::time::Instant::now();
-    let (node, inputs, outputs) = Node::new(cfg.clone(), clock.clone(), voice_ok.then_some(atx))
-        .map_err(|e| e.to_string())?;
+    let (mut node, inputs, outputs) =
+        Node::new(cfg.clone(), clock.clone(), voice_ok.then_some(atx))
+            .map_err(|e| e.to_string())?;
+    if let Some((_, percentile)) = &calibrate {
+        node.calibrate(*percentile).map_err(|e| e.to_string())?;
+    }
     println!(
         "built the policy in {:.1} s ({} graphs, {})",
         t_build.elapsed().as_secs_f64(),
@@ -1180,7 +1241,7 @@ fn run_sim(config: &Path, script: &Path, opts: SimOptions) -> Result<(), String>
     }
     stop.store(true, Ordering::SeqCst);
     let _ = supervisor.join();
-    let node = outcome(&inputs, control.join())?;
+    let mut node = outcome(&inputs, control.join())?;
     if let Some(sim_thread) = sim_thread {
         sim_thread
             .join()
@@ -1236,6 +1297,20 @@ fn run_sim(config: &Path, script: &Path, opts: SimOptions) -> Result<(), String>
     println!("\n| stage (host clock) | p50 ms | p99 ms | count |\n|---|---|---|---|");
     for (name, p50, p99, n) in node.latency_summary() {
         println!("| {name} | {p50:.2} | {p99:.2} | {n} |");
+    }
+    if let Some((out, _)) = calibrate {
+        let cal = node
+            .calibration()
+            .expect("calibrating since the node was built")
+            .map_err(|e| format!("calibrate: {e}"))?;
+        cal.write(&out).map_err(|e| e.to_string())?;
+        println!(
+            "\ncalibration: {} ranges at the {} percentile over {} inferences → {}",
+            cal.ranges.len(),
+            cal.percentile,
+            cal.observations,
+            out.display()
+        );
     }
     Ok(())
 }

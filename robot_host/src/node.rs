@@ -866,6 +866,8 @@ pub struct Node {
     tap: Option<Arc<crate::record::Tap>>,
     watchdog: Arc<Watchdog>,
     hook: Option<StageHook>,
+    /// While calibrating ([`Node::calibrate`]): the ranges recorded so far.
+    calibrating: Option<frt_vla::calibration::RangeRecorder>,
     timings: TickTimings,
     rec: crate::observe::Recorder,
     /// When each of the last two replays was enqueued.
@@ -1019,6 +1021,7 @@ impl Node {
             tap: None,
             watchdog: Arc::default(),
             hook: None,
+            calibrating: None,
             timings: TickTimings::default(),
             rec: crate::observe::Recorder::new(0),
             enqueued: [std::time::Instant::now(); 2],
@@ -1100,6 +1103,29 @@ impl Node {
     /// Sets the hook called before each replay (see [`StageHook`]).
     pub fn set_stage_hook(&mut self, hook: Option<StageHook>) {
         self.hook = hook;
+    }
+
+    /// From now on every inference also records the ranges of the model's FP8 GEMM inputs,
+    /// taken at `percentile` (`frt-robot-host calibrate`): it runs through the 16-bit path
+    /// outside the graphs (slower; the chunks are the same), its stages not interruptible. A
+    /// model with no FP8 path: an error.
+    pub fn calibrate(&mut self, percentile: f64) -> Result<()> {
+        if self.policy.calibration_model().is_none() {
+            return Err(crate::Error::bad(
+                "calibrate",
+                "this model has no FP8 path to calibrate (Pi0.5 has one)",
+            ));
+        }
+        self.calibrating = Some(frt_vla::calibration::RangeRecorder::new(percentile)?);
+        Ok(())
+    }
+
+    /// The calibration recorded since [`calibrate`](Self::calibrate) (which ends), or `None`
+    /// when not calibrating; an error when no inference ran.
+    pub fn calibration(&mut self) -> Option<Result<frt_vla::calibration::Calibration>> {
+        let rec = self.calibrating.take()?;
+        let model = self.policy.calibration_model().unwrap_or_default();
+        Some(rec.finish(&model).map_err(Into::into))
     }
 
     /// A snapshot of the counters and state.
@@ -1583,6 +1609,14 @@ impl Node {
     /// device never waits for the host); between two replays, and while waiting, a stop or a
     /// subgoal is acted on at once: the outcome it gives ends the tick.
     fn replay_all(&mut self) -> Result<Option<TickOutcome>> {
+        if let Some(rec) = self.calibrating.as_mut() {
+            // A calibration run (see `Node::calibrate`): the inference runs through the 16-bit
+            // path outside the graphs, recording the FP8 inputs' ranges; the chunk is the
+            // same as the graphs give.
+            self.policy.calibrate_inference(rec)?;
+            self.policy.draw_noise();
+            return Ok(None);
+        }
         let n = self.policy.stages().len();
         let s = self.policy.stream();
         for i in 0..n {

@@ -323,6 +323,9 @@ pub fn check_files(cfg: &Config) -> Result<()> {
     if let ModelSource::Checkpoint(dir) = cfg.model.source() {
         Pi05Weights::load(&dir, &mc)?.check_finite()?;
     }
+    if let Some(path) = &cfg.model.calibration {
+        frt_vla::calibration::Calibration::read(path)?;
+    }
     Ok(())
 }
 
@@ -377,6 +380,11 @@ impl Policy {
             Precision::F32 => DType::F32,
             Precision::Bf16 => DType::BF16,
             Precision::F16 => DType::F16,
+            Precision::Fp8 => DType::BF16,
+        };
+        let fp8_expert = match (&cfg.model.calibration, cfg.model.precision) {
+            (Some(path), Precision::Fp8) => Some(frt_vla::calibration::Calibration::read(path)?),
+            _ => None,
         };
         // Pi0.5 and Pi0 are one model type; `mc.variant` (from `model.kind`) picks. While it
         // builds, the uploads' progress is logged every few seconds.
@@ -397,7 +405,7 @@ impl Policy {
                         kernels: cfg.kernels,
                         compact_views: true,
                         run_variants_once: true,
-                        fp8_expert: None,
+                        fp8_expert,
                     },
                 ),
             };
@@ -629,6 +637,17 @@ impl Policy {
     /// Enqueues one stage on the policy stream.
     pub fn replay(&self, stage: Stage) -> Result<()> {
         Ok(self.model.replay(stage)?)
+    }
+
+    /// One inference on the inputs prepared, through the model's 16-bit path, recording the
+    /// ranges of its FP8 GEMMs' inputs (see `frt_vla::calibration`); waits for it.
+    pub fn calibrate_inference(&self, rec: &mut frt_vla::calibration::RangeRecorder) -> Result<()> {
+        Ok(self.model.calibrate_inference(rec)?)
+    }
+
+    /// What a calibration of this model is recorded on, where it has an FP8 path.
+    pub fn calibration_model(&self) -> Option<String> {
+        self.model.calibration_model()
     }
 
     /// Waits for the policy stream and writes the chunk, in the robot's units, into `out`

@@ -25,6 +25,7 @@ fn help_and_version_exit_zero() {
         "transcribe",
         "ros",
         "replay",
+        "calibrate",
     ] {
         let out = frt(&[cmd, "--help"]);
         let text = String::from_utf8_lossy(&out.stdout);
@@ -204,4 +205,122 @@ fn ros_parameters_that_are_not_fields_are_refused() {
         err.contains("parameter `rate_hz`") && err.contains("control.rate_hz"),
         "{err}"
     );
+}
+
+/// `calibrate` records an FP8 calibration on a simulation (the model in 16-bit), and a
+/// configuration with `precision: fp8` and that file runs the same simulation; FP8 without a
+/// calibration, a calibration without FP8, and calibrating a Pi0 are refused by reason.
+#[test]
+fn calibrate_records_a_file_that_an_fp8_configuration_runs_with() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = std::env::temp_dir().join(format!("frt-cli-calibrate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // The demo's configuration without speech (a far watchdog: a loaded CI machine).
+    let demo = std::fs::read_to_string(root.join("config/demo.yaml")).unwrap();
+    let base = demo[..demo.find("\naudio:").unwrap()]
+        .replace("safety:\n", "safety:\n  watchdog_factor: 1000\n");
+    let write = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let f32_cfg = write("f32.yaml", &base);
+    let sim = write("sim.yaml", "duration_s: 1.2\nevents: []\n");
+    let cal = dir.join("cal.json");
+    let run = |args: &[&std::ffi::OsStr]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_frt-robot-host"))
+            .args(["--log-level", "warn"])
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let os = |s: &str| std::ffi::OsString::from(s);
+    let (code, stdout, stderr) = run(&[
+        &os("calibrate"),
+        &os("--config"),
+        f32_cfg.as_os_str(),
+        &os("--sim"),
+        sim.as_os_str(),
+        &os("--out"),
+        cal.as_os_str(),
+    ]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("calibration: 16 ranges"), "{stdout}");
+    let c = frt_vla::calibration::Calibration::read(&cal).unwrap();
+    assert_eq!(
+        c.ranges.len(),
+        16,
+        "the tiny expert: 4 layers of 4 FP8 inputs"
+    );
+    assert!(c.observations >= 3, "{} inferences", c.observations);
+
+    let fp8 = base.replace(
+        "  precision: f32\n",
+        &format!("  precision: fp8\n  calibration: {}\n", cal.display()),
+    );
+    let fp8_cfg = write("fp8.yaml", &fp8);
+    let (code, stdout, stderr) = run(&[
+        &os("run"),
+        &os("--config"),
+        fp8_cfg.as_os_str(),
+        &os("--sim"),
+        sim.as_os_str(),
+        &os("--fast"),
+    ]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let published: usize = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("| chunks published | "))
+        .and_then(|v| v.trim_end_matches(" |").parse().ok())
+        .unwrap_or(0);
+    assert!(published >= 3, "{stdout}");
+
+    for (name, text, want) in [
+        (
+            "no-cal.yaml",
+            base.replace("  precision: f32\n", "  precision: fp8\n"),
+            "model.calibration",
+        ),
+        (
+            "cal-bf16.yaml",
+            base.replace(
+                "  precision: f32\n",
+                &format!("  precision: bf16\n  calibration: {}\n", cal.display()),
+            ),
+            "is for `precision: fp8`",
+        ),
+    ] {
+        let p = write(name, &text);
+        let (code, stdout, stderr) = run(&[
+            &os("run"),
+            &os("--config"),
+            p.as_os_str(),
+            &os("--sim"),
+            sim.as_os_str(),
+            &os("--fast"),
+        ]);
+        assert_ne!(code, Some(0), "{name}: {stdout}");
+        assert!(
+            stderr.contains(want) || stdout.contains(want),
+            "{name}: {stderr}"
+        );
+    }
+    let pi0 = write("pi0.yaml", &base.replace("kind: pi05", "kind: pi0"));
+    let (code, stdout, stderr) = run(&[
+        &os("calibrate"),
+        &os("--config"),
+        pi0.as_os_str(),
+        &os("--sim"),
+        sim.as_os_str(),
+        &os("--out"),
+        dir.join("pi0.json").as_os_str(),
+    ]);
+    assert_ne!(code, Some(0), "{stdout}");
+    assert!(stderr.contains("no FP8 path"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

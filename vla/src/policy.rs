@@ -88,4 +88,21 @@ pub trait Policy: Send + Sync {
 
     /// Where the kernels run (`host`, or the GPU and its architecture).
     fn target(&self) -> String;
+
+    /// Runs one inference on the inputs set, as [`run`](Self::run) does, through the 16-bit
+    /// path outside the graphs, and records the ranges of the FP8 GEMMs' inputs into `rec` as
+    /// one observation (see [`crate::calibration`]). A model with nothing to calibrate: an
+    /// error.
+    fn calibrate_inference(&self, rec: &mut crate::calibration::RangeRecorder) -> Result<()> {
+        let _ = rec;
+        Err(crate::Error::Config {
+            reason: format!("{} has no FP8 path to calibrate", self.spec().name),
+        })
+    }
+
+    /// What a calibration of this model is recorded on (see
+    /// [`Calibration::model`](crate::calibration::Calibration::model)), where it has one.
+    fn calibration_model(&self) -> Option<String> {
+        None
+    }
 }

@@ -1093,23 +1093,31 @@ impl Pi05 {
         percentile: f64,
     ) -> Result<crate::calibration::Calibration> {
         let mut rec = crate::calibration::RangeRecorder::new(percentile)?;
-        let s = self.s;
         for obs in observations {
             self.set_inputs(obs)?;
-            self.replay(Stage::Vision)?;
-            self.replay(Stage::Prefix)?;
-            let mut probe = |name: &str, t: &Tensor| -> Result<()> {
-                let v = t.read_f32(s)?;
-                rec.record(name, &v)
-            };
-            for i in 0..self.config.steps {
-                self.step_model
-                    .record_calibrating(&self.k, s, i, self.encoded(), &mut probe)?;
-            }
-            rec.end_observation();
+            self.calibrate_inference(&mut rec)?;
+        }
+        rec.finish(&self.calibration_model())
+    }
+
+    /// One inference on the inputs set (vision and prefix by their graphs, then every
+    /// denoising step with the 16-bit GEMMs outside any graph, as `run` computes them), each
+    /// FP8 GEMM input read back and its range recorded into `rec` as one observation.
+    pub fn calibrate_inference(&self, rec: &mut crate::calibration::RangeRecorder) -> Result<()> {
+        let s = self.s;
+        self.replay(Stage::Vision)?;
+        self.replay(Stage::Prefix)?;
+        let mut probe = |name: &str, t: &Tensor| -> Result<()> {
+            let v = t.read_f32(s)?;
+            rec.record(name, &v)
+        };
+        for i in 0..self.config.steps {
+            self.step_model
+                .record_calibrating(&self.k, s, i, self.encoded(), &mut probe)?;
         }
         self.k.ctx().sync_stream(s)?;
-        rec.finish(&self.calibration_model())
+        rec.end_observation();
+        Ok(())
     }
 
     /// Loads another calibration into a model built with an FP8 expert: its scales are
@@ -1204,5 +1212,11 @@ impl Policy for Pi05 {
     }
     fn target(&self) -> String {
         self.k.target()
+    }
+    fn calibrate_inference(&self, rec: &mut crate::calibration::RangeRecorder) -> Result<()> {
+        Pi05::calibrate_inference(self, rec)
+    }
+    fn calibration_model(&self) -> Option<String> {
+        (self.config.variant == Variant::Pi05).then(|| Pi05::calibration_model(self))
     }
 }
