@@ -219,8 +219,9 @@ pub enum Precision {
     F32,
     Bf16,
     F16,
-    /// bf16, with Pi0.5's action expert in FP8 (E4M3 weights per output feature, activations
-    /// with the static scales of `model.calibration`; `frt-robot-host calibrate` records one).
+    /// bf16, with Pi0.5's language model and action expert in FP8 (E4M3 weights per output
+    /// feature, activations with the static scales of `model.calibration`;
+    /// `frt-robot-host calibrate` records one).
     Fp8,
 }
 

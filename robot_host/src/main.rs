@@ -141,7 +141,7 @@ enum Command {
     },
     /// Records an FP8 calibration for `precision: fp8`: the configuration's model, in bf16,
     /// runs a scripted simulation (as `run --fast` does), each tick's inference also recording
-    /// the ranges of the action expert's FP8 GEMM inputs; then the calibration file is written.
+    /// the ranges of its FP8 GEMM inputs; then the calibration file is written.
     Calibrate {
         #[arg(long, value_name = "FILE")]
         config: PathBuf,

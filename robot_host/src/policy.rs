@@ -405,7 +405,8 @@ impl Policy {
                         kernels: cfg.kernels,
                         compact_views: true,
                         run_variants_once: true,
-                        fp8_expert,
+                        fp8: fp8_expert,
+                        fp8_prefix: true,
                     },
                 ),
             };

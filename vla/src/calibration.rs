@@ -100,10 +100,16 @@ impl Calibration {
             })
     }
 
-    /// Checks that the file holds exactly the ranges a model needs (`names`): one missing or
-    /// one the model does not have (a file recorded on another model) is an error naming it.
-    pub fn check_names<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> Result<()> {
-        let want: std::collections::BTreeSet<&str> = names.into_iter().collect();
+    /// Checks that the file holds every range a model needs (`needed`) and none that the
+    /// model does not have (`known`: every name it could use): a missing one, or a foreign one
+    /// (a file recorded on another model), is an error naming it.
+    pub fn check_names<'a>(
+        &self,
+        needed: impl IntoIterator<Item = &'a str>,
+        known: impl IntoIterator<Item = &'a str>,
+    ) -> Result<()> {
+        let want: std::collections::BTreeSet<&str> = needed.into_iter().collect();
+        let known: std::collections::BTreeSet<&str> = known.into_iter().collect();
         if let Some(n) = want.iter().find(|n| !self.ranges.contains_key(**n)) {
             return Err(Error::Config {
                 reason: format!(
@@ -116,7 +122,11 @@ impl Calibration {
                 ),
             });
         }
-        if let Some(n) = self.ranges.keys().find(|n| !want.contains(n.as_str())) {
+        if let Some(n) = self
+            .ranges
+            .keys()
+            .find(|n| !known.contains(n.as_str()) && !want.contains(n.as_str()))
+        {
             return Err(Error::Config {
                 reason: format!(
                     "calibration of `{}` has a range for `{n}`, which this model does not have: recorded on another model?",
@@ -262,13 +272,18 @@ mod tests {
         let c = r.finish("pi05 tiny").unwrap();
         c.write(&path).unwrap();
         assert_eq!(Calibration::read(&path).unwrap(), c);
-        c.check_names(["p.0.qkv", "p.0.down"]).unwrap();
+        c.check_names(["p.0.qkv", "p.0.down"], []).unwrap();
+        // Needing fewer than the file holds is fine when the model knows the others.
+        c.check_names(["p.0.qkv"], ["p.0.qkv", "p.0.down"]).unwrap();
         let e = c
-            .check_names(["p.0.qkv", "p.0.down", "p.1.qkv"])
+            .check_names(["p.0.qkv", "p.0.down", "p.1.qkv"], [])
             .unwrap_err()
             .to_string();
         assert!(e.contains("p.1.qkv") && e.contains("2 of 3"), "{e}");
-        let e = c.check_names(["p.0.qkv"]).unwrap_err().to_string();
+        let e = c
+            .check_names(["p.0.qkv"], ["p.0.qkv"])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("p.0.down") && e.contains("does not have"), "{e}");
         let text = std::fs::read_to_string(&path).unwrap();
         for (what, broken) in [

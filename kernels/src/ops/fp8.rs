@@ -197,6 +197,7 @@ impl Kernels {
             out: or,
             out_dt: out.dtype(),
             bias,
+            accumulate: false,
         };
         let lt = match &self.cuda {
             Some(c) => Some(Arc::new(Fp8Lt::new(
@@ -222,6 +223,8 @@ struct Fp8Spec {
     out: Rows,
     out_dt: DType,
     bias: bool,
+    /// Runs add the product to `out` (see [`Fp8Linear::accumulating`]).
+    accumulate: bool,
 }
 
 /// How a cuBLASLt FP8 plan applies the scales (the first form cuBLASLt accepts, tried in
@@ -254,6 +257,19 @@ impl Fp8Linear {
     /// On CUDA, how the weight scales are applied (which form cuBLASLt accepted).
     pub fn scaling(&self) -> Option<Fp8Scaling> {
         self.lt.as_ref().map(|p| p.scaling)
+    }
+
+    /// The same plan adding its product to `out` (`out += (x · wᵀ) · scales`, a residual
+    /// stream): an error where cuBLASLt took the alpha-vector form, which cannot add.
+    pub fn accumulating(mut self) -> Result<Fp8Linear> {
+        if self.scaling() == Some(Fp8Scaling::AlphaVector) {
+            return Err(Error::shape(
+                "linear_e4m3",
+                "this device's FP8 GEMM takes the scales as a vector of alphas, which cannot add to the output",
+            ));
+        }
+        self.spec.accumulate = true;
+        Ok(self)
     }
 
     /// How many f32 the activation scale has: 1, or M equal entries where cuBLASLt takes the
@@ -352,6 +368,7 @@ impl Fp8Linear {
                         w_scale.ptr(),
                         out.ptr(),
                         bias.map(|t| t.ptr()),
+                        sp.accumulate,
                         workspace.ptr(),
                         raw,
                     )
@@ -420,8 +437,14 @@ unsafe fn host_linear(sp: &Fp8Spec, (x, xs, w, ws, out, bias): (P, P, P, P, P, O
                 if let Some(b) = b {
                     y += b;
                 }
+                let at = i * sp.out.stride + j;
                 // SAFETY: inside out's layout.
-                with_float!(dt, T, { unsafe { out.st::<T>(i * sp.out.stride + j, y) } });
+                with_float!(dt, T, {
+                    if sp.accumulate {
+                        y += unsafe { out.ld::<T>(at) };
+                    }
+                    unsafe { out.st::<T>(at, y) }
+                });
             }
         }
     });
@@ -651,6 +674,7 @@ impl Fp8Lt {
         w_scale: u64,
         out: u64,
         bias: Option<u64>,
+        accumulate: bool,
         workspace: u64,
         raw: lts::cudaStream_t,
     ) -> Result<()> {
@@ -675,6 +699,7 @@ impl Fp8Lt {
             set(A::CUBLASLT_MATMUL_DESC_BIAS_POINTER, b)?;
         }
         let (one, zero) = (1f32, 0f32);
+        let beta = if accumulate { &one } else { &zero };
         let alpha: *const c_void = match self.scaling {
             Fp8Scaling::AlphaVector => w_scale as *const c_void,
             _ => &one as *const f32 as *const c_void,
@@ -685,7 +710,7 @@ impl Fp8Lt {
                 self.handle,
                 self.desc,
                 alpha,
-                &zero as *const f32 as *const c_void,
+                beta as *const f32 as *const c_void,
                 w as *const c_void,
                 self.layouts[0],
                 x as *const c_void,

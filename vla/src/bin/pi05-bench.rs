@@ -28,11 +28,11 @@
 //! set 1 − cosine and max |Δ| of bf16's actions against f32's.
 //!
 //! `pi05-bench --fp8-expert [--iters N]`: the 64-token bf16 model calibrated on 16 synthesized
-//! observations (random views, prompts and noise), then built again with its action expert in
-//! FP8 (`Pi05Options::fp8_expert`) from the same weights: per held-out set (the canonical
-//! inputs and three random ones) 1 − cosine and max |Δ| of the FP8 model's actions against
-//! bf16's; then both models timed alternately (one step and end to end, p50 / p99) and the GPU
-//! memory in use.
+//! observations (random views, prompts and noise), then built again from the same weights with
+//! its action expert in FP8 (`Pi05Options::fp8`, `fp8_prefix` off), and with its prefix in FP8
+//! too: per held-out set (the canonical inputs and three random ones) 1 − cosine and max |Δ| of
+//! each FP8 model's actions against bf16's; then the three models timed alternately (the
+//! prefix and end to end, p50 / p99) and the GPU memory in use.
 //!
 //! `pi05-bench --profile-absent`: the 3-slot model with one view absent, vision, prefix and one
 //! step in two profiled ranges: after ten runs, and after runs with every view present.
@@ -92,7 +92,8 @@ fn build_with(
         kernels,
         compact_views: !MASKED.get().copied().unwrap_or(false),
         run_variants_once: !std::env::args().any(|a| a == "--no-variant-run"),
-        fp8_expert,
+        fp8: fp8_expert,
+        fp8_prefix: false,
     };
     Pi05::build(ctx, s, w, &o).unwrap()
 }
@@ -686,13 +687,23 @@ fn fp8_expert(ctx: &Ctx, iters: usize) {
         false,
         Some(cal.clone()),
     );
+    let fp8_all = {
+        let kernels = *KERNEL_OPTIONS.get().expect("read in main");
+        let mut o = Pi05Options::new(DType::BF16);
+        o.kernels = kernels;
+        o.fp8 = Some(cal.clone());
+        o.fp8_prefix = true;
+        Pi05::build(ctx, s, &w, &o).unwrap()
+    };
     drop(w);
     println!(
         "FP8 action expert against bf16, full size, random weights (seed 1), 2 views, 64-token prompt capacity; calibrated on 16 random observations at the 99.9th percentile ({} ranges) in {calibrate_s:.1} s\n",
         cal.ranges.len()
     );
-    println!("| held-out inputs | 1 − cos | max abs diff | rms bf16 action |");
-    println!("|---|---|---|---|");
+    println!(
+        "| held-out inputs | FP8 expert: 1 − cos | max abs diff | FP8 prefix + expert: 1 − cos | max abs diff | rms bf16 action |"
+    );
+    println!("|---|---|---|---|---|---|");
     let (img, tokens, noise) = canonical_inputs(&c);
     let mut sets = vec![("canonical".to_string(), [img.clone(), img], tokens, noise)];
     for k in 0..3 {
@@ -710,23 +721,26 @@ fn fp8_expert(ctx: &Ctx, iters: usize) {
             noise,
         };
         let a = bf16.infer(&obs).unwrap();
-        let b = fp8.infer(&obs).unwrap();
-        let (mut dot, mut na, mut nb, mut max_d) = (0f64, 0f64, 0f64, 0f32);
-        for (x, y) in a.iter().zip(&b) {
-            dot += *x as f64 * *y as f64;
-            na += (*x as f64).powi(2);
-            nb += (*y as f64).powi(2);
-            max_d = max_d.max((x - y).abs());
-        }
-        let cos = dot / (na.sqrt() * nb.sqrt());
-        let rms = (na / a.len() as f64).sqrt();
-        println!("| {name} | {:.2e} | {max_d:.3e} | {rms:.3} |", 1.0 - cos);
+        let compare = |b: &[f32]| {
+            let (mut dot, mut na, mut nb, mut max_d) = (0f64, 0f64, 0f64, 0f32);
+            for (x, y) in a.iter().zip(b) {
+                dot += *x as f64 * *y as f64;
+                na += (*x as f64).powi(2);
+                nb += (*y as f64).powi(2);
+                max_d = max_d.max((x - y).abs());
+            }
+            (
+                1.0 - dot / (na.sqrt() * nb.sqrt()),
+                max_d,
+                (na / a.len() as f64).sqrt(),
+            )
+        };
+        let (c1, d1, rms) = compare(&fp8.infer(&obs).unwrap());
+        let (c2, d2, _) = compare(&fp8_all.infer(&obs).unwrap());
+        println!("| {name} | {c1:.2e} | {d1:.3e} | {c2:.2e} | {d2:.3e} | {rms:.3} |");
     }
     let time = timer(ctx, s);
-    let (mut rows, models) = (
-        [Vec::new(), Vec::new(), Vec::new(), Vec::new()],
-        [&bf16, &fp8],
-    );
+    let (mut rows, models) = ([(); 9].map(|_| Vec::new()), [&bf16, &fp8, &fp8_all]);
     for m in models {
         for _ in 0..10 {
             m.run().unwrap();
@@ -735,27 +749,28 @@ fn fp8_expert(ctx: &Ctx, iters: usize) {
     ctx.sync_stream(s).unwrap();
     for _ in 0..iters {
         for (j, m) in models.iter().enumerate() {
-            rows[2 * j].push(time(&|| m.replay(Stage::Step(3)).unwrap()));
-            rows[2 * j + 1].push(time(&|| m.run().unwrap()));
+            rows[3 * j].push(time(&|| m.replay(Stage::Prefix).unwrap()));
+            rows[3 * j + 1].push(time(&|| m.replay(Stage::Step(3)).unwrap()));
+            rows[3 * j + 2].push(time(&|| m.run().unwrap()));
         }
     }
     let cu = ctx.cuda_context().expect("CUDA").clone();
     let (free, total) = cu.mem_get_info().unwrap();
-    println!("\n| model | one step p50 / p99 ms | end to end p50 / p99 ms |");
-    println!("|---|---|---|");
-    for (j, name) in ["bf16", "FP8 action expert"].iter().enumerate() {
-        let (st, e2e) = rows.split_at_mut(2 * j + 1);
-        let (st, e2e) = (&mut st[2 * j], &mut e2e[0]);
-        println!(
-            "| {name} | {:.3} / {:.3} | {:.3} / {:.3} |",
-            pct(st, 0.5),
-            pct(st, 0.99),
-            pct(e2e, 0.5),
-            pct(e2e, 0.99)
-        );
+    println!("\n| model | prefix p50 / p99 ms | one step p50 / p99 ms | end to end p50 / p99 ms |");
+    println!("|---|---|---|---|");
+    for (j, name) in ["bf16", "FP8 action expert", "FP8 prefix and expert"]
+        .iter()
+        .enumerate()
+    {
+        let mut cell = |r: usize| {
+            let v = &mut rows[3 * j + r];
+            format!("{:.3} / {:.3}", pct(v, 0.5), pct(v, 0.99))
+        };
+        let (p, st, e) = (cell(0), cell(1), cell(2));
+        println!("| {name} | {p} | {st} | {e} |");
     }
     println!(
-        "\nGPU memory in use (both models): {:.1} GB of {:.1}",
+        "\nGPU memory in use (the three models): {:.1} GB of {:.1}",
         (total - free) as f64 / 1e9,
         total as f64 / 1e9
     );

@@ -211,17 +211,43 @@ pub struct Pi05 {
 
 /// What a calibration is recorded on (see [`Pi05::calibration_model`]).
 fn calibration_model(c: &Pi05Config) -> String {
-    let e = &c.expert;
+    let part = |g: &crate::config::GemmaConfig| {
+        format!(
+            "width {}, {} layers, mlp {}, heads {}/{}, head dim {}",
+            g.width, g.depth, g.mlp, g.heads, g.kv_heads, g.head_dim
+        )
+    };
     format!(
-        "{} expert: width {}, {} layers, mlp {}, heads {}/{}, head dim {}",
+        "{} language model: {}; expert: {}",
         c.variant.name(),
-        e.width,
-        e.depth,
-        e.mlp,
-        e.heads,
-        e.kv_heads,
-        e.head_dim
+        part(&c.llm),
+        part(&c.expert)
     )
+}
+
+/// Checks that `cal` was recorded on this model (its identity) and holds the ranges its FP8
+/// parts need (the expert's, and the prefix's with `prefix`), and none it does not have.
+fn check_calibration(
+    c: &Pi05Config,
+    cal: &crate::calibration::Calibration,
+    prefix: bool,
+) -> Result<()> {
+    if cal.model != calibration_model(c) {
+        return Err(Error::Config {
+            reason: format!(
+                "calibration recorded on `{}`, this model is `{}`",
+                cal.model,
+                calibration_model(c)
+            ),
+        });
+    }
+    let (e, p) = (
+        expert::fp8_names(c.expert.depth),
+        prefix::fp8_names(c.llm.depth),
+    );
+    let needed = e.iter().chain(p.iter().filter(|_| prefix));
+    let known = e.iter().chain(p.iter());
+    cal.check_names(needed.map(String::as_str), known.map(String::as_str))
 }
 
 /// The step graph's model: Pi0.5's adaptive-norm expert or Pi0's state-token expert.
@@ -307,8 +333,11 @@ pub struct Pi05Options {
     pub run_variants_once: bool,
     /// The action expert's GEMMs in FP8 with this calibration's activation scales (weights
     /// quantized per output feature at load; the 16-bit weights stay too, for calibrating
-    /// again). Pi0.5 only; see [`Pi05::calibrate_expert`] and [`Pi05::set_calibration`].
-    pub fp8_expert: Option<crate::calibration::Calibration>,
+    /// again), and the language model's with `fp8_prefix`. Pi0.5 only; see
+    /// [`Pi05::calibrate_expert`] and [`Pi05::set_calibration`].
+    pub fp8: Option<crate::calibration::Calibration>,
+    /// With `fp8`: the prefix (the language model's GEMMs) in FP8 too.
+    pub fp8_prefix: bool,
 }
 
 impl Pi05Options {
@@ -321,7 +350,8 @@ impl Pi05Options {
             kernels: KernelOptions::default(),
             compact_views: true,
             run_variants_once: true,
-            fp8_expert: None,
+            fp8: None,
+            fp8_prefix: true,
         }
     }
 }
@@ -370,6 +400,9 @@ impl Pi05 {
             (options.dtype, options.prompt_mode, options.inpaint_prefix);
         let c = w.config.clone();
         c.validate().map_err(|reason| Error::Config { reason })?;
+        if let Some(cal) = &options.fp8 {
+            check_calibration(&c, cal, options.fp8_prefix)?;
+        }
         let k = Kernels::with_options(ctx, options.kernels)?;
         let dt = dtype;
         let (sg, lg, eg) = (&c.siglip, &c.llm, &c.expert);
@@ -497,6 +530,40 @@ impl Pi05 {
         let pattn = Tensor::alloc(ctx, "prefix.attn", dt, &[p_len, heads * hd])?;
         let pgu = Tensor::alloc(ctx, "prefix.gate_up", dt, &[p_len, 2 * lg.mlp])?;
         let ph = Tensor::alloc(ctx, "prefix.mlp", dt, &[p_len, lg.mlp])?;
+        let prefix_fp8 = match (&options.fp8, options.fp8_prefix, c.variant) {
+            (Some(cal), true, Variant::Pi05) => {
+                let layers = (0..lg.depth)
+                    .map(|i| {
+                        let p = root.pp(LLM).pp("layers").pp(i);
+                        Ok(frt_nn::blocks::gemma::GemmaFp8::load(
+                            &p,
+                            &dims(lg),
+                            ctx,
+                            s,
+                        )?)
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let codes =
+                    |name: &str, cols: usize| Tensor::alloc(ctx, name, DType::E4M3, &[p_len, cols]);
+                let per = p_len.next_multiple_of(64);
+                let f = prefix::PrefixFp8 {
+                    layers,
+                    scales: Tensor::alloc(
+                        ctx,
+                        "prefix.fp8.scales",
+                        DType::F32,
+                        &[lg.depth * 4 * per],
+                    )?,
+                    per,
+                    tokens: codes("prefix.fp8.tokens", lg.width)?,
+                    attn: codes("prefix.fp8.attn", heads * hd)?,
+                    hidden: codes("prefix.fp8.mlp", lg.mlp)?,
+                };
+                f.set_scales(s, cal)?;
+                Some(f)
+            }
+            _ => None,
+        };
         let prefix_parts = PrefixParts {
             layers: ll.clone(),
             embed,
@@ -515,6 +582,7 @@ impl Pi05 {
             heads,
             kv_heads: kvh,
             head_dim: hd,
+            fp8: prefix_fp8,
         };
         let prefix = Graph::new(
             ctx,
@@ -542,18 +610,7 @@ impl Pi05 {
             keys: every.clone(),
             inpaint_prefix,
         };
-        let fp8 = options.fp8_expert.as_ref();
-        if let Some(cal) = fp8 {
-            if cal.model != calibration_model(&c) {
-                return Err(Error::Config {
-                    reason: format!(
-                        "calibration recorded on `{}`, this model is `{}`",
-                        cal.model,
-                        calibration_model(&c)
-                    ),
-                });
-            }
-        }
+        let fp8 = options.fp8.as_ref();
         let mut expert = match c.variant {
             Variant::Pi05 => {
                 StepModel::Pi05(Box::new(expert::Expert::build(&k, s, w, dt, el, io, fp8)?))
@@ -1071,7 +1128,7 @@ impl Pi05 {
         Ok(self.out.buffer().read(s, 0, out)?)
     }
 
-    /// Whether the action expert runs its GEMMs in FP8 ([`Pi05Options::fp8_expert`]).
+    /// Whether the action expert runs its GEMMs in FP8 ([`Pi05Options::fp8`]).
     pub fn fp8_expert(&self) -> bool {
         matches!(&self.step_model, StepModel::Pi05(e) if e.is_fp8())
     }
@@ -1100,17 +1157,24 @@ impl Pi05 {
         rec.finish(&self.calibration_model())
     }
 
-    /// One inference on the inputs set (vision and prefix by their graphs, then every
+    /// One inference on the inputs set (vision by its graph, then the prefix and every
     /// denoising step with the 16-bit GEMMs outside any graph, as `run` computes them), each
     /// FP8 GEMM input read back and its range recorded into `rec` as one observation.
     pub fn calibrate_inference(&self, rec: &mut crate::calibration::RangeRecorder) -> Result<()> {
         let s = self.s;
         self.replay(Stage::Vision)?;
-        self.replay(Stage::Prefix)?;
         let mut probe = |name: &str, t: &Tensor| -> Result<()> {
             let v = t.read_f32(s)?;
             rec.record(name, &v)
         };
+        let c = &self.config;
+        let prompt_rows = match self.mode {
+            PromptMode::Fixed => c.max_token_len,
+            PromptMode::Exact => self.prompt_len.load(std::sync::atomic::Ordering::Acquire),
+        };
+        let image_rows = self.encoded() * c.siglip.tokens();
+        self.prefix_parts
+            .run_calibrating(&self.k, s, image_rows, prompt_rows, &mut probe)?;
         for i in 0..self.config.steps {
             self.step_model
                 .record_calibrating(&self.k, s, i, self.encoded(), &mut probe)?;
@@ -1124,15 +1188,8 @@ impl Pi05 {
     /// written into the buffer the step graphs read (no recapture). The calibration must have
     /// been recorded on this model's kind (every range named as this model names them).
     pub fn set_calibration(&self, cal: &crate::calibration::Calibration) -> Result<()> {
-        if cal.model != self.calibration_model() {
-            return Err(Error::Config {
-                reason: format!(
-                    "calibration recorded on `{}`, this model is `{}`",
-                    cal.model,
-                    self.calibration_model()
-                ),
-            });
-        }
+        let prefix = self.prefix_parts.fp8.as_ref();
+        check_calibration(&self.config, cal, prefix.is_some())?;
         match &self.step_model {
             StepModel::Pi05(e) => e.set_calibration(self.s, cal)?,
             StepModel::Pi0(_) => {
@@ -1141,8 +1198,16 @@ impl Pi05 {
                 });
             }
         }
+        if let Some(f) = prefix {
+            f.set_scales(self.s, cal)?;
+        }
         self.k.ctx().sync_stream(self.s)?;
         Ok(())
+    }
+
+    /// Whether the language model runs its GEMMs in FP8 ([`Pi05Options::fp8_prefix`]).
+    pub fn fp8_prefix(&self) -> bool {
+        self.prefix_parts.fp8.is_some()
     }
 
     /// Convenience: inputs, one inference, and the actions (allocates the result).

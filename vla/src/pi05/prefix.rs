@@ -4,10 +4,71 @@
 //! per number of present views (their image rows packed first) and for the prompt capacity
 //! (fixed mode) or per prompt length (exact mode).
 
+use super::expert::Probe;
 use super::{GEMMA_EPS, ROPE_WAVELENGTH};
+use crate::calibration::Calibration;
 use crate::error::Result;
-use frt_exec::{Graph, ShapeKey};
-use frt_kernels::{AttentionMask, AttentionPlan, Kernels, Tensor};
+use frt_exec::{Graph, ShapeKey, Stream};
+use frt_kernels::{AttentionMask, AttentionPlan, Fp8Linear, Gemm, Kernels, Tensor};
+use frt_nn::blocks::gemma::GemmaFp8;
+
+/// The inputs of a prefix layer's FP8 GEMMs, in the order of its scales (the last layer has
+/// only the first two: its MLP is skipped).
+const FP8_INPUTS: [&str; 4] = ["qkv", "o", "gate_up", "down"];
+
+/// The calibration names of the prefix's FP8 GEMM inputs (`prefix.layers.{i}.{qkv, o,
+/// gate_up, down}`; the last layer's `qkv` and `o` only).
+pub(crate) fn fp8_names(depth: usize) -> Vec<String> {
+    (0..depth)
+        .flat_map(|i| {
+            let n = if i + 1 == depth { 2 } else { 4 };
+            FP8_INPUTS[..n]
+                .iter()
+                .map(move |g| format!("prefix.layers.{i}.{g}"))
+        })
+        .collect()
+}
+
+/// The language model's GEMMs in FP8 (weights per output feature; activations with static
+/// scales in one buffer, a new calibration being a buffer write).
+pub(crate) struct PrefixFp8 {
+    pub(crate) layers: Vec<GemmaFp8>,
+    /// Per layer and GEMM input (`FP8_INPUTS` order), the activation's scale repeated `per`
+    /// times (a multiple of 64 covering the most rows: what the FP8 GEMM plans take).
+    pub(crate) scales: Tensor,
+    pub(crate) per: usize,
+    /// The quantized normed rows, attention output and MLP hidden rows.
+    pub(crate) tokens: Tensor,
+    pub(crate) attn: Tensor,
+    pub(crate) hidden: Tensor,
+}
+
+impl PrefixFp8 {
+    /// Writes a calibration's scales into the scale buffer (the graphs read them there).
+    pub(crate) fn set_scales(&self, s: Stream, cal: &Calibration) -> Result<()> {
+        let depth = self.layers.len();
+        let mut v = vec![1f32; depth * FP8_INPUTS.len() * self.per];
+        for (i, chunk) in v.chunks_mut(FP8_INPUTS.len() * self.per).enumerate() {
+            let n = if i + 1 == depth { 2 } else { 4 };
+            for (g, part) in chunk.chunks_mut(self.per).take(n).enumerate() {
+                part.fill(cal.scale(&format!("prefix.layers.{i}.{}", FP8_INPUTS[g]))?);
+            }
+        }
+        self.scales.write_f32(s, &v)?;
+        Ok(())
+    }
+}
+
+/// One prefix variant's plans: the row views, the GEMMs (16-bit, and FP8 when built with it)
+/// and each layer's attention.
+struct PrefixPlan {
+    rows: usize,
+    image_rows: usize,
+    prompt_rows: usize,
+    gemms: [Gemm; 4],
+    fp8: Option<[Fp8Linear; 4]>,
+    attention: Vec<AttentionPlan>,
+}
 
 /// A Gemma layer with the key/value cache it fills (the language model's layer `i` and the
 /// expert's layer `i` share one: the expert writes its rows behind the prefix's).
@@ -45,13 +106,15 @@ pub(crate) struct PrefixParts {
     pub(crate) heads: usize,
     pub(crate) kv_heads: usize,
     pub(crate) head_dim: usize,
+    /// The FP8 GEMMs, when built with them.
+    pub(crate) fp8: Option<PrefixFp8>,
 }
 
 impl PrefixParts {
     /// Captures the prefix for `image_rows` image rows (the present views' tokens) and
     /// `prompt_rows` prompt rows behind them as variant `key` of `graph`: the prompt embedded
     /// (×√width) behind the images, then the language model over those rows, filling each
-    /// layer's cache rows.
+    /// layer's cache rows (FP8 GEMMs when built with them).
     pub(crate) fn capture(
         &self,
         k: &Kernels,
@@ -60,9 +123,33 @@ impl PrefixParts {
         image_rows: usize,
         prompt_rows: usize,
     ) -> Result<()> {
+        let p = self.plan(k, image_rows, prompt_rows)?;
+        graph.capture(key, |cs| self.record(k, cs, &p, None))?;
+        Ok(())
+    }
+
+    /// Runs the prefix for those rows on `s`, outside any graph, with the 16-bit GEMMs, giving
+    /// `probe` each FP8 GEMM input as it is made (calibration).
+    pub(crate) fn run_calibrating(
+        &self,
+        k: &Kernels,
+        s: Stream,
+        image_rows: usize,
+        prompt_rows: usize,
+        probe: Probe,
+    ) -> Result<()> {
+        let p = self.plan(k, image_rows, prompt_rows)?;
+        self.record(k, s, &p, Some(probe))
+    }
+
+    fn first(&self, t: &Tensor, rows: usize) -> Result<Tensor> {
+        Ok(t.narrow(0, 0, rows)?)
+    }
+
+    fn plan(&self, k: &Kernels, image_rows: usize, prompt_rows: usize) -> Result<PrefixPlan> {
         let rows = image_rows + prompt_rows;
         let (hd, heads, kvh) = (self.head_dim, self.heads, self.kv_heads);
-        let first = |t: &Tensor| -> Result<Tensor> { Ok(t.narrow(0, 0, rows)?) };
+        let first = |t: &Tensor| self.first(t, rows);
         let heads_of = |t: &Tensor, n: usize| -> Result<Tensor> { Ok(t.reshape(&[rows, n, hd])?) };
         let (x, ln, q, qkv, attn, gu, h) = (
             first(&self.x)?,
@@ -73,20 +160,31 @@ impl PrefixParts {
             first(&self.gate_up)?,
             first(&self.mlp)?,
         );
-        let (pos, mask) = (first(&self.pos)?, first(&self.mask)?);
-        let tokens = self.tokens.narrow(0, 0, prompt_rows)?;
-        let prompt = self.x.narrow(0, image_rows, prompt_rows)?;
+        let mask = first(&self.mask)?;
         let l0 = &self.layers[0];
-        let g_qkv = k.linear(&ln, &l0.qkv, &qkv, false, false)?;
-        let g_o = k.linear(&attn, &l0.o, &x, false, true)?;
-        let g_gu = k.linear(&ln, &l0.gate_up, &gu, false, false)?;
-        let g_down = k.linear(&h, &l0.down, &x, false, true)?;
-        let cache = |l: &GemmaLayer| -> Result<(Tensor, Tensor)> {
-            Ok((first(&l.k_cache)?, first(&l.v_cache)?))
+        let gemms = [
+            k.linear(&ln, &l0.qkv, &qkv, false, false)?,
+            k.linear(&attn, &l0.o, &x, false, true)?,
+            k.linear(&ln, &l0.gate_up, &gu, false, false)?,
+            k.linear(&h, &l0.down, &x, false, true)?,
+        ];
+        let fp8 = match &self.fp8 {
+            Some(f) => {
+                let f0 = &f.layers[0];
+                Some([
+                    k.linear_e4m3(&first(&f.tokens)?, &f0.qkv.codes, &qkv, false)?,
+                    k.linear_e4m3(&first(&f.attn)?, &f0.o.codes, &x, false)?
+                        .accumulating()?,
+                    k.linear_e4m3(&first(&f.tokens)?, &f0.gate_up.codes, &gu, false)?,
+                    k.linear_e4m3(&first(&f.hidden)?, &f0.down.codes, &x, false)?
+                        .accumulating()?,
+                ])
+            }
+            None => None,
         };
-        let mut plans: Vec<AttentionPlan> = Vec::new();
+        let mut attention: Vec<AttentionPlan> = Vec::new();
         for l in &self.layers {
-            let (kc, vc) = cache(l)?;
+            let (kc, vc) = (first(&l.k_cache)?, first(&l.v_cache)?);
             let plan = k.attention_plan_sharing(
                 &heads_of(&q, heads)?,
                 &heads_of(&kc, kvh)?,
@@ -94,40 +192,108 @@ impl PrefixParts {
                 &heads_of(&attn, heads)?,
                 &AttentionMask::keys(&mask),
                 1.0 / (hd as f32).sqrt(),
-                plans.first(),
+                attention.first(),
             )?;
-            plans.push(plan);
+            attention.push(plan);
         }
-        graph.capture(key, |cs| -> Result<()> {
-            {
-                k.embedding(
-                    cs,
-                    &tokens,
-                    &self.embed,
-                    &prompt,
-                    (self.width as f32).sqrt(),
-                )?;
-                for (i, (l, plan)) in self.layers.iter().zip(&plans).enumerate() {
-                    let (kc, vc) = cache(l)?;
-                    let ln1 = l.ln1.as_ref().expect("language model norms");
-                    k.rms_norm(cs, &x, ln1, &ln, GEMMA_EPS)?;
-                    g_qkv.run(cs, &ln, &l.qkv, &qkv, None)?;
-                    k.rope_qkv(cs, &qkv, &pos, &q, &kc, &vc, hd, ROPE_WAVELENGTH)?;
-                    plan.run(k, cs)?;
-                    g_o.run(cs, &attn, &l.o, &x, None)?;
-                    if i + 1 == self.layers.len() {
-                        break; // the last MLP only feeds the prefix output, which nothing reads
-                    }
-                    let ln2 = l.ln2.as_ref().expect("language model norms");
-                    k.rms_norm(cs, &x, ln2, &ln, GEMMA_EPS)?;
-                    g_gu.run(cs, &ln, &l.gate_up, &gu, None)?;
-                    let mw = self.mlp_width;
-                    k.geglu(cs, &gu.narrow(1, 0, mw)?, &gu.narrow(1, mw, mw)?, &h)?;
-                    g_down.run(cs, &h, &l.down, &x, None)?;
+        Ok(PrefixPlan {
+            rows,
+            image_rows,
+            prompt_rows,
+            gemms,
+            fp8,
+            attention,
+        })
+    }
+
+    /// Records (or, outside a capture, runs) the prefix of plan `p` on `cs`; with `probe`,
+    /// the 16-bit GEMMs and each FP8 GEMM input given to it.
+    fn record(
+        &self,
+        k: &Kernels,
+        cs: Stream,
+        p: &PrefixPlan,
+        mut probe: Option<Probe>,
+    ) -> Result<()> {
+        let rows = p.rows;
+        let first = |t: &Tensor| self.first(t, rows);
+        let (x, ln, q, qkv, attn, gu, h) = (
+            first(&self.x)?,
+            first(&self.ln)?,
+            first(&self.q)?,
+            first(&self.qkv)?,
+            first(&self.attn)?,
+            first(&self.gate_up)?,
+            first(&self.mlp)?,
+        );
+        let pos = first(&self.pos)?;
+        let tokens = self.tokens.narrow(0, 0, p.prompt_rows)?;
+        let prompt = self.x.narrow(0, p.image_rows, p.prompt_rows)?;
+        let fp8 = match (&self.fp8, &p.fp8, probe.is_some()) {
+            (Some(f), Some(lin), false) => Some((f, lin)),
+            _ => None,
+        };
+        // GEMM `g` of layer `i`: `out (+)= x · w` in the precision the model runs.
+        let gemm = |i: usize, g: usize, x: &Tensor, out: &Tensor| -> Result<()> {
+            let l = &self.layers[i];
+            match fp8 {
+                Some((f, lin)) => {
+                    let fl = &f.layers[i];
+                    let (codes, w) = match g {
+                        0 => (&f.tokens, &fl.qkv),
+                        1 => (&f.attn, &fl.o),
+                        2 => (&f.tokens, &fl.gate_up),
+                        _ => (&f.hidden, &fl.down),
+                    };
+                    let codes = self.first(codes, rows)?;
+                    let at = (i * FP8_INPUTS.len() + g) * f.per;
+                    let scale = f.scales.narrow(0, at, lin[g].x_scale_elements())?;
+                    k.quantize_e4m3(cs, x, &scale.narrow(0, 0, 1)?, &codes)?;
+                    lin[g].run(cs, &codes, &scale, &w.codes, &w.scales, out, None)?;
                 }
-                Ok(())
+                None => {
+                    let w = [&l.qkv, &l.o, &l.gate_up, &l.down][g];
+                    p.gemms[g].run(cs, x, w, out, None)?;
+                }
             }
-        })?;
+            Ok(())
+        };
+        let mut see = |i: usize, g: usize, t: &Tensor| -> Result<()> {
+            match probe.as_mut() {
+                Some(f) => f(&format!("prefix.layers.{i}.{}", FP8_INPUTS[g]), t),
+                None => Ok(()),
+            }
+        };
+        k.embedding(
+            cs,
+            &tokens,
+            &self.embed,
+            &prompt,
+            (self.width as f32).sqrt(),
+        )?;
+        let hd = self.head_dim;
+        for (i, (l, plan)) in self.layers.iter().zip(&p.attention).enumerate() {
+            let (kc, vc) = (first(&l.k_cache)?, first(&l.v_cache)?);
+            let ln1 = l.ln1.as_ref().expect("language model norms");
+            k.rms_norm(cs, &x, ln1, &ln, GEMMA_EPS)?;
+            see(i, 0, &ln)?;
+            gemm(i, 0, &ln, &qkv)?;
+            k.rope_qkv(cs, &qkv, &pos, &q, &kc, &vc, hd, ROPE_WAVELENGTH)?;
+            plan.run(k, cs)?;
+            see(i, 1, &attn)?;
+            gemm(i, 1, &attn, &x)?;
+            if i + 1 == self.layers.len() {
+                break; // the last MLP only feeds the prefix output, which nothing reads
+            }
+            let ln2 = l.ln2.as_ref().expect("language model norms");
+            k.rms_norm(cs, &x, ln2, &ln, GEMMA_EPS)?;
+            see(i, 2, &ln)?;
+            gemm(i, 2, &ln, &gu)?;
+            let mw = self.mlp_width;
+            k.geglu(cs, &gu.narrow(1, 0, mw)?, &gu.narrow(1, mw, mw)?, &h)?;
+            see(i, 3, &h)?;
+            gemm(i, 3, &h, &x)?;
+        }
         Ok(())
     }
 }
