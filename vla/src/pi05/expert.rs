@@ -8,6 +8,7 @@
 //! final normed output widened once.
 
 use super::flow::{Flow, Inpaint, Io, StepKeys, StepVariant, time_embedding, variant_for};
+use super::fp8::{FP8_INPUTS, Fp8Stack};
 use super::prefix::GemmaLayer;
 use super::{GEMMA_EPS, ROPE_WAVELENGTH};
 use crate::calibration::Calibration;
@@ -17,79 +18,18 @@ use frt_exec::Stream;
 use frt_kernels::{
     AttentionMask, AttentionPlan, DType, Fp8Linear, GegluLinear, Gemm, Kernels, Tensor,
 };
-use frt_nn::blocks::gemma::{GemmaDims, GemmaFp8};
-
-/// The inputs of a layer's FP8 GEMMs, in the order of a layer's scales.
-const FP8_INPUTS: [&str; 4] = ["qkv", "o", "gate_up", "down"];
-
-/// The calibration names of the expert's FP8 GEMM inputs (`expert.layers.{j}.{qkv, o,
-/// gate_up, down}`), layer by layer.
-pub(crate) fn fp8_names(depth: usize) -> Vec<String> {
-    (0..depth)
-        .flat_map(|j| FP8_INPUTS.map(|g| format!("expert.layers.{j}.{g}")))
-        .collect()
-}
+use frt_nn::blocks::gemma::GemmaDims;
 
 /// What a calibration run does at each FP8 GEMM input: is given the activation (see
 /// [`Expert::record_calibrating`]).
 pub(crate) type Probe<'a> = &'a mut dyn FnMut(&str, &Tensor) -> Result<()>;
 
-/// The expert's GEMMs in FP8 (E4M3 weights per output feature, activations with static scales
-/// in a buffer: a new calibration is a buffer write).
-struct Fp8Expert {
-    layers: Vec<GemmaFp8>,
-    /// Per layer and GEMM input (`FP8_INPUTS` order), its activation's scale repeated
-    /// `per` times (at least what the FP8 GEMM plans take, see
-    /// `Fp8Linear::x_scale_elements`; a multiple of 64).
-    scales: Tensor,
-    per: usize,
-    /// The quantized activations: the normed tokens, the attention output, the MLP's hidden
-    /// rows; and the gate+up product before GEGLU.
-    tokens: Tensor,
-    attn: Tensor,
-    hidden: Tensor,
-    gate_up: Tensor,
-    /// q/k/v, attention out, gate+up, down.
+/// The expert's GEMMs in FP8: the stack, the four GEMM plans (q/k/v, attention out, gate+up,
+/// down) and the gate+up product before GEGLU.
+struct ExpertFp8 {
+    stack: Fp8Stack,
     lin: [Fp8Linear; 4],
-}
-
-impl Fp8Expert {
-    /// Writes the calibration's scales into the scale buffer (every captured graph reads
-    /// them from there: no recapture); a range missing is an error naming it.
-    fn set_scales(&self, s: Stream, cal: &Calibration) -> Result<()> {
-        let names = fp8_names(self.layers.len());
-        let mut v = Vec::with_capacity(self.scales.numel());
-        for n in &names {
-            let scale = cal.scale(n)?;
-            v.extend(std::iter::repeat_n(scale, self.per));
-        }
-        self.scales.write_f32(s, &v)?;
-        Ok(())
-    }
-
-    /// Layer `j`'s scale of GEMM input `g` as GEMM plan `g` takes it.
-    fn scale(&self, j: usize, g: usize) -> Result<Tensor> {
-        let at = (j * FP8_INPUTS.len() + g) * self.per;
-        Ok(self.scales.narrow(0, at, self.lin[g].x_scale_elements())?)
-    }
-
-    /// `out = linear_g(quantize(x))` with layer `j`'s weight `w` and scale of input `g`.
-    #[allow(clippy::too_many_arguments)]
-    fn linear(
-        &self,
-        k: &Kernels,
-        cs: Stream,
-        (j, g): (usize, usize),
-        x: &Tensor,
-        codes: &Tensor,
-        w: &frt_nn::QuantizedWeight,
-        out: &Tensor,
-    ) -> Result<()> {
-        let scale = self.scale(j, g)?;
-        k.quantize_e4m3(cs, x, &scale.narrow(0, 0, 1)?, codes)?;
-        self.lin[g].run(cs, codes, &scale, &w.codes, &w.scales, out, None)?;
-        Ok(())
-    }
+    gate_up: Tensor,
 }
 
 /// The action expert, planned (see the module docs).
@@ -121,7 +61,7 @@ pub(crate) struct Expert {
     /// Per number of encoded views: its prefix rows and a layer's attention plans.
     variants: Vec<StepVariant<AttentionPlan>>,
     /// The FP8 GEMMs, when built with a calibration.
-    fp8: Option<Fp8Expert>,
+    fp8: Option<ExpertFp8>,
 }
 
 impl Expert {
@@ -243,54 +183,20 @@ impl Expert {
                     kv_heads: eg.kv_heads,
                     head_dim: eg.head_dim,
                 };
-                let root = w.root();
-                let layers = (0..eg.depth)
-                    .map(|j| {
-                        let p = root.pp(EXPERT).pp("layers").pp(j);
-                        Ok(GemmaFp8::load(&p, &dims, ctx, s)?)
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                let codes =
-                    |name: &str, cols: usize| Tensor::alloc(ctx, name, DType::E4M3, &[s_len, cols]);
-                let (tokens, attn, hidden) = (
-                    codes("step.fp8.tokens", ew)?,
-                    codes("step.fp8.attn", heads * hd)?,
-                    codes("step.fp8.mlp", eg.mlp)?,
-                );
+                let stack =
+                    Fp8Stack::load(k, s, w, ("expert", EXPERT), &dims, eg.depth, 4, s_len, cal)?;
                 let gate_up = Tensor::alloc(ctx, "step.fp8.gate_up", dt, &[s_len, 2 * eg.mlp])?;
-                let l0 = &layers[0];
                 let lin = [
-                    k.linear_e4m3(&tokens, &l0.qkv.codes, &sqkv, false)?,
-                    k.linear_e4m3(&attn, &l0.o.codes, &so, false)?,
-                    k.linear_e4m3(&tokens, &l0.gate_up.codes, &gate_up, false)?,
-                    k.linear_e4m3(&hidden, &l0.down.codes, &so, false)?,
+                    stack.plan(k, 0, s_len, &sqkv, false)?,
+                    stack.plan(k, 1, s_len, &so, false)?,
+                    stack.plan(k, 2, s_len, &gate_up, false)?,
+                    stack.plan(k, 3, s_len, &so, false)?,
                 ];
-                // Each layer's scales start 256 bytes apart (cuBLASLt refuses a scale vector
-                // that is not aligned).
-                let per = lin
-                    .iter()
-                    .map(Fp8Linear::x_scale_elements)
-                    .max()
-                    .unwrap_or(1)
-                    .next_multiple_of(64);
-                let scales = Tensor::alloc(
-                    ctx,
-                    "step.fp8.scales",
-                    DType::F32,
-                    &[eg.depth * FP8_INPUTS.len() * per],
-                )?;
-                let f = Fp8Expert {
-                    layers,
-                    scales,
-                    per,
-                    tokens,
-                    attn,
-                    hidden,
-                    gate_up,
+                Some(ExpertFp8 {
+                    stack,
                     lin,
-                };
-                f.set_scales(s, cal)?;
-                Some(f)
+                    gate_up,
+                })
             }
             None => None,
         };
@@ -361,7 +267,7 @@ impl Expert {
     /// running, with the new scales). An error for an expert built without FP8.
     pub(crate) fn set_calibration(&self, s: Stream, cal: &Calibration) -> Result<()> {
         match &self.fp8 {
-            Some(f) => f.set_scales(s, cal),
+            Some(f) => f.stack.set_scales(s, cal),
             None => Err(crate::Error::Config {
                 reason: "a calibration is for a model built with its FP8 expert".into(),
             }),
@@ -444,15 +350,9 @@ impl Expert {
             let vc = l.v_cache.narrow(0, *prefix_rows, self.s_len)?;
             see(j, 0, &self.aln)?;
             match fp8 {
-                Some(f) => f.linear(
-                    k,
-                    cs,
-                    (j, 0),
-                    &self.aln,
-                    &f.tokens,
-                    &f.layers[j].qkv,
-                    &self.sqkv,
-                )?,
+                Some(f) => f
+                    .stack
+                    .linear(k, cs, (j, 0), &f.lin[0], &self.aln, &self.sqkv)?,
                 None => self.sg_qkv.run(cs, &self.aln, &l.qkv, &self.sqkv, None)?,
             }
             k.rope_qkv(
@@ -468,15 +368,9 @@ impl Expert {
             plan.run(k, cs)?;
             see(j, 1, &self.sattn)?;
             match fp8 {
-                Some(f) => f.linear(
-                    k,
-                    cs,
-                    (j, 1),
-                    &self.sattn,
-                    &f.attn,
-                    &f.layers[j].o,
-                    &self.so,
-                )?,
+                Some(f) => f
+                    .stack
+                    .linear(k, cs, (j, 1), &f.lin[1], &self.sattn, &self.so)?,
                 None => self.sg_o.run(cs, &self.sattn, &l.o, &self.so, None)?,
             }
             gate = k.residual_ada_rms_norm(
@@ -492,15 +386,7 @@ impl Expert {
             match fp8 {
                 Some(f) => {
                     let gu = &f.gate_up;
-                    f.linear(
-                        k,
-                        cs,
-                        (j, 2),
-                        &self.aln,
-                        &f.tokens,
-                        &f.layers[j].gate_up,
-                        gu,
-                    )?;
+                    f.stack.linear(k, cs, (j, 2), &f.lin[2], &self.aln, gu)?;
                     let mlp = self.sh.dim(1);
                     k.geglu(
                         cs,
@@ -513,15 +399,9 @@ impl Expert {
             }
             see(j, 3, &self.sh)?;
             match fp8 {
-                Some(f) => f.linear(
-                    k,
-                    cs,
-                    (j, 3),
-                    &self.sh,
-                    &f.hidden,
-                    &f.layers[j].down,
-                    &self.so,
-                )?,
+                Some(f) => f
+                    .stack
+                    .linear(k, cs, (j, 3), &f.lin[3], &self.sh, &self.so)?,
                 None => self.sg_down.run(cs, &self.sh, &l.down, &self.so, None)?,
             }
             // modulation 2·depth is the final norm's

@@ -29,6 +29,7 @@
 
 mod expert;
 mod flow;
+mod fp8;
 mod pi0;
 mod prefix;
 mod siglip;
@@ -242,8 +243,8 @@ fn check_calibration(
         });
     }
     let (e, p) = (
-        expert::fp8_names(c.expert.depth),
-        prefix::fp8_names(c.llm.depth),
+        fp8::fp8_names("expert", c.expert.depth, 4),
+        fp8::fp8_names("prefix", c.llm.depth, 2),
     );
     let needed = e.iter().chain(p.iter().filter(|_| prefix));
     let known = e.iter().chain(p.iter());
@@ -531,37 +532,17 @@ impl Pi05 {
         let pgu = Tensor::alloc(ctx, "prefix.gate_up", dt, &[p_len, 2 * lg.mlp])?;
         let ph = Tensor::alloc(ctx, "prefix.mlp", dt, &[p_len, lg.mlp])?;
         let prefix_fp8 = match (&options.fp8, options.fp8_prefix, c.variant) {
-            (Some(cal), true, Variant::Pi05) => {
-                let layers = (0..lg.depth)
-                    .map(|i| {
-                        let p = root.pp(LLM).pp("layers").pp(i);
-                        Ok(frt_nn::blocks::gemma::GemmaFp8::load(
-                            &p,
-                            &dims(lg),
-                            ctx,
-                            s,
-                        )?)
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                let codes =
-                    |name: &str, cols: usize| Tensor::alloc(ctx, name, DType::E4M3, &[p_len, cols]);
-                let per = p_len.next_multiple_of(64);
-                let f = prefix::PrefixFp8 {
-                    layers,
-                    scales: Tensor::alloc(
-                        ctx,
-                        "prefix.fp8.scales",
-                        DType::F32,
-                        &[lg.depth * 4 * per],
-                    )?,
-                    per,
-                    tokens: codes("prefix.fp8.tokens", lg.width)?,
-                    attn: codes("prefix.fp8.attn", heads * hd)?,
-                    hidden: codes("prefix.fp8.mlp", lg.mlp)?,
-                };
-                f.set_scales(s, cal)?;
-                Some(f)
-            }
+            (Some(cal), true, Variant::Pi05) => Some(fp8::Fp8Stack::load(
+                &k,
+                s,
+                w,
+                ("prefix", LLM),
+                &dims(lg),
+                lg.depth,
+                2,
+                p_len,
+                cal,
+            )?),
             _ => None,
         };
         let prefix_parts = PrefixParts {

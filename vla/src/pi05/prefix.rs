@@ -5,59 +5,11 @@
 //! (fixed mode) or per prompt length (exact mode).
 
 use super::expert::Probe;
+use super::fp8::{FP8_INPUTS, Fp8Stack};
 use super::{GEMMA_EPS, ROPE_WAVELENGTH};
-use crate::calibration::Calibration;
 use crate::error::Result;
 use frt_exec::{Graph, ShapeKey, Stream};
 use frt_kernels::{AttentionMask, AttentionPlan, Fp8Linear, Gemm, Kernels, Tensor};
-use frt_nn::blocks::gemma::GemmaFp8;
-
-/// The inputs of a prefix layer's FP8 GEMMs, in the order of its scales (the last layer has
-/// only the first two: its MLP is skipped).
-const FP8_INPUTS: [&str; 4] = ["qkv", "o", "gate_up", "down"];
-
-/// The calibration names of the prefix's FP8 GEMM inputs (`prefix.layers.{i}.{qkv, o,
-/// gate_up, down}`; the last layer's `qkv` and `o` only).
-pub(crate) fn fp8_names(depth: usize) -> Vec<String> {
-    (0..depth)
-        .flat_map(|i| {
-            let n = if i + 1 == depth { 2 } else { 4 };
-            FP8_INPUTS[..n]
-                .iter()
-                .map(move |g| format!("prefix.layers.{i}.{g}"))
-        })
-        .collect()
-}
-
-/// The language model's GEMMs in FP8 (weights per output feature; activations with static
-/// scales in one buffer, a new calibration being a buffer write).
-pub(crate) struct PrefixFp8 {
-    pub(crate) layers: Vec<GemmaFp8>,
-    /// Per layer and GEMM input (`FP8_INPUTS` order), the activation's scale repeated `per`
-    /// times (a multiple of 64 covering the most rows: what the FP8 GEMM plans take).
-    pub(crate) scales: Tensor,
-    pub(crate) per: usize,
-    /// The quantized normed rows, attention output and MLP hidden rows.
-    pub(crate) tokens: Tensor,
-    pub(crate) attn: Tensor,
-    pub(crate) hidden: Tensor,
-}
-
-impl PrefixFp8 {
-    /// Writes a calibration's scales into the scale buffer (the graphs read them there).
-    pub(crate) fn set_scales(&self, s: Stream, cal: &Calibration) -> Result<()> {
-        let depth = self.layers.len();
-        let mut v = vec![1f32; depth * FP8_INPUTS.len() * self.per];
-        for (i, chunk) in v.chunks_mut(FP8_INPUTS.len() * self.per).enumerate() {
-            let n = if i + 1 == depth { 2 } else { 4 };
-            for (g, part) in chunk.chunks_mut(self.per).take(n).enumerate() {
-                part.fill(cal.scale(&format!("prefix.layers.{i}.{}", FP8_INPUTS[g]))?);
-            }
-        }
-        self.scales.write_f32(s, &v)?;
-        Ok(())
-    }
-}
 
 /// One prefix variant's plans: the row views, the GEMMs (16-bit, and FP8 when built with it)
 /// and each layer's attention.
@@ -107,7 +59,7 @@ pub(crate) struct PrefixParts {
     pub(crate) kv_heads: usize,
     pub(crate) head_dim: usize,
     /// The FP8 GEMMs, when built with them.
-    pub(crate) fp8: Option<PrefixFp8>,
+    pub(crate) fp8: Option<Fp8Stack>,
 }
 
 impl PrefixParts {
@@ -169,17 +121,12 @@ impl PrefixParts {
             k.linear(&h, &l0.down, &x, false, true)?,
         ];
         let fp8 = match &self.fp8 {
-            Some(f) => {
-                let f0 = &f.layers[0];
-                Some([
-                    k.linear_e4m3(&first(&f.tokens)?, &f0.qkv.codes, &qkv, false)?,
-                    k.linear_e4m3(&first(&f.attn)?, &f0.o.codes, &x, false)?
-                        .accumulating()?,
-                    k.linear_e4m3(&first(&f.tokens)?, &f0.gate_up.codes, &gu, false)?,
-                    k.linear_e4m3(&first(&f.hidden)?, &f0.down.codes, &x, false)?
-                        .accumulating()?,
-                ])
-            }
+            Some(f) => Some([
+                f.plan(k, 0, rows, &qkv, false)?,
+                f.plan(k, 1, rows, &x, true)?,
+                f.plan(k, 2, rows, &gu, false)?,
+                f.plan(k, 3, rows, &x, true)?,
+            ]),
             None => None,
         };
         let mut attention: Vec<AttentionPlan> = Vec::new();
@@ -235,28 +182,14 @@ impl PrefixParts {
         };
         // GEMM `g` of layer `i`: `out (+)= x · w` in the precision the model runs.
         let gemm = |i: usize, g: usize, x: &Tensor, out: &Tensor| -> Result<()> {
-            let l = &self.layers[i];
             match fp8 {
-                Some((f, lin)) => {
-                    let fl = &f.layers[i];
-                    let (codes, w) = match g {
-                        0 => (&f.tokens, &fl.qkv),
-                        1 => (&f.attn, &fl.o),
-                        2 => (&f.tokens, &fl.gate_up),
-                        _ => (&f.hidden, &fl.down),
-                    };
-                    let codes = self.first(codes, rows)?;
-                    let at = (i * FP8_INPUTS.len() + g) * f.per;
-                    let scale = f.scales.narrow(0, at, lin[g].x_scale_elements())?;
-                    k.quantize_e4m3(cs, x, &scale.narrow(0, 0, 1)?, &codes)?;
-                    lin[g].run(cs, &codes, &scale, &w.codes, &w.scales, out, None)?;
-                }
+                Some((f, lin)) => f.linear(k, cs, (i, g), &lin[g], x, out),
                 None => {
+                    let l = &self.layers[i];
                     let w = [&l.qkv, &l.o, &l.gate_up, &l.down][g];
-                    p.gemms[g].run(cs, x, w, out, None)?;
+                    Ok(p.gemms[g].run(cs, x, w, out, None)?)
                 }
             }
-            Ok(())
         };
         let mut see = |i: usize, g: usize, t: &Tensor| -> Result<()> {
             match probe.as_mut() {

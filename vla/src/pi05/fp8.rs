@@ -1,0 +1,158 @@
+//! A Gemma stack's GEMMs in FP8 (the language model's in the prefix, the action expert's in
+//! the steps): each layer's projections quantized per output feature at load, each GEMM input
+//! quantized with a static scale from a calibration. The scales live in one buffer the graphs
+//! read, so a new calibration is a buffer write.
+
+use crate::calibration::Calibration;
+use crate::error::Result;
+use crate::weights::Pi05Weights;
+use frt_exec::Stream;
+use frt_kernels::{DType, Fp8Linear, Kernels, Tensor};
+use frt_nn::blocks::gemma::{GemmaDims, GemmaFp8};
+
+/// A layer's FP8 GEMM inputs, in the order of its scales: the normed rows into q/k/v, the
+/// attention output, the normed rows into gate+up, the MLP's hidden rows.
+pub(crate) const FP8_INPUTS: [&str; 4] = ["qkv", "o", "gate_up", "down"];
+
+/// The calibration names of a stack's FP8 GEMM inputs: `{part}.layers.{i}.{input}`, the last
+/// layer's first `last_inputs` only (the prefix skips its last MLP).
+pub(crate) fn fp8_names(part: &str, depth: usize, last_inputs: usize) -> Vec<String> {
+    (0..depth)
+        .flat_map(|i| {
+            let n = if i + 1 == depth { last_inputs } else { 4 };
+            FP8_INPUTS[..n]
+                .iter()
+                .map(move |g| format!("{part}.layers.{i}.{g}"))
+        })
+        .collect()
+}
+
+/// One stack's FP8 weights, scales and quantized activations (see the module docs).
+pub(crate) struct Fp8Stack {
+    part: &'static str,
+    last_inputs: usize,
+    pub(crate) layers: Vec<GemmaFp8>,
+    /// Per layer and input (`FP8_INPUTS` order), the activation's scale repeated `per` times:
+    /// at least what an FP8 GEMM plan takes (`Fp8Linear::x_scale_elements`, up to one per
+    /// row), a multiple of 64 so that each slot starts 256 bytes after the last (cuBLASLt
+    /// refuses scale vectors that are not aligned).
+    scales: Tensor,
+    per: usize,
+    /// The quantized normed rows (q/k/v and gate+up inputs), attention output, hidden rows.
+    tokens: Tensor,
+    attn: Tensor,
+    hidden: Tensor,
+}
+
+impl Fp8Stack {
+    /// Loads the projections of `part`'s layers under `root` (checkpoint names as
+    /// [`GemmaFp8::load`]) for up to `rows` rows, with `cal`'s scales.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn load(
+        k: &Kernels,
+        s: Stream,
+        w: &Pi05Weights,
+        (part, checkpoint): (&'static str, &str),
+        d: &GemmaDims,
+        depth: usize,
+        last_inputs: usize,
+        rows: usize,
+        cal: &Calibration,
+    ) -> Result<Fp8Stack> {
+        let ctx = k.ctx();
+        let root = w.root();
+        let layers = (0..depth)
+            .map(|i| {
+                let p = root.pp(checkpoint).pp("layers").pp(i);
+                Ok(GemmaFp8::load(&p, d, ctx, s)?)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let codes = |what: &str, cols: usize| {
+            Tensor::alloc(
+                ctx,
+                &format!("{part}.fp8.{what}"),
+                DType::E4M3,
+                &[rows, cols],
+            )
+        };
+        let per = rows.next_multiple_of(64);
+        let f = Fp8Stack {
+            part,
+            last_inputs,
+            layers,
+            scales: Tensor::alloc(
+                ctx,
+                &format!("{part}.fp8.scales"),
+                DType::F32,
+                &[depth * FP8_INPUTS.len() * per],
+            )?,
+            per,
+            tokens: codes("tokens", d.width)?,
+            attn: codes("attn", d.heads * d.head_dim)?,
+            hidden: codes("mlp", d.mlp)?,
+        };
+        f.set_scales(s, cal)?;
+        Ok(f)
+    }
+
+    /// Writes a calibration's scales into the scale buffer (every captured graph reads them
+    /// there: no recapture); a range missing is an error naming it.
+    pub(crate) fn set_scales(&self, s: Stream, cal: &Calibration) -> Result<()> {
+        let depth = self.layers.len();
+        let mut v = vec![1f32; depth * FP8_INPUTS.len() * self.per];
+        for (i, layer) in v.chunks_mut(FP8_INPUTS.len() * self.per).enumerate() {
+            let n = if i + 1 == depth { self.last_inputs } else { 4 };
+            for (g, slot) in layer.chunks_mut(self.per).take(n).enumerate() {
+                slot.fill(cal.scale(&format!("{}.layers.{i}.{}", self.part, FP8_INPUTS[g]))?);
+            }
+        }
+        self.scales.write_f32(s, &v)?;
+        Ok(())
+    }
+
+    /// The codes tensor of input `g` (its first `rows` rows) and layer `i`'s weight it meets.
+    fn operands(&self, i: usize, g: usize) -> (&Tensor, &frt_nn::QuantizedWeight) {
+        let l = &self.layers[i];
+        match g {
+            0 => (&self.tokens, &l.qkv),
+            1 => (&self.attn, &l.o),
+            2 => (&self.tokens, &l.gate_up),
+            _ => (&self.hidden, &l.down),
+        }
+    }
+
+    /// Plans input `g`'s GEMM into `out` for `rows` rows (adding to `out` with `accumulate`),
+    /// with layer 0's weight (every layer's has its layout).
+    pub(crate) fn plan(
+        &self,
+        k: &Kernels,
+        g: usize,
+        rows: usize,
+        out: &Tensor,
+        accumulate: bool,
+    ) -> Result<Fp8Linear> {
+        let (codes, w) = self.operands(0, g);
+        let lin = k.linear_e4m3(&codes.narrow(0, 0, rows)?, &w.codes, out, false)?;
+        Ok(if accumulate { lin.accumulating()? } else { lin })
+    }
+
+    /// `out (+)= quantize(x) · w` for layer `i`'s input `g` with plan `lin` (made by
+    /// [`plan`](Self::plan) for `x`'s rows).
+    pub(crate) fn linear(
+        &self,
+        k: &Kernels,
+        cs: Stream,
+        (i, g): (usize, usize),
+        lin: &Fp8Linear,
+        x: &Tensor,
+        out: &Tensor,
+    ) -> Result<()> {
+        let (codes, w) = self.operands(i, g);
+        let codes = codes.narrow(0, 0, x.dim(0))?;
+        let at = (i * FP8_INPUTS.len() + g) * self.per;
+        let scale = self.scales.narrow(0, at, lin.x_scale_elements())?;
+        k.quantize_e4m3(cs, x, &scale.narrow(0, 0, 1)?, &codes)?;
+        lin.run(cs, &codes, &scale, &w.codes, &w.scales, out, None)?;
+        Ok(())
+    }
+}
