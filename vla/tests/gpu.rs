@@ -348,3 +348,80 @@ fn camera_frames_on_cuda_match_host_preprocessing() {
         }
     }
 }
+
+/// The FP8 model (prefix and expert) on CUDA against the same FP8 model on the host (exact
+/// decoding, f32 sums) with the same calibration: the tiny model in bf16, calibrated on the
+/// host on 3 observations; then a new calibration written into the CUDA model changes its
+/// actions as it changes the host model's, with no recapture.
+#[test]
+#[ignore = "needs a CUDA GPU with FP8 tensor cores (sm_89 or newer)"]
+fn fp8_on_cuda_matches_the_host() {
+    let c = Pi05Config::tiny();
+    let w = Pi05Weights::random(&c, 42);
+    let px = c.siglip.image_size * c.siglip.image_size * 3;
+    let owned: Vec<(Vec<ModelImage>, Vec<u32>, Vec<f32>)> = (0..4u32)
+        .map(|k| {
+            (
+                (0..c.views as u32)
+                    .map(|v| ModelImage::new(rand(100 * k + v, px, 1.0)).unwrap())
+                    .collect(),
+                vec![2, 17 + k, 99, 301, 5, 42, 7],
+                rand(900 + k, c.action_horizon * c.action_dim, 1.0),
+            )
+        })
+        .collect();
+    let imgs: Vec<Vec<Option<ViewImage>>> = owned
+        .iter()
+        .map(|(i, _, _)| i.iter().map(|im| Some(ViewImage::Pixels(im))).collect())
+        .collect();
+    let obs: Vec<Observation> = owned
+        .iter()
+        .zip(&imgs)
+        .map(|((_, t, n), i)| Observation {
+            state: &[],
+            images: i,
+            tokens: t,
+            noise: n,
+        })
+        .collect();
+    let host = Ctx::host().unwrap();
+    let hs = host.stream(0).unwrap();
+    let base = Pi05::build(&host, hs, &w, &Pi05Options::new(DType::BF16)).unwrap();
+    let cal = base.calibrate_expert(&obs[..3], 99.9).unwrap();
+    let mut o = Pi05Options::new(DType::BF16);
+    o.fp8 = Some(cal.clone());
+    let on_host = Pi05::build(&host, hs, &w, &o).unwrap();
+    let cuda = Ctx::cuda(0).unwrap();
+    let cs = cuda.stream(0).unwrap();
+    o.kernels = KernelOptions::from_env().unwrap();
+    let on_cuda = Pi05::build(&cuda, cs, &w, &o).unwrap();
+    assert!(on_cuda.fp8_expert() && on_cuda.fp8_prefix());
+    let held = &obs[3];
+    let check = |what: &str| {
+        let (a, b) = (on_host.infer(held).unwrap(), on_cuda.infer(held).unwrap());
+        let cos = cosine(&a, &b);
+        let rms = (a.iter().map(|x| (*x as f64).powi(2)).sum::<f64>() / a.len() as f64).sqrt();
+        let max_d = a
+            .iter()
+            .zip(&b)
+            .map(|(x, y)| (x - y).abs() as f64)
+            .fold(0.0, f64::max);
+        println!("{what}: FP8 CUDA vs host: cosine {cos:.7}, max |Δ| {max_d:.4} (rms {rms:.3})");
+        assert!(
+            cos >= 0.999 && max_d <= 0.1 * rms,
+            "{what}: cosine {cos}, max |Δ| {max_d}"
+        );
+        b
+    };
+    let first = check("calibration 1");
+    let captures = on_cuda.capture_count();
+    let mut cal2 = cal.clone();
+    for r in cal2.ranges.values_mut() {
+        *r *= 2.5;
+    }
+    on_host.set_calibration(&cal2).unwrap();
+    on_cuda.set_calibration(&cal2).unwrap();
+    assert_eq!(on_cuda.capture_count(), captures, "no new capture");
+    let second = check("calibration 2");
+    assert!(first != second, "the new scales are used on CUDA");
+}
