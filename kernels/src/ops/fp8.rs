@@ -450,6 +450,23 @@ unsafe fn host_linear(sp: &Fp8Spec, (x, xs, w, ws, out, bias): (P, P, P, P, P, O
     });
 }
 
+/// Whether a CUDA architecture (`sm_90`, `sm_90a`, …) has FP8 tensor cores (sm_89: Ada, and
+/// every later one: Hopper, Blackwell, Thor's sm_110): else an error that says so.
+pub(crate) fn fp8_tensor_cores(arch: &str) -> Result<()> {
+    let sm: u32 = arch
+        .trim_start_matches("sm_")
+        .trim_end_matches(['a', 'f'])
+        .parse()
+        .unwrap_or(0);
+    if sm < 89 {
+        return Err(Error::shape(
+            "linear_e4m3",
+            format!("FP8 GEMMs need FP8 tensor cores (sm_89 or newer); this device is {arch}"),
+        ));
+    }
+    Ok(())
+}
+
 /// cuBLASLt objects of one FP8 plan.
 struct Fp8Lt {
     lt: LtObjects,
@@ -477,17 +494,7 @@ impl Fp8Lt {
     /// algorithm (vector scale modes refuse null ones); each run sets the real ones.
     fn new(k: &Kernels, arch: &str, sp: &Fp8Spec, placeholders: (u64, u64)) -> Result<Fp8Lt> {
         let op = "linear_e4m3";
-        let sm: u32 = arch
-            .trim_start_matches("sm_")
-            .trim_end_matches(['a', 'f'])
-            .parse()
-            .unwrap_or(0);
-        if sm < 89 {
-            return Err(Error::shape(
-                op,
-                format!("FP8 GEMMs need FP8 tensor cores (sm_89 or newer); this device is {arch}"),
-            ));
-        }
+        fp8_tensor_cores(arch)?;
         let (m, kk, n) = (sp.x.rows, sp.x.cols, sp.w.rows);
         if kk % 16 != 0 || sp.x.stride % 16 != 0 || sp.w.stride % 16 != 0 {
             return Err(Error::shape(
@@ -726,5 +733,26 @@ impl Fp8Lt {
             )
         }
         .map_err(lt_err("cublasLtMatmul"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fp8_tensor_cores;
+
+    #[test]
+    fn fp8_runs_from_sm_89_on_and_is_refused_before_by_reason() {
+        for arch in [
+            "sm_89", "sm_90", "sm_90a", "sm_100", "sm_100f", "sm_110", "sm_120",
+        ] {
+            fp8_tensor_cores(arch).unwrap_or_else(|e| panic!("{arch}: {e}"));
+        }
+        for arch in ["sm_80", "sm_86", "sm_87", "host", ""] {
+            let e = fp8_tensor_cores(arch).unwrap_err().to_string();
+            assert!(
+                e.contains("sm_89 or newer") && e.contains(arch),
+                "{arch}: {e}"
+            );
+        }
     }
 }
