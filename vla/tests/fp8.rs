@@ -65,7 +65,7 @@ fn calibrate(m: &Pi05, obs: &[Owned]) -> Calibration {
             noise: &o.noise,
         })
         .collect();
-    m.calibrate_expert(&list, 99.9).unwrap()
+    m.calibrate(&list, 99.9).unwrap()
 }
 
 fn cosine(a: &[f32], b: &[f32]) -> f64 {

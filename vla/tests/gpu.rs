@@ -387,7 +387,7 @@ fn fp8_on_cuda_matches_the_host() {
     let host = Ctx::host().unwrap();
     let hs = host.stream(0).unwrap();
     let base = Pi05::build(&host, hs, &w, &Pi05Options::new(DType::BF16)).unwrap();
-    let cal = base.calibrate_expert(&obs[..3], 99.9).unwrap();
+    let cal = base.calibrate(&obs[..3], 99.9).unwrap();
     let mut o = Pi05Options::new(DType::BF16);
     o.fp8 = Some(cal.clone());
     let on_host = Pi05::build(&host, hs, &w, &o).unwrap();

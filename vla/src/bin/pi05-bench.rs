@@ -676,7 +676,7 @@ fn fp8_expert(ctx: &Ctx, iters: usize) {
         })
         .collect();
     let t = std::time::Instant::now();
-    let cal = bf16.calibrate_expert(&obs, 99.9).unwrap();
+    let cal = bf16.calibrate(&obs, 99.9).unwrap();
     let calibrate_s = t.elapsed().as_secs_f64();
     let fp8 = build_with(
         ctx,

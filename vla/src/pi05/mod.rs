@@ -335,7 +335,7 @@ pub struct Pi05Options {
     /// The action expert's GEMMs in FP8 with this calibration's activation scales (weights
     /// quantized per output feature at load; the 16-bit weights stay too, for calibrating
     /// again), and the language model's with `fp8_prefix`. Pi0.5 only; see
-    /// [`Pi05::calibrate_expert`] and [`Pi05::set_calibration`].
+    /// [`Pi05::calibrate`] and [`Pi05::set_calibration`].
     pub fp8: Option<crate::calibration::Calibration>,
     /// With `fp8`: the prefix (the language model's GEMMs) in FP8 too.
     pub fp8_prefix: bool,
@@ -1120,12 +1120,13 @@ impl Pi05 {
         calibration_model(&self.config)
     }
 
-    /// Records a calibration of the action expert's FP8 GEMM inputs
-    /// ([`calibration`](crate::calibration)): each observation runs through vision and prefix
-    /// (their graphs) and then every denoising step with the 16-bit GEMMs, outside any graph,
-    /// each GEMM input read back and its range recorded at `percentile`. The captured graphs
-    /// are not touched; the model's outputs afterwards are those of the last observation.
-    pub fn calibrate_expert(
+    /// Records a calibration of the language model's and the action expert's FP8 GEMM inputs
+    /// ([`calibration`](crate::calibration)): each observation runs as
+    /// [`calibrate_inference`](Self::calibrate_inference) runs it (vision by its graph, the
+    /// prefix and every denoising step with the 16-bit GEMMs outside any graph), each GEMM
+    /// input read back and its range recorded at `percentile`. The captured graphs are not
+    /// touched; the model's outputs afterwards are those of the last observation.
+    pub fn calibrate(
         &self,
         observations: &[Observation],
         percentile: f64,
