@@ -601,17 +601,39 @@ fn precision(ctx: &Ctx) {
             noise,
         };
         let a = f32_model.infer(&obs).unwrap();
-        let b = bf16_model.infer(&obs).unwrap();
-        let (mut dot, mut na, mut nb, mut max_d, mut max_a) = (0f64, 0f64, 0f64, 0f32, 0f32);
-        for (x, y) in a.iter().zip(&b) {
+        let d = Diff::of(&a, &bf16_model.infer(&obs).unwrap());
+        println!(
+            "| {name} | {:.2e} | {:.2e} | {:.3} |",
+            d.one_minus_cos, d.max_abs, d.max_ref
+        );
+    }
+}
+
+/// Actions against reference actions: 1 − cosine, the largest difference, and the
+/// reference's largest magnitude and root mean square.
+struct Diff {
+    one_minus_cos: f64,
+    max_abs: f32,
+    max_ref: f32,
+    rms_ref: f64,
+}
+
+impl Diff {
+    fn of(reference: &[f32], b: &[f32]) -> Diff {
+        let (mut dot, mut na, mut nb, mut max_abs, mut max_ref) = (0f64, 0f64, 0f64, 0f32, 0f32);
+        for (x, y) in reference.iter().zip(b) {
             dot += *x as f64 * *y as f64;
             na += (*x as f64).powi(2);
             nb += (*y as f64).powi(2);
-            max_d = max_d.max((x - y).abs());
-            max_a = max_a.max(x.abs());
+            max_abs = max_abs.max((x - y).abs());
+            max_ref = max_ref.max(x.abs());
         }
-        let cos = dot / (na.sqrt() * nb.sqrt());
-        println!("| {name} | {:.2e} | {max_d:.2e} | {max_a:.3} |", 1.0 - cos);
+        Diff {
+            one_minus_cos: 1.0 - dot / (na.sqrt() * nb.sqrt()),
+            max_abs,
+            max_ref,
+            rms_ref: (na / reference.len() as f64).sqrt(),
+        }
     }
 }
 
@@ -721,23 +743,14 @@ fn fp8_expert(ctx: &Ctx, iters: usize) {
             noise,
         };
         let a = bf16.infer(&obs).unwrap();
-        let compare = |b: &[f32]| {
-            let (mut dot, mut na, mut nb, mut max_d) = (0f64, 0f64, 0f64, 0f32);
-            for (x, y) in a.iter().zip(b) {
-                dot += *x as f64 * *y as f64;
-                na += (*x as f64).powi(2);
-                nb += (*y as f64).powi(2);
-                max_d = max_d.max((x - y).abs());
-            }
-            (
-                1.0 - dot / (na.sqrt() * nb.sqrt()),
-                max_d,
-                (na / a.len() as f64).sqrt(),
-            )
-        };
-        let (c1, d1, rms) = compare(&fp8.infer(&obs).unwrap());
-        let (c2, d2, _) = compare(&fp8_all.infer(&obs).unwrap());
-        println!("| {name} | {c1:.2e} | {d1:.3e} | {c2:.2e} | {d2:.3e} | {rms:.3} |");
+        let (e, p) = (
+            Diff::of(&a, &fp8.infer(&obs).unwrap()),
+            Diff::of(&a, &fp8_all.infer(&obs).unwrap()),
+        );
+        println!(
+            "| {name} | {:.2e} | {:.3e} | {:.2e} | {:.3e} | {:.3} |",
+            e.one_minus_cos, e.max_abs, p.one_minus_cos, p.max_abs, e.rms_ref
+        );
     }
     let time = timer(ctx, s);
     let (mut rows, models) = ([(); 9].map(|_| Vec::new()), [&bf16, &fp8, &fp8_all]);

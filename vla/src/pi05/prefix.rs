@@ -15,6 +15,8 @@ use frt_kernels::{AttentionMask, AttentionPlan, Fp8Linear, Gemm, Kernels, Tensor
 /// and each layer's attention.
 struct PrefixPlan {
     rows: usize,
+    /// The buffers' first `rows` rows: x, ln, q, qkv, attn, gate_up, mlp.
+    views: [Tensor; 7],
     image_rows: usize,
     prompt_rows: usize,
     gemms: [Gemm; 4],
@@ -103,15 +105,19 @@ impl PrefixParts {
         let (hd, heads, kvh) = (self.head_dim, self.heads, self.kv_heads);
         let first = |t: &Tensor| self.first(t, rows);
         let heads_of = |t: &Tensor, n: usize| -> Result<Tensor> { Ok(t.reshape(&[rows, n, hd])?) };
-        let (x, ln, q, qkv, attn, gu, h) = (
-            first(&self.x)?,
-            first(&self.ln)?,
-            first(&self.q)?,
-            first(&self.qkv)?,
-            first(&self.attn)?,
-            first(&self.gate_up)?,
-            first(&self.mlp)?,
-        );
+        let views = [
+            &self.x,
+            &self.ln,
+            &self.q,
+            &self.qkv,
+            &self.attn,
+            &self.gate_up,
+            &self.mlp,
+        ]
+        .map(first)
+        .into_iter()
+        .collect::<Result<Vec<_>>>()?;
+        let [x, ln, q, qkv, attn, gu, h]: [Tensor; 7] = views.try_into().expect("seven views");
         let mask = first(&self.mask)?;
         let l0 = &self.layers[0];
         let gemms = [
@@ -145,6 +151,7 @@ impl PrefixParts {
         }
         Ok(PrefixPlan {
             rows,
+            views: [x, ln, q, qkv, attn, gu, h],
             image_rows,
             prompt_rows,
             gemms,
@@ -164,15 +171,7 @@ impl PrefixParts {
     ) -> Result<()> {
         let rows = p.rows;
         let first = |t: &Tensor| self.first(t, rows);
-        let (x, ln, q, qkv, attn, gu, h) = (
-            first(&self.x)?,
-            first(&self.ln)?,
-            first(&self.q)?,
-            first(&self.qkv)?,
-            first(&self.attn)?,
-            first(&self.gate_up)?,
-            first(&self.mlp)?,
-        );
+        let [x, ln, q, qkv, attn, gu, h] = &p.views;
         let pos = first(&self.pos)?;
         let tokens = self.tokens.narrow(0, 0, p.prompt_rows)?;
         let prompt = self.x.narrow(0, p.image_rows, p.prompt_rows)?;
@@ -208,24 +207,24 @@ impl PrefixParts {
         for (i, (l, plan)) in self.layers.iter().zip(&p.attention).enumerate() {
             let (kc, vc) = (first(&l.k_cache)?, first(&l.v_cache)?);
             let ln1 = l.ln1.as_ref().expect("language model norms");
-            k.rms_norm(cs, &x, ln1, &ln, GEMMA_EPS)?;
-            see(i, 0, &ln)?;
-            gemm(i, 0, &ln, &qkv)?;
-            k.rope_qkv(cs, &qkv, &pos, &q, &kc, &vc, hd, ROPE_WAVELENGTH)?;
+            k.rms_norm(cs, x, ln1, ln, GEMMA_EPS)?;
+            see(i, 0, ln)?;
+            gemm(i, 0, ln, qkv)?;
+            k.rope_qkv(cs, qkv, &pos, q, &kc, &vc, hd, ROPE_WAVELENGTH)?;
             plan.run(k, cs)?;
-            see(i, 1, &attn)?;
-            gemm(i, 1, &attn, &x)?;
+            see(i, 1, attn)?;
+            gemm(i, 1, attn, x)?;
             if i + 1 == self.layers.len() {
                 break; // the last MLP only feeds the prefix output, which nothing reads
             }
             let ln2 = l.ln2.as_ref().expect("language model norms");
-            k.rms_norm(cs, &x, ln2, &ln, GEMMA_EPS)?;
-            see(i, 2, &ln)?;
-            gemm(i, 2, &ln, &gu)?;
+            k.rms_norm(cs, x, ln2, ln, GEMMA_EPS)?;
+            see(i, 2, ln)?;
+            gemm(i, 2, ln, gu)?;
             let mw = self.mlp_width;
-            k.geglu(cs, &gu.narrow(1, 0, mw)?, &gu.narrow(1, mw, mw)?, &h)?;
-            see(i, 3, &h)?;
-            gemm(i, 3, &h, &x)?;
+            k.geglu(cs, &gu.narrow(1, 0, mw)?, &gu.narrow(1, mw, mw)?, h)?;
+            see(i, 3, h)?;
+            gemm(i, 3, h, x)?;
         }
         Ok(())
     }
