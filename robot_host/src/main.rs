@@ -140,14 +140,24 @@ enum Command {
         precision: Option<String>,
     },
     /// Records an FP8 calibration for `precision: fp8`: the configuration's model, in bf16,
-    /// runs a scripted simulation (as `run --fast` does), each tick's inference also recording
-    /// the ranges of its FP8 GEMM inputs; then the calibration file is written.
+    /// runs a scripted simulation (as `run --fast` does) or replays a recording, each tick's
+    /// inference also recording the ranges of its FP8 GEMM inputs; then the calibration file
+    /// is written.
     Calibrate {
-        #[arg(long, value_name = "FILE")]
-        config: PathBuf,
+        #[arg(long, value_name = "FILE", required_unless_present = "recording")]
+        config: Option<PathBuf>,
         /// The simulation script whose observations the ranges are recorded on.
-        #[arg(long, value_name = "SCRIPT")]
-        sim: PathBuf,
+        #[arg(
+            long,
+            value_name = "SCRIPT",
+            requires = "config",
+            required_unless_present = "recording"
+        )]
+        sim: Option<PathBuf>,
+        /// A recording (`run --record`, `ros … --record`) whose observations are replayed on
+        /// its clock, with its configuration's model (in bf16), instead of a simulation.
+        #[arg(long, value_name = "FILE.mcap", conflicts_with_all = ["config", "sim"])]
+        recording: Option<PathBuf>,
         /// Where to write the calibration (default: the configuration's `model.calibration`).
         #[arg(long, value_name = "FILE.json")]
         out: Option<PathBuf>,
@@ -272,18 +282,23 @@ fn main() {
         Command::Calibrate {
             config,
             sim,
+            recording,
             out,
             percentile,
-        } => run_sim(
-            &config,
-            &sim,
-            SimOptions {
-                live: false,
-                fast: true,
-                record: None,
-                calibrate: Some((out, percentile)),
-            },
-        ),
+        } => match (recording, config, sim) {
+            (Some(rec), _, _) => calibrate_from_recording(&rec, out, percentile),
+            (None, Some(config), Some(sim)) => run_sim(
+                &config,
+                &sim,
+                SimOptions {
+                    live: false,
+                    fast: true,
+                    record: None,
+                    calibrate: Some((out, percentile)),
+                },
+            ),
+            _ => Err("calibrate: give --config FILE --sim SCRIPT, or --recording FILE.mcap".into()),
+        },
         Command::Replay {
             recording,
             backend,
@@ -1317,6 +1332,54 @@ fn run_sim(config: &Path, script: &Path, opts: SimOptions) -> Result<(), String>
 
 /// `replay`: the node of a recording re-run from it; exit status 1 when the chunk streams
 /// differ.
+/// `calibrate --recording`: the recording's node (its model in bf16, no speech) replays it on
+/// the recorded clock, every inference recording the FP8 inputs' ranges; then the file.
+fn calibrate_from_recording(
+    path: &Path,
+    out: Option<PathBuf>,
+    percentile: f64,
+) -> Result<(), String> {
+    let rec = frt_robot_host::record::Recording::open(path).map_err(|e| e.to_string())?;
+    let mut cfg = rec.config.clone();
+    let out = out.or_else(|| cfg.model.calibration.clone()).ok_or(
+        "calibrate: give --out FILE.json (the recorded configuration names no model.calibration)",
+    )?;
+    if cfg.model.precision == frt_robot_host::config::Precision::Fp8 {
+        cfg.model.precision = frt_robot_host::config::Precision::Bf16;
+        cfg.model.calibration = None;
+    }
+    cfg.asr = None;
+    println!(
+        "calibrating on {} (recorded by {} {}; {:?} on {:?})",
+        path.display(),
+        rec.info.node,
+        rec.info.version,
+        cfg.model.precision,
+        cfg.model.backend
+    );
+    let clock = Arc::new(frt_robot_host::ManualClock::default());
+    let (mut node, _inputs, outputs) =
+        Node::new(cfg, clock.clone(), None).map_err(|e| e.to_string())?;
+    node.calibrate(percentile).map_err(|e| e.to_string())?;
+    let (report, mut node) =
+        frt_robot_host::lockstep::replay(&rec, node, outputs.0.clone(), clock, None)
+            .map_err(|e| e.to_string())?;
+    let cal = node
+        .calibration()
+        .expect("calibrating since the node was built")
+        .map_err(|e| format!("calibrate: {e}"))?;
+    cal.write(&out).map_err(|e| e.to_string())?;
+    println!(
+        "\n{} ticks replayed; calibration: {} ranges at the {} percentile over {} inferences → {}",
+        report.ticks,
+        cal.ranges.len(),
+        cal.percentile,
+        cal.observations,
+        out.display()
+    );
+    Ok(())
+}
+
 fn replay(path: &Path, backend: Option<&str>, precision: Option<&str>) -> Result<(), String> {
     let rec = frt_robot_host::record::Recording::open(path).map_err(|e| e.to_string())?;
     let mut cfg = rec.config.clone();

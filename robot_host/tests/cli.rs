@@ -259,6 +259,45 @@ fn calibrate_records_a_file_that_an_fp8_configuration_runs_with() {
     );
     assert!(c.observations >= 3, "{} inferences", c.observations);
 
+    // The same simulation recorded, then calibrated on from the recording: the same
+    // observations, so the same ranges.
+    let mcap = dir.join("run.mcap");
+    let (code, stdout, stderr) = run(&[
+        &os("run"),
+        &os("--config"),
+        f32_cfg.as_os_str(),
+        &os("--sim"),
+        sim.as_os_str(),
+        &os("--fast"),
+        &os("--record"),
+        mcap.as_os_str(),
+    ]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let from_rec = dir.join("cal-rec.json");
+    let (code, stdout, stderr) = run(&[
+        &os("calibrate"),
+        &os("--recording"),
+        mcap.as_os_str(),
+        &os("--out"),
+        from_rec.as_os_str(),
+    ]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let c2 = frt_vla::calibration::Calibration::read(&from_rec).unwrap();
+    assert_eq!(c2.observations, c.observations, "{stdout}");
+    assert_eq!(
+        c2.ranges, c.ranges,
+        "the recording's observations are the simulation's"
+    );
+    // Either a simulation (with its configuration) or a recording.
+    let (code, _, stderr) = run(&[
+        &os("calibrate"),
+        &os("--recording"),
+        mcap.as_os_str(),
+        &os("--sim"),
+        sim.as_os_str(),
+    ]);
+    assert_eq!(code, Some(2), "{stderr}");
+
     let fp8 = base.replace(
         "  precision: f32\n",
         &format!("  precision: fp8\n  calibration: {}\n", cal.display()),
