@@ -219,8 +219,8 @@ pub enum Precision {
     F32,
     Bf16,
     F16,
-    /// bf16, with Pi0.5's language model and action expert in FP8 (E4M3 weights per output
-    /// feature, activations with the static scales of `model.calibration`;
+    /// bf16, with Pi0.5's SigLIP, language model and action expert in FP8 (E4M3 weights per
+    /// output feature, activations with the static scales of `model.calibration`;
     /// `frt-robot-host calibrate` records one).
     Fp8,
 }

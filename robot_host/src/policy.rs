@@ -407,6 +407,7 @@ impl Policy {
                         run_variants_once: true,
                         fp8: fp8_expert,
                         fp8_prefix: true,
+                        fp8_vision: true,
                     },
                 ),
             };

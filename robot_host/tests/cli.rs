@@ -250,12 +250,12 @@ fn calibrate_records_a_file_that_an_fp8_configuration_runs_with() {
         cal.as_os_str(),
     ]);
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");
-    assert!(stdout.contains("calibration: 30 ranges"), "{stdout}");
+    assert!(stdout.contains("calibration: 38 ranges"), "{stdout}");
     let c = frt_vla::calibration::Calibration::read(&cal).unwrap();
     assert_eq!(
         c.ranges.len(),
-        30,
-        "the tiny expert's 4 layers of 4 FP8 inputs, its language model's less the last MLP's"
+        38,
+        "the tiny expert's 4 layers of 4 FP8 inputs, its language model's less the last MLP's, SigLIP's 2 layers of 4"
     );
     assert!(c.observations >= 3, "{} inferences", c.observations);
 

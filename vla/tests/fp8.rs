@@ -90,8 +90,13 @@ fn an_fp8_expert_stays_close_and_recalibrates_without_recapture() {
         let base = Pi05::build(&ctx, s, &w, &Pi05Options::new(dt)).unwrap();
         assert!(!base.fp8_expert());
         let cal = calibrate(&base, &calib);
-        // The expert's 4 inputs a layer, the prefix's too but for its last layer's MLP.
-        assert_eq!(cal.ranges.len(), 4 * c.expert.depth + 4 * c.llm.depth - 2);
+        // The expert's 4 inputs a layer, the prefix's too but for its last layer's MLP,
+        // SigLIP's 4 a layer.
+        assert_eq!(
+            cal.ranges.len(),
+            4 * c.expert.depth + 4 * c.llm.depth - 2 + 4 * c.siglip.depth
+        );
+        assert!(cal.ranges.contains_key("vision.layers.1.fc2"));
         assert!(cal.ranges.contains_key("prefix.layers.0.gate_up"));
         let last = c.llm.depth - 1;
         assert!(cal.ranges.contains_key(&format!("prefix.layers.{last}.o")));
@@ -115,8 +120,22 @@ fn an_fp8_expert_stays_close_and_recalibrates_without_recapture() {
         eprintln!("{dt:?}: FP8 expert only vs 16-bit: cosine {cos:.6}");
         assert!(cos >= 0.9995, "{dt:?}: expert only: cosine {cos}");
         o.fp8_prefix = true;
+        // SigLIP too where the model is 16-bit (its biases ride on a 16-bit output).
+        o.fp8_vision = dt != DType::F32;
         let fp8 = Pi05::build(&ctx, s, &w, &o).unwrap();
         assert!(fp8.fp8_expert() && fp8.fp8_prefix());
+        assert_eq!(fp8.fp8_vision(), dt != DType::F32);
+        if fp8.fp8_vision() {
+            // SigLIP's FP8 GEMMs change the actions (against the same model without them).
+            let mut no_vision = o.clone();
+            no_vision.fp8_vision = false;
+            let m = Pi05::build(&ctx, s, &w, &no_vision).unwrap();
+            let (a, b) = (
+                with_obs(&held, |obs| m.infer(obs).unwrap()),
+                with_obs(&held, |obs| fp8.infer(obs).unwrap()),
+            );
+            assert!(a != b, "SigLIP in FP8 computes something else");
+        }
         let a8 = with_obs(&held, |obs| fp8.infer(obs).unwrap());
         let rms = (a16.iter().map(|x| (*x as f64).powi(2)).sum::<f64>() / a16.len() as f64).sqrt();
         let max_d = a16
@@ -126,7 +145,8 @@ fn an_fp8_expert_stays_close_and_recalibrates_without_recapture() {
             .fold(0.0, f64::max);
         let cos = cosine(&a16, &a8);
         eprintln!(
-            "{dt:?}: FP8 prefix and expert vs 16-bit: cosine {cos:.6}, max |Δ| {max_d:.4} (rms {rms:.4})"
+            "{dt:?}: FP8 (vision: {}) prefix and expert vs 16-bit: cosine {cos:.6}, max |Δ| {max_d:.4} (rms {rms:.4})",
+            o.fp8_vision
         );
         assert!(
             a16 != a8,
@@ -154,6 +174,7 @@ fn an_fp8_expert_stays_close_and_recalibrates_without_recapture() {
         assert!(a8b != a8, "{dt:?}: the new scales are used");
         let mut o2 = Pi05Options::new(dt);
         o2.fp8 = Some(cal2.clone());
+        o2.fp8_vision = o.fp8_vision;
         let fresh = Pi05::build(&ctx, s, &w, &o2).unwrap();
         let a8f = with_obs(&held, |obs| fresh.infer(obs).unwrap());
         assert_eq!(
@@ -204,6 +225,15 @@ fn calibrations_that_do_not_fit_are_refused_by_reason() {
     let fp8 = Pi05::build(&ctx, s, &w, &o).unwrap();
     let e = fp8.set_calibration(&other).unwrap_err().to_string();
     assert!(e.contains("recorded on"), "{e}");
+    // SigLIP in FP8 in an f32 model: refused (its biases need a 16-bit output).
+    let mut o32 = Pi05Options::new(DType::F32);
+    o32.fp8 = Some(cal.clone());
+    o32.fp8_vision = true;
+    let e = Pi05::build(&ctx, s, &w, &o32)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(e.contains("bf16 or f16"), "{e}");
     // Pi0: no FP8 expert.
     let mut c0 = Pi05Config::tiny();
     c0.variant = Variant::Pi0;

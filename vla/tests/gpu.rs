@@ -349,7 +349,7 @@ fn camera_frames_on_cuda_match_host_preprocessing() {
     }
 }
 
-/// The FP8 model (prefix and expert) on CUDA against the same FP8 model on the host (exact
+/// The FP8 model (SigLIP, prefix and expert) on CUDA against the same FP8 model on the host (exact
 /// decoding, f32 sums) with the same calibration: the tiny model in bf16, calibrated on the
 /// host on 3 observations; then a new calibration written into the CUDA model changes its
 /// actions as it changes the host model's, with no recapture.
@@ -390,12 +390,13 @@ fn fp8_on_cuda_matches_the_host() {
     let cal = base.calibrate(&obs[..3], 99.9).unwrap();
     let mut o = Pi05Options::new(DType::BF16);
     o.fp8 = Some(cal.clone());
+    o.fp8_vision = true;
     let on_host = Pi05::build(&host, hs, &w, &o).unwrap();
     let cuda = Ctx::cuda(0).unwrap();
     let cs = cuda.stream(0).unwrap();
     o.kernels = KernelOptions::from_env().unwrap();
     let on_cuda = Pi05::build(&cuda, cs, &w, &o).unwrap();
-    assert!(on_cuda.fp8_expert() && on_cuda.fp8_prefix());
+    assert!(on_cuda.fp8_expert() && on_cuda.fp8_prefix() && on_cuda.fp8_vision());
     let held = &obs[3];
     let check = |what: &str| {
         let (a, b) = (on_host.infer(held).unwrap(), on_cuda.infer(held).unwrap());

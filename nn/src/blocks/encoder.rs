@@ -11,7 +11,7 @@
 
 use super::{LayerNorm, Linear};
 use crate::error::Result;
-use crate::store::{Path, upload_stacked};
+use crate::store::{Path, QuantizedWeight, upload_stacked, upload_stacked_e4m3};
 use frt_exec::{Ctx, Stream};
 use frt_kernels::{AttentionPlan, DType, Epilogue, Gemm, GemmOptions, Kernels, Tensor};
 
@@ -129,7 +129,8 @@ pub struct EncoderAttention {
 }
 
 impl EncoderAttention {
-    fn run(&self, k: &Kernels, cs: Stream) -> Result<()> {
+    /// Runs every plan (or the batched one) on `cs`.
+    pub fn run(&self, k: &Kernels, cs: Stream) -> Result<()> {
         match &self.batch {
             Some(b) => b.run(k, cs)?,
             None => {
@@ -192,6 +193,21 @@ impl EncoderStack {
         &self.acts
     }
 
+    /// The attention plans.
+    pub fn attention(&self) -> &EncoderAttention {
+        &self.attention
+    }
+
+    /// The planned 16-bit GEMMs: q/k/v, attention out, fc1 (with the activation's epilogue
+    /// when fused), fc2; and the LayerNorm epsilon and the activation.
+    pub fn gemms(&self) -> ([&Gemm; 4], f32, Activation) {
+        (
+            [&self.qkv, &self.out, &self.fc1, &self.fc2],
+            self.eps,
+            self.act,
+        )
+    }
+
     /// Records one layer on `cs` (the residual stream `x` updated in place).
     pub fn record(&self, k: &Kernels, cs: Stream, l: &EncoderLayer) -> Result<()> {
         let a = &self.acts;
@@ -206,5 +222,41 @@ impl EncoderStack {
         }
         self.fc2.run(cs, &a.h, &l.fc2.w, &a.x, Some(&l.fc2.b))?;
         Ok(())
+    }
+}
+
+/// An encoder layer's projections quantized per output feature for FP8 GEMMs (the biases stay
+/// the 16-bit layer's).
+#[derive(Clone)]
+pub struct EncoderFp8 {
+    pub qkv: QuantizedWeight,
+    pub out: QuantizedWeight,
+    pub fc1: QuantizedWeight,
+    pub fc2: QuantizedWeight,
+}
+
+impl EncoderFp8 {
+    /// Loads the projections of the layer under `p` (named as `n` says) quantized per row.
+    pub fn load(
+        p: &Path,
+        n: &EncoderNames,
+        width: usize,
+        mlp: usize,
+        ctx: &Ctx,
+        s: Stream,
+    ) -> Result<EncoderFp8> {
+        let one = |name: &str, out: usize, inp: usize| -> Result<QuantizedWeight> {
+            p.pp(name).get("weight", &[out, inp])?.upload_e4m3(ctx, s)
+        };
+        let qkv = [n.q, n.k, n.v]
+            .iter()
+            .map(|x| p.pp(x).get("weight", &[width, width]))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(EncoderFp8 {
+            qkv: upload_stacked_e4m3(&qkv, ctx, s)?,
+            out: one(n.out, width, width)?,
+            fc1: one(n.fc1, mlp, width)?,
+            fc2: one(n.fc2, width, mlp)?,
+        })
     }
 }

@@ -29,10 +29,11 @@
 //!
 //! `pi05-bench --fp8-expert [--iters N]`: the 64-token bf16 model calibrated on 16 synthesized
 //! observations (random views, prompts and noise), then built again from the same weights with
-//! its action expert in FP8 (`Pi05Options::fp8`, `fp8_prefix` off), and with its prefix in FP8
-//! too: per held-out set (the canonical inputs and three random ones) 1 − cosine and max |Δ| of
-//! each FP8 model's actions against bf16's; then the three models timed alternately (the
-//! prefix and end to end, p50 / p99) and the GPU memory in use.
+//! its action expert in FP8 (`Pi05Options::fp8`, `fp8_prefix` off), with its prefix in FP8
+//! too, and with SigLIP as well (`fp8_vision`): per held-out set (the canonical inputs and
+//! three random ones) 1 − cosine and max |Δ| of each FP8 model's actions against bf16's; then
+//! the four models timed alternately (vision, prefix, one step and end to end, p50 / p99) and
+//! the GPU memory in use.
 //!
 //! `pi05-bench --profile-absent`: the 3-slot model with one view absent, vision, prefix and one
 //! step in two profiled ranges: after ten runs, and after runs with every view present.
@@ -94,6 +95,7 @@ fn build_with(
         run_variants_once: !std::env::args().any(|a| a == "--no-variant-run"),
         fp8: fp8_expert,
         fp8_prefix: false,
+        fp8_vision: false,
     };
     Pi05::build(ctx, s, w, &o).unwrap()
 }
@@ -709,23 +711,25 @@ fn fp8_expert(ctx: &Ctx, iters: usize) {
         false,
         Some(cal.clone()),
     );
-    let fp8_all = {
+    let fp8_with = |vision: bool| {
         let kernels = *KERNEL_OPTIONS.get().expect("read in main");
         let mut o = Pi05Options::new(DType::BF16);
         o.kernels = kernels;
         o.fp8 = Some(cal.clone());
         o.fp8_prefix = true;
+        o.fp8_vision = vision;
         Pi05::build(ctx, s, &w, &o).unwrap()
     };
+    let (fp8_all, fp8_vision) = (fp8_with(false), fp8_with(true));
     drop(w);
     println!(
         "FP8 action expert against bf16, full size, random weights (seed 1), 2 views, 64-token prompt capacity; calibrated on 16 random observations at the 99.9th percentile ({} ranges) in {calibrate_s:.1} s\n",
         cal.ranges.len()
     );
     println!(
-        "| held-out inputs | FP8 expert: 1 − cos | max abs diff | FP8 prefix + expert: 1 − cos | max abs diff | rms bf16 action |"
+        "| held-out inputs | FP8 expert: 1 − cos | max abs diff | FP8 prefix + expert: 1 − cos | max abs diff | FP8 vision + prefix + expert: 1 − cos | max abs diff | rms bf16 action |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     let (img, tokens, noise) = canonical_inputs(&c);
     let mut sets = vec![("canonical".to_string(), [img.clone(), img], tokens, noise)];
     for k in 0..3 {
@@ -743,17 +747,27 @@ fn fp8_expert(ctx: &Ctx, iters: usize) {
             noise,
         };
         let a = bf16.infer(&obs).unwrap();
-        let (e, p) = (
+        let (e, p, v) = (
             Diff::of(&a, &fp8.infer(&obs).unwrap()),
             Diff::of(&a, &fp8_all.infer(&obs).unwrap()),
+            Diff::of(&a, &fp8_vision.infer(&obs).unwrap()),
         );
         println!(
-            "| {name} | {:.2e} | {:.3e} | {:.2e} | {:.3e} | {:.3} |",
-            e.one_minus_cos, e.max_abs, p.one_minus_cos, p.max_abs, e.rms_ref
+            "| {name} | {:.2e} | {:.3e} | {:.2e} | {:.3e} | {:.2e} | {:.3e} | {:.3} |",
+            e.one_minus_cos,
+            e.max_abs,
+            p.one_minus_cos,
+            p.max_abs,
+            v.one_minus_cos,
+            v.max_abs,
+            e.rms_ref
         );
     }
     let time = timer(ctx, s);
-    let (mut rows, models) = ([(); 9].map(|_| Vec::new()), [&bf16, &fp8, &fp8_all]);
+    let (mut rows, models) = (
+        [(); 12].map(|_| Vec::new()),
+        [&bf16, &fp8, &fp8_all, &fp8_vision],
+    );
     for m in models {
         for _ in 0..10 {
             m.run().unwrap();
@@ -762,28 +776,36 @@ fn fp8_expert(ctx: &Ctx, iters: usize) {
     ctx.sync_stream(s).unwrap();
     for _ in 0..iters {
         for (j, m) in models.iter().enumerate() {
-            rows[3 * j].push(time(&|| m.replay(Stage::Prefix).unwrap()));
-            rows[3 * j + 1].push(time(&|| m.replay(Stage::Step(3)).unwrap()));
-            rows[3 * j + 2].push(time(&|| m.run().unwrap()));
+            rows[4 * j].push(time(&|| m.replay(Stage::Vision).unwrap()));
+            rows[4 * j + 1].push(time(&|| m.replay(Stage::Prefix).unwrap()));
+            rows[4 * j + 2].push(time(&|| m.replay(Stage::Step(3)).unwrap()));
+            rows[4 * j + 3].push(time(&|| m.run().unwrap()));
         }
     }
     let cu = ctx.cuda_context().expect("CUDA").clone();
     let (free, total) = cu.mem_get_info().unwrap();
-    println!("\n| model | prefix p50 / p99 ms | one step p50 / p99 ms | end to end p50 / p99 ms |");
-    println!("|---|---|---|---|");
-    for (j, name) in ["bf16", "FP8 action expert", "FP8 prefix and expert"]
-        .iter()
-        .enumerate()
+    println!(
+        "\n| model | vision p50 / p99 ms | prefix p50 / p99 ms | one step p50 / p99 ms | end to end p50 / p99 ms |"
+    );
+    println!("|---|---|---|---|---|");
+    for (j, name) in [
+        "bf16",
+        "FP8 action expert",
+        "FP8 prefix and expert",
+        "FP8 vision, prefix and expert",
+    ]
+    .iter()
+    .enumerate()
     {
         let mut cell = |r: usize| {
-            let v = &mut rows[3 * j + r];
+            let v = &mut rows[4 * j + r];
             format!("{:.3} / {:.3}", pct(v, 0.5), pct(v, 0.99))
         };
-        let (p, st, e) = (cell(0), cell(1), cell(2));
-        println!("| {name} | {p} | {st} | {e} |");
+        let (vi, p, st, e) = (cell(0), cell(1), cell(2), cell(3));
+        println!("| {name} | {vi} | {p} | {st} | {e} |");
     }
     println!(
-        "\nGPU memory in use (the three models): {:.1} GB of {:.1}",
+        "\nGPU memory in use (the four models): {:.1} GB of {:.1}",
         (total - free) as f64 / 1e9,
         total as f64 / 1e9
     );

@@ -227,11 +227,13 @@ fn calibration_model(c: &Pi05Config) -> String {
 }
 
 /// Checks that `cal` was recorded on this model (its identity) and holds the ranges its FP8
-/// parts need (the expert's, and the prefix's with `prefix`), and none it does not have.
+/// parts need (the expert's; the prefix's with `prefix`, SigLIP's with `vision`), and none it
+/// does not have.
 fn check_calibration(
     c: &Pi05Config,
     cal: &crate::calibration::Calibration,
     prefix: bool,
+    vision: bool,
 ) -> Result<()> {
     if cal.model != calibration_model(c) {
         return Err(Error::Config {
@@ -242,12 +244,16 @@ fn check_calibration(
             ),
         });
     }
-    let (e, p) = (
+    let (e, p, v) = (
         fp8::fp8_names("expert", c.expert.depth, 4),
         fp8::fp8_names("prefix", c.llm.depth, 2),
+        siglip::fp8_names(c.siglip.depth),
     );
-    let needed = e.iter().chain(p.iter().filter(|_| prefix));
-    let known = e.iter().chain(p.iter());
+    let needed = e
+        .iter()
+        .chain(p.iter().filter(|_| prefix))
+        .chain(v.iter().filter(|_| vision));
+    let known = e.iter().chain(p.iter()).chain(v.iter());
     cal.check_names(needed.map(String::as_str), known.map(String::as_str))
 }
 
@@ -339,6 +345,9 @@ pub struct Pi05Options {
     pub fp8: Option<crate::calibration::Calibration>,
     /// With `fp8`: the prefix (the language model's GEMMs) in FP8 too.
     pub fp8_prefix: bool,
+    /// With `fp8`: SigLIP's GEMMs in FP8 too (a bf16 or f16 model: its biases need a 16-bit
+    /// output).
+    pub fp8_vision: bool,
 }
 
 impl Pi05Options {
@@ -353,6 +362,7 @@ impl Pi05Options {
             run_variants_once: true,
             fp8: None,
             fp8_prefix: true,
+            fp8_vision: false,
         }
     }
 }
@@ -402,7 +412,7 @@ impl Pi05 {
         let c = w.config.clone();
         c.validate().map_err(|reason| Error::Config { reason })?;
         if let Some(cal) = &options.fp8 {
-            check_calibration(&c, cal, options.fp8_prefix)?;
+            check_calibration(&c, cal, options.fp8_prefix, options.fp8_vision)?;
         }
         let k = Kernels::with_options(ctx, options.kernels)?;
         let dt = dtype;
@@ -476,6 +486,7 @@ impl Pi05 {
             dt,
             prefix_x.narrow(0, 0, n_img)?,
             &[c.views],
+            options.fp8.as_ref().filter(|_| options.fp8_vision),
         )?;
         let vision = Graph::new(ctx, "pi05.vision", counts.len());
         vision.capture(ShapeKey(c.views as u64), |cs| {
@@ -1120,11 +1131,12 @@ impl Pi05 {
         calibration_model(&self.config)
     }
 
-    /// Records a calibration of the language model's and the action expert's FP8 GEMM inputs
+    /// Records a calibration of SigLIP's, the language model's and the action expert's FP8 GEMM
+    /// inputs
     /// ([`calibration`](crate::calibration)): each observation runs as
-    /// [`calibrate_inference`](Self::calibrate_inference) runs it (vision by its graph, the
-    /// prefix and every denoising step with the 16-bit GEMMs outside any graph), each GEMM
-    /// input read back and its range recorded at `percentile`. The captured graphs are not
+    /// [`calibrate_inference`](Self::calibrate_inference) runs it (vision, the prefix and every
+    /// denoising step with the 16-bit GEMMs outside any graph), each GEMM input read back and
+    /// its range recorded at `percentile`. The captured graphs are not
     /// touched; the model's outputs afterwards are those of the last observation.
     pub fn calibrate(
         &self,
@@ -1139,16 +1151,17 @@ impl Pi05 {
         rec.finish(&self.calibration_model())
     }
 
-    /// One inference on the inputs set (vision by its graph, then the prefix and every
-    /// denoising step with the 16-bit GEMMs outside any graph, as `run` computes them), each
-    /// FP8 GEMM input read back and its range recorded into `rec` as one observation.
+    /// One inference on the inputs set (vision, the prefix and every denoising step with the
+    /// 16-bit GEMMs outside any graph, as `run` computes them), each FP8 GEMM input read back
+    /// and its range recorded into `rec` as one observation.
     pub fn calibrate_inference(&self, rec: &mut crate::calibration::RangeRecorder) -> Result<()> {
         let s = self.s;
-        self.replay(Stage::Vision)?;
         let mut probe = |name: &str, t: &Tensor| -> Result<()> {
             let v = t.read_f32(s)?;
             rec.record(name, &v)
         };
+        self.vision_model
+            .run_calibrating(&self.k, s, self.encoded(), &mut probe)?;
         let c = &self.config;
         let prompt_rows = match self.mode {
             PromptMode::Fixed => c.max_token_len,
@@ -1171,7 +1184,8 @@ impl Pi05 {
     /// been recorded on this model's kind (every range named as this model names them).
     pub fn set_calibration(&self, cal: &crate::calibration::Calibration) -> Result<()> {
         let prefix = self.prefix_parts.fp8.as_ref();
-        check_calibration(&self.config, cal, prefix.is_some())?;
+        let vision = self.vision_model.is_fp8();
+        check_calibration(&self.config, cal, prefix.is_some(), vision)?;
         match &self.step_model {
             StepModel::Pi05(e) => e.set_calibration(self.s, cal)?,
             StepModel::Pi0(_) => {
@@ -1183,6 +1197,9 @@ impl Pi05 {
         if let Some(f) = prefix {
             f.set_scales(self.s, cal)?;
         }
+        if vision {
+            self.vision_model.set_calibration(self.s, cal)?;
+        }
         self.k.ctx().sync_stream(self.s)?;
         Ok(())
     }
@@ -1190,6 +1207,11 @@ impl Pi05 {
     /// Whether the language model runs its GEMMs in FP8 ([`Pi05Options::fp8_prefix`]).
     pub fn fp8_prefix(&self) -> bool {
         self.prefix_parts.fp8.is_some()
+    }
+
+    /// Whether SigLIP runs its GEMMs in FP8 ([`Pi05Options::fp8_vision`]).
+    pub fn fp8_vision(&self) -> bool {
+        self.vision_model.is_fp8()
     }
 
     /// Convenience: inputs, one inference, and the actions (allocates the result).

@@ -5,22 +5,62 @@
 //! (one launch for all views on the tensor-core path). One plan per number of views: the
 //! present views are packed into the first slots, an absent one costs nothing.
 
+use super::expert::Probe;
+use crate::calibration::Calibration;
 use crate::config::Pi05Config;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::weights::{PROJECTOR, VISION};
 use frt_exec::{Ctx, Stream};
-use frt_kernels::{AttentionMask, AttentionPlan, DType, Gemm, Kernels, PatchEmbed, Tensor};
+use frt_kernels::{
+    AttentionMask, AttentionPlan, DType, Fp8Linear, Gemm, Kernels, PatchEmbed, Tensor,
+};
 use frt_nn::blocks::encoder::{
-    Activation, EncoderActs, EncoderAttention, EncoderLayer, EncoderNames, EncoderStack,
+    Activation, EncoderActs, EncoderAttention, EncoderFp8, EncoderLayer, EncoderNames, EncoderStack,
 };
 use frt_nn::blocks::{LayerNorm, Linear};
 
 const EPS: f32 = 1e-6;
 
+/// The inputs of a SigLIP layer's FP8 GEMMs, in the order of its scales.
+const FP8_INPUTS: [&str; 4] = ["qkv", "out", "fc1", "fc2"];
+
+/// The calibration names of SigLIP's FP8 GEMM inputs: `vision.layers.{i}.{qkv, out, fc1,
+/// fc2}`.
+pub(crate) fn fp8_names(depth: usize) -> Vec<String> {
+    (0..depth)
+        .flat_map(|i| FP8_INPUTS.map(|g| format!("vision.layers.{i}.{g}")))
+        .collect()
+}
+
+/// SigLIP's GEMMs in FP8: weights per output feature (the 16-bit biases), activations with
+/// static scales in one buffer (`per` entries a slot, 256-byte aligned), and the quantized
+/// activations (normed rows, attention output, MLP hidden rows).
+struct VisionFp8 {
+    layers: Vec<EncoderFp8>,
+    scales: Tensor,
+    per: usize,
+    ln: Tensor,
+    attn: Tensor,
+    h: Tensor,
+}
+
+impl VisionFp8 {
+    fn set_scales(&self, s: Stream, cal: &Calibration) -> Result<()> {
+        let mut v = Vec::with_capacity(self.scales.numel());
+        for n in fp8_names(self.layers.len()) {
+            v.extend(std::iter::repeat_n(cal.scale(&n)?, self.per));
+        }
+        self.scales.write_f32(s, &v)?;
+        Ok(())
+    }
+}
+
 /// The ops planned for `views` views: the first `views` image slots in, the first
 /// `views · tokens` rows of the prefix embeddings out.
 struct ViewPlan {
     views: usize,
+    /// The FP8 GEMMs for these rows (q/k/v, attention out, fc1, fc2), when built with them.
+    fp8: Option<[Fp8Linear; 4]>,
     images: Tensor,
     images_dt: Tensor,
     patches: Tensor,
@@ -41,6 +81,7 @@ pub(crate) struct Vision {
     /// The activations for every slot, which each plan narrows.
     full: Full,
     plans: Vec<ViewPlan>,
+    fp8: Option<VisionFp8>,
 }
 
 /// The vision activations for every view slot (what a plan for fewer views narrows).
@@ -57,7 +98,9 @@ struct Full {
 impl Vision {
     /// Uploads SigLIP and the projector from `root` (openpi naming), allocates the vision
     /// activations for every view slot and plans every op for each count of `counts` views;
-    /// `out` is `[views · tokens, llm width]`.
+    /// `out` is `[views · tokens, llm width]`. With `fp8`, SigLIP's projections also quantized
+    /// per output feature and its GEMMs in FP8 with that calibration's scales.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn build(
         k: &Kernels,
         s: Stream,
@@ -66,6 +109,7 @@ impl Vision {
         dt: DType,
         out: Tensor,
         counts: &[usize],
+        fp8: Option<&Calibration>,
     ) -> Result<Vision> {
         let ctx: &Ctx = k.ctx();
         let sg = &c.siglip;
@@ -114,6 +158,40 @@ impl Vision {
             })
         };
         let post = norm(v.pp("post_layernorm"))?;
+        let fp8 = match fp8 {
+            Some(cal) => {
+                if dt == DType::F32 {
+                    return Err(Error::Config {
+                        reason: "SigLIP in FP8 needs a bf16 or f16 model (its biases ride on a 16-bit output)".into(),
+                    });
+                }
+                let layers = (0..sg.depth)
+                    .map(|i| {
+                        let p = v.pp("encoder.layers").pp(i);
+                        EncoderFp8::load(&p, &EncoderNames::SIGLIP, sg.width, sg.mlp, ctx, s)
+                    })
+                    .collect::<frt_nn::Result<Vec<_>>>()?;
+                let codes =
+                    |name: &str, cols: usize| Tensor::alloc(ctx, name, DType::E4M3, &[n_img, cols]);
+                let per = n_img.next_multiple_of(64);
+                let f = VisionFp8 {
+                    layers,
+                    scales: Tensor::alloc(
+                        ctx,
+                        "vision.fp8.scales",
+                        DType::F32,
+                        &[sg.depth * FP8_INPUTS.len() * per],
+                    )?,
+                    per,
+                    ln: codes("vision.fp8.ln", sg.width)?,
+                    attn: codes("vision.fp8.attn", sg.width)?,
+                    h: codes("vision.fp8.mlp", sg.mlp)?,
+                };
+                f.set_scales(s, cal)?;
+                Some(f)
+            }
+            None => None,
+        };
         let pr = root.pp(PROJECTOR);
         let proj = Linear {
             w: pr.upload("weight", &[c.llm.width, sg.width], ctx, s, dt)?,
@@ -135,6 +213,7 @@ impl Vision {
                 dt,
             },
             plans: Vec::new(),
+            fp8,
         };
         for &n in counts {
             v.add_plan(k, n)?;
@@ -201,6 +280,23 @@ impl Vision {
         }
         // On the tensor-core path the views' attentions run as one launch.
         let batch = k.attention_plan_batch(&att)?;
+        let fp8 = match &self.fp8 {
+            Some(f) => {
+                let l0 = &f.layers[0];
+                let plan =
+                    |codes: &Tensor, w: &frt_nn::QuantizedWeight, out: &Tensor, add: bool| {
+                        let lin = k.linear_e4m3(&first(codes)?, &w.codes, out, true)?;
+                        Ok::<_, Error>(if add { lin.accumulating()? } else { lin })
+                    };
+                Some([
+                    plan(&f.ln, &l0.qkv, &a.qkv, false)?,
+                    plan(&f.attn, &l0.out, &a.x, true)?,
+                    plan(&f.ln, &l0.fc1, &a.h, false)?,
+                    plan(&f.h, &l0.fc2, &a.x, true)?,
+                ])
+            }
+            None => None,
+        };
         let stack = EncoderStack::new(
             k,
             a,
@@ -211,6 +307,7 @@ impl Vision {
         )?;
         self.plans.push(ViewPlan {
             views,
+            fp8,
             images: im,
             images_dt: im_dt,
             patches: pt,
@@ -219,6 +316,42 @@ impl Vision {
             g_proj,
             out: o,
         });
+        Ok(())
+    }
+
+    /// One encoder layer as `EncoderStack::record` runs it, each projection `g` (q/k/v,
+    /// attention out, fc1, fc2) first offered to `gemm(g, x, out, bias)`: `Ok(true)` when it
+    /// ran it (then fc1's GELU runs as its own op), `Ok(false)` to have the stack's 16-bit
+    /// GEMM run it (a probe only looks at `x`).
+    fn layer(
+        &self,
+        k: &Kernels,
+        cs: Stream,
+        p: &ViewPlan,
+        l: &EncoderLayer,
+        gemm: &mut dyn FnMut(usize, &Tensor, &Tensor, &Tensor) -> Result<bool>,
+    ) -> Result<()> {
+        let a = p.stack.acts();
+        let (g16, eps, act) = p.stack.gemms();
+        let mut project = |g: usize, x: &Tensor, w: &Linear, out: &Tensor| -> Result<bool> {
+            if gemm(g, x, out, &w.b)? {
+                return Ok(true);
+            }
+            g16[g].run(cs, x, &w.w, out, Some(&w.b))?;
+            Ok(false)
+        };
+        k.layer_norm(cs, &a.x, &l.ln1.g, &l.ln1.b, &a.ln, eps)?;
+        project(0, &a.ln, &l.qkv, &a.qkv)?;
+        p.stack.attention().run(k, cs)?;
+        project(1, &a.attn, &l.out, &a.x)?;
+        k.layer_norm(cs, &a.x, &l.ln2.g, &l.ln2.b, &a.ln, eps)?;
+        let fp8_fc1 = project(2, &a.ln, &l.fc1, &a.h)?;
+        match act {
+            Activation::GeluTanh if fp8_fc1 => k.gelu_tanh(cs, &a.h, &a.h)?,
+            Activation::Gelu => k.gelu(cs, &a.h, &a.h)?,
+            Activation::GeluTanh => {}
+        }
+        project(3, &a.h, &l.fc2, &a.x)?;
         Ok(())
     }
 
@@ -234,8 +367,47 @@ impl Vision {
         &self.plan(views).images
     }
 
-    /// Records the vision graph's ops for the first `views` slots on `cs`.
+    /// Records the vision graph's ops for the first `views` slots on `cs` (FP8 GEMMs when
+    /// built with them).
     pub(crate) fn record(&self, k: &Kernels, cs: Stream, views: usize) -> Result<()> {
+        self.record_with(k, cs, views, None)
+    }
+
+    /// Runs the vision ops for the first `views` slots on `s`, outside any graph, with the
+    /// 16-bit GEMMs, giving `probe` each FP8 GEMM input as it is made (calibration).
+    pub(crate) fn run_calibrating(
+        &self,
+        k: &Kernels,
+        s: Stream,
+        views: usize,
+        probe: Probe,
+    ) -> Result<()> {
+        self.record_with(k, s, views, Some(probe))
+    }
+
+    /// A new calibration's scales (a buffer write; no recapture). An error when built without
+    /// FP8.
+    pub(crate) fn set_calibration(&self, s: Stream, cal: &Calibration) -> Result<()> {
+        match &self.fp8 {
+            Some(f) => f.set_scales(s, cal),
+            None => Err(Error::Config {
+                reason: "SigLIP was built without FP8".into(),
+            }),
+        }
+    }
+
+    /// Whether SigLIP runs its GEMMs in FP8.
+    pub(crate) fn is_fp8(&self) -> bool {
+        self.fp8.is_some()
+    }
+
+    fn record_with(
+        &self,
+        k: &Kernels,
+        cs: Stream,
+        views: usize,
+        mut probe: Option<Probe>,
+    ) -> Result<()> {
         let p = self.plan(views);
         if p.images_dt.dtype() != DType::F32 {
             k.cast(cs, &p.images, &p.images_dt)?;
@@ -251,8 +423,39 @@ impl Vision {
             &self.pos,
             &a.x,
         )?;
-        for l in &self.layers {
-            p.stack.record(k, cs, l)?;
+        match (&self.fp8, &p.fp8, probe.as_mut()) {
+            (_, _, Some(probe)) => {
+                for (i, l) in self.layers.iter().enumerate() {
+                    self.layer(k, cs, p, l, &mut |g, x, _, _| {
+                        probe(&format!("vision.layers.{i}.{}", FP8_INPUTS[g]), x)?;
+                        Ok(false)
+                    })?;
+                }
+            }
+            (Some(f), Some(lin), None) => {
+                for (i, l) in self.layers.iter().enumerate() {
+                    self.layer(k, cs, p, l, &mut |g, x, out, bias| {
+                        let fl = &f.layers[i];
+                        let (codes, w) = match g {
+                            0 => (&f.ln, &fl.qkv),
+                            1 => (&f.attn, &fl.out),
+                            2 => (&f.ln, &fl.fc1),
+                            _ => (&f.h, &fl.fc2),
+                        };
+                        let codes = codes.narrow(0, 0, x.dim(0))?;
+                        let at = (i * FP8_INPUTS.len() + g) * f.per;
+                        let scale = f.scales.narrow(0, at, lin[g].x_scale_elements())?;
+                        k.quantize_e4m3(cs, x, &scale.narrow(0, 0, 1)?, &codes)?;
+                        lin[g].run(cs, &codes, &scale, &w.codes, &w.scales, out, Some(bias))?;
+                        Ok(true)
+                    })?;
+                }
+            }
+            _ => {
+                for l in &self.layers {
+                    p.stack.record(k, cs, l)?;
+                }
+            }
         }
         k.layer_norm(cs, &a.x, &self.post.g, &self.post.b, &a.ln, EPS)?;
         p.g_proj
