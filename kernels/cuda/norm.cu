@@ -40,11 +40,14 @@ __device__ __forceinline__ void load_w(const T* p, float* v, int w) {
 // followed by rms_norm, in one launch.
 // With x32 (f32, x's row stride; no residual) the row is first set from it, rounded to T: the
 // same values as a cast into x followed by rms_norm. With out32 (f32, out's row stride) the
-// output is also written widened from its stored (rounded) values: as a cast of out.
+// output is also written widened from its stored (rounded) values: as a cast of out. With codes
+// (E4M3, [rows, cols] contiguous) the stored values are also quantized with the scale
+// code_scale[0]: the same codes as quantize_e4m3 of out, in the same launch.
 template <typename T>
 __device__ void rms_norm(T* x, const T* w, const T* mod, const T* y, const T* g, T* out, unsigned cols,
                          unsigned long long sx, unsigned long long sm, unsigned long long sy, unsigned long long sg,
-                         unsigned long long so, float eps, int vec8, const float* x32, float* out32) {
+                         unsigned long long so, float eps, int vec8, const float* x32, float* out32,
+                         unsigned char* codes, const float* code_scale) {
     const unsigned long long row = blockIdx.x;
     T* xr = x + row * sx;
     T* o = out + row * so;
@@ -75,15 +78,18 @@ __device__ void rms_norm(T* x, const T* w, const T* mod, const T* y, const T* g,
     }
     const float inv = rsqrtf(block_sum(ss) / cols + eps);
     float* o32 = out32 ? out32 + row * so : nullptr;
+    unsigned char* cr = codes ? codes + row * cols : nullptr;
+    const float cs = codes ? *code_scale : 1.f;
     if (w) {
         ROW_LOOP(xr, {
             float g8[8];
             load_w(w + c, g8, W);
             for (int k = 0; k < W; ++k) v[k] = v[k] * inv * (1.f + g8[k]);
             store_w(o + c, v, W);
-            if (o32) {
+            if (o32 || cr) {
                 load_w(o + c, v, W);
-                store_w(o32 + c, v, W);
+                if (o32) store_w(o32 + c, v, W);
+                if (cr) for (int k = 0; k < W; ++k) cr[c + k] = e4m3_from_f32(v[k] / cs);
             }
         })
     } else {
@@ -95,9 +101,10 @@ __device__ void rms_norm(T* x, const T* w, const T* mod, const T* y, const T* g,
             load_w(m + cols + c, sh, W);
             for (int k = 0; k < W; ++k) v[k] = v[k] * inv * (1.f + sc[k]) + sh[k];
             store_w(o + c, v, W);
-            if (o32) {
+            if (o32 || cr) {
                 load_w(o + c, v, W);
-                store_w(o32 + c, v, W);
+                if (o32) store_w(o32 + c, v, W);
+                if (cr) for (int k = 0; k < W; ++k) cr[c + k] = e4m3_from_f32(v[k] / cs);
             }
         })
     }
@@ -148,8 +155,10 @@ __device__ void softmax(const T* x, T* out, unsigned cols, unsigned long long sx
                                             T* out, unsigned cols, unsigned long long sx,               \
                                             unsigned long long sm, unsigned long long sy,               \
                                             unsigned long long sg, unsigned long long so, float eps,    \
-                                            int vec8, const float* x32, float* out32) {                 \
-        rms_norm<T>(x, w, mod, y, g, out, cols, sx, sm, sy, sg, so, eps, vec8, x32, out32);            \
+                                            int vec8, const float* x32, float* out32,                   \
+                                            unsigned char* codes, const float* code_scale) {           \
+        rms_norm<T>(x, w, mod, y, g, out, cols, sx, sm, sy, sg, so, eps, vec8, x32, out32, codes,       \
+                    code_scale);                                                                       \
     }                                                                                                  \
     extern "C" __global__ void layer_norm_##S(const T* x, const T* w, const T* b, T* out, unsigned cols, \
                                               unsigned long long sx, unsigned long long so, float eps,  \

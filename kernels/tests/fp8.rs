@@ -362,7 +362,92 @@ fn rejects_bad_arguments(b: &Backend) {
     assert!(e.contains("codes"), "{e}");
 }
 
+/// The norms (Gemma's, adaptive, residual + adaptive) that also write E4M3 codes of their
+/// output give the codes `quantize_e4m3` gives of that output, and the same output as without
+/// them.
+fn norms_quantize_their_output_as_quantize_does(b: &Backend) {
+    let mut rng = Rng::new(84);
+    for (rows, cols, big) in [(3usize, 64usize, false), (5, 40, false), (50, 1024, true)] {
+        if !size_ok(b, big) {
+            continue;
+        }
+        for dt in FLOATS {
+            let t = |name: &str, dt: DType, shape: &[usize]| {
+                Tensor::alloc(b.k.ctx(), name, dt, shape).unwrap()
+            };
+            let xv = rng.vec(rows * cols, 2.0);
+            let (x, y) = (t("x", dt, &[rows, cols]), t("y", dt, &[rows, cols]));
+            let m = t("mod", dt, &[1, 3 * cols]);
+            let yv = rng.vec(rows * cols, 1.0);
+            y.write_f32(b.s, &yv).unwrap();
+            m.write_f32(b.s, &rng.vec(3 * cols, 0.5)).unwrap();
+            let gate = m.narrow(1, 2 * cols, cols).unwrap();
+            let (out, out2) = (t("out", dt, &[rows, cols]), t("out2", dt, &[rows, cols]));
+            let (codes, codes2) = (
+                t("codes", DType::E4M3, &[rows, cols]),
+                t("codes2", DType::E4M3, &[rows, cols]),
+            );
+            let scale = scalar(b, 0.011);
+            let bits = |t: &Tensor| {
+                t.read_f32(b.s)
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect::<Vec<_>>()
+            };
+            let w = t("w", dt, &[cols]);
+            w.write_f32(b.s, &rng.vec(cols, 0.3)).unwrap();
+            for (residual, plain) in [(false, false), (true, false), (false, true)] {
+                let what = format!(
+                    "[{}] {rows}x{cols} {dt:?} residual {residual} plain {plain}",
+                    b.name
+                );
+                // Fused: norm (after the residual) and codes in one launch.
+                x.write_f32(b.s, &xv).unwrap();
+                if plain {
+                    b.k.rms_norm_e4m3(b.s, &x, &w, &out, 1e-6, (&codes, &scale))
+                        .unwrap();
+                } else if residual {
+                    b.k.residual_ada_rms_norm_e4m3(
+                        b.s,
+                        &x,
+                        &y,
+                        &gate,
+                        &m,
+                        &out,
+                        1e-6,
+                        (&codes, &scale),
+                    )
+                    .unwrap();
+                } else {
+                    b.k.ada_rms_norm_e4m3(b.s, None, &x, &m, &out, 1e-6, (&codes, &scale))
+                        .unwrap();
+                }
+                // Unfused: the norm alone, then quantize.
+                x.write_f32(b.s, &xv).unwrap();
+                if plain {
+                    b.k.rms_norm(b.s, &x, &w, &out2, 1e-6).unwrap();
+                } else if residual {
+                    b.k.residual_ada_rms_norm(b.s, &x, &y, &gate, &m, &out2, 1e-6)
+                        .unwrap();
+                } else {
+                    b.k.ada_rms_norm(b.s, &x, &m, &out2, 1e-6).unwrap();
+                }
+                b.k.quantize_e4m3(b.s, &out2, &scale, &codes2).unwrap();
+                assert_eq!(bits(&out), bits(&out2), "{what}: outputs");
+                let (c1, c2) = (
+                    codes.read_bytes(b.s).unwrap(),
+                    codes2.read_bytes(b.s).unwrap(),
+                );
+                let differ = c1.iter().zip(&c2).filter(|(a, b)| a != b).count();
+                assert_eq!(differ, 0, "{what}: {differ} codes differ");
+            }
+        }
+    }
+}
+
 backend_tests!(
+    norms_quantize_their_output_as_quantize_does,
     quantize_gives_the_host_codes,
     linear_matches_the_reference,
     new_scales_reach_a_captured_graph,

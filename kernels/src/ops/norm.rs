@@ -27,10 +27,13 @@ struct Residual {
 /// f32 twins of a norm's input and output (see [`Kernels::ada_rms_norm_from`] and
 /// [`Kernels::residual_ada_rms_norm_widened`]): `x32` sets `x` (rounded) before the norm, `out32`
 /// receives the output widened from its stored values. Each has its partner's row layout.
+/// `codes` (E4M3 `[rows, cols]`, contiguous, with a one-value f32 scale) receives the stored
+/// output quantized: the codes [`Kernels::quantize_e4m3`] of `out` gives.
 #[derive(Default)]
 struct Wide {
     x32: Option<Tensor>,
     out32: Option<Tensor>,
+    codes: Option<(Tensor, Tensor)>,
 }
 
 /// A modulation `[scale | shift | gate]` as rows for `x`'s rows: one row (stride 0, shared by
@@ -102,6 +105,21 @@ impl Kernels {
         }
         if wide.x32.is_some() && residual.is_some() {
             return Err(Error::shape(op, "x32 with a residual"));
+        }
+        if let Some((codes, scale)) = &wide.codes {
+            self.check_ctx(op, &[codes, scale])?;
+            codes.expect_dtype(op, "codes", crate::DType::E4M3)?;
+            scale.expect_dtype(op, "code scale", crate::DType::F32)?;
+            codes.expect_contiguous(op)?;
+            if codes.numel() != ro.rows * ro.cols || scale.numel() == 0 {
+                return Err(Error::shape(
+                    op,
+                    format!(
+                        "codes {codes:?} must have out's {} × {} values, {scale:?} a scale",
+                        ro.rows, ro.cols
+                    ),
+                ));
+            }
         }
         let dt = x.dtype();
         let cols = rx.cols;
@@ -182,6 +200,8 @@ impl Kernels {
                             v8.into(),
                             Param::opt(wide.x32.as_ref()),
                             Param::opt(wide.out32.as_ref()),
+                            Param::opt(wide.codes.as_ref().map(|(c, _)| c)),
+                            Param::opt(wide.codes.as_ref().map(|(_, sc)| sc)),
                         ],
                     )
                 }
@@ -231,6 +251,12 @@ impl Kernels {
                                     if let Some(o32) = &wide.out32 {
                                         P::of(o32).st::<f32>(i, op_.ld::<T>(i));
                                     }
+                                    if let Some((codes, scale)) = &wide.codes {
+                                        let code = crate::fp8::e4m3_from_f32(
+                                            op_.ld::<T>(i) / P::of(scale).ld::<f32>(0),
+                                        );
+                                        *((P::of(codes).0 + r * cols + c) as *mut u8) = code;
+                                    }
                                 }
                             }
                         }
@@ -249,20 +275,42 @@ impl Kernels {
         out: &Tensor,
         eps: f32,
     ) -> Result<()> {
+        self.rms_impl(s, x, w, out, eps, Wide::default())
+    }
+
+    /// [`rms_norm`](Self::rms_norm) that also quantizes its output into E4M3 `codes`
+    /// (`[rows, cols]`) with the scale `scale[0]`: the codes
+    /// [`quantize_e4m3`](Self::quantize_e4m3) of `out` gives, in the same launch.
+    pub fn rms_norm_e4m3(
+        &self,
+        s: Stream,
+        x: &Tensor,
+        w: &Tensor,
+        out: &Tensor,
+        eps: f32,
+        (codes, scale): (&Tensor, &Tensor),
+    ) -> Result<()> {
+        let wide = Wide {
+            codes: Some((codes.clone(), scale.clone())),
+            ..Wide::default()
+        };
+        self.rms_impl(s, x, w, out, eps, wide)
+    }
+
+    fn rms_impl(
+        &self,
+        s: Stream,
+        x: &Tensor,
+        w: &Tensor,
+        out: &Tensor,
+        eps: f32,
+        wide: Wide,
+    ) -> Result<()> {
         let op = "rms_norm";
         self.check_ctx(op, &[x, w, out])?;
         x.expect_float(op, "x")?;
         Self::check_vector(op, "w", w, x, rows(op, x)?.cols)?;
-        self.rms_common(
-            s,
-            op,
-            x,
-            Affine::OnePlusW(w.clone()),
-            None,
-            out,
-            eps,
-            Wide::default(),
-        )
+        self.rms_common(s, op, x, Affine::OnePlusW(w.clone()), None, out, eps, wide)
     }
 
     /// Adaptive RMSNorm (pi05's action expert): `out = norm(x)·(1 + scale) + shift`, where
@@ -293,7 +341,7 @@ impl Kernels {
     ) -> Result<Tensor> {
         let wide = Wide {
             x32: Some(x32.clone()),
-            out32: None,
+            ..Wide::default()
         };
         self.ada_impl(s, x, modulation, out, eps, wide)
     }
@@ -326,6 +374,60 @@ impl Kernels {
         modulation.narrow(modulation.rank() - 1, 2 * rx.cols, rx.cols)
     }
 
+    /// [`ada_rms_norm_from`](Self::ada_rms_norm_from) (`x32` given) or
+    /// [`ada_rms_norm`](Self::ada_rms_norm) that also quantizes its output into E4M3 `codes`
+    /// (`[rows, cols]`) with the scale `scale[0]`: the codes
+    /// [`quantize_e4m3`](Self::quantize_e4m3) of `out` gives, in the same launch.
+    #[allow(clippy::too_many_arguments)]
+    pub fn ada_rms_norm_e4m3(
+        &self,
+        s: Stream,
+        x32: Option<&Tensor>,
+        x: &Tensor,
+        modulation: &Tensor,
+        out: &Tensor,
+        eps: f32,
+        (codes, scale): (&Tensor, &Tensor),
+    ) -> Result<Tensor> {
+        let wide = Wide {
+            x32: x32.cloned(),
+            out32: None,
+            codes: Some((codes.clone(), scale.clone())),
+        };
+        self.ada_impl(s, x, modulation, out, eps, wide)
+    }
+
+    /// [`residual_ada_rms_norm`](Self::residual_ada_rms_norm) that also quantizes its output
+    /// into E4M3 `codes` with the scale `scale[0]` (as
+    /// [`ada_rms_norm_e4m3`](Self::ada_rms_norm_e4m3)).
+    #[allow(clippy::too_many_arguments)]
+    pub fn residual_ada_rms_norm_e4m3(
+        &self,
+        s: Stream,
+        x: &Tensor,
+        y: &Tensor,
+        gate: &Tensor,
+        modulation: &Tensor,
+        out: &Tensor,
+        eps: f32,
+        (codes, scale): (&Tensor, &Tensor),
+    ) -> Result<Tensor> {
+        self.residual_ada_impl(
+            s,
+            x,
+            y,
+            gate,
+            modulation,
+            out,
+            eps,
+            Wide {
+                x32: None,
+                out32: None,
+                codes: Some((codes.clone(), scale.clone())),
+            },
+        )
+    }
+
     /// A gated residual and the next adaptive RMSNorm in one launch: `x ← x + y ⊙ gate`, then
     /// `out = ada_rms_norm(x, modulation)` — the same values as
     /// [`gated_residual`](Self::gated_residual) followed by [`ada_rms_norm`](Self::ada_rms_norm).
@@ -341,7 +443,7 @@ impl Kernels {
         out: &Tensor,
         eps: f32,
     ) -> Result<Tensor> {
-        self.residual_ada_impl(s, x, y, gate, modulation, out, eps, None)
+        self.residual_ada_impl(s, x, y, gate, modulation, out, eps, Wide::default())
     }
 
     /// [`residual_ada_rms_norm`](Self::residual_ada_rms_norm) that also writes its output
@@ -359,7 +461,11 @@ impl Kernels {
         out32: &Tensor,
         eps: f32,
     ) -> Result<Tensor> {
-        self.residual_ada_impl(s, x, y, gate, modulation, out, eps, Some(out32))
+        let wide = Wide {
+            out32: Some(out32.clone()),
+            ..Wide::default()
+        };
+        self.residual_ada_impl(s, x, y, gate, modulation, out, eps, wide)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -372,7 +478,7 @@ impl Kernels {
         modulation: &Tensor,
         out: &Tensor,
         eps: f32,
-        out32: Option<&Tensor>,
+        wide: Wide,
     ) -> Result<Tensor> {
         let op = "residual_ada_rms_norm";
         self.check_ctx(op, &[x, y, gate, modulation, out])?;
@@ -398,10 +504,7 @@ impl Kernels {
             Some(residual),
             out,
             eps,
-            Wide {
-                x32: None,
-                out32: out32.cloned(),
-            },
+            wide,
         )?;
         modulation.narrow(modulation.rank() - 1, 2 * rx.cols, rx.cols)
     }

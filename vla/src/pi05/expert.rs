@@ -337,13 +337,36 @@ impl Expert {
         // Each residual is fused with the norm that follows it (the next layer's input norm,
         // or the final norm); the first norm also rounds the f32 tokens into the residual
         // stream, the final one also widens its output for the f32 output projection.
+        // With FP8 GEMMs, the norms in front of q/k/v and gate+up also write their output
+        // quantized (the GEMMs then read those codes: no quantize launch of their own).
+        let s_len = self.s_len;
+        let codes = |j: usize, g: usize| -> Result<Option<(Tensor, Tensor)>> {
+            fp8.map(|f| f.stack.codes_for(j, g, s_len)).transpose()
+        };
         let m0 = self.modulation(i, 0)?;
-        let mut gate = if self.narrow {
-            k.ada_rms_norm_from(cs, &self.a32, &self.a, &m0, &self.aln, GEMMA_EPS)?
-        } else {
-            k.ada_rms_norm(cs, &self.a, &m0, &self.aln, GEMMA_EPS)?
+        let x32 = self.narrow.then_some(&self.a32);
+        let mut gate = match codes(0, 0)? {
+            Some((c, sc)) => {
+                k.ada_rms_norm_e4m3(cs, x32, &self.a, &m0, &self.aln, GEMMA_EPS, (&c, &sc))?
+            }
+            None if self.narrow => {
+                k.ada_rms_norm_from(cs, &self.a32, &self.a, &m0, &self.aln, GEMMA_EPS)?
+            }
+            None => k.ada_rms_norm(cs, &self.a, &m0, &self.aln, GEMMA_EPS)?,
         };
         let depth = self.el.len();
+        // The gated residual and the norm after it, writing the codes of the next FP8 GEMM
+        // input when given.
+        let residual_norm =
+            |gate: &Tensor, m: &Tensor, codes: Option<(Tensor, Tensor)>| -> Result<Tensor> {
+                let (a, so, aln) = (&self.a, &self.so, &self.aln);
+                Ok(match codes {
+                    Some((c, sc)) => {
+                        k.residual_ada_rms_norm_e4m3(cs, a, so, gate, m, aln, GEMMA_EPS, (&c, &sc))?
+                    }
+                    None => k.residual_ada_rms_norm(cs, a, so, gate, m, aln, GEMMA_EPS)?,
+                })
+            };
         for (j, (l, plan)) in self.el.iter().zip(plans).enumerate() {
             // The cache rows this layer writes its keys and values into (behind the prefix's).
             let kc = l.k_cache.narrow(0, *prefix_rows, self.s_len)?;
@@ -352,7 +375,7 @@ impl Expert {
             match fp8 {
                 Some(f) => f
                     .stack
-                    .linear(k, cs, (j, 0), &f.lin[0], &self.aln, &self.sqkv)?,
+                    .linear_quantized(cs, (j, 0), &f.lin[0], s_len, &self.sqkv)?,
                 None => self.sg_qkv.run(cs, &self.aln, &l.qkv, &self.sqkv, None)?,
             }
             k.rope_qkv(
@@ -373,20 +396,12 @@ impl Expert {
                     .linear(k, cs, (j, 1), &f.lin[1], &self.sattn, &self.so)?,
                 None => self.sg_o.run(cs, &self.sattn, &l.o, &self.so, None)?,
             }
-            gate = k.residual_ada_rms_norm(
-                cs,
-                &self.a,
-                &self.so,
-                &gate,
-                &self.modulation(i, 2 * j + 1)?,
-                &self.aln,
-                GEMMA_EPS,
-            )?;
+            gate = residual_norm(&gate, &self.modulation(i, 2 * j + 1)?, codes(j, 2)?)?;
             see(j, 2, &self.aln)?;
             match fp8 {
                 Some(f) => {
                     let gu = &f.gate_up;
-                    f.stack.linear(k, cs, (j, 2), &f.lin[2], &self.aln, gu)?;
+                    f.stack.linear_quantized(cs, (j, 2), &f.lin[2], s_len, gu)?;
                     let mlp = self.sh.dim(1);
                     k.geglu(
                         cs,
@@ -418,7 +433,13 @@ impl Expert {
                     GEMMA_EPS,
                 )?
             } else {
-                k.residual_ada_rms_norm(cs, &self.a, &self.so, &gate, &m, &self.aln, GEMMA_EPS)?
+                // The next layer's input norm (writing its q/k/v codes), or the final one.
+                let next = if j + 1 < depth {
+                    codes(j + 1, 0)?
+                } else {
+                    None
+                };
+                residual_norm(&gate, &m, next)?
             };
         }
         self.flow.record_out(k, cs, i)

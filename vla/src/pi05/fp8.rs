@@ -136,6 +136,39 @@ impl Fp8Stack {
         Ok(if accumulate { lin.accumulating()? } else { lin })
     }
 
+    /// Where layer `i`'s input `g` goes quantized (its codes, first `rows` rows) and the scale
+    /// a kernel that makes them reads (one value): for a norm that writes the codes itself.
+    pub(crate) fn codes_for(&self, i: usize, g: usize, rows: usize) -> Result<(Tensor, Tensor)> {
+        let (codes, _) = self.operands(i, g);
+        let at = (i * FP8_INPUTS.len() + g) * self.per;
+        Ok((codes.narrow(0, 0, rows)?, self.scales.narrow(0, at, 1)?))
+    }
+
+    /// `out (+)= codes · w` for layer `i`'s input `g`, its codes already made (by a norm, see
+    /// [`codes_for`](Self::codes_for)), with plan `lin` for `rows` rows.
+    pub(crate) fn linear_quantized(
+        &self,
+        cs: Stream,
+        (i, g): (usize, usize),
+        lin: &Fp8Linear,
+        rows: usize,
+        out: &Tensor,
+    ) -> Result<()> {
+        let (codes, w) = self.operands(i, g);
+        let at = (i * FP8_INPUTS.len() + g) * self.per;
+        let scale = self.scales.narrow(0, at, lin.x_scale_elements())?;
+        lin.run(
+            cs,
+            &codes.narrow(0, 0, rows)?,
+            &scale,
+            &w.codes,
+            &w.scales,
+            out,
+            None,
+        )?;
+        Ok(())
+    }
+
     /// `out (+)= quantize(x) · w` for layer `i`'s input `g` with plan `lin` (made by
     /// [`plan`](Self::plan) for `x`'s rows).
     pub(crate) fn linear(

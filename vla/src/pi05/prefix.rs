@@ -179,9 +179,11 @@ impl PrefixParts {
             (Some(f), Some(lin), false) => Some((f, lin)),
             _ => None,
         };
-        // GEMM `g` of layer `i`: `out (+)= x · w` in the precision the model runs.
+        // GEMM `g` of layer `i`: `out (+)= x · w` in the precision the model runs (in FP8, the
+        // q/k/v and gate+up inputs were quantized by the norm that made them).
         let gemm = |i: usize, g: usize, x: &Tensor, out: &Tensor| -> Result<()> {
             match fp8 {
+                Some((f, lin)) if g % 2 == 0 => f.linear_quantized(cs, (i, g), &lin[g], rows, out),
                 Some((f, lin)) => f.linear(k, cs, (i, g), &lin[g], x, out),
                 None => {
                     let l = &self.layers[i];
@@ -203,11 +205,22 @@ impl PrefixParts {
             &prompt,
             (self.width as f32).sqrt(),
         )?;
+        // Gemma's norm, writing the codes of GEMM input `g` too in FP8.
+        let norm = |i: usize, g: usize, w: &Tensor| -> Result<()> {
+            match fp8 {
+                Some((f, _)) => {
+                    let (c, sc) = f.codes_for(i, g, rows)?;
+                    k.rms_norm_e4m3(cs, x, w, ln, GEMMA_EPS, (&c, &sc))?
+                }
+                None => k.rms_norm(cs, x, w, ln, GEMMA_EPS)?,
+            }
+            Ok(())
+        };
         let hd = self.head_dim;
         for (i, (l, plan)) in self.layers.iter().zip(&p.attention).enumerate() {
             let (kc, vc) = (first(&l.k_cache)?, first(&l.v_cache)?);
             let ln1 = l.ln1.as_ref().expect("language model norms");
-            k.rms_norm(cs, x, ln1, ln, GEMMA_EPS)?;
+            norm(i, 0, ln1)?;
             see(i, 0, ln)?;
             gemm(i, 0, ln, qkv)?;
             k.rope_qkv(cs, qkv, &pos, q, &kc, &vc, hd, ROPE_WAVELENGTH)?;
@@ -218,7 +231,7 @@ impl PrefixParts {
                 break; // the last MLP only feeds the prefix output, which nothing reads
             }
             let ln2 = l.ln2.as_ref().expect("language model norms");
-            k.rms_norm(cs, x, ln2, ln, GEMMA_EPS)?;
+            norm(i, 2, ln2)?;
             see(i, 2, ln)?;
             gemm(i, 2, ln, gu)?;
             let mw = self.mlp_width;
