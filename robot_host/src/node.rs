@@ -1609,12 +1609,25 @@ impl Node {
     /// device never waits for the host); between two replays, and while waiting, a stop or a
     /// subgoal is acted on at once: the outcome it gives ends the tick.
     fn replay_all(&mut self) -> Result<Option<TickOutcome>> {
-        if let Some(rec) = self.calibrating.as_mut() {
+        if self.calibrating.is_some() {
             // A calibration run (see `Node::calibrate`): the inference runs through the 16-bit
-            // path outside the graphs, recording the FP8 inputs' ranges; the chunk is the
-            // same as the graphs give.
+            // path outside the graphs, recording the FP8 inputs' ranges, as one stage (the
+            // hooks see it as stage 0, then the end); the chunk is the same as the graphs
+            // give. A stop that arrived meanwhile ends the tick, as between two replays.
+            let n = self.policy.stages().len();
+            if let Some(h) = &mut self.hook {
+                h(0);
+            }
+            let rec = self.calibrating.as_mut().expect("checked above");
             self.policy.calibrate_inference(rec)?;
             self.policy.draw_noise();
+            if let Some(o) = self.service() {
+                self.status.abandoned += 1;
+                return Ok(Some(o));
+            }
+            if let Some(h) = &mut self.hook {
+                h(n);
+            }
             return Ok(None);
         }
         let n = self.policy.stages().len();

@@ -618,3 +618,28 @@ fn malformed_clock_messages_are_counted() {
     assert!(s.last_error.contains("/clock"), "{}", s.last_error);
     assert_eq!(frt_robot_host::Clock::now(&clock), 5.0);
 }
+
+/// A calibration tick (`Node::calibrate`: the inference outside the graphs, recording FP8
+/// ranges) keeps the contract: a stop that arrives during its inference, or after it, gives
+/// the halt chunk and nothing else; the calibration still holds what was recorded.
+#[test]
+fn a_stop_during_a_calibration_tick_gives_only_the_halt_chunk() {
+    let mut r = rig(POSITION);
+    r.node.calibrate(99.9).unwrap();
+    r.observe(1.0, 0, &X0);
+    assert_eq!(r.node.tick(), TickOutcome::Published);
+    assert_eq!(r.chunks().len(), 1);
+    let n = stages(&r);
+    for (k, stage) in [(1u32, 0usize), (2, n)] {
+        r.at_stage(stage, |inputs| inputs.command_text("stop").unwrap());
+        r.observe(1.0 + 0.1 * k as f64, k, &X0);
+        assert_eq!(r.node.tick(), TickOutcome::Halted, "stop at stage {stage}");
+        let c = r.chunks();
+        assert_eq!(c.len(), 1, "only the halt chunk: {c:?}");
+        assert!(c[0].halt);
+        r.node.set_stage_hook(None);
+        r.inputs.command(Command::Resume, Source::Typed).unwrap();
+    }
+    let cal = r.node.calibration().expect("calibrating").unwrap();
+    assert!(cal.observations >= 1);
+}
