@@ -1072,16 +1072,7 @@ fn run_sim(config: &Path, script: &Path, opts: SimOptions) -> Result<(), String>
     let mut cfg = Config::load(config).map_err(|e| format!("{}: {e}", config.display()))?;
     // Calibrating: the model in bf16 (an FP8 configuration's file may not exist yet).
     let calibrate = match &opts.calibrate {
-        Some((out, percentile)) => {
-            let out = out.clone().or_else(|| cfg.model.calibration.clone()).ok_or(
-                "calibrate: give --out FILE.json (the configuration names no model.calibration)",
-            )?;
-            if cfg.model.precision == frt_robot_host::config::Precision::Fp8 {
-                cfg.model.precision = frt_robot_host::config::Precision::Bf16;
-                cfg.model.calibration = None;
-            }
-            Some((out, *percentile))
-        }
+        Some((out, percentile)) => Some((calibration_target(&mut cfg, out.clone())?, *percentile)),
         None => None,
     };
     let script = SimScript::load(script).map_err(|e| e.to_string())?;
@@ -1314,11 +1305,7 @@ fn run_sim(config: &Path, script: &Path, opts: SimOptions) -> Result<(), String>
         println!("| {name} | {p50:.2} | {p99:.2} | {n} |");
     }
     if let Some((out, _)) = calibrate {
-        let cal = node
-            .calibration()
-            .expect("calibrating since the node was built")
-            .map_err(|e| format!("calibrate: {e}"))?;
-        cal.write(&out).map_err(|e| e.to_string())?;
+        let cal = write_calibration(&mut node, &out)?;
         println!(
             "\ncalibration: {} ranges at the {} percentile over {} inferences → {}",
             cal.ranges.len(),
@@ -1332,6 +1319,33 @@ fn run_sim(config: &Path, script: &Path, opts: SimOptions) -> Result<(), String>
 
 /// `replay`: the node of a recording re-run from it; exit status 1 when the chunk streams
 /// differ.
+/// Where a calibration run writes its file (`--out`, else the configuration's
+/// `model.calibration`), with the configuration's model switched to bf16 when it is FP8 (its
+/// file may not exist yet).
+fn calibration_target(cfg: &mut Config, out: Option<PathBuf>) -> Result<PathBuf, String> {
+    let out = out
+        .or_else(|| cfg.model.calibration.clone())
+        .ok_or("calibrate: give --out FILE.json (the configuration names no model.calibration)")?;
+    if cfg.model.precision == frt_robot_host::config::Precision::Fp8 {
+        cfg.model.precision = frt_robot_host::config::Precision::Bf16;
+        cfg.model.calibration = None;
+    }
+    Ok(out)
+}
+
+/// Writes the calibration a node recorded since `Node::calibrate` to `out`; returns it.
+fn write_calibration(
+    node: &mut Node,
+    out: &Path,
+) -> Result<frt_vla::calibration::Calibration, String> {
+    let cal = node
+        .calibration()
+        .expect("calibrating since the node was built")
+        .map_err(|e| format!("calibrate: {e}"))?;
+    cal.write(out).map_err(|e| e.to_string())?;
+    Ok(cal)
+}
+
 /// `calibrate --recording`: the recording's node (its model in bf16, no speech) replays it on
 /// the recorded clock, every inference recording the FP8 inputs' ranges; then the file.
 fn calibrate_from_recording(
@@ -1341,13 +1355,7 @@ fn calibrate_from_recording(
 ) -> Result<(), String> {
     let rec = frt_robot_host::record::Recording::open(path).map_err(|e| e.to_string())?;
     let mut cfg = rec.config.clone();
-    let out = out.or_else(|| cfg.model.calibration.clone()).ok_or(
-        "calibrate: give --out FILE.json (the recorded configuration names no model.calibration)",
-    )?;
-    if cfg.model.precision == frt_robot_host::config::Precision::Fp8 {
-        cfg.model.precision = frt_robot_host::config::Precision::Bf16;
-        cfg.model.calibration = None;
-    }
+    let out = calibration_target(&mut cfg, out)?;
     cfg.asr = None;
     println!(
         "calibrating on {} (recorded by {} {}; {:?} on {:?})",
@@ -1364,11 +1372,7 @@ fn calibrate_from_recording(
     let (report, mut node) =
         frt_robot_host::lockstep::replay(&rec, node, outputs.0.clone(), clock, None)
             .map_err(|e| e.to_string())?;
-    let cal = node
-        .calibration()
-        .expect("calibrating since the node was built")
-        .map_err(|e| format!("calibrate: {e}"))?;
-    cal.write(&out).map_err(|e| e.to_string())?;
+    let cal = write_calibration(&mut node, &out)?;
     println!(
         "\n{} ticks replayed; calibration: {} ranges at the {} percentile over {} inferences → {}",
         report.ticks,

@@ -326,26 +326,7 @@ impl Fp8Linear {
                 ));
             }
         }
-        match (bias, sp.bias) {
-            (Some(t), true) => {
-                k.check_ctx(op, &[t])?;
-                t.expect_dtype(op, "bias", sp.out_dt)?;
-                t.expect_contiguous(op)?;
-                if t.numel() != sp.w.rows {
-                    return Err(Error::shape(
-                        op,
-                        format!("bias {t:?} must have {} elements", sp.w.rows),
-                    ));
-                }
-            }
-            (None, false) => {}
-            _ => {
-                return Err(Error::shape(
-                    op,
-                    "a bias is given exactly when the plan was made with one",
-                ));
-            }
-        }
+        super::check_bias(k, op, bias, sp.bias, sp.out_dt, sp.w.rows)?;
         match &self.lt {
             Some(p) => {
                 let cuda = k.cuda.as_ref().expect("CUDA plans exist on CUDA");

@@ -894,26 +894,7 @@ impl Gemm {
                 format!("{a:?}, {b:?}, {c:?} differ from the planned layout {sp:?}"),
             ));
         }
-        match (bias, sp.bias) {
-            (Some(t), true) => {
-                k.check_ctx(op, &[t])?;
-                t.expect_dtype(op, "bias", sp.c_dt)?;
-                t.expect_contiguous(op)?;
-                if t.numel() != sp.n {
-                    return Err(Error::shape(
-                        op,
-                        format!("bias {t:?} must have n = {} elements", sp.n),
-                    ));
-                }
-            }
-            (None, false) => {}
-            _ => {
-                return Err(Error::shape(
-                    op,
-                    "a bias is given exactly when the plan was made with one",
-                ));
-            }
-        }
+        super::check_bias(k, op, bias, sp.bias, sp.c_dt, sp.n)?;
         match &self.lt {
             Some(p) => {
                 let workspace = k

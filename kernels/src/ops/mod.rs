@@ -131,3 +131,34 @@ pub(crate) fn row_block(cols: usize, vec: i32) -> u32 {
 pub(crate) fn grid_1d(n: usize) -> u32 {
     n.div_ceil(256).clamp(1, 65_535 * 8) as u32
 }
+
+/// A planned GEMM's bias as given to a run: present exactly when the plan has one, then
+/// contiguous, of `dt`, with `n` elements (one per output column).
+pub(crate) fn check_bias(
+    k: &crate::Kernels,
+    op: &'static str,
+    bias: Option<&Tensor>,
+    planned: bool,
+    dt: crate::DType,
+    n: usize,
+) -> Result<()> {
+    match (bias, planned) {
+        (Some(t), true) => {
+            k.check_ctx(op, &[t])?;
+            t.expect_dtype(op, "bias", dt)?;
+            t.expect_contiguous(op)?;
+            if t.numel() != n {
+                return Err(Error::shape(
+                    op,
+                    format!("bias {t:?} must have n = {n} elements"),
+                ));
+            }
+            Ok(())
+        }
+        (None, false) => Ok(()),
+        _ => Err(Error::shape(
+            op,
+            "a bias is given exactly when the plan was made with one",
+        )),
+    }
+}
