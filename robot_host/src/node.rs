@@ -1107,8 +1107,9 @@ impl Node {
 
     /// From now on every inference also records the ranges of the model's FP8 GEMM inputs,
     /// taken at `percentile` (`frt-robot-host calibrate`): it runs through the 16-bit path
-    /// outside the graphs (slower; the chunks are the same), its stages not interruptible. A
-    /// model with no FP8 path: an error.
+    /// outside the graphs (slower; the chunks are the same) as one stage, a stop that arrives
+    /// meanwhile ending the tick with the halt chunk when it is done. A model with no FP8
+    /// path: an error.
     pub fn calibrate(&mut self, percentile: f64) -> Result<()> {
         if self.policy.calibration_model().is_none() {
             return Err(crate::Error::bad(
