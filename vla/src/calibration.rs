@@ -1,8 +1,8 @@
 //! Static FP8 calibration: the range of the activation at each FP8 GEMM's input, recorded
 //! while observations run through the 16-bit model, and the file that keeps them.
 //!
-//! A tensor's range is, per observation, the given percentile (99.9 by default) of its
-//! magnitudes; over several observations, the largest of those. Its FP8 scale is the range
+//! A tensor's range is, per observation, the given percentile (100, the largest, by default)
+//! of its magnitudes; over several observations, the largest of those. Its FP8 scale is the range
 //! over E4M3's largest value (448): values up to the range keep E4M3's relative precision,
 //! the rare larger ones saturate. A tensor that held only zeros gets the range 448 (scale 1).
 //!
@@ -25,8 +25,11 @@ use std::path::Path;
 /// The file format's version.
 pub const CALIBRATION_VERSION: u32 = 1;
 
-/// The percentile of magnitudes a range is taken at unless told otherwise.
-pub const DEFAULT_PERCENTILE: f64 = 99.9;
+/// The percentile of magnitudes a range is taken at unless told otherwise: the largest.
+/// Full-size Pi0.5 with every stage in FP8 (`pi05-bench --fp8-expert`, H100, 16 observations,
+/// 4 held out) came within 1 − cos 5.3e-4 … 7.1e-4 of bf16 so; at the 99.9th percentile
+/// SigLIP's clipped inputs left one held-out set at 3.3e-3 (its vision output at 2e-2).
+pub const DEFAULT_PERCENTILE: f64 = 100.0;
 
 /// A calibration (see the module docs).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -22,7 +22,7 @@ pub use frt_nn::bytes_read as checkpoint_bytes_read;
 pub use inputs::ModelImage;
 pub use pi05::{
     EXACT_PREFIX_VARIANTS, MAX_FRAME_SIDE, Observation, Pi05, Pi05Options, PromptMode, Stage,
-    ViewImage,
+    StageOutput, ViewImage,
 };
 pub use policy::{Policy, PolicySpec, StateInput};
 pub use tokenizer::{

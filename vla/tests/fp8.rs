@@ -7,7 +7,8 @@ use frt_exec::Ctx;
 use frt_kernels::DType;
 use frt_vla::calibration::Calibration;
 use frt_vla::{
-    ModelImage, Observation, Pi05, Pi05Config, Pi05Options, Pi05Weights, Variant, ViewImage,
+    ModelImage, Observation, Pi05, Pi05Config, Pi05Options, Pi05Weights, Stage, StageOutput,
+    Variant, ViewImage,
 };
 
 mod common;
@@ -243,4 +244,65 @@ fn calibrations_that_do_not_fit_are_refused_by_reason() {
         .expect("refused")
         .to_string();
     assert!(e.contains("Pi0.5") || e.contains("recorded on"), "{e}");
+}
+
+/// `read_stage_output`: each stage's output, read after it, is what that stage computed; a
+/// stage in 16 bits gives the 16-bit model's bits whatever runs in FP8 after it, and the FP8
+/// stage itself differs a little.
+#[test]
+fn stage_outputs_show_where_fp8_begins() {
+    let ctx = Ctx::host().unwrap();
+    let s = ctx.stream(0).unwrap();
+    let c = Pi05Config::tiny();
+    let w = Pi05Weights::random(&c, 11);
+    let dt = DType::BF16;
+    let base = Pi05::build(&ctx, s, &w, &Pi05Options::new(dt)).unwrap();
+    let cal = calibrate(&base, &[owned(&c, 3), owned(&c, 4)]);
+    let model = |prefix: bool, vision: bool| {
+        let mut o = Pi05Options::new(dt);
+        o.fp8 = Some(cal.clone());
+        o.fp8_prefix = prefix;
+        o.fp8_vision = vision;
+        Pi05::build(&ctx, s, &w, &o).unwrap()
+    };
+    let held = owned(&c, 50);
+    // (vision output, prefix keys and values, noise before step 0, velocity·dt of step 0)
+    let stages = |m: &Pi05| {
+        with_obs(&held, |obs| m.set_inputs(obs).unwrap());
+        m.replay(Stage::Vision).unwrap();
+        let v = m.read_stage_output(StageOutput::Vision).unwrap();
+        m.replay(Stage::Prefix).unwrap();
+        let kv = m.read_stage_output(StageOutput::PrefixKv).unwrap();
+        let x0 = m.read_stage_output(StageOutput::Noise).unwrap();
+        m.replay(Stage::Step(0)).unwrap();
+        let x1 = m.read_stage_output(StageOutput::Noise).unwrap();
+        let vel: Vec<f32> = x1.iter().zip(&x0).map(|(a, b)| a - b).collect();
+        (v, kv, x0, vel)
+    };
+    let (v16, kv16, x16, vel16) = stages(&base);
+    let rows = c.views * c.siglip.tokens();
+    assert_eq!(v16.len(), rows * c.llm.width);
+    let prefix_rows = rows + c.max_token_len;
+    assert_eq!(
+        kv16.len(),
+        2 * c.llm.depth * prefix_rows * c.llm.kv_heads * c.llm.head_dim
+    );
+    assert_eq!(bits(&x16), bits(&held.noise), "the noise as set");
+    assert!(vel16.iter().any(|v| *v != 0.0));
+    // FP8 expert only: vision and prefix are the 16-bit model's, bit for bit.
+    let (v, kv, x, vel) = stages(&model(false, false));
+    assert_eq!(bits(&v), bits(&v16));
+    assert_eq!(bits(&kv), bits(&kv16));
+    assert_eq!(bits(&x), bits(&x16));
+    assert!(
+        vel != vel16 && cosine(&vel, &vel16) > 0.999,
+        "the step in FP8"
+    );
+    // The prefix in FP8 too: the same vision output, other keys and values.
+    let (v, kv, _, _) = stages(&model(true, false));
+    assert_eq!(bits(&v), bits(&v16));
+    assert!(kv != kv16 && cosine(&kv, &kv16) > 0.99, "the prefix in FP8");
+    // SigLIP too: another vision output.
+    let (v, _, _, _) = stages(&model(true, true));
+    assert!(v != v16 && cosine(&v, &v16) > 0.99, "SigLIP in FP8");
 }

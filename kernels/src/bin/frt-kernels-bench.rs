@@ -155,10 +155,15 @@ fn main() {
         }
     };
     let s = ctx.stream(0).unwrap();
-    let k = Kernels::new(&ctx).unwrap();
+    // The op library's environment (FRT_GEMM_TUNING, FRT_GEMM_TUNING_LOG, …) applies.
+    let options = frt_kernels::KernelOptions::from_env().unwrap_or_else(|e| {
+        eprintln!("{e}");
+        std::process::exit(2);
+    });
+    let k = Kernels::with_options(&ctx, options).unwrap();
     let name = ctx.cuda_context().unwrap().name().unwrap_or_default();
     println!(
-        "device: {name} ({}), per op inside a graph repeating it (≥ 100 µs a replay), {iters} timed replays per row\n",
+        "device: {name} ({}), per op inside a graph repeating it (≥ 100 µs a replay), {iters} timed replays per row; {options:?}\n",
         k.target()
     );
     let only: Vec<String> = std::env::args()

@@ -9,7 +9,10 @@
 //! tensor cores: sm_89 or newer; elsewhere planning it is an error that says so); on the host
 //! backend the codes are decoded exactly and the products summed in f32.
 
-use super::gemm::{LtObjects, WORKSPACE, lt_err, no_result};
+use super::gemm::{
+    LtObjects, TUNING_CANDIDATES, TUNING_MIN_MACS, WORKSPACE, fastest_candidate, lt_err, no_result,
+    scratch, weight_copies,
+};
 use super::{P, Rows, rows};
 use crate::cuda::Param;
 use crate::dtype::with_float;
@@ -341,19 +344,15 @@ impl Fp8Linear {
                 let raw = k.ctx.raw_stream(s)? as lts::cudaStream_t;
                 // SAFETY: layouts and sizes checked against the plan; the pointers are live
                 // device memory retained by a capture in progress.
-                unsafe {
-                    p.matmul(
-                        x.ptr(),
-                        x_scale.ptr(),
-                        w.ptr(),
-                        w_scale.ptr(),
-                        out.ptr(),
-                        bias.map(|t| t.ptr()),
-                        sp.accumulate,
-                        workspace.ptr(),
-                        raw,
-                    )
-                }
+                let ptrs = Fp8Ptrs {
+                    x: x.ptr(),
+                    x_scale: x_scale.ptr(),
+                    w: w.ptr(),
+                    w_scale: w_scale.ptr(),
+                    out: out.ptr(),
+                    bias: bias.map(|t| t.ptr()),
+                };
+                unsafe { p.matmul(&p.algo, &ptrs, sp.accumulate, workspace.ptr(), raw) }
             }
             None => {
                 let ptrs = (
@@ -448,6 +447,17 @@ pub(crate) fn fp8_tensor_cores(arch: &str) -> Result<()> {
     Ok(())
 }
 
+/// The device addresses of one FP8 GEMM's operands.
+#[derive(Copy, Clone)]
+struct Fp8Ptrs {
+    x: u64,
+    x_scale: u64,
+    w: u64,
+    w_scale: u64,
+    out: u64,
+    bias: Option<u64>,
+}
+
 /// cuBLASLt objects of one FP8 plan.
 struct Fp8Lt {
     lt: LtObjects,
@@ -495,7 +505,10 @@ impl Fp8Lt {
             Fp8Scaling::AlphaVector,
         ] {
             match Self::with_scaling(sp, (m, kk, n), scaling, placeholders) {
-                Ok(p) => return Ok(p),
+                Ok((mut p, candidates)) => {
+                    p.tune(k, sp, candidates);
+                    return Ok(p);
+                }
                 Err(e) => refused.push(format!("{scaling:?}: {e}")),
             }
         }
@@ -515,7 +528,7 @@ impl Fp8Lt {
         (m, kk, n): (usize, usize, usize),
         scaling: Fp8Scaling,
         (a_scale, b_scale): (u64, u64),
-    ) -> Result<Fp8Lt> {
+    ) -> Result<(Fp8Lt, Vec<lts::cublasLtMatmulAlgo_t>)> {
         let mut plan = Fp8Lt {
             lt: LtObjects::new()?,
             algo: lts::cublasLtMatmulAlgo_t { data: [0; 8] },
@@ -609,10 +622,11 @@ impl Fp8Lt {
         plan.lt.layouts[2] = mk(out_type(sp.out_dt), n, m, sp.out.stride)?;
         let pref = lt::create_matmul_pref().map_err(lt_err("cublasLtMatmulPreferenceCreate"))?;
         let ws = WORKSPACE as u64;
-        let mut found = [no_result(); 1];
+        // Up to TUNING_CANDIDATES algorithms, the heuristic's best first.
+        let mut found = [no_result(); TUNING_CANDIDATES];
         let mut count = 0i32;
         // SAFETY: every descriptor is live and describes the operands; `found` has room for
-        // one result.
+        // the requested count.
         let status = unsafe {
             let _ = lt::set_matmul_pref_attribute(
                 pref,
@@ -628,44 +642,127 @@ impl Fp8Lt {
                 plan.layouts[2],
                 plan.layouts[2],
                 pref,
-                1,
+                TUNING_CANDIDATES as i32,
                 found.as_mut_ptr(),
                 &mut count,
             );
             let _ = lt::destroy_matmul_pref(pref);
             st
         };
-        if status != lts::cublasStatus_t::CUBLAS_STATUS_SUCCESS
-            || count < 1
-            || found[0].state != lts::cublasStatus_t::CUBLAS_STATUS_SUCCESS
-            || found[0].workspaceSize > WORKSPACE
-        {
+        let candidates: Vec<lts::cublasLtMatmulAlgo_t> = found[..count.max(0) as usize]
+            .iter()
+            .filter(|r| {
+                r.state == lts::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+                    && r.workspaceSize <= WORKSPACE
+            })
+            .map(|r| r.algo)
+            .collect();
+        if status != lts::cublasStatus_t::CUBLAS_STATUS_SUCCESS || candidates.is_empty() {
             return Err(Error::NoAlgorithm {
                 what: format!("FP8 GEMM ({scaling:?} scales) {sp:?}: status {status:?}"),
             });
         }
-        plan.algo = found[0].algo;
-        Ok(plan)
+        plan.algo = candidates[0];
+        Ok((plan, candidates))
     }
 
-    /// Enqueues the GEMM with this run's pointers.
+    /// With GEMM tuning on (and a GEMM large enough to matter, as for the 16-bit GEMMs): the
+    /// fastest of the heuristic's candidates (and their split-K forms) timed on this device,
+    /// or an earlier process's choice from the tuning cache. Where timing is not possible the
+    /// heuristic's first choice stands.
+    fn tune(&mut self, k: &Kernels, sp: &Fp8Spec, mut candidates: Vec<lts::cublasLtMatmulAlgo_t>) {
+        let (m, kk, n) = (sp.x.rows, sp.x.cols, sp.w.rows);
+        if !k.options.gemm_tuning || m * kk * n < TUNING_MIN_MACS {
+            return;
+        }
+        let cuda = k.cuda.as_ref().expect("CUDA plans exist on CUDA");
+        let spec = format!(
+            "fp8 x={:?} w={:?} out={:?} {:?} bias={} {:?} split_k={}",
+            sp.x, sp.w, sp.out, sp.out_dt, sp.bias, self.scaling, k.options.split_k
+        );
+        if let Some((data, _)) = cuda.tuning_cache.get(&spec) {
+            let algo = lts::cublasLtMatmulAlgo_t { data };
+            if self.check(algo).is_some() {
+                self.algo = algo;
+                return;
+            }
+        }
+        if k.options.split_k {
+            let split = self.split_k_variants(&candidates);
+            candidates.extend(split.into_iter().map(|(a, _)| a));
+        }
+        if candidates.len() < 2 {
+            if k.options.tuning_log {
+                eprintln!(
+                    "fp8 gemm m={m} n={n} k={kk} {:?}: one candidate ({:?} scales), not timed",
+                    sp.out_dt, self.scaling
+                );
+            }
+            return;
+        }
+        if let Ok(i) = self.fastest(k, sp, &candidates) {
+            self.algo = candidates[i];
+            cuda.tuning_cache.put(&spec, self.algo.data, 0);
+        }
+    }
+
+    /// Times `candidates` on scratch operands of the plan's layouts (see
+    /// [`fastest_candidate`]) and returns the fastest's index.
+    fn fastest(
+        &self,
+        k: &Kernels,
+        sp: &Fp8Spec,
+        candidates: &[lts::cublasLtMatmulAlgo_t],
+    ) -> Result<usize> {
+        let cuda = k.cuda.as_ref().expect("CUDA plans exist on CUDA");
+        let bytes = |r: &Rows, size: usize| ((r.rows - 1) * r.stride + r.cols) * size;
+        let (m, n) = (sp.x.rows, sp.w.rows);
+        let x = scratch(k, "fp8.tuning.x", bytes(&sp.x, 1))?;
+        let ws = weight_copies(k, "fp8.tuning.w", bytes(&sp.w, 1))?;
+        let x_scale = scratch(k, "fp8.tuning.x_scale", 4 * m)?;
+        let w_scale = scratch(k, "fp8.tuning.w_scale", 4 * n)?;
+        let out = scratch(k, "fp8.tuning.out", bytes(&sp.out, sp.out_dt.size()))?;
+        let bias = scratch(k, "fp8.tuning.bias", n * sp.out_dt.size())?;
+        let s = cuda.tuning_stream(&k.ctx)?;
+        // The tuning stream's workspace: the graphs replay on that stream only.
+        let workspace = cuda.workspace(&k.ctx, s)?;
+        let label = format!("fp8 gemm m={m} n={n} k={} {:?}", sp.x.cols, sp.out_dt);
+        fastest_candidate(k, &label, candidates.len(), &|i, r, raw| {
+            let ptrs = Fp8Ptrs {
+                x: x.ptr(),
+                x_scale: x_scale.ptr(),
+                w: ws[r % ws.len()].ptr(),
+                w_scale: w_scale.ptr(),
+                out: out.ptr(),
+                bias: sp.bias.then(|| bias.ptr()),
+            };
+            // SAFETY: scratch buffers sized for the layouts; the workspace is WORKSPACE bytes;
+            // all outlive the timing graphs.
+            unsafe { self.matmul(&candidates[i], &ptrs, false, workspace.ptr(), raw) }
+        })
+    }
+
+    /// Enqueues the GEMM with `algo` and this run's pointers.
     ///
     /// # Safety
-    /// The pointers are live device memory of the plan's layouts and sizes; `raw` a stream of
-    /// the plan's context.
-    #[allow(clippy::too_many_arguments)]
+    /// The pointers are live device memory of the plan's layouts and sizes; `workspace`
+    /// WORKSPACE bytes; `raw` a stream of the plan's context.
     unsafe fn matmul(
         &self,
-        x: u64,
-        x_scale: u64,
-        w: u64,
-        w_scale: u64,
-        out: u64,
-        bias: Option<u64>,
+        algo: &lts::cublasLtMatmulAlgo_t,
+        p: &Fp8Ptrs,
         accumulate: bool,
         workspace: u64,
         raw: lts::cudaStream_t,
     ) -> Result<()> {
+        let Fp8Ptrs {
+            x,
+            x_scale,
+            w,
+            w_scale,
+            out,
+            bias,
+        } = *p;
         use lts::cublasLtMatmulDescAttributes_t as A;
         let set = |attr, ptr: &u64| {
             // SAFETY: the descriptor is live; the value is a device pointer.
@@ -707,7 +804,7 @@ impl Fp8Lt {
                 self.layouts[2],
                 out as *mut c_void,
                 self.layouts[2],
-                &self.algo,
+                algo,
                 workspace as *mut c_void,
                 WORKSPACE,
                 raw,

@@ -51,7 +51,7 @@ use frt_kernels::DType;
 use frt_kernels::KernelOptions;
 use frt_vla::{
     ModelImage, Observation, Pi05, Pi05Config, Pi05Options, Pi05Weights, PromptMode, Stage,
-    ViewImage,
+    StageOutput, ViewImage,
 };
 
 /// The kernel options of every model built here: the defaults, overridden from the
@@ -593,12 +593,10 @@ fn precision(ctx: &Ctx) {
         sets.push((format!("random {k}"), views, tokens, noise));
     }
     for (name, views, tokens, noise) in &sets {
+        let images = two_views(views);
         let obs = Observation {
             state: &[],
-            images: &[
-                Some(ViewImage::Pixels(&views[0])),
-                Some(ViewImage::Pixels(&views[1])),
-            ],
+            images: &images,
             tokens,
             noise,
         };
@@ -637,6 +635,14 @@ impl Diff {
             rms_ref: (na / reference.len() as f64).sqrt(),
         }
     }
+}
+
+/// Two present views of model images.
+fn two_views(views: &[ModelImage; 2]) -> [Option<ViewImage<'_>>; 2] {
+    [
+        Some(ViewImage::Pixels(&views[0])),
+        Some(ViewImage::Pixels(&views[1])),
+    ]
 }
 
 /// Random inputs for `--fp8-expert`: two views, a prompt of 48 tokens, standard-normal-like
@@ -700,7 +706,8 @@ fn fp8_expert(ctx: &Ctx, iters: usize) {
         })
         .collect();
     let t = std::time::Instant::now();
-    let cal = bf16.calibrate(&obs, 99.9).unwrap();
+    let percentile = frt_vla::calibration::DEFAULT_PERCENTILE;
+    let cal = bf16.calibrate(&obs, percentile).unwrap();
     let calibrate_s = t.elapsed().as_secs_f64();
     let fp8 = build_with(
         ctx,
@@ -723,7 +730,7 @@ fn fp8_expert(ctx: &Ctx, iters: usize) {
     let (fp8_all, fp8_vision) = (fp8_with(false), fp8_with(true));
     drop(w);
     println!(
-        "FP8 action expert against bf16, full size, random weights (seed 1), 2 views, 64-token prompt capacity; calibrated on 16 random observations at the 99.9th percentile ({} ranges) in {calibrate_s:.1} s\n",
+        "FP8 action expert against bf16, full size, random weights (seed 1), 2 views, 64-token prompt capacity; calibrated on 16 random observations at the {percentile}th percentile ({} ranges) in {calibrate_s:.1} s\n",
         cal.ranges.len()
     );
     println!(
@@ -737,12 +744,10 @@ fn fp8_expert(ctx: &Ctx, iters: usize) {
         sets.push((format!("random {k}"), v, t, n));
     }
     for (name, views, tokens, noise) in &sets {
+        let images = two_views(views);
         let obs = Observation {
             state: &[],
-            images: &[
-                Some(ViewImage::Pixels(&views[0])),
-                Some(ViewImage::Pixels(&views[1])),
-            ],
+            images: &images,
             tokens,
             noise,
         };
@@ -763,9 +768,80 @@ fn fp8_expert(ctx: &Ctx, iters: usize) {
             e.rms_ref
         );
     }
+    // Stage by stage: each stage's output of a model with that stage in FP8 (the stages
+    // before it in bf16, so each figure is that stage's own error) against bf16's.
+    println!(
+        "\nPer stage, on the same inputs: the vision output of the FP8-vision model, the prefix's keys and values (every layer) of the FP8-prefix model with bf16 vision and of the FP8 vision + prefix model, one denoising step's velocity (step 0) of the FP8-expert model (bf16 prefix); 1 − cos and max |Δ| / max |bf16|\n"
+    );
+    println!(
+        "| held-out inputs | vision output | prefix K/V (FP8 prefix) | prefix K/V (FP8 vision + prefix) | step-0 velocity (FP8 expert) |"
+    );
+    println!("|---|---|---|---|---|");
+    let stages = |m: &Pi05, obs: &Observation| {
+        m.set_inputs(obs).unwrap();
+        m.replay(Stage::Vision).unwrap();
+        let vision = m.read_stage_output(StageOutput::Vision).unwrap();
+        m.replay(Stage::Prefix).unwrap();
+        let kv = m.read_stage_output(StageOutput::PrefixKv).unwrap();
+        let x0 = m.read_stage_output(StageOutput::Noise).unwrap();
+        m.replay(Stage::Step(0)).unwrap();
+        let x1 = m.read_stage_output(StageOutput::Noise).unwrap();
+        let velocity: Vec<f32> = x1.iter().zip(&x0).map(|(a, b)| a - b).collect();
+        (vision, kv, velocity)
+    };
+    let cell = |d: Diff| format!("{:.2e} / {:.2e}", d.one_minus_cos, d.max_abs / d.max_ref);
+    for (name, views, tokens, noise) in &sets {
+        let images = two_views(views);
+        let obs = Observation {
+            state: &[],
+            images: &images,
+            tokens,
+            noise,
+        };
+        let (v0, kv0, vel0) = stages(&bf16, &obs);
+        let (v_all, kv_all, _) = stages(&fp8_vision, &obs);
+        let (_, kv_prefix, _) = stages(&fp8_all, &obs);
+        let (_, _, vel_expert) = stages(&fp8, &obs);
+        println!(
+            "| {name} | {} | {} | {} | {} |",
+            cell(Diff::of(&v0, &v_all)),
+            cell(Diff::of(&kv0, &kv_prefix)),
+            cell(Diff::of(&kv0, &kv_all)),
+            cell(Diff::of(&vel0, &vel_expert)),
+        );
+    }
+    // The same every-stage FP8 model calibrated at the 99.9th percentile (FlashRT's
+    // default) instead: a new calibration written into its scale buffers, no recapture.
+    let cal_alt = bf16.calibrate(&obs, 99.9).unwrap();
+    fp8_vision.set_calibration(&cal_alt).unwrap();
+    println!(
+        "\nFP8 vision + prefix + expert calibrated at the 99.9th percentile instead, against bf16:\n"
+    );
+    println!("| held-out inputs | 1 − cos | max abs diff | vision output | prefix K/V |");
+    println!("|---|---|---|---|---|");
+    for (name, views, tokens, noise) in &sets {
+        let images = two_views(views);
+        let obs = Observation {
+            state: &[],
+            images: &images,
+            tokens,
+            noise,
+        };
+        let d = Diff::of(&bf16.infer(&obs).unwrap(), &fp8_vision.infer(&obs).unwrap());
+        let (v0, kv0, _) = stages(&bf16, &obs);
+        let (v1, kv1, _) = stages(&fp8_vision, &obs);
+        println!(
+            "| {name} | {:.2e} | {:.3e} | {} | {} |",
+            d.one_minus_cos,
+            d.max_abs,
+            cell(Diff::of(&v0, &v1)),
+            cell(Diff::of(&kv0, &kv1)),
+        );
+    }
+    fp8_vision.set_calibration(&cal).unwrap();
     let time = timer(ctx, s);
     let (mut rows, models) = (
-        [(); 12].map(|_| Vec::new()),
+        [(); 16].map(|_| Vec::new()),
         [&bf16, &fp8, &fp8_all, &fp8_vision],
     );
     for m in models {

@@ -56,6 +56,17 @@ pub enum Stage {
     Step(usize),
 }
 
+/// What a stage leaves for the next ([`Pi05::read_stage_output`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StageOutput {
+    /// The image tokens (SigLIP and the projector's output), `[views · tokens, width]`.
+    Vision,
+    /// Every language-model layer's keys then values over the prefix rows.
+    PrefixKv,
+    /// The noisy actions `x_t` the next step reads (`[horizon, action_dim]`).
+    Noise,
+}
+
 /// Trace names of the first steps.
 const STEP_NAMES: [&str; 32] = [
     "step 0", "step 1", "step 2", "step 3", "step 4", "step 5", "step 6", "step 7", "step 8",
@@ -1212,6 +1223,34 @@ impl Pi05 {
     /// Whether SigLIP runs its GEMMs in FP8 ([`Pi05Options::fp8_vision`]).
     pub fn fp8_vision(&self) -> bool {
         self.vision_model.is_fp8()
+    }
+
+    /// What a stage hands to the next, read back as f32 after the work on the model's stream
+    /// (to compare precisions stage by stage; allocates). Read each right after its stage:
+    /// [`StageOutput::Vision`] after [`Stage::Vision`] (the prefix then overwrites those rows),
+    /// [`StageOutput::PrefixKv`] after [`Stage::Prefix`], [`StageOutput::Noise`] before and
+    /// after a step (their difference is the step's velocity times its time step).
+    pub fn read_stage_output(&self, what: StageOutput) -> Result<Vec<f32>> {
+        let s = self.s;
+        let c = &self.config;
+        let image_rows = self.encoded() * c.siglip.tokens();
+        Ok(match what {
+            StageOutput::Vision => self.prefix_parts.x.narrow(0, 0, image_rows)?.read_f32(s)?,
+            StageOutput::PrefixKv => {
+                let prompt_rows = match self.mode {
+                    PromptMode::Fixed => c.max_token_len,
+                    PromptMode::Exact => self.prompt_len.load(std::sync::atomic::Ordering::Acquire),
+                };
+                let mut v = Vec::new();
+                for l in &self.prefix_parts.layers {
+                    for cache in [&l.k_cache, &l.v_cache] {
+                        v.extend(cache.narrow(0, 0, image_rows + prompt_rows)?.read_f32(s)?);
+                    }
+                }
+                v
+            }
+            StageOutput::Noise => self.x.read_f32(s)?,
+        })
     }
 
     /// Convenience: inputs, one inference, and the actions (allocates the result).
