@@ -19,6 +19,7 @@
 //!   (`ros::wire`), `--ros-args` parsing, the r2r transport (`ros2`) and the pure-Rust DDS
 //!   transport (`dds`);
 //! * [`params`]: the configuration as ROS 2 parameters (which may change while running);
+//! * [`observations`]: a folder of observations (`calibrate --from DIR`);
 //! * [`observe`]: latency histograms and Chrome/Perfetto traces;
 //! * [`status`]: the status on its own timer (windows, input rates and ages);
 //! * [`rosout`]: log records for ROS 2's `/rosout`;
@@ -36,6 +37,7 @@ pub mod lifecycle;
 pub mod lockstep;
 pub mod messages;
 pub mod node;
+pub mod observations;
 pub mod observe;
 pub mod params;
 pub mod policy;

@@ -140,18 +140,24 @@ enum Command {
         precision: Option<String>,
     },
     /// Records an FP8 calibration for `precision: fp8`: the configuration's model, in bf16,
-    /// runs a scripted simulation (as `run --fast` does) or replays a recording, each tick's
-    /// inference also recording the ranges of its FP8 GEMM inputs; then the calibration file
-    /// is written.
+    /// runs a folder of observations, a scripted simulation (as `run --fast` does) or a
+    /// recording, each inference also recording the ranges of its FP8 GEMM inputs; then the
+    /// calibration file is written.
     Calibrate {
-        #[arg(long, value_name = "FILE", required_unless_present = "recording")]
+        #[arg(long, value_name = "FILE", required_unless_present_any = ["recording", "from"])]
         config: Option<PathBuf>,
+        /// What to record the ranges on: a folder of observations (one sub-folder each: an
+        /// image per camera, `<camera>.png` or `.jpg`, `state.json` of joint name to position,
+        /// optional `prompt.txt`), a recording (`.mcap`), or a simulation script (with
+        /// `--config`).
+        #[arg(long, value_name = "DIR|FILE.mcap|SCRIPT", conflicts_with_all = ["sim", "recording"])]
+        from: Option<PathBuf>,
         /// The simulation script whose observations the ranges are recorded on.
         #[arg(
             long,
             value_name = "SCRIPT",
             requires = "config",
-            required_unless_present = "recording"
+            required_unless_present_any = ["recording", "from"]
         )]
         sim: Option<PathBuf>,
         /// A recording (`run --record`, `ros … --record`) whose observations are replayed on
@@ -281,24 +287,43 @@ fn main() {
         ),
         Command::Calibrate {
             config,
+            from,
             sim,
             recording,
             out,
             percentile,
-        } => match (recording, config, sim) {
-            (Some(rec), _, _) => calibrate_from_recording(&rec, out, percentile),
-            (None, Some(config), Some(sim)) => run_sim(
-                &config,
-                &sim,
-                SimOptions {
-                    live: false,
-                    fast: true,
-                    record: None,
-                    calibrate: Some((out, percentile)),
-                },
-            ),
-            _ => Err("calibrate: give --config FILE --sim SCRIPT, or --recording FILE.mcap".into()),
-        },
+        } => {
+            // `--from`: a folder, a recording, or a simulation script.
+            let (sim, recording, folder) = match from {
+                Some(p) if p.is_dir() => (None, None, Some(p)),
+                Some(p) if p.extension().is_some_and(|e| e == "mcap") => (None, Some(p), None),
+                Some(p) => (Some(p), recording, None),
+                None => (sim, recording, None),
+            };
+            match (recording, config, sim, folder) {
+                (Some(_), Some(_), _, _) => Err(
+                    "calibrate: a recording carries its configuration; leave out --config".into(),
+                ),
+                (Some(rec), None, _, _) => calibrate_from_recording(&rec, out, percentile),
+                (None, Some(config), _, Some(dir)) => {
+                    calibrate_from_folder(&config, &dir, out, percentile)
+                }
+                (None, Some(config), Some(sim), None) => run_sim(
+                    &config,
+                    &sim,
+                    SimOptions {
+                        live: false,
+                        fast: true,
+                        record: None,
+                        calibrate: Some((out, percentile)),
+                    },
+                ),
+                _ => Err(
+                    "calibrate: give --config FILE with --from DIR or --from SCRIPT (or --sim SCRIPT), or --from FILE.mcap (or --recording FILE.mcap)"
+                        .into(),
+                ),
+            }
+        }
         Command::Replay {
             recording,
             backend,
@@ -1376,6 +1401,62 @@ fn calibrate_from_recording(
     println!(
         "\n{} ticks replayed; calibration: {} ranges at the {} percentile over {} inferences → {}",
         report.ticks,
+        cal.ranges.len(),
+        cal.percentile,
+        cal.observations,
+        out.display()
+    );
+    Ok(())
+}
+
+/// `calibrate --from DIR`: the configuration's node (its model in bf16, no speech) on a clock
+/// of its own; each observation of the folder is delivered (as live messages are, through the
+/// same checks) and one tick runs an inference on it, recording the FP8 inputs' ranges; then
+/// the file. An observation the node refuses, or a tick that does not publish, ends it with an
+/// error naming the observation.
+fn calibrate_from_folder(
+    config: &Path,
+    dir: &Path,
+    out: Option<PathBuf>,
+    percentile: f64,
+) -> Result<(), String> {
+    let mut cfg = Config::load(config).map_err(|e| format!("{}: {e}", config.display()))?;
+    let out = calibration_target(&mut cfg, out)?;
+    cfg.asr = None;
+    let folder = frt_robot_host::observations::ObservationFolder::load(dir, &cfg)
+        .map_err(|e| format!("calibrate: {e}"))?;
+    println!(
+        "calibrating on {} observations in {} ({:?} on {:?})",
+        folder.observations.len(),
+        dir.display(),
+        cfg.model.precision,
+        cfg.model.backend
+    );
+    let clock = Arc::new(frt_robot_host::ManualClock::default());
+    let period = 1.0 / cfg.control.rate_hz;
+    let (mut node, inputs, outputs) =
+        Node::new(cfg, clock.clone(), None).map_err(|e| e.to_string())?;
+    node.calibrate(percentile).map_err(|e| e.to_string())?;
+    for (k, obs) in folder.observations.iter().enumerate() {
+        let t = 1.0 + k as f64 * period;
+        clock.set(t);
+        obs.deliver(&inputs, t)
+            .map_err(|e| format!("calibrate: {e}"))?;
+        match node.tick() {
+            frt_robot_host::TickOutcome::Published => {}
+            other => {
+                return Err(format!(
+                    "calibrate: {}: the tick did not run an inference ({other:?})",
+                    obs.path.display()
+                ));
+            }
+        }
+        // The chunks are not used; the channel is bounded.
+        outputs.0.try_iter().for_each(drop);
+    }
+    let cal = write_calibration(&mut node, &out)?;
+    println!(
+        "calibration: {} ranges at the {} percentile over {} inferences → {}",
         cal.ranges.len(),
         cal.percentile,
         cal.observations,

@@ -363,3 +363,142 @@ fn calibrate_records_a_file_that_an_fp8_configuration_runs_with() {
     assert!(stderr.contains("no FP8 path"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `calibrate --from DIR`: a folder of observations (an image per camera, PNG or JPEG, a
+/// state, an optional prompt) goes through the node's checks and one inference each; the
+/// images decide the ranges; a folder the node would refuse is refused by observation and file.
+#[test]
+fn calibrate_from_a_folder_of_observations() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = std::env::temp_dir().join(format!("frt-cli-cal-folder-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let demo = std::fs::read_to_string(root.join("config/demo.yaml")).unwrap();
+    let cfg = dir.join("cfg.yaml");
+    std::fs::write(&cfg, &demo[..demo.find("\naudio:").unwrap()]).unwrap();
+    let joints = [
+        "joint1", "joint2", "joint3", "joint4", "joint5", "joint6", "gripper",
+    ];
+    // `scale` darkens every image: other activations, other ranges.
+    let folder = |name: &str, n: usize, scale: f32| {
+        let f = dir.join(name);
+        for k in 0..n {
+            let o = f.join(format!("obs{k:02}"));
+            std::fs::create_dir_all(&o).unwrap();
+            let img = |w: u32, h: u32, seed: u32| {
+                image::RgbImage::from_fn(w, h, |x, y| {
+                    let v = |c: u32| {
+                        (((x * (3 + c) + y * (5 + seed) + 40 * c) % 256) as f32 * scale) as u8
+                    };
+                    image::Rgb([v(0), v(1), v(2)])
+                })
+            };
+            img(64, 48, k as u32).save(o.join("base.png")).unwrap();
+            // The wrist camera is optional: left out of the last observation.
+            if k + 1 < n {
+                img(40, 40, 7 + k as u32).save(o.join("wrist.jpg")).unwrap();
+            }
+            let state: Vec<String> = joints
+                .iter()
+                .enumerate()
+                .map(|(j, n)| format!("\"{n}\": {}", 0.1 * (j + k) as f64 - 0.2))
+                .collect();
+            std::fs::write(o.join("state.json"), format!("{{{}}}", state.join(", "))).unwrap();
+            if k == 1 {
+                std::fs::write(o.join("prompt.txt"), "put the cup on the shelf").unwrap();
+            }
+        }
+        f
+    };
+    let run = |from: &std::path::Path, out: &std::path::Path| {
+        let o = Command::new(env!("CARGO_BIN_EXE_frt-robot-host"))
+            .args(["--log-level", "warn", "calibrate", "--config"])
+            .arg(&cfg)
+            .arg("--from")
+            .arg(from)
+            .arg("--out")
+            .arg(out)
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).to_string(),
+            String::from_utf8_lossy(&o.stderr).to_string(),
+        )
+    };
+    let (bright, dark) = (folder("bright", 3, 1.0), folder("dark", 3, 0.3));
+    let (cal_b, cal_d) = (dir.join("b.json"), dir.join("d.json"));
+    let (code, stdout, stderr) = run(&bright, &cal_b);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("calibrating on 3 observations") && stdout.contains("38 ranges"),
+        "{stdout}"
+    );
+    let b = frt_vla::calibration::Calibration::read(&cal_b).unwrap();
+    assert_eq!((b.observations, b.ranges.len()), (3, 38));
+    let (code, stdout, stderr) = run(&dark, &cal_d);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let d = frt_vla::calibration::Calibration::read(&cal_d).unwrap();
+    assert_ne!(
+        b.ranges["vision.layers.0.qkv"], d.ranges["vision.layers.0.qkv"],
+        "the images are what SigLIP's ranges are recorded on"
+    );
+
+    // Refused, each naming the observation and what is wrong; no calibration written.
+    let bad = |name: &str, f: &dyn Fn(&std::path::Path), want: &[&str]| {
+        let d = folder(name, 2, 1.0);
+        f(&d.join("obs01"));
+        let out = dir.join(format!("{name}.json"));
+        let (code, stdout, stderr) = run(&d, &out);
+        assert_eq!(code, Some(2), "{name}: {stdout}\n{stderr}");
+        for w in want.iter().chain(&["obs01"]) {
+            assert!(stderr.contains(w), "{name}: wants {w:?}: {stderr}");
+        }
+        assert!(!out.exists(), "{name}: no calibration");
+    };
+    bad(
+        "no-state",
+        &|o| std::fs::remove_file(o.join("state.json")).unwrap(),
+        &["state.json"],
+    );
+    bad(
+        "nan-state",
+        &|o| std::fs::write(o.join("state.json"), "{\"joint1\": .nan}").unwrap(),
+        &["joint"],
+    );
+    bad(
+        "missing-joint",
+        &|o| std::fs::write(o.join("state.json"), "{\"joint1\": 0.5}").unwrap(),
+        &["joint2", "missing"],
+    );
+    bad(
+        "not-an-object",
+        &|o| std::fs::write(o.join("state.json"), "[0.1, 0.2]").unwrap(),
+        &["state.json", "joint name to position"],
+    );
+    bad(
+        "corrupt-png",
+        &|o| std::fs::write(o.join("base.png"), b"\x89PNG\r\n\x1a\nnot a png").unwrap(),
+        &["base"],
+    );
+    bad(
+        "no-camera",
+        &|o| std::fs::remove_file(o.join("base.png")).unwrap(),
+        &["camera `base`"],
+    );
+    bad(
+        "two-images",
+        &|o| {
+            std::fs::copy(o.join("base.png"), o.join("base.jpeg"))
+                .map(drop)
+                .unwrap()
+        },
+        &["more than one image"],
+    );
+    let empty = dir.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let (code, _, stderr) = run(&empty, &dir.join("e.json"));
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("no observations"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
