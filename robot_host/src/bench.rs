@@ -41,6 +41,72 @@ pub struct BenchOptions {
     pub whisper: Option<std::path::PathBuf>,
     /// The clip Whisper transcribes over and over.
     pub clip: std::path::PathBuf,
+    /// `precision: fp8`, with a calibration the bench records first on its own inputs (the
+    /// model in bf16, [`FP8_CALIBRATION_TICKS`] ticks).
+    pub fp8: bool,
+}
+
+/// The ticks an `fp8` bench records its calibration on.
+pub const FP8_CALIBRATION_TICKS: u64 = 16;
+
+/// The two cameras' frames the bench sends (synthesized, `w × h` rgb8).
+fn frames(w: u32, h: u32) -> Vec<Image> {
+    (0..2)
+        .map(|k| Image::Raw {
+            encoding: "rgb8".into(),
+            width: w,
+            height: h,
+            step: w * 3,
+            data: crate::transport::synth_frame(w, h, 0.3, k),
+        })
+        .collect()
+}
+
+/// Observation `k`: both frames and a state, stamped now; returns the time the frames took on
+/// the I/O side (decoding).
+fn observe(
+    inputs: &crate::node::Inputs,
+    clock: &dyn Clock,
+    frames: &[Image],
+    joints: &[String],
+    k: u64,
+) -> Result<Duration> {
+    let t = clock.now();
+    let a = Instant::now();
+    inputs.frame("base", t, &frames[0])?;
+    inputs.frame("wrist", t, &frames[1])?;
+    let dec = a.elapsed();
+    inputs.state(&JointState {
+        stamp: t,
+        names: joints.to_vec(),
+        position: (0..8).map(|j| 0.1 * ((k + j) % 7) as f64 - 0.3).collect(),
+    })?;
+    Ok(dec)
+}
+
+/// Records an FP8 calibration for `cfg` (its model in bf16) on the bench's inputs and writes
+/// it to `path`.
+fn calibrate(cfg: &Config, path: &Path) -> Result<frt_vla::calibration::Calibration> {
+    let mut cfg = cfg.clone();
+    cfg.model.precision = crate::config::Precision::Bf16;
+    cfg.model.calibration = None;
+    let clock = Arc::new(SystemClock);
+    let (mut node, inputs, out) = Node::new(cfg.clone(), clock.clone(), None)?;
+    node.calibrate(frt_vla::calibration::DEFAULT_PERCENTILE)?;
+    let frames = frames(640, 480);
+    for k in 0..FP8_CALIBRATION_TICKS {
+        observe(&inputs, clock.as_ref(), &frames, &cfg.state.joints, k)?;
+        let r = node.tick();
+        if r != TickOutcome::Published {
+            return Err(Error::bad("bench calibration tick", format!("{r:?}")));
+        }
+        out.0.try_iter().for_each(drop);
+    }
+    let cal = node
+        .calibration()
+        .expect("calibrating since the node was built")?;
+    cal.write(path)?;
+    Ok(cal)
 }
 
 pub(crate) fn config(tiny: bool) -> Result<Config> {
@@ -87,39 +153,34 @@ pub fn run(o: &BenchOptions, tokenizer: Option<&Path>) -> Result<String> {
         })?;
         cfg.model.tokenizer = Some(t.to_path_buf());
     }
+    // FP8: a calibration recorded first, in a file of the bench's own (removed after).
+    let cal_file = std::env::temp_dir().join(format!("frt-bench-fp8-{}.json", std::process::id()));
+    let calibration_s = if o.fp8 {
+        let t = Instant::now();
+        calibrate(&cfg, &cal_file)?;
+        cfg.model.precision = crate::config::Precision::Fp8;
+        cfg.model.calibration = Some(cal_file.clone());
+        Some(t.elapsed().as_secs_f64())
+    } else {
+        None
+    };
     let clock = Arc::new(SystemClock);
     let t_build = Instant::now();
-    let (mut node, inputs, out) = Node::new(cfg.clone(), clock.clone(), None)?;
+    let built = Node::new(cfg.clone(), clock.clone(), None);
+    if o.fp8 {
+        let _ = std::fs::remove_file(&cal_file);
+    }
+    let (mut node, inputs, out) = built?;
     let build_s = t_build.elapsed().as_secs_f64();
     let ctx = node.policy().ctx().clone();
     let (lo, hi) = ctx.priority_range();
     let (policy_priority, _, asr_priority) = cfg.streams.resolve((lo, hi));
     let target = node.policy().target();
     let (w, h) = (640u32, 480u32);
-    let frames: Vec<Image> = (0..2)
-        .map(|k| Image::Raw {
-            encoding: "rgb8".into(),
-            width: w,
-            height: h,
-            step: w * 3,
-            data: crate::transport::synth_frame(w, h, 0.3, k),
-        })
-        .collect();
+    let frames = frames(w, h);
     let joints: Vec<String> = cfg.state.joints.clone();
     // One observation; returns the host time spent decoding the two frames.
-    let mut observe = |k: u64| -> Result<Duration> {
-        let t = clock.now();
-        let a = Instant::now();
-        inputs.frame("base", t, &frames[0])?;
-        inputs.frame("wrist", t, &frames[1])?;
-        let dec = a.elapsed();
-        inputs.state(&JointState {
-            stamp: t,
-            names: joints.clone(),
-            position: (0..8).map(|j| 0.1 * ((k + j) % 7) as f64 - 0.3).collect(),
-        })?;
-        Ok(dec)
-    };
+    let mut observe = |k: u64| observe(&inputs, clock.as_ref(), &frames, &joints, k);
     let drain = |out: &crate::Outputs| out.0.try_iter().count();
     // Warm-up.
     for k in 0..5 {
@@ -248,10 +309,13 @@ pub fn run(o: &BenchOptions, tokenizer: Option<&Path>) -> Result<String> {
 
     let mut r = format!(
         "device: {target}; {}; 2 cameras {w}×{h} rgb8; {} iterations; model built in {build_s:.1} s; stream priorities policy {policy_priority}, halt {hi}, ASR {asr_priority}\n\n",
-        if o.tiny {
-            "tiny Pi0.5, f32"
-        } else {
-            "full-size random Pi0.5, bf16"
+        match (o.tiny, calibration_s) {
+            (true, None) => "tiny Pi0.5, f32".to_string(),
+            (false, None) => "full-size random Pi0.5, bf16".to_string(),
+            (tiny, Some(s)) => format!(
+                "{} random Pi0.5, FP8 (bf16 elsewhere; calibrated on {FP8_CALIBRATION_TICKS} of the bench's ticks in {s:.1} s)",
+                if tiny { "tiny" } else { "full-size" }
+            ),
         },
         o.iters,
     );

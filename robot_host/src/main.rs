@@ -203,6 +203,9 @@ enum Command {
         /// The spoken clip (default: asr/tests/data/arm_left.wav).
         #[arg(long, value_name = "FILE.wav")]
         clip: Option<PathBuf>,
+        /// `precision: fp8`, calibrated first on the bench's own inputs.
+        #[arg(long)]
+        fp8: bool,
     },
     /// Transcribes a WAV file with Whisper.
     Transcribe {
@@ -337,7 +340,8 @@ fn main() {
             whisper,
             tokenizer,
             clip,
-        } => bench(iters, tiny, whisper, tokenizer, clip),
+            fp8,
+        } => bench(iters, tiny, whisper, tokenizer, clip, fp8),
         Command::Transcribe { wav, model } => transcribe(&wav, model),
         Command::Ros { args } => {
             if matches!(args.first().map(String::as_str), Some("--help" | "-h")) {
@@ -996,6 +1000,7 @@ fn bench(
     whisper: Option<PathBuf>,
     tokenizer: Option<PathBuf>,
     clip: Option<PathBuf>,
+    fp8: bool,
 ) -> Result<(), String> {
     // Defaults: what scripts/fetch-models.sh installs, relative to the working directory.
     let existing = |p: &str| Some(PathBuf::from(p)).filter(|p| p.exists());
@@ -1007,6 +1012,7 @@ fn bench(
         tiny,
         whisper,
         clip: clip.unwrap_or_else(|| "asr/tests/data/arm_left.wav".into()),
+        fp8,
     };
     let r = frt_robot_host::bench::run(&o, tokenizer.as_deref()).map_err(|e| e.to_string())?;
     println!("{r}");
