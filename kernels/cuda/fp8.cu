@@ -31,3 +31,143 @@ __device__ void dequantize_e4m3(const unsigned char* __restrict__ code, const fl
         dequantize_e4m3<T>(code, scale, out, n);                                                        \
     }
 FOR_FLOATS(FP8)
+
+// ---- The FP8 linear layer for few rows (M ≤ 64: an action expert's 50 tokens) -----------------
+//
+// out[m, n] (+)= (Σ_k x[m, k] · w[n, k]) · x_scale · w_scale[n] (+ bias[n]), E4M3 codes in, f32
+// sums, out of type T. Memory-bound: the weight is streamed once, 16 bytes per load. The codes
+// are widened to f16 (exactly: every E4M3 value is an f16) and multiplied by f16 tensor-core MMAs
+// (m16n8k16, f32 accumulate) that take 16 weight rows as A and 8 rows of x as B: Hopper runs
+// E4M3 `mma.sync` that way itself (F2FP unpacks before each HMMA), and widening once per weight
+// fragment instead of once per MMA keeps the code small.
+//
+// A block computes 16 output features over the whole of K: its 8 warps take every 8th chunk of
+// 64 codes each, then add their sums through shared memory in warp order (the same result on
+// every run), scale, add the bias and the output, and store. No scratch in device memory, one
+// launch.
+//
+// The K order inside an MMA is free as long as A and B agree: a lane loads 16 consecutive bytes
+// of its weight row and of its x row at k0 + 16·(lane % 4) and feeds them to four MMAs, 4 bytes
+// to each. So K is taken in chunks of 64, and rows must be 16-byte aligned.
+#define ROWS_WARPS 8
+#define ROWS_UNROLL 2
+
+__device__ __forceinline__ void mma_f16(float c[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                                        unsigned b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// 16 E4M3 codes as 8 pairs of f16 (pair p: bytes 2p and 2p + 1).
+__device__ __forceinline__ void widen16(uint4 v, unsigned h[8]) {
+#if __CUDA_ARCH__ >= 890
+    const unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const unsigned short lo = (unsigned short)(w[i] & 0xffffu), hi = (unsigned short)(w[i] >> 16);
+        asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h[2 * i]) : "h"(lo));
+        asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h[2 * i + 1]) : "h"(hi));
+    }
+#else
+    // The host refuses FP8 GEMMs below sm_89; never reached.
+    __trap();
+#endif
+}
+
+// A weight's 16 bytes, read once: not kept in L1.
+__device__ __forceinline__ uint4 load_weight(const unsigned char* p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+// TILES: row tiles of 8 (⌈M / 8⌉), a compile-time count so that the sums stay in registers.
+template <typename T, int TILES>
+__device__ void linear_e4m3_rows(const unsigned char* __restrict__ x, unsigned long long x_ld,
+                                 const float* __restrict__ x_scale, const unsigned char* __restrict__ w,
+                                 unsigned long long w_ld, const float* __restrict__ w_scale, T* out,
+                                 unsigned long long o_ld, const T* __restrict__ bias, unsigned accumulate, unsigned m,
+                                 unsigned k) {
+    __shared__ float sums[ROWS_WARPS][16][TILES * 8];
+    const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+    const unsigned n0 = blockIdx.x * 16;
+    const unsigned chunks = k / 64;
+    float acc[TILES][4];
+#pragma unroll
+    for (int t = 0; t < TILES; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
+    const unsigned char* w_lo = w + (unsigned long long)(n0 + g) * w_ld + tig * 16;
+    const unsigned char* w_hi = w_lo + 8 * w_ld;
+    // The x rows of this lane (8t + g), or null past M (zeros).
+    const unsigned char* x_row[TILES];
+#pragma unroll
+    for (int t = 0; t < TILES; ++t) {
+        const unsigned row = t * 8 + g;
+        x_row[t] = row < m ? x + row * x_ld + tig * 16 : nullptr;
+    }
+#pragma unroll 1
+    for (unsigned c = warp; c < chunks; c += ROWS_WARPS * ROWS_UNROLL) {
+        // The weight loads of up to ROWS_UNROLL chunks first (in flight together), then the
+        // MMAs.
+        uint4 lo[ROWS_UNROLL], hi[ROWS_UNROLL];
+#pragma unroll
+        for (int u = 0; u < ROWS_UNROLL; ++u) {
+            const unsigned cu = min(c + u * ROWS_WARPS, chunks - 1);
+            lo[u] = load_weight(w_lo + (unsigned long long)cu * 64);
+            hi[u] = load_weight(w_hi + (unsigned long long)cu * 64);
+        }
+#pragma unroll
+        for (int u = 0; u < ROWS_UNROLL; ++u) {
+            const unsigned cu = c + u * ROWS_WARPS;
+            if (cu < chunks) {
+                const unsigned long long off = (unsigned long long)cu * 64;
+                unsigned a_lo[8], a_hi[8];
+                widen16(lo[u], a_lo);
+                widen16(hi[u], a_hi);
+#pragma unroll
+                for (int t = 0; t < TILES; ++t) {
+                    unsigned b[8];
+                    widen16(x_row[t] ? *(const uint4*)(x_row[t] + off) : make_uint4(0, 0, 0, 0), b);
+                    // MMA j: a0/a1 pair 2j of rows g / g + 8, a2/a3 pair 2j + 1; b0/b1 likewise.
+#pragma unroll
+                    for (int j = 0; j < 4; ++j)
+                        mma_f16(acc[t], a_lo[2 * j], a_hi[2 * j], a_lo[2 * j + 1], a_hi[2 * j + 1], b[2 * j],
+                                b[2 * j + 1]);
+                }
+            }
+        }
+    }
+    // A lane's sums: features g and g + 8 of the tile, rows 8t + 2·tig and the one after.
+#pragma unroll
+    for (int t = 0; t < TILES; ++t)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) sums[warp][g + (i >> 1) * 8][t * 8 + tig * 2 + (i & 1)] = acc[t][i];
+    __syncthreads();
+    const float xs = *x_scale;
+    for (unsigned e = threadIdx.x; e < 16 * m; e += blockDim.x) {
+        const unsigned f = e % 16, row = e / 16, col = n0 + f;
+        float s = 0.f;
+#pragma unroll
+        for (int v = 0; v < ROWS_WARPS; ++v) s += sums[v][f][row];
+        float y = s * xs * w_scale[col];
+        if (bias) y += to_f32(bias[col]);
+        T* o = out + row * o_ld + col;
+        if (accumulate) y += to_f32(*o);
+        *o = from_f32<T>(y);
+    }
+}
+
+#define FP8_ROWS_TILES(T, S, N)                                                                                   \
+    extern "C" __global__ void __launch_bounds__(ROWS_WARPS * 32) linear_e4m3_rows##N##_##S(                      \
+        const unsigned char* x, unsigned long long x_ld, const float* x_scale, const unsigned char* w,            \
+        unsigned long long w_ld, const float* w_scale, T* out, unsigned long long o_ld, const T* bias,           \
+        unsigned accumulate, unsigned m, unsigned k) {                                                           \
+        linear_e4m3_rows<T, N>(x, x_ld, x_scale, w, w_ld, w_scale, out, o_ld, bias, accumulate, m, k);           \
+    }
+#define FP8_ROWS(T, S)                                                                                            \
+    FP8_ROWS_TILES(T, S, 1) FP8_ROWS_TILES(T, S, 2) FP8_ROWS_TILES(T, S, 3) FP8_ROWS_TILES(T, S, 4)               \
+    FP8_ROWS_TILES(T, S, 5) FP8_ROWS_TILES(T, S, 6) FP8_ROWS_TILES(T, S, 7) FP8_ROWS_TILES(T, S, 8)
+FOR_FLOATS(FP8_ROWS)

@@ -37,6 +37,10 @@ pub struct KernelOptions {
     /// combined by a second kernel); `None`: chosen per shape to fill the device (about two
     /// blocks an SM). Capped by the number of key tiles.
     pub attention_splits: Option<usize>,
+    /// FP8 linear layers of at most [`FP8_ROWS_MAX`](crate::FP8_ROWS_MAX) rows (an action
+    /// expert's tokens) run the library's own kernel (`fp8.cu`: the weight streamed by
+    /// tensor-core MMAs, the reduction split over blocks) rather than cuBLASLt's FP8 GEMM.
+    pub fp8_rows_kernel: bool,
 }
 
 impl Default for KernelOptions {
@@ -47,23 +51,26 @@ impl Default for KernelOptions {
             split_k: true,
             tuning_log: false,
             attention_splits: None,
+            fp8_rows_kernel: true,
         }
     }
 }
 
 /// The environment variables [`KernelOptions::from_env`] reads.
-pub const ENV_VARS: [&str; 5] = [
+pub const ENV_VARS: [&str; 6] = [
     "FRT_ATTENTION",
     "FRT_ATTENTION_SPLITS",
     "FRT_GEMM_TUNING",
     "FRT_GEMM_SPLIT_K",
     "FRT_GEMM_TUNING_LOG",
+    "FRT_FP8_ROWS",
 ];
 
 impl KernelOptions {
     /// The defaults, overridden by `FRT_ATTENTION` (`auto`, `flash`, `gemm`),
     /// `FRT_ATTENTION_SPLITS` (a positive number, or `auto`), `FRT_GEMM_TUNING`,
-    /// `FRT_GEMM_SPLIT_K` and `FRT_GEMM_TUNING_LOG` (`0` or `1`), for benchmarks. A value
+    /// `FRT_GEMM_SPLIT_K`, `FRT_GEMM_TUNING_LOG` and `FRT_FP8_ROWS` (`0` or `1`), for
+    /// benchmarks. A value
     /// outside those is an error naming the variable.
     pub fn from_env() -> Result<KernelOptions> {
         Self::from_vars(|k| std::env::var(k).ok())
@@ -105,6 +112,7 @@ impl KernelOptions {
         o.gemm_tuning = flag("FRT_GEMM_TUNING", o.gemm_tuning)?;
         o.split_k = flag("FRT_GEMM_SPLIT_K", o.split_k)?;
         o.tuning_log = flag("FRT_GEMM_TUNING_LOG", o.tuning_log)?;
+        o.fp8_rows_kernel = flag("FRT_FP8_ROWS", o.fp8_rows_kernel)?;
         Ok(o)
     }
 }
@@ -131,10 +139,11 @@ mod tests {
             ("FRT_ATTENTION", "gemm"),
             ("FRT_GEMM_TUNING", "0"),
             ("FRT_GEMM_TUNING_LOG", "1"),
+            ("FRT_FP8_ROWS", "0"),
         ]))
         .unwrap();
         assert_eq!(o.attention, AttentionPath::Gemm);
-        assert!(!o.gemm_tuning && o.split_k && o.tuning_log);
+        assert!(!o.gemm_tuning && o.split_k && o.tuning_log && !o.fp8_rows_kernel);
         let e = KernelOptions::from_vars(env(&[("FRT_GEMM_SPLIT_K", "yes")]))
             .unwrap_err()
             .to_string();

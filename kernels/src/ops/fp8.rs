@@ -202,19 +202,22 @@ impl Kernels {
             bias,
             accumulate: false,
         };
-        let lt = match &self.cuda {
-            Some(c) => Some(Arc::new(Fp8Lt::new(
-                self,
-                &c.arch,
-                &spec,
-                (w.ptr(), x.ptr()),
-            )?)),
-            None => None,
+        let path = match &self.cuda {
+            Some(c) => {
+                fp8_tensor_cores(&c.arch)?;
+                let lt = Fp8Lt::new(self, &c.arch, &spec, (w.ptr(), x.ptr()))?;
+                if RowsPlan::takes(self, &spec, x, w) && lt.rows_kernel_faster(self, &spec) {
+                    Fp8Path::Rows(RowsPlan)
+                } else {
+                    Fp8Path::Lt(Arc::new(lt))
+                }
+            }
+            None => Fp8Path::Host,
         };
         Ok(Fp8Linear {
             kernels: self.clone(),
             spec,
-            lt,
+            path,
         })
     }
 }
@@ -245,10 +248,92 @@ pub enum Fp8Scaling {
 
 /// [`Kernels::linear_e4m3`]: planned once for the layouts; runs with any tensors of those
 /// layouts (one layer's weights after another), its scales read when the work runs.
+///
+/// On CUDA, a plan of at most [`FP8_ROWS_MAX`] rows (with K a multiple of 64, N of 16, and
+/// 16-byte aligned rows) runs the library's own kernel unless
+/// [`KernelOptions::fp8_rows_kernel`](crate::KernelOptions) is off.
 pub struct Fp8Linear {
     kernels: Kernels,
     spec: Fp8Spec,
-    lt: Option<Arc<Fp8Lt>>,
+    path: Fp8Path,
+}
+
+/// The most rows (M) the library's own FP8 kernel takes.
+pub const FP8_ROWS_MAX: usize = 64;
+
+/// How a plan runs.
+enum Fp8Path {
+    Host,
+    Lt(Arc<Fp8Lt>),
+    Rows(RowsPlan),
+}
+
+/// `fp8.cu`'s `linear_e4m3_rows`: a block per 16 output features.
+struct RowsPlan;
+
+impl RowsPlan {
+    /// Whether the kernel takes `sp` (else cuBLASLt's GEMM runs it).
+    fn takes(k: &Kernels, sp: &Fp8Spec, x: &Tensor, w: &Tensor) -> bool {
+        let (m, kk, n) = (sp.x.rows, sp.x.cols, sp.w.rows);
+        let aligned = |t: &Tensor, r: &Rows| t.ptr() % 16 == 0 && r.stride % 16 == 0;
+        k.options.fp8_rows_kernel
+            && (1..=FP8_ROWS_MAX).contains(&m)
+            && kk % 64 == 0
+            && n % 16 == 0
+            && aligned(x, &sp.x)
+            && aligned(w, &sp.w)
+    }
+
+    /// Enqueues the kernel on `s`.
+    ///
+    /// # Safety
+    /// The tensors have the spec's layouts, rows 16-byte aligned (see [`takes`](Self::takes)).
+    unsafe fn launch(
+        c: &crate::cuda::CudaOps,
+        s: Stream,
+        sp: &Fp8Spec,
+        [x, x_scale, w, w_scale, out]: [&Tensor; 5],
+        bias: Option<&Tensor>,
+    ) -> Result<()> {
+        let (m, kk, n) = (sp.x.rows, sp.x.cols, sp.w.rows);
+        let params = [
+            Param::of(x),
+            (sp.x.stride as u64).into(),
+            Param::of(x_scale),
+            Param::of(w),
+            (sp.w.stride as u64).into(),
+            Param::of(w_scale),
+            Param::of(out),
+            (sp.out.stride as u64).into(),
+            Param::opt(bias),
+            u32::from(sp.accumulate).into(),
+            (m as u32).into(),
+            (kk as u32).into(),
+        ];
+        // One kernel per count of row tiles of 8 (its sums in registers).
+        const NAMES: [&str; FP8_ROWS_MAX / 8] = [
+            "linear_e4m3_rows1",
+            "linear_e4m3_rows2",
+            "linear_e4m3_rows3",
+            "linear_e4m3_rows4",
+            "linear_e4m3_rows5",
+            "linear_e4m3_rows6",
+            "linear_e4m3_rows7",
+            "linear_e4m3_rows8",
+        ];
+        // SAFETY: the caller's contract.
+        unsafe {
+            c.launch(
+                s,
+                NAMES[m.div_ceil(8) - 1],
+                Some(sp.out_dt),
+                ((n / 16) as u32, 1, 1),
+                (256, 1, 1),
+                0,
+                &params,
+            )
+        }
+    }
 }
 
 impl Fp8Linear {
@@ -259,7 +344,20 @@ impl Fp8Linear {
 
     /// On CUDA, how the weight scales are applied (which form cuBLASLt accepted).
     pub fn scaling(&self) -> Option<Fp8Scaling> {
-        self.lt.as_ref().map(|p| p.scaling)
+        match &self.path {
+            Fp8Path::Lt(p) => Some(p.scaling),
+            _ => None,
+        }
+    }
+
+    /// What runs the plan: `host`, `cuBLASLt` or `rows kernel` (the library's own, with its
+    /// number of reduction splits).
+    pub fn implementation(&self) -> String {
+        match &self.path {
+            Fp8Path::Host => "host".into(),
+            Fp8Path::Lt(p) => format!("cuBLASLt, {:?} scales", p.scaling),
+            Fp8Path::Rows(_) => "rows kernel".into(),
+        }
     }
 
     /// The same plan adding its product to `out` (`out += (x · wᵀ) · scales`, a residual
@@ -330,8 +428,19 @@ impl Fp8Linear {
             }
         }
         super::check_bias(k, op, bias, sp.bias, sp.out_dt, sp.w.rows)?;
-        match &self.lt {
-            Some(p) => {
+        match &self.path {
+            Fp8Path::Rows(_) => {
+                let c = k.cuda.as_ref().expect("CUDA plans exist on CUDA");
+                if x.ptr() % 16 != 0 || w.ptr() % 16 != 0 {
+                    return Err(Error::shape(
+                        op,
+                        format!("{x:?} and {w:?} must start 16-byte aligned (as planned)"),
+                    ));
+                }
+                // SAFETY: the layouts were checked against the plan, which the kernel takes.
+                unsafe { RowsPlan::launch(c, s, &sp, [x, x_scale, w, w_scale, out], bias) }
+            }
+            Fp8Path::Lt(p) => {
                 let cuda = k.cuda.as_ref().expect("CUDA plans exist on CUDA");
                 let workspace = cuda.workspace(&k.ctx, s)?;
                 k.retain(s, &[x, x_scale, w, w_scale, out]);
@@ -354,7 +463,7 @@ impl Fp8Linear {
                 };
                 unsafe { p.matmul(&p.algo, &ptrs, sp.accumulate, workspace.ptr(), raw) }
             }
-            None => {
+            Fp8Path::Host => {
                 let ptrs = (
                     P::of(x),
                     P::of(x_scale),
@@ -706,6 +815,77 @@ impl Fp8Lt {
         }
     }
 
+    /// Whether the library's own kernel runs this GEMM faster than cuBLASLt's algorithm: timed
+    /// on scratch operands with GEMM tuning on (and the choice kept in the tuning cache), else
+    /// assumed (it was faster at three of the action expert's four shapes on an H100).
+    fn rows_kernel_faster(&self, k: &Kernels, sp: &Fp8Spec) -> bool {
+        let (m, kk, n) = (sp.x.rows, sp.x.cols, sp.w.rows);
+        if !k.options.gemm_tuning {
+            return true;
+        }
+        let cuda = k.cuda.as_ref().expect("CUDA plans exist on CUDA");
+        let spec = format!(
+            "fp8 kernel x={:?} w={:?} out={:?} {:?} bias={} algo={:?}",
+            sp.x, sp.w, sp.out, sp.out_dt, sp.bias, self.algo.data
+        );
+        if let Some((data, _)) = cuda.tuning_cache.get(&spec) {
+            return data[0] == 1;
+        }
+        let timed = (|| -> Result<usize> {
+            let s = cuda.tuning_stream(&k.ctx)?;
+            let bytes = |r: &Rows, size: usize| ((r.rows - 1) * r.stride + r.cols) * size;
+            let tensor = |b: &frt_exec::Buffer, dt: DType, r: &Rows| -> Result<Tensor> {
+                Tensor::with_layout(b, dt, &[r.rows, r.cols], &[r.stride, 1], 0)
+            };
+            let xb = scratch(k, "fp8.tuning.x", bytes(&sp.x, 1))?;
+            let wbs = weight_copies(k, "fp8.tuning.w", bytes(&sp.w, 1))?;
+            let xs = Tensor::alloc(&k.ctx, "fp8.tuning.x_scale", DType::F32, &[m])?;
+            let ws = Tensor::alloc(&k.ctx, "fp8.tuning.w_scale", DType::F32, &[n])?;
+            let ob = scratch(k, "fp8.tuning.out", bytes(&sp.out, sp.out_dt.size()))?;
+            let bias = Tensor::alloc(&k.ctx, "fp8.tuning.bias", sp.out_dt, &[n])?;
+            let x = tensor(&xb, DType::E4M3, &sp.x)?;
+            let wts = wbs
+                .iter()
+                .map(|b| tensor(b, DType::E4M3, &sp.w))
+                .collect::<Result<Vec<_>>>()?;
+            let out = tensor(&ob, sp.out_dt, &sp.out)?;
+            let workspace = cuda.workspace(&k.ctx, s)?;
+            let label = format!(
+                "fp8 gemm m={m} n={n} k={kk} {:?}: cuBLASLt, rows kernel",
+                sp.out_dt
+            );
+            fastest_candidate(k, &label, 2, &|i, r, cs, raw| {
+                let w = &wts[r % wts.len()];
+                let bias = sp.bias.then_some(&bias);
+                if i == 0 {
+                    let ptrs = Fp8Ptrs {
+                        x: x.ptr(),
+                        x_scale: xs.ptr(),
+                        w: w.ptr(),
+                        w_scale: ws.ptr(),
+                        out: out.ptr(),
+                        bias: bias.map(|b| b.ptr()),
+                    };
+                    // SAFETY: scratch tensors of the plan's layouts; the workspace is
+                    // WORKSPACE bytes; all outlive the timing graphs.
+                    unsafe { self.matmul(&self.algo, &ptrs, false, workspace.ptr(), raw) }
+                } else {
+                    // SAFETY: as above; the kernel takes the spec (checked by the caller).
+                    unsafe { RowsPlan::launch(cuda, cs, sp, [&x, &xs, w, &ws, &out], bias) }
+                }
+            })
+        })();
+        match timed {
+            Ok(i) => {
+                cuda.tuning_cache
+                    .put(&spec, [i as u64, 0, 0, 0, 0, 0, 0, 0], 0);
+                i == 1
+            }
+            // Timing not possible here (e.g. inside a capture): the kernel, as without tuning.
+            Err(_) => true,
+        }
+    }
+
     /// Times `candidates` on scratch operands of the plan's layouts (see
     /// [`fastest_candidate`]) and returns the fastest's index.
     fn fastest(
@@ -727,7 +907,7 @@ impl Fp8Lt {
         // The tuning stream's workspace: the graphs replay on that stream only.
         let workspace = cuda.workspace(&k.ctx, s)?;
         let label = format!("fp8 gemm m={m} n={n} k={} {:?}", sp.x.cols, sp.out_dt);
-        fastest_candidate(k, &label, candidates.len(), &|i, r, raw| {
+        fastest_candidate(k, &label, candidates.len(), &|i, r, _, raw| {
             let ptrs = Fp8Ptrs {
                 x: x.ptr(),
                 x_scale: x_scale.ptr(),

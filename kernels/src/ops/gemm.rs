@@ -532,7 +532,7 @@ impl LtPlan {
             "gemm m={} n={} k={} batch={} {:?}",
             sp.m, sp.n, sp.k, sp.batch, sp.a_dt
         );
-        fastest_candidate(k, &label, candidates.len(), &|i, r, raw| {
+        fastest_candidate(k, &label, candidates.len(), &|i, r, _, raw| {
             // SAFETY: scratch buffers sized for the layouts; the workspace is WORKSPACE
             // bytes; all outlive the timing graphs.
             unsafe {
@@ -567,8 +567,9 @@ pub(crate) fn weight_copies(
 }
 
 /// Times `n` candidate algorithms of one GEMM (on the kernels' tuning stream) and returns the
-/// fastest's index; the first (the heuristic's choice) on ties. `enqueue(i, r, stream)`
-/// enqueues run `r` of candidate `i` (reading copy `r` of the weight, see [`weight_copies`]).
+/// fastest's index; the first (the heuristic's choice) on ties. `enqueue(i, r, stream, raw)`
+/// enqueues run `r` of candidate `i` (reading copy `r` of the weight, see [`weight_copies`]) on
+/// `stream` (whose CUDA stream is `raw`).
 ///
 /// A candidate is timed as a model runs it: replays of a graph of [`TUNING_RUNS`] launches (so
 /// no host launch cost sits between them, which would hide the difference between candidates
@@ -579,7 +580,7 @@ pub(crate) fn fastest_candidate(
     k: &Kernels,
     label: &str,
     n: usize,
-    enqueue: &dyn Fn(usize, usize, lts::cudaStream_t) -> Result<()>,
+    enqueue: &dyn Fn(usize, usize, Stream, lts::cudaStream_t) -> Result<()>,
 ) -> Result<usize> {
     let cuda = k.cuda.as_ref().expect("CUDA plans exist on CUDA");
     let s = cuda.tuning_stream(&k.ctx)?;
@@ -591,7 +592,7 @@ pub(crate) fn fastest_candidate(
             k.ctx.bind_to_thread()?;
             let raw = k.ctx.raw_stream(cs)? as lts::cudaStream_t;
             for r in 0..TUNING_RUNS {
-                enqueue(i, r, raw)?;
+                enqueue(i, r, cs, raw)?;
             }
             Ok::<(), Error>(())
         })?;
