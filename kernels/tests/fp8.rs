@@ -472,6 +472,28 @@ fn norms_quantize_their_output_as_quantize_does(b: &Backend) {
                 let differ = c1.iter().zip(&c2).filter(|(a, b)| a != b).count();
                 assert_eq!(differ, 0, "{what}: {differ} codes differ");
             }
+            // GEGLU over the halves of one gate+up tensor (as an MLP has them), at the full
+            // width (8 at a time on CUDA) and at a width that is not a multiple of 8.
+            let gu = t("gu", dt, &[rows, 2 * cols]);
+            gu.write_f32(b.s, &rng.vec(rows * 2 * cols, 1.5)).unwrap();
+            for width in [cols, cols - 3] {
+                let what = format!("[{}] geglu {rows}x{width} {dt:?}", b.name);
+                let (g, u) = (
+                    gu.narrow(1, 0, width).unwrap(),
+                    gu.narrow(1, cols, width).unwrap(),
+                );
+                let o = |n: &str| t(n, dt, &[rows, width]);
+                let c = |n: &str| t(n, DType::E4M3, &[rows, width]);
+                let (o1, o2, c1, c2) = (o("o1"), o("o2"), c("c1"), c("c2"));
+                b.k.geglu_e4m3(b.s, &g, &u, &o1, (&c1, &scale)).unwrap();
+                b.k.geglu(b.s, &g, &u, &o2).unwrap();
+                b.k.quantize_e4m3(b.s, &o2, &scale, &c2).unwrap();
+                assert_eq!(bits(&o1), bits(&o2), "{what}: outputs");
+                let (c1, c2) = (c1.read_bytes(b.s).unwrap(), c2.read_bytes(b.s).unwrap());
+                let differ = c1.iter().zip(&c2).filter(|(a, b)| a != b).count();
+                assert_eq!(differ, 0, "{what}: {differ} codes differ");
+                assert!(c1.iter().any(|&v| v != 0), "{what}: codes written");
+            }
         }
     }
 }

@@ -6,6 +6,7 @@ use super::{P, broadcast_rows, gelu_tanh, grid_1d, rows, same_rows, vec8};
 use crate::cuda::Param;
 use crate::dtype::with_float;
 use crate::error::{Error, Result};
+use crate::fp8::e4m3_from_f32;
 use crate::{DType, Kernels, Tensor};
 use frt_exec::Stream;
 
@@ -118,6 +119,7 @@ impl Kernels {
         a: &Tensor,
         b: &Tensor,
         out: &Tensor,
+        codes: Option<(&Tensor, &Tensor)>,
     ) -> Result<()> {
         self.check_ctx(op, &[a, b, out])?;
         a.expect_float(op, "a")?;
@@ -127,6 +129,21 @@ impl Kernels {
         let rb = broadcast_rows(op, ra, b)?;
         let ro = rows(op, out)?;
         same_rows(op, ra, ro, "a vs out")?;
+        if let Some((c, sc)) = codes {
+            self.check_ctx(op, &[c, sc])?;
+            c.expect_dtype(op, "codes", DType::E4M3)?;
+            sc.expect_dtype(op, "code scale", DType::F32)?;
+            c.expect_contiguous(op)?;
+            if c.numel() != ra.rows * ra.cols || sc.numel() == 0 {
+                return Err(Error::shape(
+                    op,
+                    format!(
+                        "codes {c:?} must have out's {} × {} values, {sc:?} a scale",
+                        ra.rows, ra.cols
+                    ),
+                ));
+            }
+        }
         let dt = a.dtype();
         match &self.cuda {
             Some(c) => {
@@ -157,6 +174,8 @@ impl Kernels {
                             code.into(),
                             al.into(),
                             v8.into(),
+                            Param::opt(codes.map(|c| c.0)),
+                            Param::opt(codes.map(|c| c.1)),
                         ],
                     )
                 }
@@ -168,12 +187,14 @@ impl Kernels {
                     P::of(out),
                     (a.clone(), b.clone(), out.clone()),
                 );
+                let cp = codes.map(|(c, sc)| (P::of(c), P::of(sc), (c.clone(), sc.clone())));
                 self.host(s, move || {
                     let _ = &keep;
                     with_float!(dt, T, {
                         for r in 0..ra.rows {
                             for c in 0..ra.cols {
-                                // SAFETY: indices inside the checked row layouts.
+                                // SAFETY: indices inside the checked row layouts (the codes
+                                // rows × cols, contiguous; one scale).
                                 unsafe {
                                     let v = binary_f32(
                                         kind,
@@ -182,6 +203,11 @@ impl Kernels {
                                         alpha,
                                     );
                                     op_.st::<T>(r * ro.stride + c, v);
+                                    if let Some((codes, scale, _)) = &cp {
+                                        let stored: f32 = op_.ld::<T>(r * ro.stride + c);
+                                        *((codes.0 + r * ra.cols + c) as *mut u8) =
+                                            e4m3_from_f32(stored / scale.ld::<f32>(0));
+                                    }
                                 }
                             }
                         }
@@ -213,23 +239,37 @@ impl Kernels {
 
     /// `out = a + b`, where `b` has `a`'s rows or is one row broadcast over them (a bias).
     pub fn add(&self, s: Stream, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<()> {
-        self.binary(s, "add", Binary::AddScaled, 1.0, a, b, out)
+        self.binary(s, "add", Binary::AddScaled, 1.0, a, b, out, None)
     }
 
     /// `out = a·b` elementwise (`b` may be one broadcast row).
     pub fn mul(&self, s: Stream, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<()> {
-        self.binary(s, "mul", Binary::Mul, 1.0, a, b, out)
+        self.binary(s, "mul", Binary::Mul, 1.0, a, b, out, None)
     }
 
     /// `out = gelu_tanh(gate)·up` (Gemma's MLP). Rows may be strided (halves of one GEMM
     /// output).
     pub fn geglu(&self, s: Stream, gate: &Tensor, up: &Tensor, out: &Tensor) -> Result<()> {
-        self.binary(s, "geglu", Binary::Geglu, 1.0, gate, up, out)
+        self.binary(s, "geglu", Binary::Geglu, 1.0, gate, up, out, None)
+    }
+
+    /// [`geglu`](Self::geglu) that also quantizes its output into E4M3 `codes` (`[rows, cols]`,
+    /// contiguous) with the scale `scale[0]`: the codes [`quantize_e4m3`](Self::quantize_e4m3)
+    /// of `out` gives, in the same launch (an FP8 down projection's input).
+    pub fn geglu_e4m3(
+        &self,
+        s: Stream,
+        gate: &Tensor,
+        up: &Tensor,
+        out: &Tensor,
+        codes: (&Tensor, &Tensor),
+    ) -> Result<()> {
+        self.binary(s, "geglu", Binary::Geglu, 1.0, gate, up, out, Some(codes))
     }
 
     /// One Euler step of flow matching, in place: `x ← x + dt·v`.
     pub fn euler_step(&self, s: Stream, x: &Tensor, v: &Tensor, dt: f32) -> Result<()> {
-        self.binary(s, "euler_step", Binary::AddScaled, dt, x, v, x)
+        self.binary(s, "euler_step", Binary::AddScaled, dt, x, v, x, None)
     }
 
     /// One Euler step in f32 that also writes the new `x` in another dtype (the next step's

@@ -403,11 +403,14 @@ impl Expert {
                     let gu = &f.gate_up;
                     f.stack.linear_quantized(cs, (j, 2), &f.lin[2], s_len, gu)?;
                     let mlp = self.sh.dim(1);
-                    k.geglu(
+                    // The GEGLU writes the down projection's codes too.
+                    let (c, sc) = f.stack.codes_for(j, 3, s_len)?;
+                    k.geglu_e4m3(
                         cs,
                         &gu.narrow(1, 0, mlp)?,
                         &gu.narrow(1, mlp, mlp)?,
                         &self.sh,
+                        (&c, &sc),
                     )?;
                 }
                 None => self.sg_gu.run(k, cs, &self.aln, &l.gate_up, &self.sh)?,
@@ -416,7 +419,7 @@ impl Expert {
             match fp8 {
                 Some(f) => f
                     .stack
-                    .linear(k, cs, (j, 3), &f.lin[3], &self.sh, &self.so)?,
+                    .linear_quantized(cs, (j, 3), &f.lin[3], s_len, &self.so)?,
                 None => self.sg_down.run(cs, &self.sh, &l.down, &self.so, None)?,
             }
             // modulation 2·depth is the final norm's

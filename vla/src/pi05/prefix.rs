@@ -180,10 +180,11 @@ impl PrefixParts {
             _ => None,
         };
         // GEMM `g` of layer `i`: `out (+)= x · w` in the precision the model runs (in FP8, the
-        // q/k/v and gate+up inputs were quantized by the norm that made them).
+        // q/k/v and gate+up inputs were quantized by the norm that made them, the down
+        // projection's by the GEGLU).
         let gemm = |i: usize, g: usize, x: &Tensor, out: &Tensor| -> Result<()> {
             match fp8 {
-                Some((f, lin)) if g % 2 == 0 => f.linear_quantized(cs, (i, g), &lin[g], rows, out),
+                Some((f, lin)) if g != 1 => f.linear_quantized(cs, (i, g), &lin[g], rows, out),
                 Some((f, lin)) => f.linear(k, cs, (i, g), &lin[g], x, out),
                 None => {
                     let l = &self.layers[i];
@@ -235,7 +236,14 @@ impl PrefixParts {
             see(i, 2, ln)?;
             gemm(i, 2, ln, gu)?;
             let mw = self.mlp_width;
-            k.geglu(cs, &gu.narrow(1, 0, mw)?, &gu.narrow(1, mw, mw)?, h)?;
+            let (gate, up) = (gu.narrow(1, 0, mw)?, gu.narrow(1, mw, mw)?);
+            match fp8 {
+                Some((f, _)) => {
+                    let (c, sc) = f.codes_for(i, 3, rows)?;
+                    k.geglu_e4m3(cs, &gate, &up, h, (&c, &sc))?
+                }
+                None => k.geglu(cs, &gate, &up, h)?,
+            }
             see(i, 3, h)?;
             gemm(i, 3, h, x)?;
         }
