@@ -344,7 +344,11 @@ pub fn replay(
             let c = msg::StringMsg::decode(&m.data)
                 .map_err(|e| e.to_string())
                 .and_then(|s| Config::parse(&s.data).map_err(|e| e.to_string()))
-                .and_then(|c| lock.inputs().reconfigure(c).map_err(|e| e.to_string()));
+                .and_then(|c| {
+                    lock.inputs()
+                        .reconfigure(c, false)
+                        .map_err(|e| e.to_string())
+                });
             if let Err(e) = c {
                 report.first_difference = Some(format!("a recorded parameter set: {e}"));
             }

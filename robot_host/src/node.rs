@@ -237,9 +237,13 @@ pub struct Inputs {
     last_error: Arc<Mutex<String>>,
     /// Shared by every handle; replaced when limits change while running.
     bounds: Arc<Mutex<Bounds>>,
-    /// Configurations with changed live fields, for the control thread (see
-    /// [`Inputs::reconfigure`]).
-    reconfigure: Sender<Config>,
+    /// Configurations with changed live fields, for the control thread, with the FP8
+    /// calibration to load where it changed (see [`Inputs::reconfigure`]).
+    reconfigure: Sender<(Config, Option<frt_vla::calibration::Calibration>)>,
+    /// What an FP8 calibration of the model is recorded on (`None`: no FP8 path), and the
+    /// calibration file in effect.
+    calibration_model: Option<String>,
+    calibration_file: Arc<Mutex<Option<std::path::PathBuf>>>,
     /// What the robot executes over time (the control thread merges chunks into it, the
     /// command stream and the holds read it). Lock order: the stop latch, then this.
     timeline: Arc<Mutex<Timeline>>,
@@ -606,11 +610,46 @@ impl Inputs {
 
     /// A configuration whose live fields (see [`crate::params`]) changed, checked as a whole
     /// by the caller: the control thread takes it between two ticks. Refused when changes
-    /// are already waiting.
-    pub fn reconfigure(&self, config: Config) -> Result<()> {
+    /// are already waiting. Its `model.calibration`, where it names another file than the one
+    /// in effect (or with `reload_calibration`, the same file again), is read here and must be
+    /// a calibration of this model (else refused, with the reason); the control thread then
+    /// writes its scales into the model (no recapture).
+    pub fn reconfigure(&self, config: Config, reload_calibration: bool) -> Result<()> {
+        // A calibration file set (or set again: `reload_calibration`) is read and checked here,
+        // on the caller's thread; the control thread only writes its scales.
+        let mut file = self
+            .calibration_file
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let cal = match &config.model.calibration {
+            Some(path) if reload_calibration || file.as_ref() != Some(path) => {
+                let bad = |why: String| {
+                    Error::bad(
+                        "parameters",
+                        format!("model.calibration {}: {why}", path.display()),
+                    )
+                };
+                let cal = frt_vla::calibration::Calibration::read(path)
+                    .map_err(|e| bad(e.to_string()))?;
+                match &self.calibration_model {
+                    None => return Err(bad("this model has no FP8 path".into())),
+                    Some(m) if *m != cal.model => {
+                        return Err(bad(format!(
+                            "recorded on {:?}, not on this node's model ({m:?})",
+                            cal.model
+                        )));
+                    }
+                    Some(_) => Some(cal),
+                }
+            }
+            _ => None,
+        };
+        let path = config.model.calibration.clone();
         self.reconfigure
-            .try_send(config)
+            .try_send((config, cal))
             .map_err(|_| Error::bad("parameters", "changes are already waiting; try again"))?;
+        *file = path;
+        drop(file);
         self.poke();
         Ok(())
     }
@@ -827,7 +866,7 @@ pub struct Node {
     inputs: Inputs,
     subgoals: Receiver<Queued>,
     /// Configurations with changed live fields ([`Inputs::reconfigure`]).
-    reconfigured: Receiver<Config>,
+    reconfigured: Receiver<(Config, Option<frt_vla::calibration::Calibration>)>,
     wake: Receiver<()>,
     out: Sender<Outbound>,
     /// Completion markers of the last two replays (one replay stays queued ahead).
@@ -978,6 +1017,8 @@ impl Node {
                 dims: dims.clone(),
             })),
             reconfigure: ctx,
+            calibration_model: policy.calibration_model(),
+            calibration_file: Arc::new(Mutex::new(cfg.model.calibration.clone())),
             timeline,
         };
         let shape = Shape {
@@ -1216,10 +1257,32 @@ impl Node {
                 outcome.get_or_insert(TickOutcome::Abandoned);
             }
         }
-        while let Ok(c) = self.reconfigured.try_recv() {
+        while let Ok((c, cal)) = self.reconfigured.try_recv() {
+            if let Some(cal) = cal {
+                self.take_calibration(&cal, &c);
+            }
             self.take_live_fields(c);
         }
         outcome
+    }
+
+    /// Writes a new FP8 calibration's scales into the model (between two ticks, no recapture);
+    /// on an error the scales stay as they were, and the error is the last problem.
+    fn take_calibration(&mut self, cal: &frt_vla::calibration::Calibration, c: &Config) {
+        match self.policy.set_calibration(cal) {
+            Ok(()) => {
+                self.cfg.model.calibration = c.model.calibration.clone();
+                tracing::info!(
+                    file = ?c.model.calibration,
+                    ranges = cal.ranges.len(),
+                    "parameters: new FP8 calibration in effect"
+                );
+            }
+            Err(e) => {
+                self.status.last_error = format!("parameters: model.calibration: {e}");
+                tracing::error!("parameters: model.calibration not taken: {e}");
+            }
+        }
     }
 
     /// Takes the live fields of a configuration checked by [`crate::params`] (the limits,

@@ -7,7 +7,9 @@
 //! `safety.max_delta_per_step`, `actions.<k>.min|max|max_delta`) and the observation age
 //! bound (`safety.max_observation_age_ms`) may be set while the node runs: the whole
 //! configuration with the change is validated, and the control thread takes it between two
-//! ticks ([`crate::Inputs::reconfigure`]). Every other field is read-only while running; a set
+//! ticks ([`crate::Inputs::reconfigure`]). So may `model.calibration` of a `precision: fp8`
+//! node: the file is read and checked against the model when set, and its scales are written
+//! into the model's buffers between two ticks (no recapture). Every other field is read-only while running; a set
 //! is refused with the reason (it is read at start-up: `-p` or `--params-file` change it).
 
 use crate::config::Config;
@@ -161,6 +163,7 @@ pub fn is_live(name: &str) -> bool {
         ["actions", k, f] => {
             k.parse::<usize>().is_ok() && matches!(*f, "min" | "max" | "max_delta")
         }
+        ["model", "calibration"] => true,
         _ => false,
     }
 }
@@ -318,7 +321,10 @@ impl Parameters {
         tap: Option<&crate::record::Tap>,
     ) -> Result<(), String> {
         let c = self.check(changes)?;
-        inputs.reconfigure(c.clone()).map_err(|e| e.to_string())?;
+        let reload = changes.iter().any(|(n, _)| n == "model.calibration");
+        inputs
+            .reconfigure(c.clone(), reload)
+            .map_err(|e| e.to_string())?;
         if let Some(tap) = tap {
             tap.configuration(inputs.now(), &c);
         }

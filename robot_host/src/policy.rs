@@ -652,6 +652,12 @@ impl Policy {
         self.model.calibration_model()
     }
 
+    /// Writes another calibration's scales into the FP8 model's buffers (no recapture; waits
+    /// for the write). An error leaves the scales as they were.
+    pub fn set_calibration(&self, cal: &frt_vla::calibration::Calibration) -> Result<()> {
+        Ok(self.model.set_calibration(cal)?)
+    }
+
     /// Waits for the policy stream and writes the chunk, in the robot's units, into `out`
     /// (`horizon × robot_dim`, the first `robot_dim` of the model's action dimensions).
     pub fn finish(&mut self, out: &mut [f32], robot_dim: usize) -> Result<()> {

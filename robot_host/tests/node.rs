@@ -775,7 +775,7 @@ fn limits_set_while_running_bound_the_next_chunk() {
             ),
         ])
         .unwrap();
-    r.inputs.reconfigure(tighter).unwrap();
+    r.inputs.reconfigure(tighter, false).unwrap();
     r.observe(1.1, 1);
     r.clock.set(1.15);
     assert_eq!(r.node.tick(), TickOutcome::Published);
@@ -832,4 +832,83 @@ fn prompts_made_on_the_io_side_change_nothing() {
         );
     }
     assert_eq!(&*a[5].subgoal, "open the drawer");
+}
+
+/// `model.calibration` set while a `precision: fp8` node runs: the file is read and checked
+/// when set (a missing file, another model's calibration are refused with the reason, nothing
+/// changes), its scales are written between two ticks with no new capture, and the next chunk
+/// is computed with them.
+#[test]
+fn a_new_calibration_is_taken_while_running_without_recapture() {
+    use frt_robot_host::params::{ParamValue, Parameters};
+    let dir = std::env::temp_dir().join(format!("frt-live-cal-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // A calibration recorded on the 16-bit node, and one with every range tripled.
+    let mut r = rig("pick up the red block", "");
+    r.node.calibrate(100.0).unwrap();
+    for k in 0..3u32 {
+        r.observe(1.0 + 0.1 * k as f64, k);
+        assert_eq!(r.node.tick(), TickOutcome::Published);
+    }
+    let a = r.node.calibration().unwrap().unwrap();
+    let mut b = a.clone();
+    for v in b.ranges.values_mut() {
+        *v *= 3.0;
+    }
+    let (file_a, file_b) = (dir.join("a.json"), dir.join("b.json"));
+    a.write(&file_a).unwrap();
+    b.write(&file_b).unwrap();
+    let mut other = a.clone();
+    other.model = "pi05 expert: width 1024, 18 layers".into();
+    let file_other = dir.join("other.json");
+    other.write(&file_other).unwrap();
+    let fp8 = |file: &std::path::Path| {
+        config_text("pick up the red block", "").replace(
+            "  precision: f32\n",
+            &format!("  precision: fp8\n  calibration: {}\n", file.display()),
+        )
+    };
+    // Two ticks on the same observations: with file a throughout, and with b set between.
+    let run = |switch: bool| {
+        let mut r = rig_with(Config::parse(&fp8(&file_a)).unwrap());
+        let captures = r.node.policy().capture_count();
+        let mut params = Parameters::new(r.node.config());
+        r.observe(1.0, 0);
+        assert_eq!(r.node.tick(), TickOutcome::Published);
+        let first = r.chunks().pop().unwrap();
+        if switch {
+            let set = |params: &mut Parameters, p: &std::path::Path| {
+                let v = ParamValue::String(p.display().to_string());
+                params.apply(&r.inputs, &[("model.calibration".into(), v)], None)
+            };
+            for (bad, says) in [
+                (dir.join("missing.json"), "missing.json"),
+                (file_other.clone(), "not on this node's model"),
+            ] {
+                let e = set(&mut params, &bad).unwrap_err();
+                assert!(e.contains("model.calibration") && e.contains(says), "{e}");
+            }
+            assert_eq!(
+                params.get("model.calibration"),
+                Some(&ParamValue::String(file_a.display().to_string())),
+                "refused: nothing changed"
+            );
+            set(&mut params, &file_b).unwrap();
+        }
+        r.observe(1.1, 1);
+        assert_eq!(r.node.tick(), TickOutcome::Published);
+        let second = r.chunks().pop().unwrap();
+        assert_eq!(r.node.policy().capture_count(), captures, "no new capture");
+        let file = r.node.config().model.calibration.clone().unwrap();
+        (first, second, file)
+    };
+    let (a1, a2, fa) = run(false);
+    let (b1, b2, fb) = run(true);
+    assert_eq!((fa, fb), (file_a.clone(), file_b.clone()));
+    let bits = |c: &frt_robot_host::messages::ActionChunk| -> Vec<u32> {
+        c.actions.iter().map(|v| v.to_bits()).collect()
+    };
+    assert_eq!(bits(&a1), bits(&b1), "the same calibration: the same chunk");
+    assert_ne!(bits(&a2), bits(&b2), "the new scales are used");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -105,4 +105,13 @@ pub trait Policy: Send + Sync {
     fn calibration_model(&self) -> Option<String> {
         None
     }
+
+    /// Writes another calibration's scales into a model built with FP8 GEMMs (no recapture);
+    /// a model without them, or a calibration of another model: an error, nothing written.
+    fn set_calibration(&self, cal: &crate::calibration::Calibration) -> Result<()> {
+        let _ = cal;
+        Err(crate::Error::Config {
+            reason: format!("{} has no FP8 path to calibrate", self.spec().name),
+        })
+    }
 }

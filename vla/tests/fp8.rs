@@ -164,13 +164,14 @@ fn an_fp8_expert_stays_close_and_recalibrates_without_recapture() {
         assert_eq!(calibrate(&fp8, &calib), cal, "{dt:?}");
 
         // A new calibration: a buffer write, no recapture, the results of a model built with it.
-        let captures = fp8.capture_count();
+        let (captures, variants) = (fp8.capture_count(), fp8.variant_count());
         let mut cal2 = cal.clone();
         for r in cal2.ranges.values_mut() {
             *r *= 3.0;
         }
         fp8.set_calibration(&cal2).unwrap();
         assert_eq!(fp8.capture_count(), captures, "{dt:?}: no new capture");
+        assert_eq!(fp8.variant_count(), variants, "{dt:?}: no new variant");
         let a8b = with_obs(&held, |obs| fp8.infer(obs).unwrap());
         assert!(a8b != a8, "{dt:?}: the new scales are used");
         let mut o2 = Pi05Options::new(dt);

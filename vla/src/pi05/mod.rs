@@ -1327,4 +1327,7 @@ impl Policy for Pi05 {
     fn calibration_model(&self) -> Option<String> {
         (self.config.variant == Variant::Pi05).then(|| Pi05::calibration_model(self))
     }
+    fn set_calibration(&self, cal: &crate::calibration::Calibration) -> Result<()> {
+        Pi05::set_calibration(self, cal)
+    }
 }
