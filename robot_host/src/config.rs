@@ -266,6 +266,15 @@ pub struct ModelConfig {
     /// The FP8 calibration file (`precision: fp8` needs one; see `frt-robot-host calibrate`).
     #[serde(default)]
     pub calibration: Option<PathBuf>,
+    /// With `precision: fp8`: SigLIP's GEMMs in FP8 too (absent: yes). On an H100 they cost
+    /// time (see the README's FP8 figures); on a bandwidth-bound device they halve its weight
+    /// bytes.
+    #[serde(default)]
+    pub fp8_vision: Option<bool>,
+    /// With `precision: fp8`: the language model's GEMMs in FP8 too (absent: yes); the action
+    /// expert's always are.
+    #[serde(default)]
+    pub fp8_prefix: Option<bool>,
     #[serde(default = "default_backend")]
     pub backend: Backend,
     #[serde(default)]
@@ -810,6 +819,20 @@ impl Config {
                 ));
             }
             _ => {}
+        }
+        for (field, set) in [
+            ("model.fp8_vision", m.fp8_vision.is_some()),
+            ("model.fp8_prefix", m.fp8_prefix.is_some()),
+        ] {
+            if set && m.precision != Precision::Fp8 {
+                return Err(bad(
+                    field,
+                    format!(
+                        "is for `precision: fp8` (this configuration says {:?})",
+                        m.precision
+                    ),
+                ));
+            }
         }
         if self.cameras.is_empty() {
             return Err(bad("cameras", "at least one camera is needed"));

@@ -406,8 +406,8 @@ impl Policy {
                         compact_views: true,
                         run_variants_once: true,
                         fp8: fp8_expert,
-                        fp8_prefix: true,
-                        fp8_vision: true,
+                        fp8_prefix: cfg.model.fp8_prefix.unwrap_or(true),
+                        fp8_vision: cfg.model.fp8_vision.unwrap_or(true),
                     },
                 ),
             };

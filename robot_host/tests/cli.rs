@@ -319,11 +319,37 @@ fn calibrate_records_a_file_that_an_fp8_configuration_runs_with() {
         .unwrap_or(0);
     assert!(published >= 3, "{stdout}");
 
+    // `check` names the stacks in FP8; `fp8_vision: false` leaves SigLIP in 16 bits.
+    for (extra, want) in [
+        ("", "FP8 GEMMs: SigLIP, language model, expert"),
+        ("  fp8_vision: false\n", "FP8 GEMMs: language model, expert"),
+        (
+            "  fp8_vision: false\n  fp8_prefix: false\n",
+            "FP8 GEMMs: expert",
+        ),
+    ] {
+        let p = write(
+            "fp8-check.yaml",
+            &fp8.replace("  precision: fp8\n", &format!("  precision: fp8\n{extra}")),
+        );
+        let (code, stdout, stderr) = run(&[&os("check"), &os("--config"), p.as_os_str()]);
+        assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+        assert!(stdout.contains(want), "{extra}: {stdout}");
+    }
+
     for (name, text, want) in [
         (
             "no-cal.yaml",
             base.replace("  precision: f32\n", "  precision: fp8\n"),
             "model.calibration",
+        ),
+        (
+            "vision-bf16.yaml",
+            base.replace(
+                "  precision: f32\n",
+                "  precision: bf16\n  fp8_vision: true\n",
+            ),
+            "model.fp8_vision",
         ),
         (
             "cal-bf16.yaml",

@@ -1270,8 +1270,16 @@ impl Policy for Pi05 {
     fn summary(&self) -> String {
         let c = &self.config;
         let side = c.siglip.image_size / c.siglip.patch;
+        let fp8: Vec<&str> = [
+            (self.fp8_vision(), "SigLIP"),
+            (self.fp8_prefix(), "language model"),
+            (self.fp8_expert(), "expert"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect();
         format!(
-            "{}: SigLIP {side}×{side} patches of {} px, width {}, {} layers; language model width {}, {} layers; expert width {}, {} layers",
+            "{}: SigLIP {side}×{side} patches of {} px, width {}, {} layers; language model width {}, {} layers; expert width {}, {} layers{}",
             c.variant.name(),
             c.siglip.patch,
             c.siglip.width,
@@ -1279,7 +1287,12 @@ impl Policy for Pi05 {
             c.llm.width,
             c.llm.depth,
             c.expert.width,
-            c.expert.depth
+            c.expert.depth,
+            if fp8.is_empty() {
+                String::new()
+            } else {
+                format!("; FP8 GEMMs: {}", fp8.join(", "))
+            }
         )
     }
     fn stages(&self) -> &[Stage] {
