@@ -350,8 +350,8 @@ impl Fp8Linear {
         }
     }
 
-    /// What runs the plan: `host`, `cuBLASLt` or `rows kernel` (the library's own, with its
-    /// number of reduction splits).
+    /// What runs the plan: `host`, `cuBLASLt, … scales`, or `rows kernel` (the library's own
+    /// for few rows).
     pub fn implementation(&self) -> String {
         match &self.path {
             Fp8Path::Host => "host".into(),
