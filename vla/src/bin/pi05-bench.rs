@@ -684,7 +684,17 @@ fn fp8_expert(ctx: &Ctx, iters: usize) {
     c.max_token_len = 64;
     let w = Pi05Weights::random(&c, 1);
     let s = ctx.stream(0).unwrap();
+    // Device memory in use (what each model's build adds: weights, activations, graphs).
+    let cu = ctx.cuda_context().expect("CUDA").clone();
+    let used = || {
+        ctx.sync_stream(s).unwrap();
+        let (free, total) = cu.mem_get_info().unwrap();
+        total - free
+    };
+    let mut taken = Vec::new();
+    let before = used();
     let bf16 = build(ctx, s, &w, DType::BF16, PromptMode::Fixed, false);
+    taken.push(used() - before);
     let calib: Vec<_> = (0..16).map(|k| random_set(&c, k)).collect();
     let imgs: Vec<[Option<ViewImage>; 2]> = calib
         .iter()
@@ -709,6 +719,7 @@ fn fp8_expert(ctx: &Ctx, iters: usize) {
     let percentile = frt_vla::calibration::DEFAULT_PERCENTILE;
     let cal = bf16.calibrate(&obs, percentile).unwrap();
     let calibrate_s = t.elapsed().as_secs_f64();
+    let before = used();
     let fp8 = build_with(
         ctx,
         s,
@@ -727,7 +738,13 @@ fn fp8_expert(ctx: &Ctx, iters: usize) {
         o.fp8_vision = vision;
         Pi05::build(ctx, s, &w, &o).unwrap()
     };
-    let (fp8_all, fp8_vision) = (fp8_with(false), fp8_with(true));
+    taken.push(used() - before);
+    let before = used();
+    let fp8_all = fp8_with(false);
+    taken.push(used() - before);
+    let before = used();
+    let fp8_vision = fp8_with(true);
+    taken.push(used() - before);
     drop(w);
     println!(
         "FP8 action expert against bf16, full size, random weights (seed 1), 2 views, 64-token prompt capacity; calibrated on 16 random observations at the {percentile}th percentile ({} ranges) in {calibrate_s:.1} s\n",
@@ -858,12 +875,11 @@ fn fp8_expert(ctx: &Ctx, iters: usize) {
             rows[4 * j + 3].push(time(&|| m.run().unwrap()));
         }
     }
-    let cu = ctx.cuda_context().expect("CUDA").clone();
     let (free, total) = cu.mem_get_info().unwrap();
     println!(
-        "\n| model | vision p50 / p99 ms | prefix p50 / p99 ms | one step p50 / p99 ms | end to end p50 / p99 ms |"
+        "\n| model | vision p50 / p99 ms | prefix p50 / p99 ms | one step p50 / p99 ms | end to end p50 / p99 ms | device memory its build took, GB |"
     );
-    println!("|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|");
     for (j, name) in [
         "bf16",
         "FP8 action expert",
@@ -878,10 +894,11 @@ fn fp8_expert(ctx: &Ctx, iters: usize) {
             format!("{:.3} / {:.3}", pct(v, 0.5), pct(v, 0.99))
         };
         let (vi, p, st, e) = (cell(0), cell(1), cell(2), cell(3));
-        println!("| {name} | {vi} | {p} | {st} | {e} |");
+        let gb = taken[j] as f64 / 1e9;
+        println!("| {name} | {vi} | {p} | {st} | {e} | {gb:.2} |");
     }
     println!(
-        "\nGPU memory in use (the four models): {:.1} GB of {:.1}",
+        "\nGPU memory in use (the four models): {:.1} GB of {:.1}. An FP8 model keeps its 16-bit weights too (for calibrating again).",
         (total - free) as f64 / 1e9,
         total as f64 / 1e9
     );
