@@ -129,20 +129,8 @@ impl Kernels {
         let rb = broadcast_rows(op, ra, b)?;
         let ro = rows(op, out)?;
         same_rows(op, ra, ro, "a vs out")?;
-        if let Some((c, sc)) = codes {
-            self.check_ctx(op, &[c, sc])?;
-            c.expect_dtype(op, "codes", DType::E4M3)?;
-            sc.expect_dtype(op, "code scale", DType::F32)?;
-            c.expect_contiguous(op)?;
-            if c.numel() != ra.rows * ra.cols || sc.numel() == 0 {
-                return Err(Error::shape(
-                    op,
-                    format!(
-                        "codes {c:?} must have out's {} × {} values, {sc:?} a scale",
-                        ra.rows, ra.cols
-                    ),
-                ));
-            }
+        if let Some(c) = codes {
+            super::check_codes(self, op, c, ro)?;
         }
         let dt = a.dtype();
         match &self.cuda {

@@ -132,6 +132,30 @@ pub(crate) fn grid_1d(n: usize) -> u32 {
     n.div_ceil(256).clamp(1, 65_535 * 8) as u32
 }
 
+/// E4M3 `codes` an op writes beside its output of `out` rows (`[rows, cols]`, contiguous) and
+/// the one-value f32 scale they are made with.
+pub(crate) fn check_codes(
+    k: &crate::Kernels,
+    op: &'static str,
+    (codes, scale): (&Tensor, &Tensor),
+    out: Rows,
+) -> Result<()> {
+    k.check_ctx(op, &[codes, scale])?;
+    codes.expect_dtype(op, "codes", crate::DType::E4M3)?;
+    scale.expect_dtype(op, "code scale", crate::DType::F32)?;
+    codes.expect_contiguous(op)?;
+    if codes.numel() != out.rows * out.cols || scale.numel() == 0 {
+        return Err(Error::shape(
+            op,
+            format!(
+                "codes {codes:?} must have out's {} × {} values, {scale:?} a scale",
+                out.rows, out.cols
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// A planned GEMM's bias as given to a run: present exactly when the plan has one, then
 /// contiguous, of `dt`, with `n` elements (one per output column).
 pub(crate) fn check_bias(

@@ -107,19 +107,7 @@ impl Kernels {
             return Err(Error::shape(op, "x32 with a residual"));
         }
         if let Some((codes, scale)) = &wide.codes {
-            self.check_ctx(op, &[codes, scale])?;
-            codes.expect_dtype(op, "codes", crate::DType::E4M3)?;
-            scale.expect_dtype(op, "code scale", crate::DType::F32)?;
-            codes.expect_contiguous(op)?;
-            if codes.numel() != ro.rows * ro.cols || scale.numel() == 0 {
-                return Err(Error::shape(
-                    op,
-                    format!(
-                        "codes {codes:?} must have out's {} × {} values, {scale:?} a scale",
-                        ro.rows, ro.cols
-                    ),
-                ));
-            }
+            super::check_codes(self, op, (codes, scale), ro)?;
         }
         let dt = x.dtype();
         let cols = rx.cols;
