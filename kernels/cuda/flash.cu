@@ -10,6 +10,11 @@
 // next tile's keys load while the current values are used, and its values while the next
 // scores are computed. With one split the block writes normalized rows; with several it writes
 // unnormalized f32 rows and their (max, sum) and flash_combine merges the splits.
+// flash_attention_res_* (RES tiles resident, head dims up to 128): a block's keys fit RES tiles
+// (e.g. SigLIP's 256), so every tile's keys and values are staged at once, behind one wait,
+// instead of one tile at a time (each tile's wait on memory in the loop above is the kernel's
+// latency chain); and the block has 8 warps: warps w and w + 4 own the same 16 rows, w the
+// even tiles and w + 4 the odd ones, and w merges w + 4's rows through shared memory at the end.
 //
 // mma.sync m16n8k16 fragments (g = lane / 4, t = lane % 4): A holds rows g and g+8, columns 2t,
 // 2t+1 and 2t+8, 2t+9; B holds k rows 2t, 2t+1 and 2t+8, 2t+9 of column g; C holds rows g and
@@ -60,15 +65,18 @@ __device__ __forceinline__ unsigned long long flash_tile_keys(const FlashArgs& a
 // Stages FLASH_BN rows of keys (or values) from j0 on: DP / 8 chunks of 16 bytes a row; chunks
 // past the head dim and keys outside `keys` (see flash_tile_keys) are zeros (a cache row past
 // the causal horizon may hold anything, and 0 · NaN would poison the sum).
-template <typename T, int DP>
+// NT: the block's threads.
+template <typename T, int DP, int NT = FLASH_THREADS>
 __device__ __forceinline__ void flash_stage(unsigned short* dst, const T* src, unsigned long long stride,
                                             const FlashArgs& a, unsigned kh, unsigned j0,
                                             unsigned long long keys) {
     constexpr int CH = DP / 8, DS = DP + 8;
     const unsigned dch = a.d / 8;
+    constexpr int TOTAL = FLASH_BN * CH;
 #pragma unroll
-    for (int it = 0; it < FLASH_BN * CH / FLASH_THREADS; ++it) {
-        const unsigned idx = it * FLASH_THREADS + threadIdx.x;
+    for (int it = 0; it < (TOTAL + NT - 1) / NT; ++it) {
+        const unsigned idx = it * NT + threadIdx.x;
+        if (TOTAL % NT != 0 && idx >= TOTAL) break;
         const unsigned rr = idx / CH, c = idx % CH;
         const bool ok = c < dch && ((keys >> rr) & 1);
         const T* p = ok ? src + (unsigned long long)(j0 + rr) * stride + (unsigned long long)kh * a.d + c * 8 : src;
@@ -76,7 +84,7 @@ __device__ __forceinline__ void flash_stage(unsigned short* dst, const T* src, u
     }
 }
 
-template <typename T, int DP>
+template <typename T, int DP, int RES>
 __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                 T* __restrict__ out, float* __restrict__ part, float* __restrict__ part_ml,
                                 const FlashArgs a) {
@@ -92,12 +100,18 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
     }
     constexpr int DS = DP + 8;  // shared row stride (elements)
     constexpr int CH = DP / 8;
+    constexpr int NT = RES > 0 ? 2 * FLASH_THREADS : FLASH_THREADS;  // threads
     extern __shared__ __align__(16) unsigned char flash_smem[];
     unsigned short* qs = (unsigned short*)flash_smem;
+    // Streaming: one tile of keys and one of values. Resident (RES > 0): RES tiles of each.
+    constexpr int TILES = RES > 0 ? RES : 1;
     unsigned short* ks = qs + FLASH_BM * DS;
-    unsigned short* vs = ks + FLASH_BN * DS;
+    unsigned short* vs = ks + TILES * FLASH_BN * DS;
 
-    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    // The warp's 16 rows (of the block's 64) and, resident, which half of the tiles it takes.
+    const unsigned lane = threadIdx.x & 31;
+    const unsigned warp = RES > 0 ? (threadIdx.x >> 5) & 3 : threadIdx.x >> 5;
+    const unsigned half = RES > 0 ? threadIdx.x >> 7 : 0;
     const unsigned g = lane >> 2, t = lane & 3;
     const unsigned G = a.hq / a.hkv, kh = batched ? blockIdx.y % a.hkv : blockIdx.y, rows = G * a.sq_len;
     const unsigned r0 = blockIdx.x * FLASH_BM;
@@ -123,9 +137,11 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
     // tile's keys as one group and its values as the next.
     {
         const unsigned dch = a.d / 8;
+        constexpr int TOTAL = FLASH_BM * CH;
 #pragma unroll
-        for (int it = 0; it < FLASH_BM * CH / FLASH_THREADS; ++it) {
-            const unsigned idx = it * FLASH_THREADS + threadIdx.x;
+        for (int it = 0; it < (TOTAL + NT - 1) / NT; ++it) {
+            const unsigned idx = it * NT + threadIdx.x;
+            if (TOTAL % NT != 0 && idx >= TOTAL) break;
             const unsigned rr = idx / CH, c = idx % CH, r = r0 + rr;
             const bool ok = c < dch && r < rows;
             const T* p = ok ? q + (unsigned long long)(r / G) * a.sq + (unsigned long long)(kh * G + r % G) * a.d + c * 8 : q;
@@ -134,10 +150,22 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
     }
     unsigned j0 = flash_next_tile(a, vl, kbeg, klimit);
     unsigned long long keys = j0 < klimit ? flash_tile_keys(a, vl, j0, klimit) : 0ull;
-    if (j0 < klimit) flash_stage<T, DP>(ks, k, a.sk, a, kh, j0, keys);
-    cp_async_commit();
-    if (j0 < klimit) flash_stage<T, DP>(vs, v, a.sv, a, kh, j0, keys);
-    cp_async_commit();
+    if constexpr (RES > 0) {
+        // Every tile of the block's keys (the host plans at most RES), each in its own slot.
+        for (unsigned jt = j0, slot = 0; jt < klimit && slot < RES; jt = flash_next_tile(a, vl, jt + FLASH_BN, klimit), ++slot) {
+            const unsigned long long tk = flash_tile_keys(a, vl, jt, klimit);
+            flash_stage<T, DP, NT>(ks + slot * FLASH_BN * DS, k, a.sk, a, kh, jt, tk);
+            flash_stage<T, DP, NT>(vs + slot * FLASH_BN * DS, v, a.sv, a, kh, jt, tk);
+        }
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+    } else {
+        if (j0 < klimit) flash_stage<T, DP>(ks, k, a.sk, a, kh, j0, keys);
+        cp_async_commit();
+        if (j0 < klimit) flash_stage<T, DP>(vs, v, a.sv, a, kh, j0, keys);
+        cp_async_commit();
+    }
 
     float o[DP / 8][4];
 #pragma unroll
@@ -150,92 +178,108 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
     const unsigned kb = smem_addr(ks + ((lane & 7) + ((lane >> 4) << 3)) * DS + ((lane >> 3) & 1) * 8);
     const unsigned vb = smem_addr(vs + ((lane & 7) + (((lane >> 3) & 1) << 3)) * DS + (lane >> 4) * 8);
 
-    while (j0 < klimit) {
+    for (unsigned slot = 0; j0 < klimit && (RES == 0 || slot < RES); ++slot) {
         const unsigned jn = flash_next_tile(a, vl, j0 + FLASH_BN, klimit);
-        cp_async_wait1();  // the queries and this tile's keys
-        __syncthreads();
+        // This tile's keys and values: the slot's, resident; the one staged tile, streaming.
+        const unsigned at = RES > 0 ? slot * FLASH_BN * DS * 2 : 0;
+        if constexpr (RES == 0) {
+            cp_async_wait1();  // the queries and this tile's keys
+            __syncthreads();
+        }
+        // Resident, each half of the warps takes every other tile.
+        const bool mine = RES == 0 || (slot & 1) == half;
         float s[FLASH_BN / 8][4];
 #pragma unroll
         for (int n = 0; n < FLASH_BN / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+        if (mine) {
 #pragma unroll
-        for (int c = 0; c < DP / 16; ++c) {
-            unsigned af[4];
-            ldmatrix_x4(af, qa + c * 32);
+            for (int c = 0; c < DP / 16; ++c) {
+                unsigned af[4];
+                ldmatrix_x4(af, qa + c * 32);
 #pragma unroll
-            for (int nb = 0; nb < FLASH_BN / 16; ++nb) {
-                unsigned bf[4];
-                ldmatrix_x4(bf, kb + (nb * 16 * DS + c * 16) * 2);
-                Mma<T>::run(s[2 * nb], af, bf[0], bf[1]);
-                Mma<T>::run(s[2 * nb + 1], af, bf[2], bf[3]);
+                for (int nb = 0; nb < FLASH_BN / 16; ++nb) {
+                    unsigned bf[4];
+                    ldmatrix_x4(bf, kb + at + (nb * 16 * DS + c * 16) * 2);
+                    Mma<T>::run(s[2 * nb], af, bf[0], bf[1]);
+                    Mma<T>::run(s[2 * nb + 1], af, bf[2], bf[3]);
+                }
             }
         }
-        __syncthreads();  // every warp is done with the keys: the next tile's may come in
         const unsigned long long next_keys = jn < klimit ? flash_tile_keys(a, vl, jn, klimit) : 0ull;
-        if (jn < klimit) flash_stage<T, DP>(ks, k, a.sk, a, kh, jn, next_keys);
-        cp_async_commit();
-
-        // Mask, scale (base 2) and the running maximum of each row.
-        float mt[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int n = 0; n < FLASH_BN / 8; ++n) {
-#pragma unroll
-            for (int x = 0; x < 4; ++x) {
-                const unsigned rr = x >> 1, jj = n * 8 + 2 * t + (x & 1);
-                const bool vis = live[rr] && ((keys >> jj) & 1) &&
-                                 (!a.causal || j0 + jj <= qi[rr] + a.causal_offset);
-                s[n][x] = vis ? s[n][x] * a.scale_log2 : -INFINITY;
-                mt[rr] = fmaxf(mt[rr], s[n][x]);
-            }
-        }
-        float corr[2];
-#pragma unroll
-        for (int rr = 0; rr < 2; ++rr) {
-            mt[rr] = fmaxf(mt[rr], __shfl_xor_sync(0xffffffffu, mt[rr], 1));
-            mt[rr] = fmaxf(mt[rr], __shfl_xor_sync(0xffffffffu, mt[rr], 2));
-            const float mn = fmaxf(m[rr], mt[rr]);
-            corr[rr] = (mn == -INFINITY) ? 1.f : exp2f(m[rr] - mn);
-            m[rr] = mn;
-            l[rr] *= corr[rr];
-        }
-#pragma unroll
-        for (int n = 0; n < FLASH_BN / 8; ++n) {
-#pragma unroll
-            for (int x = 0; x < 4; ++x) {
-                const unsigned rr = x >> 1;
-                s[n][x] = (s[n][x] == -INFINITY) ? 0.f : exp2f(s[n][x] - m[rr]);
-                l[rr] += s[n][x];
-            }
-        }
-#pragma unroll
-        for (int n = 0; n < DP / 8; ++n) {
-            o[n][0] *= corr[0];
-            o[n][1] *= corr[0];
-            o[n][2] *= corr[1];
-            o[n][3] *= corr[1];
+        if constexpr (RES == 0) {
+            __syncthreads();  // every warp is done with the keys: the next tile's may come in
+            if (jn < klimit) flash_stage<T, DP>(ks, k, a.sk, a, kh, jn, next_keys);
+            cp_async_commit();
         }
 
-        cp_async_wait1();  // this tile's values (the next tile's keys may still be in flight)
-        __syncthreads();
-        // out += P · V, 16 keys at a time.
+        if (mine) {
+            // Mask, scale (base 2) and the running maximum of each row.
+            float mt[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int kk = 0; kk < FLASH_BN / 16; ++kk) {
-            const unsigned pa[4] = {
-                Mma<T>::pack(s[2 * kk][0], s[2 * kk][1]),
-                Mma<T>::pack(s[2 * kk][2], s[2 * kk][3]),
-                Mma<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                Mma<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]),
-            };
+            for (int n = 0; n < FLASH_BN / 8; ++n) {
 #pragma unroll
-            for (int nd = 0; nd < DP / 16; ++nd) {
-                unsigned bf[4];
-                ldmatrix_x4_trans(bf, vb + (kk * 16 * DS + nd * 16) * 2);
-                Mma<T>::run(o[2 * nd], pa, bf[0], bf[1]);
-                Mma<T>::run(o[2 * nd + 1], pa, bf[2], bf[3]);
+                for (int x = 0; x < 4; ++x) {
+                    const unsigned rr = x >> 1, jj = n * 8 + 2 * t + (x & 1);
+                    const bool vis = live[rr] && ((keys >> jj) & 1) &&
+                                     (!a.causal || j0 + jj <= qi[rr] + a.causal_offset);
+                    s[n][x] = vis ? s[n][x] * a.scale_log2 : -INFINITY;
+                    mt[rr] = fmaxf(mt[rr], s[n][x]);
+                }
+            }
+            float corr[2];
+#pragma unroll
+            for (int rr = 0; rr < 2; ++rr) {
+                mt[rr] = fmaxf(mt[rr], __shfl_xor_sync(0xffffffffu, mt[rr], 1));
+                mt[rr] = fmaxf(mt[rr], __shfl_xor_sync(0xffffffffu, mt[rr], 2));
+                const float mn = fmaxf(m[rr], mt[rr]);
+                corr[rr] = (mn == -INFINITY) ? 1.f : exp2f(m[rr] - mn);
+                m[rr] = mn;
+                l[rr] *= corr[rr];
+            }
+#pragma unroll
+            for (int n = 0; n < FLASH_BN / 8; ++n) {
+#pragma unroll
+                for (int x = 0; x < 4; ++x) {
+                    const unsigned rr = x >> 1;
+                    s[n][x] = (s[n][x] == -INFINITY) ? 0.f : exp2f(s[n][x] - m[rr]);
+                    l[rr] += s[n][x];
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < DP / 8; ++n) {
+                o[n][0] *= corr[0];
+                o[n][1] *= corr[0];
+                o[n][2] *= corr[1];
+                o[n][3] *= corr[1];
+            }
+
+            if constexpr (RES == 0) {
+                cp_async_wait1();  // this tile's values (the next tile's keys may still be in flight)
+                __syncthreads();
+            }
+            // out += P · V, 16 keys at a time.
+#pragma unroll
+            for (int kk = 0; kk < FLASH_BN / 16; ++kk) {
+                const unsigned pa[4] = {
+                    Mma<T>::pack(s[2 * kk][0], s[2 * kk][1]),
+                    Mma<T>::pack(s[2 * kk][2], s[2 * kk][3]),
+                    Mma<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                    Mma<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]),
+                };
+#pragma unroll
+                for (int nd = 0; nd < DP / 16; ++nd) {
+                    unsigned bf[4];
+                    ldmatrix_x4_trans(bf, vb + at + (kk * 16 * DS + nd * 16) * 2);
+                    Mma<T>::run(o[2 * nd], pa, bf[0], bf[1]);
+                    Mma<T>::run(o[2 * nd + 1], pa, bf[2], bf[3]);
+                }
             }
         }
-        __syncthreads();  // every warp is done with the values
-        if (jn < klimit) flash_stage<T, DP>(vs, v, a.sv, a, kh, jn, next_keys);
-        cp_async_commit();
+        if constexpr (RES == 0) {
+            __syncthreads();  // every warp is done with the values
+            if (jn < klimit) flash_stage<T, DP>(vs, v, a.sv, a, kh, jn, next_keys);
+            cp_async_commit();
+        }
         j0 = jn;
         keys = next_keys;
     }
@@ -244,6 +288,41 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
     for (int rr = 0; rr < 2; ++rr) {
         l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 1);
         l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 2);
+    }
+    if constexpr (RES > 0) {
+        // The odd tiles' warps hand their unnormalized rows and (max, sum) to the even tiles'
+        // warps of the same rows (through the staged keys' memory, no longer read), which
+        // merge them into theirs and go on alone.
+        __syncthreads();
+        float* xo = (float*)ks;                  // [FLASH_BM][DP]
+        float2* xml = (float2*)(xo + FLASH_BM * DP);  // [FLASH_BM]
+        if (half == 1) {
+#pragma unroll
+            for (int rr = 0; rr < 2; ++rr) {
+                const unsigned r = warp * 16 + g + 8 * rr;
+#pragma unroll
+                for (int n = 0; n < DP / 8; ++n) *(float2*)(xo + r * DP + n * 8 + 2 * t) = make_float2(o[n][2 * rr], o[n][2 * rr + 1]);
+                if (t == 0) xml[r] = make_float2(m[rr], l[rr]);
+            }
+        }
+        __syncthreads();
+        if (half == 1) return;
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+            const unsigned r = warp * 16 + g + 8 * rr;
+            const float2 e = xml[r];
+            const float mx = fmaxf(m[rr], e.x);
+            const float w0 = m[rr] == -INFINITY ? 0.f : exp2f(m[rr] - mx);
+            const float w1 = e.x == -INFINITY ? 0.f : exp2f(e.x - mx);
+            m[rr] = mx;
+            l[rr] = l[rr] * w0 + e.y * w1;
+#pragma unroll
+            for (int n = 0; n < DP / 8; ++n) {
+                const float2 x = *(const float2*)(xo + r * DP + n * 8 + 2 * t);
+                o[n][2 * rr] = o[n][2 * rr] * w0 + x.x * w1;
+                o[n][2 * rr + 1] = o[n][2 * rr + 1] * w0 + x.y * w1;
+            }
+        }
     }
     if (gridDim.z == 1) {
 #pragma unroll
@@ -364,7 +443,14 @@ __device__ void flash_combine(const float* __restrict__ part, const float* __res
 #define FLASH_ATTENTION(T, S, DP)                                                                        \
     extern "C" __global__ void __launch_bounds__(FLASH_THREADS) flash_attention_d##DP##_##S(             \
         const T* q, const T* k, const T* v, T* out, float* part, float* part_ml, const FlashArgs a) {    \
-        flash_attention<T, DP>(q, k, v, out, part, part_ml, a);                                         \
+        flash_attention<T, DP, 0>(q, k, v, out, part, part_ml, a);                                      \
+    }
+// flash_attention_res_dDP_S: FLASH_RES tiles resident (head dims up to 128).
+#define FLASH_RES 4
+#define FLASH_ATTENTION_RES(T, S, DP)                                                                    \
+    extern "C" __global__ void __launch_bounds__(2 * FLASH_THREADS) flash_attention_res_d##DP##_##S(     \
+        const T* q, const T* k, const T* v, T* out, float* part, float* part_ml, const FlashArgs a) {    \
+        flash_attention<T, DP, FLASH_RES>(q, k, v, out, part, part_ml, a);                              \
     }
 // flash_combine_S (any number of splits) and flash_combine{4,8,16}_S (at most that many).
 #define FLASH_COMBINE(T, S, SUFFIX, N)                                                                   \
@@ -375,6 +461,8 @@ __device__ void flash_combine(const float* __restrict__ part, const float* __res
 #define FLASH_ALL(T, S)                                                                                  \
     FLASH_ATTENTION(T, S, 16) FLASH_ATTENTION(T, S, 32) FLASH_ATTENTION(T, S, 64)                       \
     FLASH_ATTENTION(T, S, 80) FLASH_ATTENTION(T, S, 128) FLASH_ATTENTION(T, S, 256)                     \
+    FLASH_ATTENTION_RES(T, S, 16) FLASH_ATTENTION_RES(T, S, 32) FLASH_ATTENTION_RES(T, S, 64)           \
+    FLASH_ATTENTION_RES(T, S, 80) FLASH_ATTENTION_RES(T, S, 128)                                        \
     FLASH_COMBINE(T, S, , 0) FLASH_COMBINE(T, S, 4, 4) FLASH_COMBINE(T, S, 8, 8)                      \
     FLASH_COMBINE(T, S, 16, 16)
 FLASH_ALL(bf16, bf16)

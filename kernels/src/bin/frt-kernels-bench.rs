@@ -604,7 +604,12 @@ fn main() {
                     if plan.uses_gemm() {
                         "plan: GEMM+softmax+GEMM".to_string()
                     } else if let Some(n) = plan.flash_splits() {
-                        format!("plan: tensor cores ×{n}")
+                        let res = if plan.flash_resident() {
+                            ", resident"
+                        } else {
+                            ""
+                        };
+                        format!("plan: tensor cores ×{n}{res}")
                     } else {
                         "plan: fused kernel".to_string()
                     },

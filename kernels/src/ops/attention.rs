@@ -451,6 +451,9 @@ enum Path {
         dp: usize,
         splits: usize,
         keys_per_split: usize,
+        /// Every tile of a block's keys staged at once (`flash_attention_res_*`: head dims up
+        /// up to 128, at most [`FLASH_RES`] tiles of keys, one split).
+        resident: bool,
         /// Partial rows `[splits, Hq·Sq, D]` and their (max, sum) `[splits, Hq·Sq, 2]` (f32),
         /// when `splits > 1`.
         part: Option<Box<(Tensor, Tensor)>>,
@@ -517,6 +520,10 @@ const FLASH_HEAD_DIMS: [usize; 6] = [16, 32, 64, 80, 128, 256];
 /// Rows of one block of the tensor-core kernel, and keys of one staged tile.
 const FLASH_BM: usize = 64;
 const FLASH_BN: usize = 64;
+/// Tiles of keys the resident form of the tensor-core kernel stages at once (`FLASH_RES` in
+/// `flash.cu`), and the largest head dim it is built for.
+const FLASH_RES: usize = 4;
+const FLASH_RES_MAX_DP: usize = 128;
 
 /// Whether [`Kernels::attention_plan`] takes the tensor-core kernel (when it can run) rather
 /// than the GEMM path. [`AttentionPath::Flash`] / [`AttentionPath::Gemm`] force the choice;
@@ -850,7 +857,9 @@ impl Kernels {
 
     /// The tensor-core path for `batch` attentions of these dimensions: keys are split when
     /// the blocks of rows alone would not put two blocks on every SM (a split is at least one
-    /// tile of keys).
+    /// tile of keys) — unless the keys fit [`FLASH_RES`] tiles with a head dim up to
+    /// [`FLASH_RES_MAX_DP`] (SigLIP): then one split stages them all at once (the resident
+    /// form, without a merge). A forced split count keeps the streaming form.
     fn attention_flash_path(
         &self,
         dims: &Dims,
@@ -874,6 +883,20 @@ impl Kernels {
             })
             .min(dims.sk_len.div_ceil(FLASH_BN))
             .max(1);
+        // The resident form, when the split count is the plan's own and its shared memory is
+        // within what a block may have (101 KiB at head dim 80: more than sm_86 and sm_89
+        // give). (At head dim 256, splits of 2 resident tiles for the action expert — half the
+        // splits to merge — measured slower on an H100: 14.8 against 11.4 µs.)
+        let resident_shared = (FLASH_BM + 2 * FLASH_RES * FLASH_BN) * (dp + 8) * 2;
+        let resident = forced_splits.is_none()
+            && self.options.attention_splits.is_none()
+            && dp <= FLASH_RES_MAX_DP
+            && dims.sk_len <= FLASH_RES * FLASH_BN
+            && self
+                .cuda
+                .as_ref()
+                .is_some_and(|c| resident_shared <= c.max_shared as usize);
+        let splits = if resident { 1 } else { splits };
         let keys_per_split = dims.sk_len.div_ceil(splits).div_ceil(FLASH_BN) * FLASH_BN;
         let splits = dims.sk_len.div_ceil(keys_per_split).max(1);
         let part = if splits > 1 {
@@ -908,6 +931,7 @@ impl Kernels {
             dp,
             splits,
             keys_per_split,
+            resident,
             part,
         })
     }
@@ -1052,6 +1076,13 @@ impl AttentionPlan {
         }
     }
 
+    /// Whether the plan's tensor-core kernel stages all of a block's keys at once (the
+    /// resident form) rather than one tile at a time.
+    pub fn flash_resident(&self) -> bool {
+        matches!(self.path, Path::Flash { resident: true, .. })
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn run_flash(
         &self,
         k: &Kernels,
@@ -1059,6 +1090,7 @@ impl AttentionPlan {
         dp: usize,
         splits: usize,
         keys_per_split: usize,
+        resident: bool,
         part: Option<&(Tensor, Tensor)>,
     ) -> Result<()> {
         let c = k.cuda.as_ref().expect("flash path only on CUDA");
@@ -1103,19 +1135,27 @@ impl AttentionPlan {
         let (mut qp, mut kp, mut vp, mut op) =
             (self.q.ptr(), self.k.ptr(), self.v.ptr(), self.out.ptr());
         let rows = d.hq / d.hkv * d.sq_len;
-        let shared = ((FLASH_BM + 2 * FLASH_BN) * (dp + 8) * 2) as u32;
-        let name: &'static str = match dp {
-            16 => "flash_attention_d16",
-            32 => "flash_attention_d32",
-            64 => "flash_attention_d64",
-            80 => "flash_attention_d80",
-            128 => "flash_attention_d128",
-            _ => "flash_attention_d256",
+        // The resident form's blocks have two warps for every 16 rows.
+        let (tiles, threads) = if resident { (FLASH_RES, 256) } else { (1, 128) };
+        let shared = ((FLASH_BM + 2 * tiles * FLASH_BN) * (dp + 8) * 2) as u32;
+        let name: &'static str = match (dp, resident) {
+            (16, false) => "flash_attention_d16",
+            (32, false) => "flash_attention_d32",
+            (64, false) => "flash_attention_d64",
+            (80, false) => "flash_attention_d80",
+            (128, false) => "flash_attention_d128",
+            (_, false) => "flash_attention_d256",
+            (16, true) => "flash_attention_res_d16",
+            (32, true) => "flash_attention_res_d32",
+            (64, true) => "flash_attention_res_d64",
+            (80, true) => "flash_attention_res_d80",
+            (_, true) => "flash_attention_res_d128",
         };
         let dt = Some(self.q.dtype());
         // SAFETY: the layouts, alignments and head dim were checked when planned (for every
         // entry of a batch); the partial tensors hold splits · batch · Hq · Sq rows; shared
-        // memory is the queries and two staged tiles.
+        // memory is the queries and the staged tiles (resident: a split's keys are at most
+        // FLASH_RES tiles and the head dim at most 128, as planned).
         unsafe {
             c.launch_raw(
                 s,
@@ -1126,7 +1166,7 @@ impl AttentionPlan {
                     (d.hkv * self.batch.n) as u32,
                     splits as u32,
                 ),
-                (128, 1, 1),
+                (threads, 1, 1),
                 shared,
                 &mut args!(qp, kp, vp, op, pp, mp, args),
             )?;
@@ -1166,8 +1206,17 @@ impl AttentionPlan {
                 dp,
                 splits,
                 keys_per_split,
+                resident,
                 part,
-            } => self.run_flash(k, s, *dp, *splits, *keys_per_split, part.as_deref()),
+            } => self.run_flash(
+                k,
+                s,
+                *dp,
+                *splits,
+                *keys_per_split,
+                *resident,
+                part.as_deref(),
+            ),
             Path::Gemm {
                 qk,
                 pv,
