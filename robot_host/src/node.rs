@@ -1158,6 +1158,9 @@ impl Node {
                 "this model has no FP8 path to calibrate (Pi0.5 has one)",
             ));
         }
+        if let Some(reason) = self.policy.calibrating_refused() {
+            return Err(crate::Error::bad("calibrate", reason));
+        }
         self.calibrating = Some(frt_vla::calibration::RangeRecorder::new(percentile)?);
         Ok(())
     }

@@ -408,6 +408,9 @@ impl Policy {
                         fp8: fp8_expert,
                         fp8_prefix: cfg.model.fp8_prefix.unwrap_or(true),
                         fp8_vision: cfg.model.fp8_vision.unwrap_or(true),
+                        // A node records calibrations on a 16-bit model (`calibrate`), so
+                        // its FP8 stacks load only their FP8 weights.
+                        fp8_keep_16bit: false,
                     },
                 ),
             };
@@ -650,6 +653,12 @@ impl Policy {
     /// What a calibration of this model is recorded on, where it has an FP8 path.
     pub fn calibration_model(&self) -> Option<String> {
         self.model.calibration_model()
+    }
+
+    /// Why the model cannot record a calibration, if it cannot (see
+    /// `frt_vla::Policy::calibrating_refused`).
+    pub fn calibrating_refused(&self) -> Option<String> {
+        self.model.calibrating_refused()
     }
 
     /// Writes another calibration's scales into the FP8 model's buffers (no recapture; waits

@@ -872,6 +872,10 @@ fn a_new_calibration_is_taken_while_running_without_recapture() {
     let run = |switch: bool| {
         let mut r = rig_with(Config::parse(&fp8(&file_a)).unwrap());
         let captures = r.node.policy().capture_count();
+        // The FP8 node holds only its FP8 stacks' quantized weights: recording a calibration
+        // on it (which runs the 16-bit path) is refused by reason.
+        let e = r.node.calibrate(100.0).unwrap_err().to_string();
+        assert!(e.contains("16-bit weights"), "{e}");
         let mut params = Parameters::new(r.node.config());
         r.observe(1.0, 0);
         assert_eq!(r.node.tick(), TickOutcome::Published);

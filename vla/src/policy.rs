@@ -100,6 +100,12 @@ pub trait Policy: Send + Sync {
         })
     }
 
+    /// Why [`calibrate_inference`](Self::calibrate_inference) cannot run on this model, if it
+    /// cannot (no FP8 path; an FP8 model without the 16-bit weights recording runs on).
+    fn calibrating_refused(&self) -> Option<String> {
+        Some(format!("{} has no FP8 path to calibrate", self.spec().name))
+    }
+
     /// What a calibration of this model is recorded on (see
     /// [`Calibration::model`](crate::calibration::Calibration::model)), where it has one.
     fn calibration_model(&self) -> Option<String> {

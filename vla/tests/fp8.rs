@@ -187,6 +187,62 @@ fn an_fp8_expert_stays_close_and_recalibrates_without_recapture() {
     }
 }
 
+/// An FP8 model built without its 16-bit weights (`fp8_keep_16bit` off) computes what one
+/// with them computes, bit for bit, before and after a new calibration; it refuses to record
+/// a calibration (the 16-bit path) by reason. Stacks left in 16-bit keep their weights.
+#[test]
+fn an_fp8_model_without_16bit_weights_computes_the_same() {
+    let ctx = Ctx::host().unwrap();
+    let s = ctx.stream(0).unwrap();
+    let c = Pi05Config::tiny();
+    let w = Pi05Weights::random(&c, 11);
+    let dt = DType::BF16;
+    let base = Pi05::build(&ctx, s, &w, &Pi05Options::new(dt)).unwrap();
+    assert!(base.has_16bit_weights() && base.calibrating_refused().is_none());
+    let cal = calibrate(&base, &[owned(&c, 1), owned(&c, 2)]);
+    let mut cal3 = cal.clone();
+    for r in cal3.ranges.values_mut() {
+        *r *= 3.0;
+    }
+    let held = owned(&c, 5);
+    for prefix in [true, false] {
+        let build = |keep: bool| {
+            let mut o = Pi05Options::new(dt);
+            o.fp8 = Some(cal.clone());
+            o.fp8_prefix = prefix;
+            o.fp8_vision = true;
+            o.fp8_keep_16bit = keep;
+            Pi05::build(&ctx, s, &w, &o).unwrap()
+        };
+        let (kept, lean) = (build(true), build(false));
+        assert!(kept.has_16bit_weights());
+        assert!(!lean.has_16bit_weights(), "prefix in FP8: {prefix}");
+        let run = |m: &Pi05| with_obs(&held, |obs| m.infer(obs).unwrap());
+        assert_eq!(
+            bits(&run(&kept)),
+            bits(&run(&lean)),
+            "prefix in FP8: {prefix}"
+        );
+        kept.set_calibration(&cal3).unwrap();
+        lean.set_calibration(&cal3).unwrap();
+        assert_eq!(
+            bits(&run(&kept)),
+            bits(&run(&lean)),
+            "prefix in FP8: {prefix}, after a new calibration"
+        );
+        let why = lean.calibrating_refused().expect("refused");
+        assert!(why.contains("fp8_keep_16bit"), "{why}");
+        let mut rec = frt_vla::calibration::RangeRecorder::new(99.9).unwrap();
+        let e = lean.calibrate_inference(&mut rec).unwrap_err().to_string();
+        assert!(e.contains("16-bit weights"), "{e}");
+        assert!(kept.calibrating_refused().is_none());
+    }
+    // Without FP8 the option changes nothing: a 16-bit model needs its weights.
+    let mut o = Pi05Options::new(dt);
+    o.fp8_keep_16bit = false;
+    assert!(Pi05::build(&ctx, s, &w, &o).unwrap().has_16bit_weights());
+}
+
 #[test]
 fn calibrations_that_do_not_fit_are_refused_by_reason() {
     let ctx = Ctx::host().unwrap();

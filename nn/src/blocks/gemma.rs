@@ -28,6 +28,14 @@ pub struct GemmaLayer {
     /// RMSNorm (1 + w) weights; `None` in an adaptive-norm layer.
     pub ln1: Option<Tensor>,
     pub ln2: Option<Tensor>,
+    /// The 16-bit projections; `None` in a layer loaded without them (a stack that runs FP8
+    /// GEMMs from [`GemmaFp8`] only).
+    pub proj: Option<GemmaProjections>,
+}
+
+/// A Gemma layer's projections in the model's 16-bit (or f32) precision.
+#[derive(Clone)]
+pub struct GemmaProjections {
     /// `[(heads + 2·kv_heads)·head_dim, width]`: q, k, v rows (one GEMM; heads split by
     /// `rope_qkv`).
     pub qkv: Tensor,
@@ -42,11 +50,13 @@ pub struct GemmaLayer {
 impl GemmaLayer {
     /// Loads the layer under `p` (`input_layernorm`, `self_attn.{q,k,v,o}_proj`,
     /// `post_attention_layernorm`, `mlp.{gate,up,down}_proj`) in `dt`; an adaptive-norm layer
-    /// has no norm weights here.
+    /// has no norm weights here. Without `projections` only the norms are uploaded (the
+    /// projections' names and shapes are still checked).
     pub fn load(
         p: &Path,
         d: &GemmaDims,
         adaptive: bool,
+        projections: bool,
         ctx: &Ctx,
         s: Stream,
         dt: DType,
@@ -70,15 +80,22 @@ impl GemmaLayer {
             m.pp("gate_proj").get("weight", &[d.mlp, w])?,
             m.pp("up_proj").get("weight", &[d.mlp, w])?,
         ];
+        let o = a.pp("o_proj").get("weight", &[w, q_rows])?;
+        let down = m.pp("down_proj").get("weight", &[w, d.mlp])?;
+        let proj = if projections {
+            Some(GemmaProjections {
+                qkv: upload_stacked(&qkv, ctx, s, dt)?,
+                o: o.upload(ctx, s, dt)?,
+                gate_up: upload_stacked(&gate_up, ctx, s, dt)?,
+                down: down.upload(ctx, s, dt)?,
+            })
+        } else {
+            None
+        };
         Ok(GemmaLayer {
             ln1: norm("input_layernorm")?,
             ln2: norm("post_attention_layernorm")?,
-            qkv: upload_stacked(&qkv, ctx, s, dt)?,
-            o: a.pp("o_proj").upload("weight", &[w, q_rows], ctx, s, dt)?,
-            gate_up: upload_stacked(&gate_up, ctx, s, dt)?,
-            down: m
-                .pp("down_proj")
-                .upload("weight", &[w, d.mlp], ctx, s, dt)?,
+            proj,
         })
     }
 }

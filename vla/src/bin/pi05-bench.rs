@@ -96,6 +96,9 @@ fn build_with(
         fp8: fp8_expert,
         fp8_prefix: false,
         fp8_vision: false,
+        // The FP8 models here are never calibrated (the bf16 model is): only their FP8
+        // weights are loaded for the stacks in FP8.
+        fp8_keep_16bit: false,
     };
     Pi05::build(ctx, s, w, &o).unwrap()
 }
@@ -736,6 +739,7 @@ fn fp8_expert(ctx: &Ctx, iters: usize) {
         o.fp8 = Some(cal.clone());
         o.fp8_prefix = true;
         o.fp8_vision = vision;
+        o.fp8_keep_16bit = false;
         Pi05::build(ctx, s, &w, &o).unwrap()
     };
     taken.push(used() - before);
@@ -898,7 +902,7 @@ fn fp8_expert(ctx: &Ctx, iters: usize) {
         println!("| {name} | {vi} | {p} | {st} | {e} | {gb:.2} |");
     }
     println!(
-        "\nGPU memory in use (the four models): {:.1} GB of {:.1}. An FP8 model keeps its 16-bit weights too (for calibrating again).",
+        "\nGPU memory in use (the four models): {:.1} GB of {:.1}. The FP8 models hold only the quantized weights of their language model and expert (`fp8_keep_16bit` off); SigLIP keeps its 16-bit weights.",
         (total - free) as f64 / 1e9,
         total as f64 / 1e9
     );

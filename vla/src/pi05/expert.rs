@@ -18,7 +18,7 @@ use frt_exec::Stream;
 use frt_kernels::{
     AttentionMask, AttentionPlan, DType, Fp8Linear, GegluLinear, Gemm, Kernels, Tensor,
 };
-use frt_nn::blocks::gemma::GemmaDims;
+use frt_nn::blocks::gemma::{GemmaDims, GemmaProjections};
 
 /// What a calibration run does at each FP8 GEMM input: is given the activation (see
 /// [`Expert::record_calibrating`]).
@@ -30,6 +30,14 @@ struct ExpertFp8 {
     stack: Fp8Stack,
     lin: [Fp8Linear; 4],
     gate_up: Tensor,
+}
+
+/// The expert's 16-bit GEMMs: q/k/v, attention out, gate+up with the GEGLU, down.
+struct Sixteen {
+    qkv: Gemm,
+    o: Gemm,
+    gate_up: GegluLinear,
+    down: Gemm,
 }
 
 /// The action expert, planned (see the module docs).
@@ -54,10 +62,8 @@ pub(crate) struct Expert {
     sattn: Tensor,
     so: Tensor,
     sh: Tensor,
-    sg_qkv: Gemm,
-    sg_o: Gemm,
-    sg_gu: GegluLinear,
-    sg_down: Gemm,
+    /// The 16-bit GEMMs, when the layers hold 16-bit weights.
+    sixteen: Option<Sixteen>,
     /// Per number of encoded views: its prefix rows and a layer's attention plans.
     variants: Vec<StepVariant<AttentionPlan>>,
     /// The FP8 GEMMs, when built with a calibration.
@@ -168,11 +174,16 @@ impl Expert {
         let sattn = Tensor::alloc(ctx, "step.attn", dt, &[s_len, heads * hd])?;
         let so = Tensor::alloc(ctx, "step.o", dt, &[s_len, ew])?;
         let sh = Tensor::alloc(ctx, "step.mlp", dt, &[s_len, eg.mlp])?;
-        let sg_qkv = k.linear(&aln, &el[0].qkv, &sqkv, false, false)?;
-        let sg_o = k.linear(&sattn, &el[0].o, &so, false, false)?;
-        // The MLP's gate and up projections with the gate applied (one kernel on CUDA).
-        let sg_gu = k.geglu_linear(&aln, &el[0].gate_up, &sh)?;
-        let sg_down = k.linear(&sh, &el[0].down, &so, false, false)?;
+        let sixteen = match &el[0].proj {
+            Some(w) => Some(Sixteen {
+                qkv: k.linear(&aln, &w.qkv, &sqkv, false, false)?,
+                o: k.linear(&sattn, &w.o, &so, false, false)?,
+                // The MLP's gate and up projections with the gate applied.
+                gate_up: k.geglu_linear(&aln, &w.gate_up, &sh)?,
+                down: k.linear(&sh, &w.down, &so, false, false)?,
+            }),
+            None => None,
+        };
         let flow = Flow::build(k, s, w, &io, &a32, &aln32)?;
         let fp8 = match fp8 {
             Some(cal) => {
@@ -220,10 +231,7 @@ impl Expert {
             sattn,
             so,
             sh,
-            sg_qkv,
-            sg_o,
-            sg_gu,
-            sg_down,
+            sixteen,
             variants: Vec::new(),
             fp8,
         };
@@ -263,6 +271,11 @@ impl Expert {
         self.fp8.is_some()
     }
 
+    /// Whether the expert holds its 16-bit weights (see `Pi05Options::fp8_keep_16bit`).
+    pub(crate) fn has_16bit_weights(&self) -> bool {
+        self.sixteen.is_some()
+    }
+
     /// A new calibration for the FP8 GEMMs (a buffer write on `s`: captured graphs keep
     /// running, with the new scales). An error for an expert built without FP8.
     pub(crate) fn set_calibration(&self, s: Stream, cal: &Calibration) -> Result<()> {
@@ -277,6 +290,18 @@ impl Expert {
     /// The frozen-prefix buffers, when built with them.
     pub(crate) fn inpaint(&self) -> Option<&Inpaint> {
         self.flow.inpaint()
+    }
+
+    /// Layer `l`'s 16-bit weights and the 16-bit GEMMs, or the error of an expert that holds
+    /// only FP8 weights.
+    fn sixteen<'a>(&'a self, l: &'a GemmaLayer) -> Result<(&'a GemmaProjections, &'a Sixteen)> {
+        let w = l.w16("action expert")?;
+        Ok((
+            w,
+            self.sixteen
+                .as_ref()
+                .expect("planned where the weights are"),
+        ))
     }
 
     /// Norm `j`'s `[scale; shift; gate]` at step `step`.
@@ -376,7 +401,10 @@ impl Expert {
                 Some(f) => f
                     .stack
                     .linear_quantized(cs, (j, 0), &f.lin[0], s_len, &self.sqkv)?,
-                None => self.sg_qkv.run(cs, &self.aln, &l.qkv, &self.sqkv, None)?,
+                None => {
+                    let (w, sg) = self.sixteen(l)?;
+                    sg.qkv.run(cs, &self.aln, &w.qkv, &self.sqkv, None)?
+                }
             }
             k.rope_qkv(
                 cs,
@@ -394,7 +422,10 @@ impl Expert {
                 Some(f) => f
                     .stack
                     .linear(k, cs, (j, 1), &f.lin[1], &self.sattn, &self.so)?,
-                None => self.sg_o.run(cs, &self.sattn, &l.o, &self.so, None)?,
+                None => {
+                    let (w, sg) = self.sixteen(l)?;
+                    sg.o.run(cs, &self.sattn, &w.o, &self.so, None)?
+                }
             }
             gate = residual_norm(&gate, &self.modulation(i, 2 * j + 1)?, codes(j, 2)?)?;
             see(j, 2, &self.aln)?;
@@ -413,14 +444,20 @@ impl Expert {
                         (&c, &sc),
                     )?;
                 }
-                None => self.sg_gu.run(k, cs, &self.aln, &l.gate_up, &self.sh)?,
+                None => {
+                    let (w, sg) = self.sixteen(l)?;
+                    sg.gate_up.run(k, cs, &self.aln, &w.gate_up, &self.sh)?
+                }
             }
             see(j, 3, &self.sh)?;
             match fp8 {
                 Some(f) => f
                     .stack
                     .linear_quantized(cs, (j, 3), &f.lin[3], s_len, &self.so)?,
-                None => self.sg_down.run(cs, &self.sh, &l.down, &self.so, None)?,
+                None => {
+                    let (w, sg) = self.sixteen(l)?;
+                    sg.down.run(cs, &self.sh, &w.down, &self.so, None)?
+                }
             }
             // modulation 2·depth is the final norm's
             let m = self.modulation(i, 2 * j + 2)?;

@@ -350,8 +350,8 @@ pub struct Pi05Options {
     /// not known. No effect on results (the next inference writes every input).
     pub run_variants_once: bool,
     /// The action expert's GEMMs in FP8 with this calibration's activation scales (weights
-    /// quantized per output feature at load; the 16-bit weights stay too, for calibrating
-    /// again), and the language model's with `fp8_prefix`. Pi0.5 only; see
+    /// quantized per output feature at load; the 16-bit weights too, with
+    /// `fp8_keep_16bit`), and the language model's with `fp8_prefix`. Pi0.5 only; see
     /// [`Pi05::calibrate`] and [`Pi05::set_calibration`].
     pub fp8: Option<crate::calibration::Calibration>,
     /// With `fp8`: the prefix (the language model's GEMMs) in FP8 too.
@@ -359,6 +359,12 @@ pub struct Pi05Options {
     /// With `fp8`: SigLIP's GEMMs in FP8 too (a bf16 or f16 model: its biases need a 16-bit
     /// output).
     pub fp8_vision: bool,
+    /// With `fp8`: the language model's and the expert's 16-bit projections are loaded too
+    /// (the 16-bit path [`Pi05::calibrate`] runs). Off, their stacks in FP8 hold only the
+    /// quantized weights (about half the weight memory; a new calibration file still loads,
+    /// [`Pi05::set_calibration`], but recording one is refused). SigLIP keeps its 16-bit
+    /// weights either way.
+    pub fp8_keep_16bit: bool,
 }
 
 impl Pi05Options {
@@ -374,6 +380,7 @@ impl Pi05Options {
             fp8: None,
             fp8_prefix: true,
             fp8_vision: false,
+            fp8_keep_16bit: true,
         }
     }
 }
@@ -520,6 +527,10 @@ impl Pi05 {
             kv_heads: g.kv_heads,
             head_dim: g.head_dim,
         };
+        // A stack in FP8 without `fp8_keep_16bit` loads no 16-bit projections.
+        let fp8_on = options.fp8.is_some() && c.variant == Variant::Pi05;
+        let keep = options.fp8_keep_16bit;
+        let (ll_proj, el_proj) = (keep || !(fp8_on && options.fp8_prefix), keep || !fp8_on);
         let mut ll = Vec::with_capacity(lg.depth);
         let mut el = Vec::with_capacity(eg.depth);
         for i in 0..lg.depth {
@@ -528,7 +539,15 @@ impl Pi05 {
                 root.pp(EXPERT).pp("layers").pp(i),
             );
             let l = GemmaLayer {
-                w: frt_nn::blocks::gemma::GemmaLayer::load(&lp, &dims(lg), false, ctx, s, dt)?,
+                w: frt_nn::blocks::gemma::GemmaLayer::load(
+                    &lp,
+                    &dims(lg),
+                    false,
+                    ll_proj,
+                    ctx,
+                    s,
+                    dt,
+                )?,
                 k_cache: zeroed(&lp.name("k_cache"))?,
                 v_cache: zeroed(&lp.name("v_cache"))?,
             };
@@ -536,7 +555,15 @@ impl Pi05 {
             // expert norms are adaptive, Pi0's plain.
             let adaptive = c.variant == Variant::Pi05;
             el.push(GemmaLayer {
-                w: frt_nn::blocks::gemma::GemmaLayer::load(&ep, &dims(eg), adaptive, ctx, s, dt)?,
+                w: frt_nn::blocks::gemma::GemmaLayer::load(
+                    &ep,
+                    &dims(eg),
+                    adaptive,
+                    el_proj,
+                    ctx,
+                    s,
+                    dt,
+                )?,
                 k_cache: l.k_cache.clone(),
                 v_cache: l.v_cache.clone(),
             });
@@ -1142,6 +1169,31 @@ impl Pi05 {
         calibration_model(&self.config)
     }
 
+    /// Whether the language model and the expert hold their 16-bit weights (off only for an
+    /// FP8 model built without [`Pi05Options::fp8_keep_16bit`]).
+    pub fn has_16bit_weights(&self) -> bool {
+        let expert = match &self.step_model {
+            StepModel::Pi05(e) => e.has_16bit_weights(),
+            StepModel::Pi0(_) => true,
+        };
+        expert && self.prefix_parts.layers.iter().all(|l| l.proj.is_some())
+    }
+
+    /// Why [`calibrate`](Self::calibrate) cannot run on this model, if it cannot: Pi0 has no
+    /// FP8 path, and recording runs the 16-bit path, whose weights an FP8 model built without
+    /// [`Pi05Options::fp8_keep_16bit`] does not hold.
+    pub fn calibrating_refused(&self) -> Option<String> {
+        if self.config.variant != Variant::Pi05 {
+            return Some("Pi0 has no FP8 path to calibrate (Pi0.5 has one)".into());
+        }
+        (!self.has_16bit_weights()).then(|| {
+            "recording a calibration runs the 16-bit path, and this FP8 model was built \
+             without its 16-bit weights (Pi05Options::fp8_keep_16bit off): record on a 16-bit \
+             model of the same checkpoint"
+                .into()
+        })
+    }
+
     /// Records a calibration of SigLIP's, the language model's and the action expert's FP8 GEMM
     /// inputs
     /// ([`calibration`](crate::calibration)): each observation runs as
@@ -1166,6 +1218,9 @@ impl Pi05 {
     /// 16-bit GEMMs outside any graph, as `run` computes them), each FP8 GEMM input read back
     /// and its range recorded into `rec` as one observation.
     pub fn calibrate_inference(&self, rec: &mut crate::calibration::RangeRecorder) -> Result<()> {
+        if let Some(reason) = self.calibrating_refused() {
+            return Err(Error::Config { reason });
+        }
         let s = self.s;
         let mut probe = |name: &str, t: &Tensor| -> Result<()> {
             let v = t.read_f32(s)?;
@@ -1339,6 +1394,9 @@ impl Policy for Pi05 {
     }
     fn calibration_model(&self) -> Option<String> {
         (self.config.variant == Variant::Pi05).then(|| Pi05::calibration_model(self))
+    }
+    fn calibrating_refused(&self) -> Option<String> {
+        Pi05::calibrating_refused(self)
     }
     fn set_calibration(&self, cal: &crate::calibration::Calibration) -> Result<()> {
         Pi05::set_calibration(self, cal)

@@ -176,15 +176,16 @@ impl Expert {
             true,
             false,
         )?;
-        let sg_qkv = k.linear(&aln, &el[0].qkv, &sqkv, false, false)?;
-        let sg_o = k.linear(&sattn, &el[0].o, &a, false, true)?;
-        let sg_gu = k.geglu_linear(&aln, &el[0].gate_up, &sh)?;
-        let sg_down = k.linear(&sh, &el[0].down, &a, false, true)?;
+        let w0 = el[0].w16("action expert")?;
+        let sg_qkv = k.linear(&aln, &w0.qkv, &sqkv, false, false)?;
+        let sg_o = k.linear(&sattn, &w0.o, &a, false, true)?;
+        let sg_gu = k.geglu_linear(&aln, &w0.gate_up, &sh)?;
+        let sg_down = k.linear(&sh, &w0.down, &a, false, true)?;
         let rows = |t: &Tensor| t.narrow(0, 1, horizon);
-        let ag_qkv = k.linear(&rows(&aln)?, &el[0].qkv, &rows(&sqkv)?, false, false)?;
-        let ag_o = k.linear(&rows(&sattn)?, &el[0].o, &rows(&a)?, false, true)?;
-        let ag_gu = k.geglu_linear(&rows(&aln)?, &el[0].gate_up, &rows(&sh)?)?;
-        let ag_down = k.linear(&rows(&sh)?, &el[0].down, &rows(&a)?, false, true)?;
+        let ag_qkv = k.linear(&rows(&aln)?, &w0.qkv, &rows(&sqkv)?, false, false)?;
+        let ag_o = k.linear(&rows(&sattn)?, &w0.o, &rows(&a)?, false, true)?;
+        let ag_gu = k.geglu_linear(&rows(&aln)?, &w0.gate_up, &rows(&sh)?)?;
+        let ag_down = k.linear(&rows(&sh)?, &w0.down, &rows(&a)?, false, true)?;
         // Attention: planned per variant of the keys (`add_keys`).
         let mut e = Expert {
             el,
@@ -352,18 +353,19 @@ impl Expert {
             let kc = l.k_cache.narrow(0, *prefix_rows + r0, n)?;
             let vc = l.v_cache.narrow(0, *prefix_rows + r0, n)?;
             let ln1 = l.ln1.as_ref().expect("plain expert norms");
+            let w = l.w16("action expert")?;
             k.rms_norm(cs, &a, ln1, &aln, GEMMA_EPS)?;
-            qkv_op.run(cs, &aln, &l.qkv, &sqkv, None)?;
+            qkv_op.run(cs, &aln, &w.qkv, &sqkv, None)?;
             k.rope_qkv(cs, &sqkv, &pos, &sq, &kc, &vc, self.hd, ROPE_WAVELENGTH)?;
             if first {
                 sp.run(k, cs)?;
             }
             ap.run(k, cs)?;
-            o_op.run(cs, &sattn, &l.o, &a, None)?;
+            o_op.run(cs, &sattn, &w.o, &a, None)?;
             let ln2 = l.ln2.as_ref().expect("plain expert norms");
             k.rms_norm(cs, &a, ln2, &aln, GEMMA_EPS)?;
-            gu_op.run(k, cs, &aln, &l.gate_up, &sh)?;
-            down_op.run(cs, &sh, &l.down, &a, None)?;
+            gu_op.run(k, cs, &aln, &w.gate_up, &sh)?;
+            down_op.run(cs, &sh, &w.down, &a, None)?;
         }
         // The final norm: the action rows (the state row's output is never read).
         let (a_act, aln_act) = (self.a.narrow(0, 1, h)?, self.aln.narrow(0, 1, h)?);

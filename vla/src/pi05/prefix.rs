@@ -10,6 +10,7 @@ use super::{GEMMA_EPS, ROPE_WAVELENGTH};
 use crate::error::Result;
 use frt_exec::{Graph, ShapeKey, Stream};
 use frt_kernels::{AttentionMask, AttentionPlan, Fp8Linear, Gemm, Kernels, Tensor};
+use frt_nn::blocks::gemma::GemmaProjections;
 
 /// One prefix variant's plans: the row views, the GEMMs (16-bit, and FP8 when built with it)
 /// and each layer's attention.
@@ -19,7 +20,8 @@ struct PrefixPlan {
     views: [Tensor; 7],
     image_rows: usize,
     prompt_rows: usize,
-    gemms: [Gemm; 4],
+    /// The 16-bit GEMMs, when the layers hold 16-bit weights.
+    gemms: Option<[Gemm; 4]>,
     fp8: Option<[Fp8Linear; 4]>,
     attention: Vec<AttentionPlan>,
 }
@@ -37,6 +39,20 @@ impl std::ops::Deref for GemmaLayer {
     type Target = frt_nn::blocks::gemma::GemmaLayer;
     fn deref(&self) -> &Self::Target {
         &self.w
+    }
+}
+
+impl GemmaLayer {
+    /// The layer's 16-bit projections, or, for a stack that holds only its FP8 weights, an
+    /// error naming `part` and what would load them.
+    pub(crate) fn w16(&self, part: &str) -> Result<&GemmaProjections> {
+        self.proj.as_ref().ok_or_else(|| crate::Error::Config {
+            reason: format!(
+                "the {part}'s 16-bit weights were not loaded (an FP8 model built without \
+                 Pi05Options::fp8_keep_16bit): its 16-bit path, which recording a calibration \
+                 runs, needs them"
+            ),
+        })
     }
 }
 
@@ -119,13 +135,15 @@ impl PrefixParts {
         .collect::<Result<Vec<_>>>()?;
         let [x, ln, q, qkv, attn, gu, h]: [Tensor; 7] = views.try_into().expect("seven views");
         let mask = first(&self.mask)?;
-        let l0 = &self.layers[0];
-        let gemms = [
-            k.linear(&ln, &l0.qkv, &qkv, false, false)?,
-            k.linear(&attn, &l0.o, &x, false, true)?,
-            k.linear(&ln, &l0.gate_up, &gu, false, false)?,
-            k.linear(&h, &l0.down, &x, false, true)?,
-        ];
+        let gemms = match &self.layers[0].proj {
+            Some(w) => Some([
+                k.linear(&ln, &w.qkv, &qkv, false, false)?,
+                k.linear(&attn, &w.o, &x, false, true)?,
+                k.linear(&ln, &w.gate_up, &gu, false, false)?,
+                k.linear(&h, &w.down, &x, false, true)?,
+            ]),
+            None => None,
+        };
         let fp8 = match &self.fp8 {
             Some(f) => Some([
                 f.plan(k, 0, rows, &qkv, false)?,
@@ -187,9 +205,10 @@ impl PrefixParts {
                 Some((f, lin)) if g != 1 => f.linear_quantized(cs, (i, g), &lin[g], rows, out),
                 Some((f, lin)) => f.linear(k, cs, (i, g), &lin[g], x, out),
                 None => {
-                    let l = &self.layers[i];
-                    let w = [&l.qkv, &l.o, &l.gate_up, &l.down][g];
-                    Ok(p.gemms[g].run(cs, x, w, out, None)?)
+                    let w = self.layers[i].w16("language model")?;
+                    let gemms = p.gemms.as_ref().expect("planned where the weights are");
+                    let w = [&w.qkv, &w.o, &w.gate_up, &w.down][g];
+                    Ok(gemms[g].run(cs, x, w, out, None)?)
                 }
             }
         };
