@@ -69,6 +69,25 @@ fn calibrate(m: &Pi05, obs: &[Owned]) -> Calibration {
     m.calibrate(&list, 99.9).unwrap()
 }
 
+/// The tiny configuration on the host backend with random weights (`seed`), and the 16-bit
+/// model of `dt` built from them.
+struct Tiny {
+    ctx: Ctx,
+    s: frt_exec::Stream,
+    c: Pi05Config,
+    w: Pi05Weights,
+    base: Pi05,
+}
+
+fn tiny(seed: u64, dt: DType) -> Tiny {
+    let ctx = Ctx::host().unwrap();
+    let s = ctx.stream(0).unwrap();
+    let c = Pi05Config::tiny();
+    let w = Pi05Weights::random(&c, seed);
+    let base = Pi05::build(&ctx, s, &w, &Pi05Options::new(dt)).unwrap();
+    Tiny { ctx, s, c, w, base }
+}
+
 fn cosine(a: &[f32], b: &[f32]) -> f64 {
     let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
     let n = |v: &[f32]| v.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
@@ -192,12 +211,8 @@ fn an_fp8_expert_stays_close_and_recalibrates_without_recapture() {
 /// a calibration (the 16-bit path) by reason. Stacks left in 16-bit keep their weights.
 #[test]
 fn an_fp8_model_without_16bit_weights_computes_the_same() {
-    let ctx = Ctx::host().unwrap();
-    let s = ctx.stream(0).unwrap();
-    let c = Pi05Config::tiny();
-    let w = Pi05Weights::random(&c, 11);
     let dt = DType::BF16;
-    let base = Pi05::build(&ctx, s, &w, &Pi05Options::new(dt)).unwrap();
+    let Tiny { ctx, s, c, w, base } = tiny(11, dt);
     assert!(base.has_16bit_weights() && base.calibrating_refused().is_none());
     let cal = calibrate(&base, &[owned(&c, 1), owned(&c, 2)]);
     let mut cal3 = cal.clone();
@@ -245,11 +260,7 @@ fn an_fp8_model_without_16bit_weights_computes_the_same() {
 
 #[test]
 fn calibrations_that_do_not_fit_are_refused_by_reason() {
-    let ctx = Ctx::host().unwrap();
-    let s = ctx.stream(0).unwrap();
-    let c = Pi05Config::tiny();
-    let w = Pi05Weights::random(&c, 8);
-    let base = Pi05::build(&ctx, s, &w, &Pi05Options::new(DType::F32)).unwrap();
+    let Tiny { ctx, s, c, w, base } = tiny(8, DType::F32);
     let cal = calibrate(&base, &[owned(&c, 1)]);
     let build = |cal: Calibration| {
         let mut o = Pi05Options::new(DType::F32);
@@ -308,12 +319,8 @@ fn calibrations_that_do_not_fit_are_refused_by_reason() {
 /// stage itself differs a little.
 #[test]
 fn stage_outputs_show_where_fp8_begins() {
-    let ctx = Ctx::host().unwrap();
-    let s = ctx.stream(0).unwrap();
-    let c = Pi05Config::tiny();
-    let w = Pi05Weights::random(&c, 11);
     let dt = DType::BF16;
-    let base = Pi05::build(&ctx, s, &w, &Pi05Options::new(dt)).unwrap();
+    let Tiny { ctx, s, c, w, base } = tiny(11, dt);
     let cal = calibrate(&base, &[owned(&c, 3), owned(&c, 4)]);
     let model = |prefix: bool, vision: bool| {
         let mut o = Pi05Options::new(dt);
