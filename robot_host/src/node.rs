@@ -1152,12 +1152,7 @@ impl Node {
     /// meanwhile ending the tick with the halt chunk when it is done. A model with no FP8
     /// path: an error.
     pub fn calibrate(&mut self, percentile: f64) -> Result<()> {
-        if self.policy.calibration_model().is_none() {
-            return Err(crate::Error::bad(
-                "calibrate",
-                "this model has no FP8 path to calibrate (Pi0.5 has one)",
-            ));
-        }
+        // No FP8 path (Pi0), or an FP8 model without the 16-bit weights recording runs on.
         if let Some(reason) = self.policy.calibrating_refused() {
             return Err(crate::Error::bad("calibrate", reason));
         }

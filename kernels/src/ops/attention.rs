@@ -452,7 +452,7 @@ enum Path {
         splits: usize,
         keys_per_split: usize,
         /// Every tile of a block's keys staged at once (`flash_attention_res_*`: head dims up
-        /// up to 128, at most [`FLASH_RES`] tiles of keys, one split).
+        /// to 128, at most [`FLASH_RES`] tiles of keys, one split).
         resident: bool,
         /// Partial rows `[splits, Hq·Sq, D]` and their (max, sum) `[splits, Hq·Sq, 2]` (f32),
         /// when `splits > 1`.
@@ -524,6 +524,13 @@ const FLASH_BN: usize = 64;
 /// `flash.cu`), and the largest head dim it is built for.
 const FLASH_RES: usize = 4;
 const FLASH_RES_MAX_DP: usize = 128;
+
+/// The tensor-core kernel's shared memory at head dim `dp`: the block's queries and its staged
+/// tiles of keys and values (one of each streaming, [`FLASH_RES`] resident).
+fn flash_shared(dp: usize, resident: bool) -> usize {
+    let tiles = if resident { FLASH_RES } else { 1 };
+    (FLASH_BM + 2 * tiles * FLASH_BN) * (dp + 8) * 2
+}
 
 /// Whether [`Kernels::attention_plan`] takes the tensor-core kernel (when it can run) rather
 /// than the GEMM path. [`AttentionPath::Flash`] / [`AttentionPath::Gemm`] force the choice;
@@ -887,7 +894,7 @@ impl Kernels {
         // within what a block may have (101 KiB at head dim 80: more than sm_86 and sm_89
         // give). (At head dim 256, splits of 2 resident tiles for the action expert — half the
         // splits to merge — measured slower on an H100: 14.8 against 11.4 µs.)
-        let resident_shared = (FLASH_BM + 2 * FLASH_RES * FLASH_BN) * (dp + 8) * 2;
+        let resident_shared = flash_shared(dp, true);
         let resident = forced_splits.is_none()
             && self.options.attention_splits.is_none()
             && dp <= FLASH_RES_MAX_DP
@@ -1136,8 +1143,8 @@ impl AttentionPlan {
             (self.q.ptr(), self.k.ptr(), self.v.ptr(), self.out.ptr());
         let rows = d.hq / d.hkv * d.sq_len;
         // The resident form's blocks have two warps for every 16 rows.
-        let (tiles, threads) = if resident { (FLASH_RES, 256) } else { (1, 128) };
-        let shared = ((FLASH_BM + 2 * tiles * FLASH_BN) * (dp + 8) * 2) as u32;
+        let threads = if resident { 256 } else { 128 };
+        let shared = flash_shared(dp, resident) as u32;
         let name: &'static str = match (dp, resident) {
             (16, false) => "flash_attention_d16",
             (32, false) => "flash_attention_d32",
