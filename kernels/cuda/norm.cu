@@ -43,23 +43,37 @@ __device__ __forceinline__ void load_w(const T* p, float* v, int w) {
 // output is also written widened from its stored (rounded) values: as a cast of out. With codes
 // (E4M3, [rows, cols] contiguous) the stored values are also quantized with the scale
 // code_scale[0]: the same codes as quantize_e4m3 of out, in the same launch.
+// With yp (f32, y's row stride, `parts` blocks sp apart; y == 0) the residual's y is the sum of
+// those partial sums in part order, rounded to T: the value a GEMM writing T would have stored.
 template <typename T>
 __device__ void rms_norm(T* x, const T* w, const T* mod, const T* y, const T* g, T* out, unsigned cols,
                          unsigned long long sx, unsigned long long sm, unsigned long long sy, unsigned long long sg,
                          unsigned long long so, float eps, int vec8, const float* x32, float* out32,
-                         unsigned char* codes, const float* code_scale) {
+                         unsigned char* codes, const float* code_scale, const float* yp, unsigned parts,
+                         unsigned long long sp) {
     const unsigned long long row = blockIdx.x;
     T* xr = x + row * sx;
     T* o = out + row * so;
     float ss = 0.f;
-    if (y) {
-        const T* yr = y + row * sy;
+    if (y || yp) {
+        const T* yr = y ? y + row * sy : nullptr;
+        const float* ypr = yp ? yp + row * sy : nullptr;
         const T* gr = g + row * sg;
         // Each thread re-reads only the elements it stored itself.
         ROW_LOOP(xr, {
             float yv[8];
             float gv[8];
-            load_w(yr + c, yv, W);
+            if (yp) {
+                load_w(ypr + c, yv, W);
+                for (unsigned p = 1; p < parts; ++p) {
+                    float pv[8];
+                    load_w(ypr + p * sp + c, pv, W);
+                    for (int k = 0; k < W; ++k) yv[k] += pv[k];
+                }
+                for (int k = 0; k < W; ++k) yv[k] = to_f32(from_f32<T>(yv[k]));
+            } else {
+                load_w(yr + c, yv, W);
+            }
             load_w(gr + c, gv, W);
             for (int k = 0; k < W; ++k) v[k] += yv[k] * gv[k];
             store_w(xr + c, v, W);
@@ -156,9 +170,10 @@ __device__ void softmax(const T* x, T* out, unsigned cols, unsigned long long sx
                                             unsigned long long sm, unsigned long long sy,               \
                                             unsigned long long sg, unsigned long long so, float eps,    \
                                             int vec8, const float* x32, float* out32,                   \
-                                            unsigned char* codes, const float* code_scale) {           \
+                                            unsigned char* codes, const float* code_scale,             \
+                                            const float* yp, unsigned parts, unsigned long long sp) {  \
         rms_norm<T>(x, w, mod, y, g, out, cols, sx, sm, sy, sg, so, eps, vec8, x32, out32, codes,       \
-                    code_scale);                                                                       \
+                    code_scale, yp, parts, sp);                                                        \
     }                                                                                                  \
     extern "C" __global__ void layer_norm_##S(const T* x, const T* w, const T* b, T* out, unsigned cols, \
                                               unsigned long long sx, unsigned long long so, float eps,  \

@@ -834,6 +834,66 @@ fn gemm_f32_out(b: &Backend) {
     }
 }
 
+/// `x·wᵀ` with the reduction split into parts, each part's f32 sum in its own slice of the
+/// output: the action expert's attention output and down projections (50 rows, 4 and 8 parts),
+/// a small odd shape, one part; against the f64 sum over each part's columns.
+fn linear_split(b: &Backend) {
+    let mut rng = Rng::new(17);
+    for (m, kk, n, parts, dt) in [
+        (5, 12, 7, 3, DType::BF16),
+        (3, 16, 8, 1, DType::F16),
+        (4, 32, 5, 4, DType::F32),
+        (50, 2048, 64, 4, DType::BF16),
+        (50, 4096, 32, 8, DType::BF16),
+    ] {
+        let op = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
+            let g = k.linear_split(&i[0], &i[1], o)?;
+            assert_eq!(g.parts(), parts);
+            g.run(s, &i[0], &i[1], o)
+        };
+        let part = kk / parts;
+        let reference = |v: &Vals| {
+            (0..parts * m * n)
+                .map(|e| {
+                    let (p, i, j) = (e / (m * n), e / n % m, e % n);
+                    (p * part..(p + 1) * part)
+                        .map(|c| v.f[0][i * kk + c] * v.f[1][j * kk + c])
+                        .sum()
+                })
+                .collect()
+        };
+        run(
+            b,
+            &Case {
+                name: format!("linear_split {m}x{kk}x{n} in {parts} parts {dt:?}"),
+                dtype: dt,
+                inputs: vec![
+                    Input::F(vec![m, kk], rng.vec(m * kk, 1.0)),
+                    Input::F(vec![n, kk], rng.vec(n * kk, 1.0)),
+                ],
+                out: (vec![parts, m, n], DType::F32),
+                op: &op,
+                reference: &reference,
+                f32_tol: 1e-5 * (part as f64).sqrt(),
+            },
+        );
+    }
+    // Parts must divide the reduction; the partial sums are f32 [parts, rows, out].
+    let (k, s, ctx) = (&b.k, b.s, b.k.ctx());
+    let t = |dt, shape: &[usize]| Tensor::alloc(ctx, "t", dt, shape).unwrap();
+    let (x, w) = (t(DType::BF16, &[4, 12]), t(DType::BF16, &[6, 12]));
+    for bad in [
+        t(DType::F32, &[5, 4, 6]),
+        t(DType::BF16, &[3, 4, 6]),
+        t(DType::F32, &[4, 6]),
+        t(DType::F32, &[3, 5, 6]),
+    ] {
+        assert!(k.linear_split(&x, &w, &bad).is_err(), "{bad:?}");
+    }
+    let g = k.linear_split(&x, &w, &t(DType::F32, &[3, 4, 6])).unwrap();
+    assert!(g.run(s, &x, &w, &t(DType::F32, &[2, 4, 6])).is_err());
+}
+
 /// The first half of a gated MLP, `gelu_tanh(x·Wgᵀ) ⊙ (x·Wuᵀ)` with `w = [Wg ; Wu]`, planned
 /// (a GEMM and geglu) and on CUDA (bf16/f16, sm_80+) also on the fused kernel for up to 64
 /// rows: the action expert's shape, a K that is not a multiple of the kernel's 128-wide
@@ -1624,6 +1684,60 @@ fn fused_ops(b: &Backend) {
             }
         }
     }
+    // residual_ada_rms_norm of f32 partial sums = of their sum in part order, rounded to the
+    // dtype: bit for bit.
+    for &(rows, cols, big) in ROW_SHAPES {
+        if !size_ok(b, big) {
+            continue;
+        }
+        for dt in FLOATS {
+            for parts in [1, 3, 8] {
+                let x = rng.vec(rows * cols, 2.0);
+                let p = rng.vec(parts * rows * cols, 2.0);
+                let m = rng.vec(3 * cols, 0.5);
+                let sum: Vec<f32> = (0..rows * cols)
+                    .map(|e| (1..parts).fold(p[e], |a, q| a + p[q * rows * cols + e]))
+                    .collect();
+                let mt = up(dt, &[1, 3 * cols], &m);
+                let gate = mt.narrow(1, 2 * cols, cols).unwrap();
+                let (x1, x2) = (up(dt, &[rows, cols], &x), up(dt, &[rows, cols], &x));
+                let (o1, o2) = (up(dt, &[rows, cols], &x), up(dt, &[rows, cols], &x));
+                let (w1, w2) = (
+                    up(DType::F32, &[rows, cols], &x),
+                    up(DType::F32, &[rows, cols], &x),
+                );
+                let y = up(dt, &[rows, cols], &sum);
+                let partials = up(DType::F32, &[parts, rows, cols], &p);
+                k.residual_ada_rms_norm_widened(s, &x1, &y, &gate, &mt, &o1, &w1, 1e-6)
+                    .unwrap();
+                k.residual_ada_rms_norm_widened(s, &x2, &partials, &gate, &mt, &o2, &w2, 1e-6)
+                    .unwrap();
+                let what = format!("residual_ada_rms_norm {rows}x{cols} {dt:?} of {parts} parts");
+                assert_eq!(bits(&x1, s), bits(&x2, s), "{what}: residual");
+                assert_eq!(bits(&o1, s), bits(&o2, s), "{what}: normalized");
+                assert_eq!(bits(&w1, s), bits(&w2, s), "{what}: widened");
+            }
+        }
+    }
+    // Partial sums are contiguous f32 [parts, ..x's shape].
+    if size_ok(b, false) {
+        let x = up(DType::BF16, &[4, 8], &[0.5; 32]);
+        let mt = up(DType::BF16, &[1, 24], &[0.1; 24]);
+        let gate = mt.narrow(1, 16, 8).unwrap();
+        for bad in [
+            up(DType::F32, &[2, 4, 16], &[0.5; 128])
+                .narrow(2, 0, 8)
+                .unwrap(),
+            up(DType::F32, &[2, 8, 4], &[0.5; 64]),
+            up(DType::BF16, &[2, 4, 8], &[0.5; 64]),
+        ] {
+            assert!(
+                k.residual_ada_rms_norm(s, &x, &bad, &gate, &mt, &x, 1e-6)
+                    .is_err(),
+                "{bad:?}"
+            );
+        }
+    }
     // ada_rms_norm_from = cast of x32 into x, then ada_rms_norm; residual_ada_rms_norm_widened
     // = residual_ada_rms_norm, then a cast of its output to f32: bit for bit.
     for &(rows, cols, big) in ROW_SHAPES {
@@ -1942,6 +2056,7 @@ backend_tests!(
     positional,
     gemm,
     gemm_f32_out,
+    linear_split,
     geglu_linear,
     graphs_on_two_streams,
     attention,

@@ -171,7 +171,7 @@ fn main() {
         .nth(1)
         .map(|v| v.split(',').map(str::to_string).collect())
         .unwrap_or_default();
-    let sections = ["gemm", "geglu", "fp8", "mem", "attention", "conv"];
+    let sections = ["gemm", "splitk", "geglu", "fp8", "mem", "attention", "conv"];
     if let Some(o) = only.iter().find(|o| !sections.contains(&o.as_str())) {
         eprintln!(
             "--only: unknown section `{o}` (sections: {})",
@@ -244,6 +244,59 @@ fn main() {
             ("whisper mlp down", 1500, 1536, 384, true),
         ] {
             b.gemm_row(what, m, kk, n, bias, DType::BF16);
+        }
+    }
+    if b.wants("splitk") {
+        // The action expert's GEMMs as cuBLASLt plans them (a split reduction, if any, reduced
+        // by cuBLASLt's own kernel), against their reduction dimension split `s` ways as one
+        // batched GEMM writing f32 partial sums (which the op that consumes the product would
+        // add): each weight read from memory (copies cycled, ≥ 128 MB).
+        println!();
+        for (what, m, kk, n) in [
+            ("expert qkv", 50usize, 1024usize, 2560usize),
+            ("expert attn out", 50, 2048, 1024),
+            ("expert gate+up", 50, 1024, 8192),
+            ("expert down", 50, 4096, 1024),
+        ] {
+            let copies = ((128usize << 20) / (n * kk)).clamp(2, 64);
+            let next = std::cell::Cell::new(0usize);
+            let pick = |len: usize| {
+                next.set((next.get() + 1) % len);
+                next.get()
+            };
+            let bf = DType::BF16;
+            let x = b.tensor("x", bf, &[m, kk]);
+            let ws: Vec<Tensor> = (0..copies).map(|_| b.tensor("w", bf, &[n, kk])).collect();
+            let out = b.tensor("out", bf, &[m, n]);
+            let g = b.k.linear(&x, &ws[0], &out, false, false).unwrap();
+            let (med, p) = b.time(what, &|s| g.run(s, &x, &ws[pick(ws.len())], &out, None));
+            let mut cells = vec![format!(
+                "plan {:>5.1} / {:>5.1} µs ({:>4.0} GB/s, ws {} B)",
+                med * 1e3,
+                p * 1e3,
+                2.0 * (n * kk) as f64 / (med * 1e-3) / 1e9,
+                g.workspace_bytes()
+            )];
+            for splits in [2usize, 4, 8] {
+                let part = kk / splits;
+                let view = |t: &Tensor, rows: usize| {
+                    Tensor::with_layout(t.buffer(), bf, &[splits, rows, part], &[part, kk, 1], 0)
+                        .unwrap()
+                };
+                let acc = b.tensor("partials", DType::F32, &[splits, m, n]);
+                let g =
+                    b.k.linear(&view(&x, m), &view(&ws[0], n), &acc, false, false)
+                        .unwrap();
+                let (med, _) = b.time(what, &|s| {
+                    g.run(s, &view(&x, m), &view(&ws[pick(ws.len())], n), &acc, None)
+                });
+                cells.push(format!("{splits}-way {:>5.1} µs", med * 1e3));
+            }
+            println!(
+                "| {what:<16} | {:<16} | {} |",
+                format!("{m}x{kk}x{n}"),
+                cells.join(" | ")
+            );
         }
     }
     if b.wants("geglu") {

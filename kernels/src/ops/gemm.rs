@@ -947,6 +947,81 @@ impl Gemm {
     }
 }
 
+/// A linear layer `x·wᵀ` (weight `[out, in]`) with its reduction dimension split into `parts`
+/// equal parts, as one batched GEMM: part `p` of the inputs' columns gives the f32 partial sum
+/// `partials[p]` (`[parts, rows, out]`, contiguous), and the op that consumes the product adds
+/// the parts as it reads them (see [`Kernels::residual_ada_rms_norm`]). For GEMMs of few rows
+/// and a long reduction (the action expert's attention output and down projections): more thread
+/// blocks stream the weight than in one GEMM of the same shape, and the reduction needs no
+/// launch of its own (cuBLASLt's split-K forms reduce in a second kernel).
+#[derive(Clone)]
+pub struct SplitLinear {
+    gemm: Gemm,
+    parts: usize,
+}
+
+/// `t` (`[rows, k]`, unit column stride) as `parts` column blocks: `[parts, rows, k / parts]`.
+fn column_blocks(op: &'static str, name: &str, t: &Tensor, parts: usize) -> Result<Tensor> {
+    let l = layout(op, name, t)?;
+    if t.rank() != 2 || parts == 0 || l.cols % parts != 0 {
+        return Err(Error::shape(
+            op,
+            format!("`{name}` {t:?} must be [rows, k] with k a multiple of the {parts} parts"),
+        ));
+    }
+    let part = l.cols / parts;
+    Tensor::with_layout(
+        t.buffer(),
+        t.dtype(),
+        &[parts, l.rows, part],
+        &[part, l.ld, 1],
+        t.offset(),
+    )
+}
+
+impl Kernels {
+    /// Plans [`SplitLinear`]: `x` `[rows, in]`, `w` `[out, in]` of `x`'s dtype, `partials` f32
+    /// `[parts, rows, out]` contiguous; `in` a multiple of `parts`.
+    pub fn linear_split(&self, x: &Tensor, w: &Tensor, partials: &Tensor) -> Result<SplitLinear> {
+        let op = "linear_split";
+        partials.expect_dtype(op, "partials", DType::F32)?;
+        if partials.rank() != 3 || !partials.is_contiguous() {
+            return Err(Error::shape(
+                op,
+                format!("partials {partials:?} must be contiguous [parts, rows, out]"),
+            ));
+        }
+        let parts = partials.dim(0);
+        let gemm = self.linear(
+            &column_blocks(op, "x", x, parts)?,
+            &column_blocks(op, "w", w, parts)?,
+            partials,
+            false,
+            false,
+        )?;
+        Ok(SplitLinear { gemm, parts })
+    }
+}
+
+impl SplitLinear {
+    /// The number of partial sums.
+    pub fn parts(&self) -> usize {
+        self.parts
+    }
+
+    /// Enqueues the GEMM on `s` (tensors of the planned layouts).
+    pub fn run(&self, s: Stream, x: &Tensor, w: &Tensor, partials: &Tensor) -> Result<()> {
+        let op = "linear_split";
+        self.gemm.run(
+            s,
+            &column_blocks(op, "x", x, self.parts)?,
+            &column_blocks(op, "w", w, self.parts)?,
+            partials,
+            None,
+        )
+    }
+}
+
 /// Columns of C computed together in one stack tile.
 const TILE: usize = 64;
 

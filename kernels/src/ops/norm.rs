@@ -4,7 +4,7 @@
 
 use super::{P, Rows, broadcast_rows, row_block, rows, same_rows, vec8};
 use crate::cuda::Param;
-use crate::dtype::with_float;
+use crate::dtype::{Float, with_float};
 use crate::error::{Error, Result};
 use crate::{Kernels, Tensor};
 use frt_exec::Stream;
@@ -16,12 +16,15 @@ enum Affine {
     Modulation(Tensor, Rows),
 }
 
-/// A residual added into `x` before it is normalized: `x ← x + y ⊙ gate`.
+/// A residual added into `x` before it is normalized: `x ← x + y ⊙ gate`. With `parts`, `y`
+/// is that many f32 partial sums (`parts.1` elements apart), added in order and rounded to
+/// `x`'s dtype.
 struct Residual {
     y: Tensor,
     ry: Rows,
     gate: Tensor,
     rg: Rows,
+    parts: Option<(usize, usize)>,
 }
 
 /// f32 twins of a norm's input and output (see [`Kernels::ada_rms_norm_from`] and
@@ -132,6 +135,14 @@ impl Kernels {
                         r.rg.stride as u64,
                     );
                 }
+                let (parts, part_stride) = residual
+                    .as_ref()
+                    .and_then(|r| r.parts)
+                    .map_or((0u32, 0u64), |(n, st)| (n as u32, st as u64));
+                let partials = residual
+                    .as_ref()
+                    .filter(|r| r.parts.is_some())
+                    .map(|r| &r.y);
                 let (xp, op_, n, sx, so, e) = (
                     x.ptr(),
                     out.ptr(),
@@ -153,7 +164,14 @@ impl Kernels {
                         wide_ptr(&wide.out32),
                     ],
                     cols,
-                    &[rx.stride, ro.stride, sm as usize, sy as usize, sg as usize],
+                    &[
+                        rx.stride,
+                        ro.stride,
+                        sm as usize,
+                        sy as usize,
+                        sg as usize,
+                        part_stride as usize,
+                    ],
                 );
                 // SAFETY: one block per checked row; `w` has `cols` elements or the modulation
                 // rows have 3·cols (checked by the callers).
@@ -175,7 +193,12 @@ impl Kernels {
                                 Affine::Modulation(t, _) => Param::of(t),
                                 _ => Param::Null,
                             },
-                            Param::opt(residual.as_ref().map(|r| &r.y)),
+                            Param::opt(
+                                residual
+                                    .as_ref()
+                                    .filter(|r| r.parts.is_none())
+                                    .map(|r| &r.y),
+                            ),
                             Param::opt(residual.as_ref().map(|r| &r.gate)),
                             Param::Mem(out, op_),
                             n.into(),
@@ -190,6 +213,9 @@ impl Kernels {
                             Param::opt(wide.out32.as_ref()),
                             Param::opt(wide.codes.as_ref().map(|(c, _)| c)),
                             Param::opt(wide.codes.as_ref().map(|(_, sc)| sc)),
+                            Param::opt(partials),
+                            parts.into(),
+                            part_stride.into(),
                         ],
                     )
                 }
@@ -214,9 +240,18 @@ impl Kernels {
                                     let (yp, gp) = (P::of(&res.y), P::of(&res.gate));
                                     for c in 0..cols {
                                         let i = r * rx.stride + c;
-                                        let v = xp.ld::<T>(i)
-                                            + yp.ld::<T>(r * res.ry.stride + c)
-                                                * gp.ld::<T>(r * res.rg.stride + c);
+                                        let j = r * res.ry.stride + c;
+                                        let y = match res.parts {
+                                            Some((n, st)) => {
+                                                let sum = (1..n).fold(yp.ld::<f32>(j), |a, p| {
+                                                    a + yp.ld::<f32>(p * st + j)
+                                                });
+                                                T::from_f32(sum).to_f32()
+                                            }
+                                            None => yp.ld::<T>(j),
+                                        };
+                                        let v =
+                                            xp.ld::<T>(i) + y * gp.ld::<T>(r * res.rg.stride + c);
                                         xp.st::<T>(i, v);
                                     }
                                 }
@@ -419,7 +454,10 @@ impl Kernels {
     /// A gated residual and the next adaptive RMSNorm in one launch: `x ← x + y ⊙ gate`, then
     /// `out = ada_rms_norm(x, modulation)` — the same values as
     /// [`gated_residual`](Self::gated_residual) followed by [`ada_rms_norm`](Self::ada_rms_norm).
-    /// `gate` has one row or as many as `x`. Returns the gate part of `modulation`.
+    /// `gate` has one row or as many as `x`. `y` may also be f32 partial sums
+    /// `[parts, ..x's shape]` (contiguous, a [`SplitLinear`](crate::SplitLinear)'s output):
+    /// their sum in part order, rounded to `x`'s dtype, is then `y`. Returns the gate part of
+    /// `modulation`.
     #[allow(clippy::too_many_arguments)]
     pub fn residual_ada_rms_norm(
         &self,
@@ -471,10 +509,31 @@ impl Kernels {
         let op = "residual_ada_rms_norm";
         self.check_ctx(op, &[x, y, gate, modulation, out])?;
         x.expect_float(op, "x")?;
-        y.expect_dtype(op, "y", x.dtype())?;
         gate.expect_dtype(op, "gate", x.dtype())?;
         modulation.expect_dtype(op, "modulation", x.dtype())?;
-        let (rx, ry) = (rows(op, x)?, rows(op, y)?);
+        let rx = rows(op, x)?;
+        // `y` of x's dtype and rows, or f32 partial sums `[parts, ..x's shape]` (contiguous).
+        let (ry, parts) = if y.dtype() == crate::DType::F32 && y.rank() == x.rank() + 1 {
+            if !y.is_contiguous() || y.shape()[1..] != *x.shape() || y.dim(0) == 0 {
+                return Err(Error::shape(
+                    op,
+                    format!(
+                        "partial sums {y:?} must be contiguous [parts, {:?}]",
+                        x.shape()
+                    ),
+                ));
+            }
+            let (n, cols) = (y.dim(0), rx.cols);
+            let ry = Rows {
+                rows: rx.rows,
+                cols,
+                stride: cols,
+            };
+            (ry, Some((n, y.numel() / n)))
+        } else {
+            y.expect_dtype(op, "y", x.dtype())?;
+            (rows(op, y)?, None)
+        };
         same_rows(op, rx, ry, "x vs y")?;
         let rg = broadcast_rows(op, rx, gate)?;
         let rm = modulation_rows(op, modulation, rx)?;
@@ -483,6 +542,7 @@ impl Kernels {
             ry,
             gate: gate.clone(),
             rg,
+            parts,
         };
         self.rms_common(
             s,

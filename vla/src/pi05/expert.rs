@@ -16,7 +16,7 @@ use crate::error::Result;
 use crate::weights::{EXPERT, Pi05Weights};
 use frt_exec::Stream;
 use frt_kernels::{
-    AttentionMask, AttentionPlan, DType, Fp8Linear, GegluLinear, Gemm, Kernels, Tensor,
+    AttentionMask, AttentionPlan, DType, Fp8Linear, GegluLinear, Gemm, Kernels, SplitLinear, Tensor,
 };
 use frt_nn::blocks::gemma::{GemmaDims, GemmaProjections};
 
@@ -32,12 +32,29 @@ struct ExpertFp8 {
     gate_up: Tensor,
 }
 
-/// The expert's 16-bit GEMMs: q/k/v, attention out, gate+up with the GEGLU, down.
+/// The expert's 16-bit GEMMs: q/k/v, attention out, gate+up with the GEGLU, down. The two whose
+/// product is added to the residual split their reduction and leave the parts' f32 sums in
+/// `partials` (the residual's norm adds them).
 struct Sixteen {
     qkv: Gemm,
-    o: Gemm,
+    o: SplitLinear,
     gate_up: GegluLinear,
-    down: Gemm,
+    down: SplitLinear,
+    partials: Tensor,
+}
+
+/// Parts of at least this many reduction elements each (see [`split_parts`]).
+const SPLIT_MIN_PART: usize = 512;
+
+/// How many parts a reduction of `k` elements is split into for a 50-row GEMM: the most of 8,
+/// 4 or 2 that divide it into parts of at least [`SPLIT_MIN_PART`], else 1. On an H100
+/// (`frt-kernels-bench --only splitk`) the expert's attention output (k = 2048) was fastest in 4
+/// or 8 parts, its down projection (k = 4096) in 8.
+fn split_parts(k: usize) -> usize {
+    [8, 4, 2]
+        .into_iter()
+        .find(|p| k % p == 0 && k / p >= SPLIT_MIN_PART)
+        .unwrap_or(1)
 }
 
 /// The action expert, planned (see the module docs).
@@ -175,13 +192,24 @@ impl Expert {
         let so = Tensor::alloc(ctx, "step.o", dt, &[s_len, ew])?;
         let sh = Tensor::alloc(ctx, "step.mlp", dt, &[s_len, eg.mlp])?;
         let sixteen = match &el[0].proj {
-            Some(w) => Some(Sixteen {
-                qkv: k.linear(&aln, &w.qkv, &sqkv, false, false)?,
-                o: k.linear(&sattn, &w.o, &so, false, false)?,
-                // The MLP's gate and up projections with the gate applied.
-                gate_up: k.geglu_linear(&aln, &w.gate_up, &sh)?,
-                down: k.linear(&sh, &w.down, &so, false, false)?,
-            }),
+            Some(w) => {
+                let (o_parts, down_parts) = (split_parts(heads * hd), split_parts(eg.mlp));
+                let partials = Tensor::alloc(
+                    ctx,
+                    "step.partials",
+                    f,
+                    &[o_parts.max(down_parts), s_len, ew],
+                )?;
+                let parts = |n: usize| partials.narrow(0, 0, n);
+                Some(Sixteen {
+                    qkv: k.linear(&aln, &w.qkv, &sqkv, false, false)?,
+                    o: k.linear_split(&sattn, &w.o, &parts(o_parts)?)?,
+                    // The MLP's gate and up projections with the gate applied.
+                    gate_up: k.geglu_linear(&aln, &w.gate_up, &sh)?,
+                    down: k.linear_split(&sh, &w.down, &parts(down_parts)?)?,
+                    partials,
+                })
+            }
             None => None,
         };
         let flow = Flow::build(k, s, w, &io, &a32, &aln32)?;
@@ -382,16 +410,20 @@ impl Expert {
         let depth = self.el.len();
         // The gated residual and the norm after it, writing the codes of the next FP8 GEMM
         // input when given.
-        let residual_norm =
-            |gate: &Tensor, m: &Tensor, codes: Option<(Tensor, Tensor)>| -> Result<Tensor> {
-                let (a, so, aln) = (&self.a, &self.so, &self.aln);
-                Ok(match codes {
-                    Some((c, sc)) => {
-                        k.residual_ada_rms_norm_e4m3(cs, a, so, gate, m, aln, GEMMA_EPS, (&c, &sc))?
-                    }
-                    None => k.residual_ada_rms_norm(cs, a, so, gate, m, aln, GEMMA_EPS)?,
-                })
-            };
+        // `so` is the GEMM's product: the 16-bit GEMMs' partial sums, or the FP8 GEMMs' output.
+        let residual_norm = |so: &Tensor,
+                             gate: &Tensor,
+                             m: &Tensor,
+                             codes: Option<(Tensor, Tensor)>|
+         -> Result<Tensor> {
+            let (a, aln) = (&self.a, &self.aln);
+            Ok(match codes {
+                Some((c, sc)) => {
+                    k.residual_ada_rms_norm_e4m3(cs, a, so, gate, m, aln, GEMMA_EPS, (&c, &sc))?
+                }
+                None => k.residual_ada_rms_norm(cs, a, so, gate, m, aln, GEMMA_EPS)?,
+            })
+        };
         for (j, (l, plan)) in self.el.iter().zip(plans).enumerate() {
             // The cache rows this layer writes its keys and values into (behind the prefix's).
             let kc = l.k_cache.narrow(0, *prefix_rows, self.s_len)?;
@@ -418,16 +450,20 @@ impl Expert {
             )?;
             plan.run(k, cs)?;
             see(j, 1, &self.sattn)?;
-            match fp8 {
-                Some(f) => f
-                    .stack
-                    .linear(k, cs, (j, 1), &f.lin[1], &self.sattn, &self.so)?,
+            let so = match fp8 {
+                Some(f) => {
+                    f.stack
+                        .linear(k, cs, (j, 1), &f.lin[1], &self.sattn, &self.so)?;
+                    self.so.clone()
+                }
                 None => {
                     let (w, sg) = self.sixteen(l)?;
-                    sg.o.run(cs, &self.sattn, &w.o, &self.so, None)?
+                    let parts = sg.partials.narrow(0, 0, sg.o.parts())?;
+                    sg.o.run(cs, &self.sattn, &w.o, &parts)?;
+                    parts
                 }
-            }
-            gate = residual_norm(&gate, &self.modulation(i, 2 * j + 1)?, codes(j, 2)?)?;
+            };
+            gate = residual_norm(&so, &gate, &self.modulation(i, 2 * j + 1)?, codes(j, 2)?)?;
             see(j, 2, &self.aln)?;
             match fp8 {
                 Some(f) => {
@@ -450,22 +486,26 @@ impl Expert {
                 }
             }
             see(j, 3, &self.sh)?;
-            match fp8 {
-                Some(f) => f
-                    .stack
-                    .linear_quantized(cs, (j, 3), &f.lin[3], s_len, &self.so)?,
+            let so = match fp8 {
+                Some(f) => {
+                    f.stack
+                        .linear_quantized(cs, (j, 3), &f.lin[3], s_len, &self.so)?;
+                    self.so.clone()
+                }
                 None => {
                     let (w, sg) = self.sixteen(l)?;
-                    sg.down.run(cs, &self.sh, &w.down, &self.so, None)?
+                    let parts = sg.partials.narrow(0, 0, sg.down.parts())?;
+                    sg.down.run(cs, &self.sh, &w.down, &parts)?;
+                    parts
                 }
-            }
+            };
             // modulation 2·depth is the final norm's
             let m = self.modulation(i, 2 * j + 2)?;
             gate = if self.narrow && j + 1 == depth {
                 k.residual_ada_rms_norm_widened(
                     cs,
                     &self.a,
-                    &self.so,
+                    &so,
                     &gate,
                     &m,
                     &self.aln,
@@ -479,7 +519,7 @@ impl Expert {
                 } else {
                     None
                 };
-                residual_norm(&gate, &m, next)?
+                residual_norm(&so, &gate, &m, next)?
             };
         }
         self.flow.record_out(k, cs, i)
