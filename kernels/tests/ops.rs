@@ -1133,6 +1133,7 @@ fn attention(b: &Backend) {
         (17, 17, 2, 2, 64, 3, false),
         (256, 256, 16, 16, 72, 0, true), // SigLIP
         (800, 800, 8, 1, 256, 1, true),  // Gemma prefix, padded prompt
+        (576, 576, 8, 1, 256, 4, true),  // Gemma prefix, a missing view and prompt padding
         (50, 850, 8, 1, 256, 2, true),   // action expert over [prefix ; suffix]
         (1500, 1500, 6, 6, 64, 0, true), // Whisper tiny encoder
         (1, 1500, 6, 6, 64, 0, true),    // Whisper decoder cross-attention (one query)
