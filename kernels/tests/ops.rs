@@ -1652,6 +1652,12 @@ fn bits(t: &Tensor, s: frt_exec::Stream) -> Vec<u32> {
 fn fused_ops(b: &Backend) {
     let (k, s, ctx) = (&b.k, b.s, b.k.ctx());
     let mut rng = Rng::new(12);
+    // The residual, the normalized output and its widened twin, bit for bit.
+    let same_bits = |what: &str, pairs: [(&Tensor, &Tensor); 3]| {
+        for ((a, b), part) in pairs.into_iter().zip(["residual", "normalized", "widened"]) {
+            assert_eq!(bits(a, s), bits(b, s), "{what}: {part}");
+        }
+    };
     let up = |dt, shape: &[usize], v: &[f32]| {
         let t = Tensor::alloc(ctx, "t", dt, shape).unwrap();
         t.write_f32(s, v).unwrap();
@@ -1714,9 +1720,7 @@ fn fused_ops(b: &Backend) {
                 k.residual_ada_rms_norm_widened(s, &x2, &partials, &gate, &mt, &o2, &w2, 1e-6)
                     .unwrap();
                 let what = format!("residual_ada_rms_norm {rows}x{cols} {dt:?} of {parts} parts");
-                assert_eq!(bits(&x1, s), bits(&x2, s), "{what}: residual");
-                assert_eq!(bits(&o1, s), bits(&o2, s), "{what}: normalized");
-                assert_eq!(bits(&w1, s), bits(&w2, s), "{what}: widened");
+                same_bits(&what, [(&x1, &x2), (&o1, &o2), (&w1, &w2)]);
             }
         }
     }
@@ -1772,9 +1776,7 @@ fn fused_ops(b: &Backend) {
             k.residual_ada_rms_norm_widened(s, &x2, &y, &gate, &mt, &o2, &w2, 1e-6)
                 .unwrap();
             let what = format!("residual_ada_rms_norm_widened {rows}x{cols} {dt:?}");
-            assert_eq!(bits(&x1, s), bits(&x2, s), "{what}: residual");
-            assert_eq!(bits(&o1, s), bits(&o2, s), "{what}: normalized");
-            assert_eq!(bits(&w1, s), bits(&w2, s), "{what}: widened");
+            same_bits(&what, [(&x1, &x2), (&o1, &o2), (&w1, &w2)]);
         }
     }
     // The f32 twins must be f32 with their partner's row layout.

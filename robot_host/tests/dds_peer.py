@@ -183,6 +183,8 @@ def main():
             elif phase == 4 and c.halt:
                 g = CLIENT_GUID
                 params["list"][0].write(CycloneListParametersRequest(g, 10, ["safety"], 0))
+                # Every parameter: a reply longer than one datagram (sent in fragments).
+                params["list"][0].write(CycloneListParametersRequest(g, 14, [], 0))
                 params["get"][0].write(CycloneGetParametersRequest(
                     g, 11, ["control.rate_hz", "safety.action_max", "nope"]))
                 params["describe"][0].write(CycloneDescribeParametersRequest(
@@ -202,7 +204,7 @@ def main():
                 accepted_id = r.subgoal_id
                 phase = 3
         for r in params["list"][1].take(4):
-            emit(event="list_parameters", names=list(r.result.names),
+            emit(event="list_parameters", sequence=r.sequence, names=list(r.result.names),
                  prefixes=list(r.result.prefixes))
         for r in params["get"][1].take(4):
             emit(event="get_parameters", values=[describe_value(v) for v in r.values])

@@ -165,15 +165,36 @@ fn chunks_subgoals_and_interrupts_cross_the_wire_to_cyclone_dds() {
             .find(|l| l["event"] == name)
             .unwrap_or_else(|| panic!("no {name} reply: {lines:#?}"))
     };
-    let list = event("list_parameters");
-    let names: Vec<&str> = list["names"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap())
-        .collect();
+    let listed = |sequence: i64| -> Vec<&str> {
+        let reply = lines
+            .iter()
+            .find(|l| l["event"] == "list_parameters" && l["sequence"] == sequence)
+            .unwrap_or_else(|| panic!("no list_parameters reply {sequence}: {lines:#?}"));
+        reply["names"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect()
+    };
+    let names = listed(10);
     assert!(names.contains(&"safety.action_max"), "{names:?}");
     assert!(names.iter().all(|n| n.starts_with("safety.")), "{names:?}");
+    // Every parameter: a reply longer than RustDDS's datagram budget on a 1500-byte-MTU
+    // network (1452 bytes), where it is sent in fragments (ros2-client's server put the
+    // request's identity into them as inline QoS, which Cyclone DDS dropped as malformed).
+    // Over loopback, as here, the budget is larger and the reply goes whole: this checks such
+    // a reply's framing; scripts/ros2-integration.sh (the ROS 2 command line on the network
+    // interface) checks the fragments. Its CDR size: the request header and the names' count
+    // (20 bytes), each name a length, its bytes and a NUL, 4-aligned.
+    let all = listed(14);
+    let cdr = all
+        .iter()
+        .fold(20, |off: usize, n| off.div_ceil(4) * 4 + 4 + n.len() + 1);
+    assert!(cdr > 1452, "a reply of {cdr} bytes: {all:?}");
+    for n in ["control.rate_hz", "safety.action_max", "model.precision"] {
+        assert!(all.contains(&n), "{n} not in {all:?}");
+    }
     let got = &event("get_parameters")["values"];
     assert_eq!(got[0]["type"], 3, "control.rate_hz is a double: {got}");
     assert_eq!(got[0]["double"], 10.0);

@@ -141,6 +141,36 @@ impl Bench {
     }
 }
 
+/// The action expert's four GEMMs: name, M, K, N.
+const EXPERT_GEMMS: [(&str, usize, usize, usize); 4] = [
+    ("expert qkv", 50, 1024, 2560),
+    ("expert attn out", 50, 2048, 1024),
+    ("expert gate+up", 50, 1024, 8192),
+    ("expert down", 50, 4096, 1024),
+];
+
+/// A bf16 linear layer `x·wᵀ` whose weight is read from memory when repeated: `ws` holds
+/// copies of it (≥ 128 MB together) for the repeated ops to cycle through, as in a model
+/// whose weights exceed L2; `g` is the plan.
+struct FromMemory {
+    x: Tensor,
+    ws: Vec<Tensor>,
+    out: Tensor,
+    g: frt_kernels::Gemm,
+}
+
+impl FromMemory {
+    fn new(b: &mut Bench, m: usize, kk: usize, n: usize) -> FromMemory {
+        let copies = ((128usize << 20) / (n * kk)).clamp(2, 64);
+        let bf = DType::BF16;
+        let x = b.tensor("x", bf, &[m, kk]);
+        let ws: Vec<Tensor> = (0..copies).map(|_| b.tensor("w", bf, &[n, kk])).collect();
+        let out = b.tensor("out", bf, &[m, n]);
+        let g = b.k.linear(&x, &ws[0], &out, false, false).unwrap();
+        FromMemory { x, ws, out, g }
+    }
+}
+
 fn main() {
     let iters = std::env::args()
         .skip_while(|a| a != "--iters")
@@ -252,23 +282,14 @@ fn main() {
         // batched GEMM writing f32 partial sums (which the op that consumes the product would
         // add): each weight read from memory (copies cycled, ≥ 128 MB).
         println!();
-        for (what, m, kk, n) in [
-            ("expert qkv", 50usize, 1024usize, 2560usize),
-            ("expert attn out", 50, 2048, 1024),
-            ("expert gate+up", 50, 1024, 8192),
-            ("expert down", 50, 4096, 1024),
-        ] {
-            let copies = ((128usize << 20) / (n * kk)).clamp(2, 64);
+        for (what, m, kk, n) in EXPERT_GEMMS {
+            let FromMemory { x, ws, out, g } = FromMemory::new(&mut b, m, kk, n);
+            let bf = DType::BF16;
             let next = std::cell::Cell::new(0usize);
             let pick = |len: usize| {
                 next.set((next.get() + 1) % len);
                 next.get()
             };
-            let bf = DType::BF16;
-            let x = b.tensor("x", bf, &[m, kk]);
-            let ws: Vec<Tensor> = (0..copies).map(|_| b.tensor("w", bf, &[n, kk])).collect();
-            let out = b.tensor("out", bf, &[m, n]);
-            let g = b.k.linear(&x, &ws[0], &out, false, false).unwrap();
             let (med, p) = b.time(what, &|s| g.run(s, &x, &ws[pick(ws.len())], &out, None));
             let mut cells = vec![format!(
                 "plan {:>5.1} / {:>5.1} µs ({:>4.0} GB/s, ws {} B)",
@@ -353,26 +374,17 @@ fn main() {
         // action expert's and the prefix's shapes, each weight read from memory: the repeated
         // ops cycle through copies of it (≥ 128 MB), as in a model whose weights exceed L2.
         println!();
-        for (what, m, kk, n) in [
-            ("expert qkv", 50usize, 1024usize, 2560usize),
-            ("expert attn out", 50, 2048, 1024),
-            ("expert gate+up", 50, 1024, 8192),
-            ("expert down", 50, 4096, 1024),
+        for (what, m, kk, n) in EXPERT_GEMMS.into_iter().chain([
             ("gemma qkv", 576, 2048, 2560),
             ("gemma gate+up", 576, 2048, 32768),
             ("gemma down", 576, 16384, 2048),
-        ] {
-            let copies = ((128usize << 20) / (n * kk)).clamp(2, 64);
+        ]) {
+            let FromMemory { x, ws, out, g } = FromMemory::new(&mut b, m, kk, n);
             let next = std::cell::Cell::new(0usize);
             let pick = |len: usize| {
                 next.set((next.get() + 1) % len);
                 next.get()
             };
-            let bf = DType::BF16;
-            let x = b.tensor("x", bf, &[m, kk]);
-            let ws: Vec<Tensor> = (0..copies).map(|_| b.tensor("w", bf, &[n, kk])).collect();
-            let out = b.tensor("out", bf, &[m, n]);
-            let g = b.k.linear(&x, &ws[0], &out, false, false).unwrap();
             let (bf_med, bf_p) = b.time(what, &|s| g.run(s, &x, &ws[pick(ws.len())], &out, None));
             let ctx = b.k.ctx().clone();
             let codes = |shape: &[usize]| Tensor::alloc(&ctx, "codes", DType::E4M3, shape).unwrap();

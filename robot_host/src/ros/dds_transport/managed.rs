@@ -1,29 +1,27 @@
 //! The managed node's lifecycle services and `~/transition_event` (see
 //! [`crate::lifecycle`]), in the clients' service framing.
 
+use super::server::{RequestId, Server};
 use super::{dds_err, qos};
 use crate::error::Result;
 use crate::lifecycle::{State, Transition};
 use crate::node::Inputs;
 use crate::ros::msg as m;
-use ros2_client::dds::rustdds::{
-    self,
-    mio1::{Interest, Poll, Token},
-};
-use ros2_client::{Context, MessageTypeName, Name, ServiceMapping, ServiceTypeName};
+use ros2_client::dds::rustdds::mio1::{Poll, Token};
+use ros2_client::{Context, MessageTypeName, ServiceMapping};
 
 /// The managed node's services, topic and state (see [`crate::lifecycle`]).
 pub(super) struct Managed {
     pub(super) state: State,
-    change: ros2_client::Server<m::ChangeStateRequest, m::ChangeStateResponse>,
-    get_state: ros2_client::Server<m::EmptyRequest, m::GetStateResponse>,
-    states: ros2_client::Server<m::EmptyRequest, m::GetAvailableStatesResponse>,
-    transitions: ros2_client::Server<m::EmptyRequest, m::GetAvailableTransitionsResponse>,
-    graph: ros2_client::Server<m::EmptyRequest, m::GetAvailableTransitionsResponse>,
+    change: Server<m::ChangeStateRequest, m::ChangeStateResponse>,
+    get_state: Server<m::EmptyRequest, m::GetStateResponse>,
+    states: Server<m::EmptyRequest, m::GetAvailableStatesResponse>,
+    transitions: Server<m::EmptyRequest, m::GetAvailableTransitionsResponse>,
+    graph: Server<m::EmptyRequest, m::GetAvailableTransitionsResponse>,
     events: ros2_client::Publisher<m::TransitionEvent>,
     /// A `change_state` request the process carries out (configure, cleanup, shutdown),
     /// answered by [`super::Dds::complete_transition`].
-    pub(super) pending: Option<(ros2_client::RmwRequestId, Transition)>,
+    pub(super) pending: Option<(RequestId, Transition)>,
     /// Where the stops and resumes of transitions are recorded (`--record`).
     pub(super) tap: Option<std::sync::Arc<crate::record::Tap>>,
 }
@@ -58,23 +56,16 @@ impl Managed {
     ) -> Result<Managed> {
         fn server<Req, Resp>(
             node: &mut ros2_client::Node,
+            context: &Context,
             mapping: ServiceMapping,
             name: &str,
             ty: &str,
-        ) -> Result<ros2_client::Server<Req, Resp>>
+        ) -> Result<Server<Req, Resp>>
         where
             Req: ros2_client::Message + Clone + 'static,
             Resp: ros2_client::Message + 'static,
         {
-            let parsed = Name::parse(name).map_err(|e| dds_err(name, e))?;
-            node.create_server::<Req, Resp>(
-                mapping,
-                &parsed,
-                &ServiceTypeName::new("lifecycle_msgs", ty),
-                qos(false),
-                qos(false),
-            )
-            .map_err(|e| dds_err(name, e))
+            Server::new(node, context, mapping, name, ("lifecycle_msgs", ty))
         }
         let name = |s: &str| format!("{fqn}/{s}");
         let topic = context
@@ -86,22 +77,25 @@ impl Managed {
             .map_err(|e| dds_err("transition_event", e))?;
         Ok(Managed {
             state: State::Unconfigured,
-            change: server(node, mapping, &name("change_state"), "ChangeState")?,
-            get_state: server(node, mapping, &name("get_state"), "GetState")?,
+            change: server(node, context, mapping, &name("change_state"), "ChangeState")?,
+            get_state: server(node, context, mapping, &name("get_state"), "GetState")?,
             states: server(
                 node,
+                context,
                 mapping,
                 &name("get_available_states"),
                 "GetAvailableStates",
             )?,
             transitions: server(
                 node,
+                context,
                 mapping,
                 &name("get_available_transitions"),
                 "GetAvailableTransitions",
             )?,
             graph: server(
                 node,
+                context,
                 mapping,
                 &name("get_transition_graph"),
                 "GetAvailableTransitions",
@@ -116,20 +110,24 @@ impl Managed {
 
     /// Registers the services with a poll (tokens from [`MANAGED_TOKEN`]) or deregisters them.
     pub(super) fn register(&mut self, poll: &Poll, on: bool) -> Result<()> {
-        let r = poll.registry();
-        let go = |src: &mut dyn rustdds::mio1::event::Source, k: usize| {
-            if on {
-                r.register(src, Token(MANAGED_TOKEN + k), Interest::READABLE)
-            } else {
-                r.deregister(src)
-            }
-        };
-        go(&mut self.change, 0)
-            .and(go(&mut self.get_state, 1))
-            .and(go(&mut self.states, 2))
-            .and(go(&mut self.transitions, 3))
-            .and(go(&mut self.graph, 4))
+        let token = |k: usize| Token(MANAGED_TOKEN + k);
+        self.change
+            .register(poll, token(0), on)
+            .and(self.get_state.register(poll, token(1), on))
+            .and(self.states.register(poll, token(2), on))
+            .and(self.transitions.register(poll, token(3), on))
+            .and(self.graph.register(poll, token(4), on))
             .map_err(|e| dds_err("lifecycle services", e))
+    }
+
+    /// Sends the replies that wait for their requester's reply reader (see
+    /// [`Server::flush`]).
+    pub(super) fn flush(&self) {
+        self.change.flush();
+        self.get_state.flush();
+        self.states.flush();
+        self.transitions.flush();
+        self.graph.flush();
     }
 
     /// Publishes `~/transition_event` and takes the new state.
@@ -156,9 +154,9 @@ impl Managed {
     /// runs (`inputs`: a resume, a stop); configure, cleanup and shutdown are left pending
     /// for the process and returned.
     pub(super) fn answer(&mut self, inputs: Option<&Inputs>) -> Option<Transition> {
-        let info = |r: std::result::Result<(), ros2_client::ros2::WriteError<()>>| {
+        let info = |r: std::result::Result<(), String>| {
             if let Err(e) = r {
-                tracing::warn!("lifecycle reply not sent: {e:?}");
+                tracing::warn!("lifecycle reply not sent: {e}");
             }
         };
         let s = self.state;
@@ -166,31 +164,19 @@ impl Managed {
             let resp = m::GetStateResponse {
                 current_state: state_msg(s),
             };
-            info(
-                self.get_state
-                    .send_response(id, resp)
-                    .map_err(|e| e.forget_data()),
-            );
+            info(self.get_state.send_response(id, resp));
         }
         while let Ok(Some((id, _))) = self.states.receive_request() {
             let resp = m::GetAvailableStatesResponse {
                 available_states: State::ALL.iter().map(|s| state_msg(*s)).collect(),
             };
-            info(
-                self.states
-                    .send_response(id, resp)
-                    .map_err(|e| e.forget_data()),
-            );
+            info(self.states.send_response(id, resp));
         }
         while let Ok(Some((id, _))) = self.transitions.receive_request() {
             let resp = m::GetAvailableTransitionsResponse {
                 available_transitions: s.transitions().iter().map(|t| describe(s, *t)).collect(),
             };
-            info(
-                self.transitions
-                    .send_response(id, resp)
-                    .map_err(|e| e.forget_data()),
-            );
+            info(self.transitions.send_response(id, resp));
         }
         while let Ok(Some((id, _))) = self.graph.receive_request() {
             let all = State::ALL
@@ -199,11 +185,7 @@ impl Managed {
             let resp = m::GetAvailableTransitionsResponse {
                 available_transitions: all.collect(),
             };
-            info(
-                self.graph
-                    .send_response(id, resp)
-                    .map_err(|e| e.forget_data()),
-            );
+            info(self.graph.send_response(id, resp));
         }
         let mut taken = None;
         while let Ok(Some((id, req))) = self.change.receive_request() {
@@ -247,11 +229,7 @@ impl Managed {
                 }
             };
             let resp = m::ChangeStateResponse { success: ok };
-            info(
-                self.change
-                    .send_response(id, resp)
-                    .map_err(|e| e.forget_data()),
-            );
+            info(self.change.send_response(id, resp));
         }
         taken
     }

@@ -9,14 +9,17 @@
 //! reader and the subgoal service); outputs are written by a second thread as the node sends
 //! them.
 //!
-//! The `~/set_subgoal` service (`frt_msgs/srv/SetSubgoal`) is served with ros2-client's
-//! request/reply framing, in the mapping of the clients' middleware: rmw_cyclonedds puts a
-//! request header in the payload, rmw_fastrtps (and rmw_connextdds) carry the request's
-//! identity in inline QoS ([`DdsOptions::service_mapping`], from `RMW_IMPLEMENTATION`). Its
-//! request and response bodies are the same CDR as the node's codec writes (tested).
+//! The services (`~/set_subgoal`, the parameter and lifecycle services) are served in the
+//! framing of the clients' middleware ([`DdsOptions::service_mapping`], from
+//! `RMW_IMPLEMENTATION`): rmw_cyclonedds puts a request header in the payload, served on the
+//! node's own reader and writer (`server`: a reply waits for the client's reply reader and
+//! carries no inline QoS); rmw_fastrtps (and rmw_connextdds) carry the request's identity in
+//! inline QoS, served by ros2-client's server. Request and response bodies are the same CDR as
+//! the node's codec writes (tested).
 
 mod body;
 mod managed;
+mod server;
 mod services;
 
 use super::msg::{self as m, SetSubgoalRequest, SetSubgoalResponse};
@@ -258,6 +261,7 @@ impl Dds {
                     return Err(dds_err("poll", e));
                 }
             }
+            self.managed.flush();
             if !events.is_empty() {
                 taken = self.managed.answer(None);
             }
@@ -332,6 +336,7 @@ impl Transport for Dds {
         let fqn = self.fqn.clone();
         let mut services = Services {
             node: &mut self.node,
+            context: &self.context,
             mapping: self.service_mapping,
             poll: &poll,
             first_token: readers.len(),
@@ -394,6 +399,11 @@ impl Transport for Dds {
                     if e.kind() != std::io::ErrorKind::Interrupted {
                         return Err(dds_err("poll", e));
                     }
+                }
+                // Replies waiting for their requester's reply reader (at most every 50 ms).
+                managed.flush();
+                for server in &servers {
+                    server.flush();
                 }
                 for ev in events.iter() {
                     let i = ev.token().0;

@@ -1,13 +1,14 @@
 //! The node's services on the transport's thread: `~/set_subgoal` and ROS 2's parameter
 //! services over the configuration (see [`crate::params`]), in the clients' framing.
 
+use super::server::Server;
 use super::{dds_err, qos};
 use crate::error::Result;
 use crate::node::Inputs;
 use crate::params::{ParamValue, Parameters};
-use ros2_client::dds::rustdds::mio1::{Interest, Poll, Token};
+use ros2_client::dds::rustdds::mio1::{Poll, Token};
 use ros2_client::parameters::raw;
-use ros2_client::{MessageTypeName, Name, ServiceMapping, ServiceTypeName};
+use ros2_client::{Context, MessageTypeName, Name, ServiceMapping};
 use std::sync::Mutex;
 
 /// A service the transport answers on its thread.
@@ -15,10 +16,13 @@ pub(super) trait Answer {
     /// Answers the requests that have arrived (at most 64 per readiness event; the poll
     /// wakes again for the rest).
     fn answer(&self, inputs: &Inputs);
+    /// Sends the replies that wait for their requester's reply reader (see
+    /// [`Server::flush`]).
+    fn flush(&self);
 }
 
 struct Handler<Req: ros2_client::Message, Resp: ros2_client::Message, F> {
-    server: ros2_client::Server<Req, Resp>,
+    server: Server<Req, Resp>,
     name: String,
     f: F,
 }
@@ -47,12 +51,17 @@ where
             }
         }
     }
+
+    fn flush(&self) {
+        self.server.flush();
+    }
 }
 
 /// The node's services as they are created: each registered with the poll under the next
 /// token.
 pub(super) struct Services<'a, 'f> {
     pub(super) node: &'a mut ros2_client::Node,
+    pub(super) context: &'a Context,
     pub(super) mapping: ServiceMapping,
     pub(super) poll: &'a Poll,
     pub(super) first_token: usize,
@@ -67,21 +76,10 @@ impl<'f> Services<'_, 'f> {
         Resp: ros2_client::Message + 'static,
         F: Fn(Req) -> Resp + 'f,
     {
-        let parsed = Name::parse(name).map_err(|err| dds_err(name, err))?;
-        let mut server = self
-            .node
-            .create_server::<Req, Resp>(
-                self.mapping,
-                &parsed,
-                &ServiceTypeName::new(pkg, ty),
-                qos(false),
-                qos(false),
-            )
-            .map_err(|err| dds_err(name, err))?;
+        let mut server = Server::new(self.node, self.context, self.mapping, name, (pkg, ty))?;
         let token = Token(self.first_token + self.servers.len());
-        self.poll
-            .registry()
-            .register(&mut server, token, Interest::READABLE)
+        server
+            .register(self.poll, token, true)
             .map_err(|err| dds_err(name, err))?;
         self.servers.push(Box::new(Handler {
             server,
