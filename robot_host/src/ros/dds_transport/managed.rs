@@ -160,25 +160,28 @@ impl Managed {
             }
         };
         let s = self.state;
-        while let Ok(Some((id, _))) = self.get_state.receive_request() {
+        while let Some((id, _)) = self.get_state.next_request("get_state", inputs) {
             let resp = m::GetStateResponse {
                 current_state: state_msg(s),
             };
             info(self.get_state.send_response(id, resp));
         }
-        while let Ok(Some((id, _))) = self.states.receive_request() {
+        while let Some((id, _)) = self.states.next_request("get_available_states", inputs) {
             let resp = m::GetAvailableStatesResponse {
                 available_states: State::ALL.iter().map(|s| state_msg(*s)).collect(),
             };
             info(self.states.send_response(id, resp));
         }
-        while let Ok(Some((id, _))) = self.transitions.receive_request() {
+        while let Some((id, _)) = self
+            .transitions
+            .next_request("get_available_transitions", inputs)
+        {
             let resp = m::GetAvailableTransitionsResponse {
                 available_transitions: s.transitions().iter().map(|t| describe(s, *t)).collect(),
             };
             info(self.transitions.send_response(id, resp));
         }
-        while let Ok(Some((id, _))) = self.graph.receive_request() {
+        while let Some((id, _)) = self.graph.next_request("get_transition_graph", inputs) {
             let all = State::ALL
                 .iter()
                 .flat_map(|s| s.transitions().iter().map(move |t| describe(*s, *t)));
@@ -188,7 +191,7 @@ impl Managed {
             info(self.graph.send_response(id, resp));
         }
         let mut taken = None;
-        while let Ok(Some((id, req))) = self.change.receive_request() {
+        while let Some((id, req)) = self.change.next_request("change_state", inputs) {
             let t = Transition::requested(self.state, req.transition.id, &req.transition.label);
             let ok = match (t, inputs) {
                 (Err(why), _) => {

@@ -21,6 +21,7 @@
 use super::body::Body;
 use super::{dds_err, qos};
 use crate::error::Result;
+use crate::node::Inputs;
 use bytes::Bytes;
 use ros2_client::dds::rustdds::{
     self, GUID, QosPolicies, TopicKind,
@@ -102,14 +103,37 @@ where
         Ok(Server::Ros2(server))
     }
 
-    /// The next request that has arrived, if any; an error for one that does not decode.
-    pub(super) fn receive_request(&self) -> std::result::Result<Option<(RequestId, Req)>, String> {
+    /// The next request that has arrived, if any; an error for one that does not decode (see
+    /// [`Server::next_request`]).
+    fn receive_request(&self) -> std::result::Result<Option<(RequestId, Req)>, String> {
         match self {
             Server::Ros2(s) => match s.receive_request() {
                 Ok(r) => Ok(r.map(|(id, req)| (RequestId::Ros2(id), req))),
                 Err(e) => Err(e.to_string()),
             },
             Server::Cyclone(s) => s.receive_request(),
+        }
+    }
+
+    /// The next request that decodes, if any: one that does not is taken, logged, counted
+    /// as a refused command when `inputs` is given, and skipped (a request behind it is not
+    /// left waiting for the next readiness event).
+    pub(super) fn next_request(
+        &self,
+        what: &str,
+        inputs: Option<&Inputs>,
+    ) -> Option<(RequestId, Req)> {
+        loop {
+            match self.receive_request() {
+                Ok(r) => return r,
+                Err(e) => {
+                    let why = format!("{what}: {e}");
+                    tracing::warn!("request refused: {why}");
+                    if let Some(inputs) = inputs {
+                        inputs.refuse_message(crate::node::Refusal::Command, &why);
+                    }
+                }
+            }
         }
     }
 
@@ -263,19 +287,17 @@ where
         Ok(())
     }
 
-    /// Whether a reader of the reply topic in the participant of `from` (the request's
-    /// writer) has been discovered at least [`MATCH_GRACE`] ago (as far as this server has
-    /// seen: from the first time it looked and found it).
-    fn reader_of(&self, from: GUID) -> bool {
+    /// The reply readers of this service discovered at least [`MATCH_GRACE`] ago (as far as
+    /// this server has seen: from the first time it looked and found each).
+    fn matched_readers(&self) -> Vec<GUID> {
         let now = Instant::now();
         let mut known = self.known.borrow_mut();
+        let mut matched = Vec::new();
         for d in self.participant.discovered_readers() {
-            let guid = d.reader_proxy.remote_reader_guid;
-            if guid.prefix != from.prefix
-                || *d.subscription_topic_data.topic_name() != self.reply_topic
-            {
+            if *d.subscription_topic_data.topic_name() != self.reply_topic {
                 continue;
             }
+            let guid = d.reader_proxy.remote_reader_guid;
             let since = match known.iter().find(|(g, _)| *g == guid) {
                 Some((_, t)) => *t,
                 None => {
@@ -287,10 +309,10 @@ where
                 }
             };
             if now.duration_since(since) >= MATCH_GRACE {
-                return true;
+                matched.push(guid);
             }
         }
-        false
+        matched
     }
 
     fn flush(&self) {
@@ -298,8 +320,11 @@ where
         if pending.is_empty() {
             return;
         }
+        let matched = self.matched_readers();
         pending.retain(|p| {
-            if self.reader_of(p.from) {
+            // A reader of the reply topic in the requester's participant (the request's
+            // writer's prefix).
+            if matched.iter().any(|g| g.prefix == p.from.prefix) {
                 if let Err(e) = self.replies.publish(Body(p.body.clone())) {
                     tracing::warn!(service = %self.name, "reply not sent: {e}");
                 }

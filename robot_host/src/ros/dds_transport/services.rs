@@ -35,19 +35,13 @@ where
 {
     fn answer(&self, inputs: &Inputs) {
         for _ in 0..64 {
-            match self.server.receive_request() {
-                Ok(Some((id, req))) => {
-                    if let Err(e) = self.server.send_response(id, (self.f)(req)) {
-                        tracing::warn!(service = %self.name, "reply not sent: {e}");
-                    }
-                }
-                Ok(None) => return,
-                Err(e) => {
-                    // An undecodable request: counted like a garbage command; no reply can
-                    // be addressed without its header.
-                    let why = format!("{}: {e}", self.name);
-                    inputs.refuse_message(crate::node::Refusal::Command, &why);
-                }
+            // An undecodable request is counted like a garbage command and skipped: no reply
+            // can be addressed without its header.
+            let Some((id, req)) = self.server.next_request(&self.name, Some(inputs)) else {
+                return;
+            };
+            if let Err(e) = self.server.send_response(id, (self.f)(req)) {
+                tracing::warn!(service = %self.name, "reply not sent: {e}");
             }
         }
     }
