@@ -171,3 +171,128 @@ __device__ void linear_e4m3_rows(const unsigned char* __restrict__ x, unsigned l
     FP8_ROWS_TILES(T, S, 1) FP8_ROWS_TILES(T, S, 2) FP8_ROWS_TILES(T, S, 3) FP8_ROWS_TILES(T, S, 4)               \
     FP8_ROWS_TILES(T, S, 5) FP8_ROWS_TILES(T, S, 6) FP8_ROWS_TILES(T, S, 7) FP8_ROWS_TILES(T, S, 8)
 FOR_FLOATS(FP8_ROWS)
+
+#define PARTS_UNROLL 4
+
+// ---- Split reductions into f32 partial sums ---------------------------------------------------
+//
+// linear_e4m3_parts<TILES, FT>: part[p, m, n] = (Σ_{k in range p} x[m, k] · w[n, k]) · x_scale ·
+// w_scale[n] in f32, the reduction cut into gridDim.y ranges of kc codes (a residual's norm adds
+// the parts). A block computes FT·16 output features over one range. Hopper's FP8 mma.sync
+// widens its operands to f16 before each MMA, so the rows kernel, which reads x again for
+// every 16 features, spends most of its time widening x; here a block widens its range of x
+// once, into shared memory (rows padded by 16 bytes, so that the two rows a quarter-warp reads
+// lie in different banks), while each warp's first weight loads are in flight, and FT·16
+// features share it. Warp w takes feature tile w % FT and every (ROWS_WARPS / FT)-th chunk of
+// 64 codes of the range from chunk w / FT on, the weight of its next PARTS_UNROLL chunks in
+// flight while the current ones are multiplied; the warps of one tile add their sums through
+// shared memory in warp order (the same result on every run).
+template <int TILES, int FT>
+__device__ void linear_e4m3_parts(const unsigned char* __restrict__ x, unsigned long long x_ld,
+                                  const float* __restrict__ x_scale, const unsigned char* __restrict__ w,
+                                  unsigned long long w_ld, const float* __restrict__ w_scale,
+                                  float* __restrict__ part, unsigned m, unsigned n, unsigned kc) {
+    constexpr int SLICES = ROWS_WARPS / FT;
+    extern __shared__ __align__(16) unsigned char parts_smem[];
+    const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+    const unsigned ft = warp % FT, slice = warp / FT;
+    const unsigned nb = blockIdx.x * FT * 16;
+    const unsigned long long k0 = (unsigned long long)blockIdx.y * kc;
+    const unsigned chunks = kc / 64;
+    const unsigned xs_ld = kc * 2 + 16;  // bytes a widened x row takes
+
+    const unsigned char* w_lo = w + (unsigned long long)(nb + ft * 16 + g) * w_ld + k0 + tig * 16;
+    const unsigned char* w_hi = w_lo + 8 * w_ld;
+    uint4 lo[PARTS_UNROLL], hi[PARTS_UNROLL];
+    // The weight of chunks c, c + SLICES, … that exist.
+    auto load = [&](unsigned c) {
+#pragma unroll
+        for (int u = 0; u < PARTS_UNROLL; ++u) {
+            const unsigned cu = c + u * SLICES;
+            if (cu < chunks) {
+                lo[u] = load_weight(w_lo + (unsigned long long)cu * 64);
+                hi[u] = load_weight(w_hi + (unsigned long long)cu * 64);
+            }
+        }
+    };
+    load(slice);
+
+    // The range of x, widened: rows past m are zeros.
+    const unsigned pieces = kc / 16;
+    for (unsigned e = threadIdx.x; e < TILES * 8 * pieces; e += blockDim.x) {
+        const unsigned row = e / pieces, c = e % pieces;
+        const uint4 v = row < m ? *(const uint4*)(x + row * x_ld + k0 + c * 16) : make_uint4(0, 0, 0, 0);
+        unsigned h[8];
+        widen16(v, h);
+        uint4* d = (uint4*)(parts_smem + row * xs_ld + c * 32);
+        d[0] = make_uint4(h[0], h[1], h[2], h[3]);
+        d[1] = make_uint4(h[4], h[5], h[6], h[7]);
+    }
+    __syncthreads();
+
+    float acc[TILES][4];
+#pragma unroll
+    for (int t = 0; t < TILES; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
+    // This lane's 16 values of x row g of tile 0 in chunk 0 (as f16: 32 bytes).
+    const unsigned char* xl = parts_smem + g * xs_ld + tig * 32;
+#pragma unroll 1
+    for (unsigned c = slice; c < chunks; c += SLICES * PARTS_UNROLL) {
+        uint4 cl[PARTS_UNROLL], ch[PARTS_UNROLL];
+#pragma unroll
+        for (int u = 0; u < PARTS_UNROLL; ++u) {
+            cl[u] = lo[u];
+            ch[u] = hi[u];
+        }
+        load(c + SLICES * PARTS_UNROLL);
+#pragma unroll
+        for (int u = 0; u < PARTS_UNROLL; ++u) {
+            const unsigned cu = c + u * SLICES;
+            if (cu < chunks) {
+                unsigned a_lo[8], a_hi[8];
+                widen16(cl[u], a_lo);
+                widen16(ch[u], a_hi);
+#pragma unroll
+                for (int t = 0; t < TILES; ++t) {
+                    const uint4* xp = (const uint4*)(xl + t * 8 * xs_ld + cu * 128);
+                    const uint4 b0 = xp[0], b1 = xp[1];
+                    const unsigned b[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+                    for (int j = 0; j < 4; ++j)
+                        mma_f16(acc[t], a_lo[2 * j], a_hi[2 * j], a_lo[2 * j + 1], a_hi[2 * j + 1], b[2 * j],
+                                b[2 * j + 1]);
+                }
+            }
+        }
+    }
+    // A lane's sums: features g and g + 8 of its tile, rows 8t + 2·tig and the one after; in
+    // the shared memory x took (every warp is past its last read of x).
+    __syncthreads();
+    float(*sums)[16][TILES * 8] = (float(*)[16][TILES * 8])parts_smem;
+#pragma unroll
+    for (int t = 0; t < TILES; ++t)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) sums[warp][g + (i >> 1) * 8][t * 8 + tig * 2 + (i & 1)] = acc[t][i];
+    __syncthreads();
+    const float xs = *x_scale;
+    float* out = part + (unsigned long long)blockIdx.y * m * n;
+    for (unsigned e = threadIdx.x; e < FT * 16 * m; e += blockDim.x) {
+        const unsigned f = e % (FT * 16), row = e / (FT * 16), col = nb + f;
+        float s = 0.f;
+#pragma unroll
+        for (int v = 0; v < SLICES; ++v) s += sums[v * FT + f / 16][f % 16][row];
+        out[(unsigned long long)row * n + col] = s * xs * w_scale[col];
+    }
+}
+
+#define FP8_PARTS_TILES(FT, N)                                                                                   \
+    extern "C" __global__ void __launch_bounds__(ROWS_WARPS * 32) linear_e4m3_parts##FT##r##N(                   \
+        const unsigned char* x, unsigned long long x_ld, const float* x_scale, const unsigned char* w,            \
+        unsigned long long w_ld, const float* w_scale, float* part, unsigned m, unsigned n, unsigned kc) {        \
+        linear_e4m3_parts<N, FT>(x, x_ld, x_scale, w, w_ld, w_scale, part, m, n, kc);                            \
+    }
+#define FP8_PARTS_FT(FT)                                                                                          \
+    FP8_PARTS_TILES(FT, 1) FP8_PARTS_TILES(FT, 2) FP8_PARTS_TILES(FT, 3) FP8_PARTS_TILES(FT, 4)                   \
+    FP8_PARTS_TILES(FT, 5) FP8_PARTS_TILES(FT, 6) FP8_PARTS_TILES(FT, 7) FP8_PARTS_TILES(FT, 8)
+FP8_PARTS_FT(1)
+FP8_PARTS_FT(2)
+FP8_PARTS_FT(4)

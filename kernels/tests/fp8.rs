@@ -498,10 +498,110 @@ fn norms_quantize_their_output_as_quantize_does(b: &Backend) {
     }
 }
 
+/// The split FP8 linear layer against the f64 sum of each part's range, scaled: the action
+/// expert's attention output and down projections (4 and 8 parts), and small shapes whose
+/// blocks take 64, 32 and 16 features on a device of 132 multiprocessors (an H100), one part,
+/// rows of one to eight tiles of 8. Bad layouts and counts are refused.
+fn linear_split_matches_the_reference(b: &Backend) {
+    let mut rng = Rng::new(84);
+    for (m, k, n, parts, big) in [
+        (50usize, 2048usize, 1024usize, 4usize, true),
+        (50, 4096, 1024, 8, true),
+        (8, 256, 4096, 2, false),
+        (3, 256, 1056, 4, false),
+        (13, 512, 48, 4, false),
+        (64, 128, 2112, 1, false),
+        (1, 192, 16, 3, false),
+    ] {
+        if !size_ok(b, big) {
+            continue;
+        }
+        let c = Fp8Case::new(&mut rng, m, k, n, false);
+        let t = upload(b, &c, (m, k, n), DType::F32);
+        let partials = Tensor::alloc(b.k.ctx(), "partials", DType::F32, &[parts, m, n]).unwrap();
+        partials
+            .write_f32(b.s, &vec![f32::NAN; parts * m * n])
+            .unwrap();
+        let plan = b.k.linear_e4m3_split(&t.x, &t.w, &partials).unwrap();
+        assert_eq!(plan.parts(), parts);
+        // The activation's scale in the first of two elements (the second is never read).
+        let xs = Tensor::alloc(b.k.ctx(), "x_scale", DType::F32, &[2]).unwrap();
+        xs.write_f32(b.s, &[c.x_scale, f32::NAN]).unwrap();
+        plan.run(b.s, &t.x, &xs, &t.w, &t.ws, &partials).unwrap();
+        let got = partials.read_f32(b.s).unwrap();
+        let kc = k / parts;
+        let decode = |v: &[u8]| -> Vec<f64> { v.iter().map(|&c| e4m3_to_f32(c) as f64).collect() };
+        let (x, w) = (decode(&c.x), decode(&c.w));
+        let want: Vec<f64> = (0..parts * m * n)
+            .map(|e| {
+                let (p, i, j) = (e / (m * n), e / n % m, e % n);
+                let r = p * kc..(p + 1) * kc;
+                let acc: f64 = x[i * k..(i + 1) * k][r.clone()]
+                    .iter()
+                    .zip(&w[j * k..(j + 1) * k][r])
+                    .map(|(a, b)| a * b)
+                    .sum();
+                acc * c.x_scale as f64 * c.w_scale[j] as f64
+            })
+            .collect();
+        if let Err(e) = check_elements(&got, &want, tol(DType::F32, 5e-5 * (kc as f64).sqrt())) {
+            panic!(
+                "[{}] linear_e4m3_split {m}x{k}x{n} in {parts} parts: {e}",
+                b.name
+            );
+        }
+    }
+    // Refused: K not a multiple of 64 · parts, more than 64 rows, partials of another shape or
+    // type, codes that are not E4M3.
+    let k = &b.k;
+    let t = |dt, shape: &[usize]| Tensor::alloc(k.ctx(), "t", dt, shape).unwrap();
+    let (e8, f) = (DType::E4M3, DType::F32);
+    for (x, w, p, why) in [
+        (
+            t(e8, &[4, 192]),
+            t(e8, &[16, 192]),
+            t(f, &[2, 4, 16]),
+            "multiple of 64",
+        ),
+        (
+            t(e8, &[65, 128]),
+            t(e8, &[16, 128]),
+            t(f, &[2, 65, 16]),
+            "rows",
+        ),
+        (
+            t(e8, &[4, 128]),
+            t(e8, &[16, 128]),
+            t(f, &[2, 4, 32]),
+            "does not give",
+        ),
+        (
+            t(e8, &[4, 128]),
+            t(e8, &[16, 128]),
+            t(DType::BF16, &[2, 4, 16]),
+            "partials",
+        ),
+        (
+            t(DType::BF16, &[4, 128]),
+            t(e8, &[16, 128]),
+            t(f, &[2, 4, 16]),
+            "x",
+        ),
+    ] {
+        let e = k
+            .linear_e4m3_split(&x, &w, &p)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(e.contains(why), "[{}] {e}", b.name);
+    }
+}
+
 backend_tests!(
     norms_quantize_their_output_as_quantize_does,
     quantize_gives_the_host_codes,
     linear_matches_the_reference,
+    linear_split_matches_the_reference,
     new_scales_reach_a_captured_graph,
     rejects_bad_arguments
 );

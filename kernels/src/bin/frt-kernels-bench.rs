@@ -440,6 +440,29 @@ fn main() {
                     bf_med / f_med
                 ));
             }
+            // The expert's residual projections also as split FP8 GEMMs (the parts its
+            // residual norms add): parts of 512 and of 256 codes.
+            for parts in [kk / 512, kk / 256] {
+                if m > frt_kernels::FP8_ROWS_MAX || kk < 2048 {
+                    break;
+                }
+                let partials = Tensor::alloc(&ctx, "partials", DType::F32, &[parts, m, n]).unwrap();
+                match b.k.linear_e4m3_split(&xq, &wq[0], &partials) {
+                    Ok(sp) => {
+                        let (f_med, f_p) = b.time(what, &|s| {
+                            sp.run(s, &xq, &xs, &wq[pick(wq.len())], &wsc, &partials)
+                        });
+                        cells.push(format!(
+                            "e4m3 {:>6.1} / {:>6.1} µs ({:>5.0} GB/s, split in {parts}) {:.2}×",
+                            f_med * 1e3,
+                            f_p * 1e3,
+                            (n * kk) as f64 / (f_med * 1e-3) / 1e9,
+                            bf_med / f_med
+                        ));
+                    }
+                    Err(e) => cells.push(format!("split not run: {e}")),
+                }
+            }
             println!(
                 "| {what:<16} | {:<24} | bf16 {:>6.1} / {:>6.1} µs ({:>5.0} GB/s) | {} |",
                 format!("{m}x{kk}x{n}"),

@@ -994,6 +994,286 @@ impl Fp8Lt {
     }
 }
 
+/// [`Kernels::linear_e4m3_split`]: an FP8 linear layer of few rows whose reduction is cut into
+/// `parts` equal ranges, each range's product scaled into its own f32 partial sum
+/// (`partials[p] = (x[:, range p] · w[:, range p]ᵀ) · x_scale · w_scale`), which a residual's
+/// norm adds as it reads them (see [`Kernels::residual_ada_rms_norm_e4m3`]). On CUDA
+/// `fp8.cu`'s `linear_e4m3_parts`: more blocks stream the weight than one per 16 output
+/// features, and each widens its range of x once for all of its features.
+pub struct Fp8SplitLinear {
+    kernels: Kernels,
+    x: Rows,
+    w: Rows,
+    parts: usize,
+    /// Feature tiles of 16 a CUDA block takes (`None` on the host).
+    tiles: Option<usize>,
+}
+
+/// Feature tiles of 16 a block of `linear_e4m3_parts` may take, most first.
+const PARTS_TILES: [usize; 3] = [4, 2, 1];
+
+/// `linear_e4m3_parts`'s shared memory for `m` rows and ranges of `kc` codes: the range of x
+/// widened to f16 (⌈m / 8⌉·8 rows of `kc` values and 16 bytes of padding), or the warps' sums
+/// after it (8 warps, 16 features, the rows), whichever is larger.
+fn parts_shared(m: usize, kc: usize) -> usize {
+    let rows = m.div_ceil(8) * 8;
+    (rows * (2 * kc + 16)).max(8 * 16 * rows * 4)
+}
+
+impl Kernels {
+    /// Plans [`Fp8SplitLinear`] for E4M3 `x` `[M, K]` and `w` `[N, K]` (rows 16-byte aligned,
+    /// unit column stride) and contiguous f32 `partials` `[parts, M, N]`: M at most
+    /// [`FP8_ROWS_MAX`], K a multiple of 64 · parts. On CUDA the device needs FP8 tensor cores
+    /// (sm_89+) and N a multiple of 16.
+    pub fn linear_e4m3_split(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        partials: &Tensor,
+    ) -> Result<Fp8SplitLinear> {
+        let op = "linear_e4m3_split";
+        self.check_ctx(op, &[x, w, partials])?;
+        x.expect_dtype(op, "x", DType::E4M3)?;
+        w.expect_dtype(op, "w", DType::E4M3)?;
+        partials.expect_dtype(op, "partials", DType::F32)?;
+        let (xr, wr) = (rows(op, x)?, rows(op, w)?);
+        if partials.rank() != 3 || !partials.is_contiguous() {
+            return Err(Error::shape(
+                op,
+                format!("partials {partials:?} must be contiguous [parts, rows, out]"),
+            ));
+        }
+        let (parts, m, kk, n) = (partials.dim(0), xr.rows, xr.cols, wr.rows);
+        if wr.cols != kk || partials.dim(1) != m || partials.dim(2) != n {
+            return Err(Error::shape(
+                op,
+                format!("x {x:?} · wᵀ {w:?} does not give partials [parts, M, N] {partials:?}"),
+            ));
+        }
+        if !(1..=FP8_ROWS_MAX).contains(&m) || parts == 0 || kk % (64 * parts) != 0 {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "x {x:?} and {parts} parts: need 1 to {FP8_ROWS_MAX} rows and K a multiple of 64 · parts"
+                ),
+            ));
+        }
+        let aligned = |t: &Tensor, r: &Rows| t.ptr() % 16 == 0 && r.stride % 16 == 0;
+        if !aligned(x, &xr) || !aligned(w, &wr) {
+            return Err(Error::shape(
+                op,
+                format!("x {x:?} and w {w:?} need rows that start 16-byte aligned"),
+            ));
+        }
+        let tiles = match &self.cuda {
+            Some(c) => {
+                fp8_tensor_cores(&c.arch)?;
+                if parts_shared(m, kk / parts) > c.max_shared as usize {
+                    return Err(Error::shape(
+                        op,
+                        format!(
+                            "{m} rows of {} codes a part need {} bytes of shared memory a block; this device has {}",
+                            kk / parts,
+                            parts_shared(m, kk / parts),
+                            c.max_shared
+                        ),
+                    ));
+                }
+                // The most features a block that still gives about a block a multiprocessor.
+                let dividing = PARTS_TILES.into_iter().filter(|t| n % (16 * t) == 0);
+                let tiles = dividing
+                    .clone()
+                    .find(|t| n / (16 * t) * parts >= c.sms as usize * 9 / 10)
+                    .or(dividing.min());
+                Some(tiles.ok_or_else(|| {
+                    Error::shape(op, format!("w {w:?}: N must be a multiple of 16 on CUDA"))
+                })?)
+            }
+            None => None,
+        };
+        Ok(Fp8SplitLinear {
+            kernels: self.clone(),
+            x: xr,
+            w: wr,
+            parts,
+            tiles,
+        })
+    }
+}
+
+impl Fp8SplitLinear {
+    /// The number of partial sums.
+    pub fn parts(&self) -> usize {
+        self.parts
+    }
+
+    /// Enqueues it on `s` for tensors of the planned layouts; `x_scale`: at least one f32 (the
+    /// first is the activation's scale), `w_scale` N f32 (contiguous).
+    pub fn run(
+        &self,
+        s: Stream,
+        x: &Tensor,
+        x_scale: &Tensor,
+        w: &Tensor,
+        w_scale: &Tensor,
+        partials: &Tensor,
+    ) -> Result<()> {
+        let op = "linear_e4m3_split";
+        let k = &self.kernels;
+        k.check_ctx(op, &[x, x_scale, w, w_scale, partials])?;
+        let same = |t: &Tensor, planned: Rows| -> Result<bool> {
+            let r = rows(op, t)?;
+            Ok(t.dtype() == DType::E4M3
+                && t.ptr() % 16 == 0
+                && (r.rows, r.cols, r.stride) == (planned.rows, planned.cols, planned.stride))
+        };
+        let (m, kk, n) = (self.x.rows, self.x.cols, self.w.rows);
+        if !same(x, self.x)?
+            || !same(w, self.w)?
+            || partials.dtype() != DType::F32
+            || !partials.is_contiguous()
+            || partials.shape() != [self.parts, m, n]
+        {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "{x:?}, {w:?}, {partials:?} differ from the planned layouts (rows 16-byte aligned)"
+                ),
+            ));
+        }
+        for (t, name) in [(x_scale, "x_scale"), (w_scale, "w_scale")] {
+            t.expect_dtype(op, name, DType::F32)?;
+            t.expect_contiguous(op)?;
+        }
+        if x_scale.numel() == 0 || w_scale.numel() != n {
+            return Err(Error::shape(
+                op,
+                format!("x_scale {x_scale:?} needs an element, w_scale {w_scale:?} {n}"),
+            ));
+        }
+        let kc = kk / self.parts;
+        match (&k.cuda, self.tiles) {
+            (Some(c), Some(tiles)) => {
+                const NAMES: [[&str; FP8_ROWS_MAX / 8]; 3] = [
+                    [
+                        "linear_e4m3_parts1r1",
+                        "linear_e4m3_parts1r2",
+                        "linear_e4m3_parts1r3",
+                        "linear_e4m3_parts1r4",
+                        "linear_e4m3_parts1r5",
+                        "linear_e4m3_parts1r6",
+                        "linear_e4m3_parts1r7",
+                        "linear_e4m3_parts1r8",
+                    ],
+                    [
+                        "linear_e4m3_parts2r1",
+                        "linear_e4m3_parts2r2",
+                        "linear_e4m3_parts2r3",
+                        "linear_e4m3_parts2r4",
+                        "linear_e4m3_parts2r5",
+                        "linear_e4m3_parts2r6",
+                        "linear_e4m3_parts2r7",
+                        "linear_e4m3_parts2r8",
+                    ],
+                    [
+                        "linear_e4m3_parts4r1",
+                        "linear_e4m3_parts4r2",
+                        "linear_e4m3_parts4r3",
+                        "linear_e4m3_parts4r4",
+                        "linear_e4m3_parts4r5",
+                        "linear_e4m3_parts4r6",
+                        "linear_e4m3_parts4r7",
+                        "linear_e4m3_parts4r8",
+                    ],
+                ];
+                let name = NAMES[tiles.trailing_zeros() as usize][m.div_ceil(8) - 1];
+                let params = [
+                    Param::of(x),
+                    (self.x.stride as u64).into(),
+                    Param::of(x_scale),
+                    Param::of(w),
+                    (self.w.stride as u64).into(),
+                    Param::of(w_scale),
+                    Param::of(partials),
+                    (m as u32).into(),
+                    (n as u32).into(),
+                    (kc as u32).into(),
+                ];
+                // SAFETY: the layouts were checked against the plan: x m ≤ 64 rows and w N rows
+                // of K codes, 16-byte aligned, K = parts · kc with kc a multiple of 64, N a
+                // multiple of 16 · tiles, partials [parts, m, N] f32; the shared memory fits
+                // the device (checked when planned).
+                unsafe {
+                    c.launch(
+                        s,
+                        name,
+                        None,
+                        ((n / (16 * tiles)) as u32, self.parts as u32, 1),
+                        (256, 1, 1),
+                        parts_shared(m, kc) as u32,
+                        &params,
+                    )
+                }
+            }
+            _ => {
+                let ptrs = (
+                    P::of(x),
+                    P::of(x_scale),
+                    P::of(w),
+                    P::of(w_scale),
+                    P::of(partials),
+                );
+                let keep = (
+                    x.clone(),
+                    x_scale.clone(),
+                    w.clone(),
+                    w_scale.clone(),
+                    partials.clone(),
+                );
+                let (xr, wr, parts) = (self.x, self.w, self.parts);
+                k.host(s, move || {
+                    let _ = &keep;
+                    // SAFETY: the layouts were checked against the plan.
+                    unsafe { host_linear_split(xr, wr, parts, ptrs) };
+                })
+            }
+        }
+    }
+}
+
+/// The host backend's split FP8 linear layer: per part, the products of its range summed in
+/// f32, then scaled by `x_scale · w_scale[n]`.
+///
+/// # Safety
+/// The pointers hold tensors of these layouts (`partials` `[parts, x.rows, w.rows]` f32).
+unsafe fn host_linear_split(xr: Rows, wr: Rows, parts: usize, (x, xs, w, ws, pp): (P, P, P, P, P)) {
+    let values = code_values();
+    let (m, kk, n) = (xr.rows, xr.cols, wr.rows);
+    let kc = kk / parts;
+    // SAFETY: at least one f32.
+    let x_scale = unsafe { xs.ld::<f32>(0) };
+    let decode = |t: P, r: Rows, i: usize| -> Vec<f32> {
+        (0..r.cols)
+            // SAFETY: inside the tensor's layout.
+            .map(|c| values[unsafe { *((t.0 + i * r.stride + c) as *const u8) } as usize])
+            .collect()
+    };
+    let xd: Vec<Vec<f32>> = (0..m).map(|i| decode(x, xr, i)).collect();
+    Pool::global().run(n, &|j| {
+        let wd = decode(w, wr, j);
+        // SAFETY: n scales.
+        let scale = x_scale * unsafe { ws.ld::<f32>(j) };
+        for p in 0..parts {
+            let range = p * kc..(p + 1) * kc;
+            for (i, xi) in xd.iter().enumerate() {
+                let y = super::gemm::dot(&xi[range.clone()], &wd[range.clone()]) * scale;
+                // SAFETY: inside partials.
+                unsafe { pp.st::<f32>((p * m + i) * n + j, y) };
+            }
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::fp8_tensor_cores;

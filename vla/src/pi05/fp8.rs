@@ -7,7 +7,7 @@ use crate::calibration::Calibration;
 use crate::error::Result;
 use crate::weights::Pi05Weights;
 use frt_exec::Stream;
-use frt_kernels::{DType, Fp8Linear, Kernels, Tensor};
+use frt_kernels::{DType, Fp8Linear, Fp8SplitLinear, Kernels, Tensor};
 use frt_nn::blocks::gemma::{GemmaDims, GemmaFp8};
 
 /// A layer's FP8 GEMM inputs, in the order of its scales: the normed rows into q/k/v, the
@@ -165,6 +165,43 @@ impl Fp8Stack {
             &w.scales,
             out,
             None,
+        )?;
+        Ok(())
+    }
+
+    /// Plans input `g`'s GEMM as a split one into `partials` (`[parts, rows, N]` f32), with
+    /// layer 0's weight (every layer's has its layout).
+    pub(crate) fn plan_split(
+        &self,
+        k: &Kernels,
+        g: usize,
+        rows: usize,
+        partials: &Tensor,
+    ) -> Result<Fp8SplitLinear> {
+        let (codes, w) = self.operands(0, g);
+        Ok(k.linear_e4m3_split(&codes.narrow(0, 0, rows)?, &w.codes, partials)?)
+    }
+
+    /// [`linear_quantized`](Self::linear_quantized) as a split GEMM (plan `lin`, made by
+    /// [`plan_split`](Self::plan_split)): each part's scaled product into `partials`.
+    pub(crate) fn linear_quantized_split(
+        &self,
+        cs: Stream,
+        (i, g): (usize, usize),
+        lin: &Fp8SplitLinear,
+        rows: usize,
+        partials: &Tensor,
+    ) -> Result<()> {
+        let (codes, w) = self.operands(i, g);
+        let at = (i * FP8_INPUTS.len() + g) * self.per;
+        let scale = self.scales.narrow(0, at, 1)?;
+        lin.run(
+            cs,
+            &codes.narrow(0, 0, rows)?,
+            &scale,
+            &w.codes,
+            &w.scales,
+            partials,
         )?;
         Ok(())
     }
