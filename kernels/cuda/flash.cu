@@ -39,6 +39,10 @@ struct FlashArgs {
     unsigned keys_per_split;            // a multiple of FLASH_BN
     unsigned batch;                     // independent attentions of one shape (grid.y = batch · hkv)
     unsigned long long bq, bk, bv, bo;  // where each next one's tensors start, in elements
+    // flash_combine only, may be null: the output's E4M3 codes (laid out as the output, one
+    // attention), each e4m3(stored value / code_scale[0]) as quantize_e4m3 makes them.
+    unsigned char* codes;
+    const float* code_scale;
 };
 
 // Whether key j passes the query-independent part of the mask.
@@ -358,9 +362,28 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
 
 // flash_combine for up to N splits: the values of every split are loaded into registers
 // first, then merged with the same arithmetic as flash_combine's loop.
+// The 4 merged values of a thread, rounded to T into orow, and their codes into crow when
+// given (from the stored values, as quantize_e4m3 computes them).
+template <typename T>
+__device__ __forceinline__ void flash_combine_store(const float acc[4], float inv, T* __restrict__ orow,
+                                                    unsigned char* __restrict__ crow, const float* code_scale) {
+    T r[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        r[i] = from_f32<T>(acc[i] * inv);
+        orow[i] = r[i];
+    }
+    if (crow) {
+        const float cs = *code_scale;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) crow[i] = e4m3_from_f32(to_f32(r[i]) / cs);
+    }
+}
+
 template <typename T, int N>
 __device__ __forceinline__ void flash_combine_regs(const float* __restrict__ part, const float2* __restrict__ ml,
-                                                   T* __restrict__ orow, unsigned total, unsigned pr, unsigned d,
+                                                   T* __restrict__ orow, unsigned char* __restrict__ crow,
+                                                   const float* code_scale, unsigned total, unsigned pr, unsigned d,
                                                    unsigned c, unsigned splits) {
     float2 e[N];
     float4 p[N];
@@ -389,10 +412,7 @@ __device__ __forceinline__ void flash_combine_regs(const float* __restrict__ par
         }
     }
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
-    orow[0] = from_f32<T>(acc[0] * inv);
-    orow[1] = from_f32<T>(acc[1] * inv);
-    orow[2] = from_f32<T>(acc[2] * inv);
-    orow[3] = from_f32<T>(acc[3] * inv);
+    flash_combine_store<T>(acc, inv, orow, crow, code_scale);
 }
 
 // Merges the splits: one thread per row and 4 columns (d / 4 threads a row). Split s weighs
@@ -415,8 +435,11 @@ __device__ void flash_combine(const float* __restrict__ part, const float* __res
     const unsigned kh = er / rows, r = er % rows;
     const unsigned qi = r / G, qh = kh * G + r % G;
     const float2* ml = (const float2*)part_ml;
-    T* orow = out + entry * a.bo + (unsigned long long)qi * a.so + (unsigned long long)qh * a.d + c;
-    if (N > 0) return flash_combine_regs<T, (N > 0 ? N : 1)>(part, ml, orow, total, pr, a.d, c, splits);
+    const unsigned long long oi = entry * a.bo + (unsigned long long)qi * a.so + (unsigned long long)qh * a.d + c;
+    T* orow = out + oi;
+    unsigned char* crow = a.codes ? a.codes + oi : nullptr;
+    if (N > 0)
+        return flash_combine_regs<T, (N > 0 ? N : 1)>(part, ml, orow, crow, a.code_scale, total, pr, a.d, c, splits);
     float mx = -INFINITY;
 #pragma unroll 8
     for (unsigned s = 0; s < splits; ++s) mx = fmaxf(mx, ml[(unsigned long long)s * total + pr].x);
@@ -434,10 +457,7 @@ __device__ void flash_combine(const float* __restrict__ part, const float* __res
         acc[3] += w * p.w;
     }
     const float inv = sum > 0.f ? 1.f / sum : 0.f;
-    orow[0] = from_f32<T>(acc[0] * inv);
-    orow[1] = from_f32<T>(acc[1] * inv);
-    orow[2] = from_f32<T>(acc[2] * inv);
-    orow[3] = from_f32<T>(acc[3] * inv);
+    flash_combine_store<T>(acc, inv, orow, crow, a.code_scale);
 }
 
 #define FLASH_ATTENTION(T, S, DP)                                                                        \

@@ -10,7 +10,7 @@ mod common;
 use common::{Backend, FLOATS, Rng, check_elements, size_ok, tol};
 use frt_exec::{Graph, ShapeKey};
 use frt_kernels::fp8::{E4M3_MAX, e4m3_from_f32, e4m3_to_f32, quantize_rows_e4m3};
-use frt_kernels::{DType, KernelOptions, Kernels, Tensor};
+use frt_kernels::{AttentionMask, DType, KernelOptions, Kernels, Tensor};
 
 fn exec_err(e: frt_kernels::Error) -> frt_exec::Error {
     match e {
@@ -597,7 +597,90 @@ fn linear_split_matches_the_reference(b: &Backend) {
     }
 }
 
+/// An attention plan that quantizes its output (`AttentionPlan::run_quantized`) writes the same
+/// output as one that does not and the codes `quantize_e4m3` makes of it, bit for bit: the
+/// action expert's attention (on CUDA the tensor-core kernel with its keys split, whose merge
+/// writes the codes), a smaller one, and one the plan runs without key splits (a quantize
+/// launch after it).
+fn attention_writes_the_codes_quantize_makes(b: &Backend) {
+    let mut rng = Rng::new(85);
+    let ctx = b.k.ctx();
+    let dt = DType::BF16;
+    for (sq, sk, hq, hkv, d, big) in [
+        (50usize, 626usize, 8usize, 1usize, 256usize, true),
+        (50, 200, 8, 1, 64, false),
+        (3, 20, 2, 1, 32, false),
+    ] {
+        if !size_ok(b, big) {
+            continue;
+        }
+        let t = |name, dt, shape: &[usize]| Tensor::alloc(ctx, name, dt, shape).unwrap();
+        let q = t("q", dt, &[sq, hq, d]);
+        let kt = t("k", dt, &[sk, hkv, d]);
+        let v = t("v", dt, &[sk, hkv, d]);
+        for x in [&q, &kt, &v] {
+            x.write_f32(b.s, &rng.vec(x.numel(), 1.0)).unwrap();
+        }
+        // The prefix's valid keys, then the suffix's (as the expert attends).
+        let len = t("len", DType::I32, &[1]);
+        len.write_i32(b.s, &[((sk - sq) * 3 / 4) as i32]).unwrap();
+        let mask = AttentionMask::prefix_suffix(&len, sk - sq);
+        let scale = t("scale", DType::F32, &[1]);
+        scale.write_f32(b.s, &[0.02]).unwrap();
+        let (o1, o2) = (t("o1", dt, &[sq, hq, d]), t("o2", dt, &[sq, hq, d]));
+        let (c1, c2) = (
+            t("c1", DType::E4M3, &[sq, hq * d]),
+            t("c2", DType::E4M3, &[sq, hq * d]),
+        );
+        let sm = 1.0 / (d as f32).sqrt();
+        let p1 = b.k.attention_plan(&q, &kt, &v, &o1, &mask, sm).unwrap();
+        if b.is_cuda() && big {
+            assert!(
+                p1.flash_splits().unwrap_or(1) > 1,
+                "the expert's keys split"
+            );
+        }
+        p1.run_quantized(&b.k, b.s, &c1, &scale).unwrap();
+        let p2 = b.k.attention_plan(&q, &kt, &v, &o2, &mask, sm).unwrap();
+        p2.run(&b.k, b.s).unwrap();
+        b.k.quantize_e4m3(b.s, &o2, &scale, &c2).unwrap();
+        let what = format!("[{}] attention {sq}x{sk}, {hq}/{hkv} heads of {d}", b.name);
+        let bits = |x: &Tensor| -> Vec<u32> {
+            x.read_f32(b.s)
+                .unwrap()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect()
+        };
+        assert_eq!(bits(&o1), bits(&o2), "{what}: outputs");
+        let (c1, c2) = (c1.read_bytes(b.s).unwrap(), c2.read_bytes(b.s).unwrap());
+        let differ = c1.iter().zip(&c2).filter(|(a, b)| a != b).count();
+        assert_eq!(differ, 0, "{what}: {differ} codes differ");
+        assert!(
+            c1.iter().filter(|&&c| c & 0x7f != 0).count() > c1.len() / 2,
+            "{what}: codes"
+        );
+        // Codes of another size, or a scale of two elements, are refused.
+        let e = p1
+            .run_quantized(&b.k, b.s, &t("c", DType::E4M3, &[sq, hq * d - 8]), &scale)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("codes"), "{e}");
+        let e = p1
+            .run_quantized(
+                &b.k,
+                b.s,
+                &t("c", DType::E4M3, &[sq, hq * d]),
+                &t("s2", DType::F32, &[2]),
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("scale"), "{e}");
+    }
+}
+
 backend_tests!(
+    attention_writes_the_codes_quantize_makes,
     norms_quantize_their_output_as_quantize_does,
     quantize_gives_the_host_codes,
     linear_matches_the_reference,

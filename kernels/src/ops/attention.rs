@@ -574,6 +574,9 @@ struct FlashArgs {
     bk: u64,
     bv: u64,
     bo: u64,
+    /// flash_combine: the output's E4M3 codes and their scale (device addresses, or 0).
+    codes: u64,
+    code_scale: u64,
 }
 
 /// Queries from which the CUDA plan takes the GEMM path.
@@ -1099,6 +1102,7 @@ impl AttentionPlan {
         keys_per_split: usize,
         resident: bool,
         part: Option<&(Tensor, Tensor)>,
+        codes: Option<(&Tensor, &Tensor)>,
     ) -> Result<()> {
         let c = k.cuda.as_ref().expect("flash path only on CUDA");
         let d = self.dims;
@@ -1125,7 +1129,13 @@ impl AttentionPlan {
             bk: self.batch.k as u64,
             bv: self.batch.v as u64,
             bo: self.batch.out as u64,
+            codes: 0,
+            code_scale: 0,
         };
+        if let Some((codes, scale)) = codes {
+            k.retain(s, &[codes, scale]);
+            (args.codes, args.code_scale) = (codes.ptr(), scale.ptr());
+        }
         if let Some(vl) = &self.mask.valid_len {
             k.retain(s, &[vl]);
             args.valid_len = vl.ptr();
@@ -1205,6 +1215,47 @@ impl AttentionPlan {
 
     /// Enqueues the planned attention on `s`.
     pub fn run(&self, k: &Kernels, s: Stream) -> Result<()> {
+        self.run_with(k, s, None)
+    }
+
+    /// [`run`](Self::run), and the output quantized to E4M3 `codes` with the one f32 in
+    /// `scale` (the codes [`Kernels::quantize_e4m3`] makes of the output, bit for bit): `codes`
+    /// contiguous with as many elements as the output. Where the tensor-core kernel splits the
+    /// keys, the kernel that merges the splits writes the codes too (no launch of its own);
+    /// elsewhere a quantize follows the attention.
+    pub fn run_quantized(
+        &self,
+        k: &Kernels,
+        s: Stream,
+        codes: &Tensor,
+        scale: &Tensor,
+    ) -> Result<()> {
+        let op = "attention";
+        k.check_ctx(op, &[codes, scale])?;
+        codes.expect_dtype(op, "codes", DType::E4M3)?;
+        scale.expect_dtype(op, "scale", DType::F32)?;
+        if !codes.is_contiguous() || codes.numel() != self.out.numel() || scale.numel() != 1 {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "codes {codes:?} must be contiguous with the {} elements of the output {:?}, scale {scale:?} one f32",
+                    self.out.numel(),
+                    self.out
+                ),
+            ));
+        }
+        let fused = matches!(self.path, Path::Flash { splits, .. } if splits > 1)
+            && self.out.is_contiguous()
+            && self.batch.n == 1;
+        if fused {
+            self.run_with(k, s, Some((codes, scale)))
+        } else {
+            self.run_with(k, s, None)?;
+            k.quantize_e4m3(s, &self.out, scale, codes)
+        }
+    }
+
+    fn run_with(&self, k: &Kernels, s: Stream, codes: Option<(&Tensor, &Tensor)>) -> Result<()> {
         match &self.path {
             Path::Direct => k.attention(
                 s, &self.q, &self.k, &self.v, &self.out, &self.mask, self.scale,
@@ -1223,6 +1274,7 @@ impl AttentionPlan {
                 *keys_per_split,
                 *resident,
                 part.as_deref(),
+                codes,
             ),
             Path::Gemm {
                 qk,

@@ -462,12 +462,17 @@ impl Expert {
                 self.hd,
                 ROPE_WAVELENGTH,
             )?;
-            plan.run(k, cs)?;
+            // With FP8 GEMMs the attention also writes its output's codes (the kernel that
+            // merges the key splits does: no quantize launch of its own).
+            match codes(j, 1)? {
+                Some((c, sc)) => plan.run_quantized(k, cs, &c, &sc)?,
+                None => plan.run(k, cs)?,
+            }
             see(j, 1, &self.sattn)?;
             let so = match fp8 {
                 Some(f) => {
                     f.stack
-                        .linear(k, cs, (j, 1), &f.lin[1], &self.sattn, &self.so)?;
+                        .linear_quantized(cs, (j, 1), &f.lin[1], s_len, &self.so)?;
                     self.so.clone()
                 }
                 None => {
