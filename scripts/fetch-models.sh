@@ -11,7 +11,10 @@
 # - openpi-client 0.1.2 (Apache-2.0) with its dependencies, the robot-side client of openpi's
 #   websocket policy protocol, into .cache/pip-openpi (or set $FRT_OPENPI_CLIENT);
 # - mcap 1.6.0 and mcap-ros2-support 0.6.0 (MIT), the independent reader of recordings, into
-#   .cache/pip-mcap.
+#   .cache/pip-mcap;
+# - NVIDIA's NVRTC 13.0 (the nvidia-cuda-nvrtc wheel; the CUDA of the GPU machines), with which
+#   kernels/tests/targets.rs compiles every CUDA kernel for every target architecture without
+#   a GPU, into .cache/pip-nvrtc.
 # `bash scripts/fetch-models.sh whisper` installs Whisper alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +38,12 @@ if [ ! -d .cache/pip-mcap/mcap_ros2 ]; then
     python3 -m pip install --quiet --no-deps --target .cache/pip-mcap mcap==1.6.0 mcap-ros2-support==0.6.0
 fi
 echo "MCAP reader (Python): $(pwd)/.cache/pip-mcap"
+
+# NVRTC alone (no driver, no GPU): the kernels' build check.
+if [ ! -f .cache/pip-nvrtc/nvidia/cu13/lib/libnvrtc.so.13 ]; then
+    python3 -m pip install --quiet --no-deps --target .cache/pip-nvrtc nvidia-cuda-nvrtc==13.0.88
+fi
+echo "NVRTC: $(pwd)/.cache/pip-nvrtc/nvidia/cu13/lib"
 
 # openpi's robot-side client (with its dependencies: numpy, msgpack, websockets, …), the real
 # peer of the openpi websocket server's tests.
