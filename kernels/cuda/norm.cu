@@ -65,10 +65,16 @@ __device__ void rms_norm(T* x, const T* w, const T* mod, const T* y, const T* g,
             float gv[8];
             if (yp) {
                 load_w(ypr + c, yv, W);
-                for (unsigned p = 1; p < parts; ++p) {
-                    float pv[8];
-                    load_w(ypr + p * sp + c, pv, W);
-                    for (int k = 0; k < W; ++k) yv[k] += pv[k];
+                // Up to 8 parts' loads in flight at once, then added in part order.
+                for (unsigned p0 = 1; p0 < parts; p0 += 8) {
+                    float pv[8][8];
+#pragma unroll
+                    for (unsigned q = 0; q < 8; ++q)
+                        if (p0 + q < parts) load_w(ypr + (p0 + q) * sp + c, pv[q], W);
+#pragma unroll
+                    for (unsigned q = 0; q < 8; ++q)
+                        if (p0 + q < parts)
+                            for (int k = 0; k < W; ++k) yv[k] += pv[q][k];
                 }
                 for (int k = 0; k < W; ++k) yv[k] = to_f32(from_f32<T>(yv[k]));
             } else {
