@@ -85,6 +85,19 @@ __device__ __forceinline__ uint4 load_weight(const unsigned char* p) {
     return v;
 }
 
+// Warp `warp`'s MMA sums into sums[warp][feature][row]: lane (g, tig) = (lane / 4, lane % 4)
+// holds features g and g + 8 of the warp's 16, rows 8t + 2·tig and the one after of each row
+// tile t.
+template <int TILES>
+__device__ __forceinline__ void stash_sums(float (*sums)[16][TILES * 8], unsigned warp, unsigned lane,
+                                           const float (*acc)[4]) {
+    const unsigned g = lane >> 2, tig = lane & 3;
+#pragma unroll
+    for (int t = 0; t < TILES; ++t)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) sums[warp][g + (i >> 1) * 8][t * 8 + tig * 2 + (i & 1)] = acc[t][i];
+}
+
 // TILES: row tiles of 8 (⌈M / 8⌉), a compile-time count so that the sums stay in registers.
 template <typename T, int TILES>
 __device__ void linear_e4m3_rows(const unsigned char* __restrict__ x, unsigned long long x_ld,
@@ -140,11 +153,7 @@ __device__ void linear_e4m3_rows(const unsigned char* __restrict__ x, unsigned l
             }
         }
     }
-    // A lane's sums: features g and g + 8 of the tile, rows 8t + 2·tig and the one after.
-#pragma unroll
-    for (int t = 0; t < TILES; ++t)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) sums[warp][g + (i >> 1) * 8][t * 8 + tig * 2 + (i & 1)] = acc[t][i];
+    stash_sums<TILES>(sums, warp, lane, acc);
     __syncthreads();
     const float xs = *x_scale;
     for (unsigned e = threadIdx.x; e < 16 * m; e += blockDim.x) {
@@ -264,14 +273,10 @@ __device__ void linear_e4m3_parts(const unsigned char* __restrict__ x, unsigned 
             }
         }
     }
-    // A lane's sums: features g and g + 8 of its tile, rows 8t + 2·tig and the one after; in
-    // the shared memory x took (every warp is past its last read of x).
+    // The sums go where x was (every warp is past its last read of x).
     __syncthreads();
     float(*sums)[16][TILES * 8] = (float(*)[16][TILES * 8])parts_smem;
-#pragma unroll
-    for (int t = 0; t < TILES; ++t)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) sums[warp][g + (i >> 1) * 8][t * 8 + tig * 2 + (i & 1)] = acc[t][i];
+    stash_sums<TILES>(sums, warp, lane, acc);
     __syncthreads();
     const float xs = *x_scale;
     float* out = part + (unsigned long long)blockIdx.y * m * n;
