@@ -7,7 +7,9 @@
 //! The scales are device tensors read when the work runs, so a graph captured once follows a
 //! new calibration written into them. On CUDA the linear layer is a cuBLASLt FP8 GEMM (FP8
 //! tensor cores: sm_89 or newer; elsewhere planning it is an error that says so); on the host
-//! backend the codes are decoded exactly and the products summed in f32.
+//! backend the codes are decoded exactly and the products summed in f32. For few rows there is
+//! also the library's own kernel ([`Fp8Linear`]), and the split form
+//! ([`Kernels::linear_e4m3_split`]) whose parts' f32 sums a residual's norm adds.
 
 use super::gemm::{
     LtObjects, TUNING_CANDIDATES, TUNING_MIN_MACS, WORKSPACE, fastest_candidate, lt_err, no_result,
