@@ -140,8 +140,13 @@ impl Fp8Stack {
     /// a kernel that makes them reads (one value): for a norm that writes the codes itself.
     pub(crate) fn codes_for(&self, i: usize, g: usize, rows: usize) -> Result<(Tensor, Tensor)> {
         let (codes, _) = self.operands(i, g);
+        Ok((codes.narrow(0, 0, rows)?, self.scale(i, g, 1)?))
+    }
+
+    /// The first `n` (equal) entries of layer `i`'s input `g`'s activation scale.
+    fn scale(&self, i: usize, g: usize, n: usize) -> Result<Tensor> {
         let at = (i * FP8_INPUTS.len() + g) * self.per;
-        Ok((codes.narrow(0, 0, rows)?, self.scales.narrow(0, at, 1)?))
+        Ok(self.scales.narrow(0, at, n)?)
     }
 
     /// `out (+)= codes · w` for layer `i`'s input `g`, its codes already made (by a norm, see
@@ -155,8 +160,7 @@ impl Fp8Stack {
         out: &Tensor,
     ) -> Result<()> {
         let (codes, w) = self.operands(i, g);
-        let at = (i * FP8_INPUTS.len() + g) * self.per;
-        let scale = self.scales.narrow(0, at, lin.x_scale_elements())?;
+        let scale = self.scale(i, g, lin.x_scale_elements())?;
         lin.run(
             cs,
             &codes.narrow(0, 0, rows)?,
@@ -193,8 +197,7 @@ impl Fp8Stack {
         partials: &Tensor,
     ) -> Result<()> {
         let (codes, w) = self.operands(i, g);
-        let at = (i * FP8_INPUTS.len() + g) * self.per;
-        let scale = self.scales.narrow(0, at, 1)?;
+        let scale = self.scale(i, g, 1)?;
         lin.run(
             cs,
             &codes.narrow(0, 0, rows)?,
@@ -219,8 +222,7 @@ impl Fp8Stack {
     ) -> Result<()> {
         let (codes, w) = self.operands(i, g);
         let codes = codes.narrow(0, 0, x.dim(0))?;
-        let at = (i * FP8_INPUTS.len() + g) * self.per;
-        let scale = self.scales.narrow(0, at, lin.x_scale_elements())?;
+        let scale = self.scale(i, g, lin.x_scale_elements())?;
         k.quantize_e4m3(cs, x, &scale.narrow(0, 0, 1)?, &codes)?;
         lin.run(cs, &codes, &scale, &w.codes, &w.scales, out, None)?;
         Ok(())
