@@ -9,7 +9,10 @@
 //! * host time per tick on the control thread (prompt and input writes; reading, guarding
 //!   and publishing the chunk; the next tick's noise is drawn while the device runs), and per
 //!   pair of frames on the I/O side (decoding into RGB8; the resize with padding and the
-//!   scaling run on the policy's device, in the tick).
+//!   scaling run on the policy's device, in the tick);
+//! * where the slowest 1 % of ticks lose their time, against the median tick: frames in (wall
+//!   and the thread's CPU time, the context switches the thread took meanwhile), the device,
+//!   the control thread's host time and the rest of the tick.
 
 use crate::messages::{Command, Image, JointState, Outbound, Source};
 use crate::node::{Clock, Node, SystemClock, TickOutcome};
@@ -30,6 +33,92 @@ fn pct(v: &[f64], q: f64) -> f64 {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
+}
+
+/// The calling thread's CPU time and its context switches so far (voluntary, involuntary);
+/// zeros where the OS does not tell.
+fn thread_usage() -> (Duration, i64, i64) {
+    #[cfg(target_os = "linux")]
+    {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid out pointer; `getrusage` fills the zeroed struct.
+        let (cpu, ru) = unsafe {
+            libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts);
+            let mut ru: libc::rusage = std::mem::zeroed();
+            libc::getrusage(libc::RUSAGE_THREAD, &mut ru);
+            (ts, ru)
+        };
+        (
+            Duration::new(cpu.tv_sec as u64, cpu.tv_nsec as u32),
+            ru.ru_nvcsw,
+            ru.ru_nivcsw,
+        )
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        (Duration::ZERO, 0, 0)
+    }
+}
+
+/// One measured tick: frames in (wall, the thread's CPU time, its voluntary and involuntary
+/// context switches meanwhile), then the tick's device part, host time and total (ms).
+#[derive(Clone, Copy, Default)]
+struct TickSample {
+    frames_wall: f64,
+    frames_cpu: f64,
+    frames_switches: (i64, i64),
+    device: f64,
+    host: f64,
+    total: f64,
+}
+
+/// The slowest 1 % of `ticks` (by total) against the median tick, field by field (means over
+/// the slow ones), as table rows.
+fn tail_rows(ticks: &[TickSample]) -> String {
+    let mut by_total: Vec<&TickSample> = ticks.iter().collect();
+    by_total.sort_by(|a, b| a.total.total_cmp(&b.total));
+    let n = by_total.len();
+    if n == 0 {
+        return String::new();
+    }
+    let slow = &by_total[n - (n / 100).max(1)..];
+    let median =
+        |f: &dyn Fn(&TickSample) -> f64| pct(&ticks.iter().map(f).collect::<Vec<_>>(), 0.5);
+    let mean =
+        |f: &dyn Fn(&TickSample) -> f64| slow.iter().map(|t| f(t)).sum::<f64>() / slow.len() as f64;
+    type Field<'a> = (&'a str, &'a dyn Fn(&TickSample) -> f64);
+    let fields: [Field; 7] = [
+        ("tick, ms", &|t| t.total),
+        ("frames in (I/O side), wall, ms", &|t| t.frames_wall),
+        ("frames in, the thread's CPU time, ms", &|t| t.frames_cpu),
+        ("frames in, voluntary context switches", &|t| {
+            t.frames_switches.0 as f64
+        }),
+        ("frames in, involuntary context switches", &|t| {
+            t.frames_switches.1 as f64
+        }),
+        ("device (replays enqueued → last finished), ms", &|t| {
+            t.device
+        }),
+        ("host time on the control thread, ms", &|t| t.host),
+    ];
+    let mut r = format!(
+        "\nThe slowest {} of {n} ticks against the median tick (means over the slow ones):\n\n| measure | median tick | slowest 1 % |\n|---|---|---|\n",
+        slow.len()
+    );
+    for (what, f) in fields {
+        r += &format!("| {what} | {:.3} | {:.3} |\n", median(f), mean(f));
+    }
+    let rest = |t: &TickSample| t.total - t.frames_wall - t.device - t.host;
+    r += &format!(
+        "| rest of the tick (state, waits, bookkeeping), ms | {:.3} | {:.3} |\n",
+        median(&rest),
+        mean(&rest)
+    );
+    r
 }
 
 /// Options of a bench run.
@@ -62,20 +151,28 @@ fn frames(w: u32, h: u32) -> Vec<Image> {
         .collect()
 }
 
-/// Observation `k`: both frames and a state, stamped now; returns the time the frames took on
-/// the I/O side (decoding).
+/// Observation `k`: both frames and a state, stamped now; returns what the frames took on the
+/// I/O side (decoding): wall and CPU time, context switches.
 fn observe(
     inputs: &crate::node::Inputs,
     clock: &dyn Clock,
     frames: &[Image],
     joints: &[String],
     k: u64,
-) -> Result<Duration> {
+) -> Result<TickSample> {
     let t = clock.now();
+    let (cpu0, vol0, inv0) = thread_usage();
     let a = Instant::now();
     inputs.frame("base", t, &frames[0])?;
     inputs.frame("wrist", t, &frames[1])?;
-    let dec = a.elapsed();
+    let wall = a.elapsed();
+    let (cpu1, vol1, inv1) = thread_usage();
+    let dec = TickSample {
+        frames_wall: ms(wall),
+        frames_cpu: ms(cpu1.saturating_sub(cpu0)),
+        frames_switches: (vol1 - vol0, inv1 - inv0),
+        ..Default::default()
+    };
     inputs.state(&JointState {
         stamp: t,
         names: joints.to_vec(),
@@ -188,9 +285,9 @@ pub fn run(o: &BenchOptions, tokenizer: Option<&Path>) -> Result<String> {
         node.tick();
     }
     drain(&out);
-    type Observe<'a> = dyn FnMut(u64) -> Result<Duration> + 'a;
-    let tick = |node: &mut Node, observe: &mut Observe, k: u64| -> Result<(f64, f64, f64)> {
-        let dec = observe(k)?;
+    type Observe<'a> = dyn FnMut(u64) -> Result<TickSample> + 'a;
+    let tick = |node: &mut Node, observe: &mut Observe, k: u64| -> Result<TickSample> {
+        let mut sample = observe(k)?;
         let a = Instant::now();
         let r = node.tick();
         let total = a.elapsed();
@@ -198,15 +295,18 @@ pub fn run(o: &BenchOptions, tokenizer: Option<&Path>) -> Result<String> {
             return Err(Error::bad("bench tick", format!("{r:?}")));
         }
         let tm = node.last_timings();
-        Ok((ms(total + dec), ms(tm.prepare + tm.finish), ms(dec)))
+        sample.total = ms(total) + sample.frames_wall;
+        sample.host = ms(tm.prepare + tm.finish);
+        sample.device = ms(tm.device);
+        Ok(sample)
     };
-    let (mut alone, mut host, mut frames_in) = (Vec::new(), Vec::new(), Vec::new());
+    let mut ticks = Vec::new();
     for k in 0..o.iters as u64 {
-        let (a, hst, dec) = tick(&mut node, &mut observe, k)?;
-        alone.push(a);
-        host.push(hst);
-        frames_in.push(dec);
+        ticks.push(tick(&mut node, &mut observe, k)?);
     }
+    let alone: Vec<f64> = ticks.iter().map(|t| t.total).collect();
+    let host: Vec<f64> = ticks.iter().map(|t| t.host).collect();
+    let frames_in: Vec<f64> = ticks.iter().map(|t| t.frames_wall).collect();
     drain(&out);
 
     // With Whisper transcribing without pause on the lowest-priority stream: as the node runs
@@ -249,7 +349,7 @@ pub fn run(o: &BenchOptions, tokenizer: Option<&Path>) -> Result<String> {
             std::thread::sleep(Duration::from_millis(200));
             let into = if i == 0 { &mut with_asr } else { &mut ungated };
             for k in 0..o.iters as u64 {
-                into.push(tick(&mut node, &mut observe, k)?.0);
+                into.push(tick(&mut node, &mut observe, k)?.total);
             }
             busy.store(false, Ordering::Relaxed);
             (whisper, asr_runs[i]) = th
@@ -371,5 +471,38 @@ pub fn run(o: &BenchOptions, tokenizer: Option<&Path>) -> Result<String> {
         pct(&frames_in, 0.5),
         pct(&frames_in, 0.99)
     );
+    r += &tail_rows(&ticks);
     Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tail table takes the slowest 1 % by total and averages each field over them.
+    #[test]
+    fn the_tail_rows_average_the_slowest_ticks() {
+        let ticks: Vec<TickSample> = (1..=200)
+            .map(|i| TickSample {
+                total: i as f64,
+                frames_wall: if i > 198 { 3.0 } else { 0.5 },
+                frames_cpu: 0.4,
+                frames_switches: (0, i64::from(i > 198)),
+                device: 10.0,
+                host: 0.1,
+            })
+            .collect();
+        let r = tail_rows(&ticks);
+        assert!(r.contains("The slowest 2 of 200 ticks"), "{r}");
+        assert!(r.contains("| tick, ms | 101.000 | 199.500 |"), "{r}");
+        assert!(
+            r.contains("| frames in (I/O side), wall, ms | 0.500 | 3.000 |"),
+            "{r}"
+        );
+        assert!(
+            r.contains("| frames in, involuntary context switches | 0.000 | 1.000 |"),
+            "{r}"
+        );
+        assert!(tail_rows(&[]).is_empty());
+    }
 }
