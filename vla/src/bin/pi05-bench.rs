@@ -317,6 +317,7 @@ fn main() {
     );
     println!("|---|---|---|---|---|---|");
     let mut measured = Vec::new();
+    let mut chunks = Vec::new();
     // The canonical row, the longer prompts, and a config of 3 camera slots with one absent.
     for (max_tokens, mode, slots) in [
         (64usize, PromptMode::Fixed, 2usize),
@@ -427,6 +428,16 @@ fn main() {
                 [&mut v, &mut p, &mut st, &mut e].map(|x| pct(x, 0.5)),
             )
         });
+        // The chunk of the last run, as bits (builds that must compute the same compare this).
+        let mut chunk = vec![0f32; c.action_horizon * c.action_dim];
+        m.read_actions(s, &mut chunk).unwrap();
+        let bits = chunk.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, v| {
+            v.to_bits()
+                .to_le_bytes()
+                .iter()
+                .fold(h, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
+        });
+        chunks.push(bits);
         let (free, total) = cu.mem_get_info().unwrap();
         let label = match (mode, slots) {
             (PromptMode::Fixed, 2) => format!("{max_tokens}"),
@@ -473,6 +484,9 @@ fn main() {
         }
     }
     floors(&measured, peak_flops, bandwidth);
+    for bits in chunks {
+        println!("actions of the last run, FNV-1a of their f32 bits: {bits:016x}");
+    }
 }
 
 /// `--inpaint`: step and end-to-end times of the canonical model without and with
