@@ -34,6 +34,8 @@ step ./kernels-fp8 --ignored --test-threads=1 --nocapture
 step ./kernels-cache --ignored --nocapture
 step ./kernels-targets --ignored --nocapture
 step ./frt-kernels-bench --iters 200
+# One test at a time: with several building models at once in one process, cuBLASLt's
+# matmuls have failed (status 13 or 14) on an H100; the cause is not known yet.
 step ./vla-gpu --ignored --test-threads=1 --nocapture
 step ./pi05-bench --iters 200
 step ./pi05-bench --fp8-expert --iters 100
