@@ -437,13 +437,13 @@ fn main() {
                 .iter()
                 .fold(h, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
         });
-        chunks.push(bits);
         let (free, total) = cu.mem_get_info().unwrap();
         let label = match (mode, slots) {
             (PromptMode::Fixed, 2) => format!("{max_tokens}"),
             (PromptMode::Fixed, _) => format!("{max_tokens}, {slots} slots, one absent"),
             (PromptMode::Exact, _) => format!("exact ({} tokens)", tokens.len()),
         };
+        chunks.push((label.clone(), bits));
         if mode == PromptMode::Fixed && max_tokens == 64 {
             measured.push(Measured {
                 label: label.clone(),
@@ -484,8 +484,8 @@ fn main() {
         }
     }
     floors(&measured, peak_flops, bandwidth);
-    for bits in chunks {
-        println!("actions of the last run, FNV-1a of their f32 bits: {bits:016x}");
+    for (label, bits) in chunks {
+        println!("row {label}: actions of the last run, FNV-1a of their f32 bits: {bits:016x}");
     }
 }
 
