@@ -875,7 +875,53 @@ fn host_buffer_uploads_without_staging(b: &Backend) {
     ctx.take_error().unwrap();
 }
 
+/// A capture on one thread survives what another thread of the process does meanwhile on
+/// another context of the same device (on CUDA both are the device's primary context): buffers
+/// allocated and freed, uploads and downloads. Models built on several threads at once rely on
+/// it.
+fn captures_beside_frees_elsewhere(b: &Backend) {
+    let other = match b.name {
+        "cuda" => common::cuda(),
+        _ => common::host(),
+    };
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let churn = scope.spawn(|| {
+            let ctx = &other.ctx;
+            let s = ctx.stream(0).unwrap();
+            let mut rounds = 0u32;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) || rounds < 8 {
+                let x = Buffer::alloc(ctx, "churn", 1 << 20).unwrap();
+                other.k.fill(ctx, s, &x, rounds as f32).unwrap();
+                assert_eq!(x.to_vec::<f32>(s).unwrap()[0], rounds as f32);
+                drop(x);
+                rounds += 1;
+            }
+            rounds
+        });
+        let ctx = &b.ctx;
+        let s = ctx.stream(0).unwrap();
+        let x = Buffer::alloc(ctx, "x", 4096 * 4).unwrap();
+        for round in 0..40 {
+            let g = Graph::new(ctx, "long", 0);
+            g.capture(ShapeKey(1), |cs| {
+                b.k.fill(ctx, cs, &x, 0.0)?;
+                for _ in 0..400 {
+                    b.k.axpb(ctx, cs, &x, 1.0, 1.0)?;
+                }
+                Ok::<(), Error>(())
+            })
+            .unwrap_or_else(|e| panic!("capture {round}: {e}"));
+            g.replay(ShapeKey(1), s).unwrap();
+            assert_eq!(vals(b, &x, s), vec![400.0; 4096], "round {round}");
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(churn.join().unwrap() >= 8);
+    });
+}
+
 backend_tests!(
+    captures_beside_frees_elsewhere,
     capture_knows_its_graph,
     streams_and_priorities,
     buffer_upload_download,
