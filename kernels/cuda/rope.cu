@@ -27,35 +27,82 @@ __device__ void rope(const T* x, const int* positions, T* out, unsigned rows, un
 // q and k; v heads are copied to v (each of those with its own row stride). A thread takes one
 // (token, pair) and the heads blockIdx.y, blockIdx.y + gridDim.y, ...: the angle is computed
 // once for all of them (the host spreads the heads over grid.y only where tokens are few).
+// The sine and cosine rope_qkv rotates pair i of a head of `dim` at `position` by.
+__device__ __forceinline__ void rope_angle(int position, unsigned i, unsigned dim, float max_wavelength, float* sn,
+                                           float* cs) {
+    const float timescale = powf(max_wavelength, (2.f / dim) * i);
+    sincosf((float)position / timescale, sn, cs);
+}
+
+// The heads of one (token, pair) of rope_qkv, rotated by (cs, sn).
+template <typename T>
+__device__ __forceinline__ void rope_qkv_pair(const T* __restrict__ x, T* __restrict__ q, T* __restrict__ k,
+                                              T* __restrict__ v, unsigned t, unsigned i, unsigned hq, unsigned hk,
+                                              unsigned dim, unsigned long long sq, unsigned long long sk,
+                                              unsigned long long sv, float cs, float sn) {
+    const unsigned half = dim / 2, heads = hq + 2 * hk;
+#pragma unroll 2
+    for (unsigned h = blockIdx.y; h < heads; h += gridDim.y) {
+        const T x1 = x[h * dim], x2 = x[h * dim + half];
+        if (h >= hq + hk) {
+            T* o = v + t * sv + (unsigned long long)(h - hq - hk) * dim + i;
+            o[0] = x1;
+            o[half] = x2;
+            continue;
+        }
+        T* o = h < hq ? q + t * sq + (unsigned long long)h * dim + i
+                      : k + t * sk + (unsigned long long)(h - hq) * dim + i;
+        const float f1 = to_f32(x1), f2 = to_f32(x2);
+        o[0] = from_f32<T>(f1 * cs - f2 * sn);
+        o[half] = from_f32<T>(f2 * cs + f1 * sn);
+    }
+}
+
+// A fused projection's output split into heads: qkv rows are [q heads | k heads | v heads]
+// (each `dim` wide, row stride s_in). q and k heads are rotated as `rope` does and written to
+// q and k; v heads are copied to v (each of those with its own row stride). A thread takes one
+// (token, pair) and the heads blockIdx.y, blockIdx.y + gridDim.y, ...: the angle is computed
+// once for all of them (the host spreads the heads over grid.y only where tokens are few).
 template <typename T>
 __device__ void rope_qkv(const T* __restrict__ qkv, const int* __restrict__ positions, T* __restrict__ q,
                          T* __restrict__ k, T* __restrict__ v, unsigned tokens, unsigned hq, unsigned hk,
                          unsigned dim, unsigned long long s_in, unsigned long long sq, unsigned long long sk,
                          unsigned long long sv, float max_wavelength) {
-    const unsigned half = dim / 2, heads = hq + 2 * hk;
+    const unsigned half = dim / 2;
     const unsigned n = tokens * half;  // the host checks that it fits 32 bits
     for (unsigned idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += gridDim.x * blockDim.x) {
         const unsigned t = idx / half, i = idx % half;
-        const float pos = (float)positions[t];
-        const float timescale = powf(max_wavelength, (2.f / dim) * i);
         float sn, cs;
-        sincosf(pos / timescale, &sn, &cs);
-        const T* x = qkv + t * s_in + i;
-#pragma unroll 2
-        for (unsigned h = blockIdx.y; h < heads; h += gridDim.y) {
-            const T x1 = x[h * dim], x2 = x[h * dim + half];
-            if (h >= hq + hk) {
-                T* o = v + t * sv + (unsigned long long)(h - hq - hk) * dim + i;
-                o[0] = x1;
-                o[half] = x2;
-                continue;
-            }
-            T* o = h < hq ? q + t * sq + (unsigned long long)h * dim + i
-                          : k + t * sk + (unsigned long long)(h - hq) * dim + i;
-            const float f1 = to_f32(x1), f2 = to_f32(x2);
-            o[0] = from_f32<T>(f1 * cs - f2 * sn);
-            o[half] = from_f32<T>(f2 * cs + f1 * sn);
-        }
+        rope_angle(positions[t], i, dim, max_wavelength, &sn, &cs);
+        rope_qkv_pair<T>(qkv + t * s_in + i, q, k, v, t, i, hq, hk, dim, sq, sk, sv, cs, sn);
+    }
+}
+
+// rope_qkv with the angles read from a table made by rope_table_f32 (the same values, so the
+// same bits): table[t · dim/2 + i] = (cos, sin).
+template <typename T>
+__device__ void rope_qkv_table(const T* __restrict__ qkv, const float2* __restrict__ table, T* __restrict__ q,
+                               T* __restrict__ k, T* __restrict__ v, unsigned tokens, unsigned hq, unsigned hk,
+                               unsigned dim, unsigned long long s_in, unsigned long long sq, unsigned long long sk,
+                               unsigned long long sv) {
+    const unsigned half = dim / 2;
+    const unsigned n = tokens * half;  // the host checks that it fits 32 bits
+    for (unsigned idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += gridDim.x * blockDim.x) {
+        const unsigned t = idx / half, i = idx % half;
+        const float2 c = table[idx];
+        rope_qkv_pair<T>(qkv + t * s_in + i, q, k, v, t, i, hq, hk, dim, sq, sk, sv, c.x, c.y);
+    }
+}
+
+// The angles rope_qkv rotates by, for rope_qkv_table: table[t · dim/2 + i] = (cos, sin) of
+// positions[t] / max_wavelength^(2i/dim), computed as rope_qkv computes them.
+extern "C" __global__ void rope_table_f32(const int* __restrict__ positions, float2* __restrict__ table, unsigned tokens,
+                                          unsigned dim, float max_wavelength) {
+    const unsigned half = dim / 2, n = tokens * half;  // the host checks that it fits 32 bits
+    for (unsigned idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += gridDim.x * blockDim.x) {
+        float sn, cs;
+        rope_angle(positions[idx / half], idx % half, dim, max_wavelength, &sn, &cs);
+        table[idx] = make_float2(cs, sn);
     }
 }
 
@@ -100,6 +147,12 @@ __device__ void sinusoidal(const T* t, T* out, unsigned rows, unsigned half, flo
                                             unsigned long long s_in, unsigned long long sq,              \
                                             unsigned long long sk, unsigned long long sv, float mw) {    \
         rope_qkv<T>(qkv, p, q, k, v, tokens, hq, hk, dim, s_in, sq, sk, sv, mw);                         \
+    }                                                                                                   \
+    extern "C" __global__ void rope_qkv_table_##S(const T* qkv, const float2* table, T* q, T* k, T* v,   \
+                                                  unsigned tokens, unsigned hq, unsigned hk, unsigned dim, \
+                                                  unsigned long long s_in, unsigned long long sq,          \
+                                                  unsigned long long sk, unsigned long long sv) {          \
+        rope_qkv_table<T>(qkv, table, q, k, v, tokens, hq, hk, dim, s_in, sq, sk, sv);                    \
     }                                                                                                   \
     extern "C" __global__ void embedding_##S(const int* ids, const T* table, T* out, unsigned rows,       \
                                              unsigned width, unsigned vocab, float scale) {              \

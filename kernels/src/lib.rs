@@ -49,6 +49,7 @@ pub use ops::fp8::{FP8_ROWS_MAX, Fp8Linear, Fp8Scaling, Fp8SplitLinear};
 pub use ops::gemm::{Epilogue, Gemm, GemmOptions, SplitLinear};
 pub use ops::image::Placement;
 pub use ops::mlp::{GEGLU_LINEAR_MAX_ROWS, GegluLinear};
+pub use ops::rope::RopeTable;
 pub use options::{AttentionPath, KernelOptions};
 pub use tensor::{MAX_RANK, Tensor};
 

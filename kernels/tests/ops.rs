@@ -2051,6 +2051,111 @@ fn rejects_bad_arguments(b: &Backend) {
     b.k.ctx().sync_stream(s).unwrap();
 }
 
+/// `rope_qkv_table` (the angles read from a `RopeTable`) gives the bits of `rope_qkv` at the
+/// table's positions: the action expert's shape (50 tokens, 8 q heads and one kv head of 256,
+/// the k and v rows a cache's), a smaller one with two kv heads, every float dtype; then the
+/// table again after its positions change. Also the angles against f64, and tables that do
+/// not fit.
+fn rope_table(b: &Backend) {
+    let (k, s, ctx) = (&b.k, b.s, b.k.ctx());
+    let mut rng = Rng::new(41);
+    let up = |dt, shape: &[usize], v: &[f32]| {
+        let t = Tensor::alloc(ctx, "t", dt, shape).unwrap();
+        t.write_f32(s, v).unwrap();
+        t
+    };
+    // (tokens, q heads, kv heads, head dim, cache rows before the new ones)
+    for &(tokens, hq, hkv, d, from) in &[(50, 8, 1, 256, 576), (13, 4, 2, 64, 7)] {
+        for dt in FLOATS {
+            let pos = Tensor::alloc(ctx, "pos", DType::I32, &[tokens]).unwrap();
+            let table = k.rope_table(&pos, d, 10_000.0).unwrap();
+            for round in 0..2 {
+                let what =
+                    format!("{tokens} tokens, {hq}/{hkv} heads of {d}, {dt:?}, round {round}");
+                let positions: Vec<i32> = (0..tokens).map(|_| rng.below(1000) as i32).collect();
+                pos.write_i32(s, &positions).unwrap();
+                table.compute(k, s).unwrap();
+                let qkv = up(
+                    dt,
+                    &[tokens, (hq + 2 * hkv) * d],
+                    &rng.vec(tokens * (hq + 2 * hkv) * d, 2.0),
+                );
+                let nan = |shape: &[usize]| up(dt, shape, &vec![f32::NAN; shape.iter().product()]);
+                let outs = || {
+                    let (kc, vc) = (
+                        nan(&[from + tokens, hkv * d]),
+                        nan(&[from + tokens, hkv * d]),
+                    );
+                    (
+                        nan(&[tokens, hq * d]),
+                        kc.narrow(0, from, tokens).unwrap(),
+                        vc.narrow(0, from, tokens).unwrap(),
+                    )
+                };
+                let (q1, k1, v1) = outs();
+                let (q2, k2, v2) = outs();
+                k.rope_qkv(s, &qkv, &pos, &q1, &k1, &v1, d, 10_000.0)
+                    .unwrap();
+                k.rope_qkv_table(s, &qkv, &table, &q2, &k2, &v2).unwrap();
+                for (x, y, n) in [(&q1, &q2, "q"), (&k1, &k2, "k"), (&v1, &v2, "v")] {
+                    assert_eq!(bits(x, s), bits(y, s), "{what}: {n}");
+                }
+            }
+            // A table of other tokens, or of a head dim the rows are not made of, does not fit.
+            let (q, kk, v) = (
+                nan_free(k, dt, &[tokens, hq * d]),
+                nan_free(k, dt, &[tokens, hkv * d]),
+                nan_free(k, dt, &[tokens, hkv * d]),
+            );
+            let qkv = nan_free(k, dt, &[tokens, (hq + 2 * hkv) * d]);
+            let short = Tensor::alloc(ctx, "pos", DType::I32, &[tokens - 1]).unwrap();
+            let other_tokens = k.rope_table(&short, d, 10_000.0).unwrap();
+            assert!(
+                k.rope_qkv_table(s, &qkv, &other_tokens, &q, &kk, &v)
+                    .is_err()
+            );
+            let other_dim = k.rope_table(&pos, d * 3 / 2, 10_000.0).unwrap();
+            assert!(k.rope_qkv_table(s, &qkv, &other_dim, &q, &kk, &v).is_err());
+            assert!(k.rope_qkv_table(s, &qkv, &table, &q, &kk, &v).is_ok());
+        }
+    }
+    // The angles, against f64.
+    let positions: Vec<i32> = (0..64).map(|_| rng.below(2000) as i32).collect();
+    let pos = Tensor::alloc(ctx, "pos", DType::I32, &[64]).unwrap();
+    pos.write_i32(s, &positions).unwrap();
+    let table = k.rope_table(&pos, 256, 10_000.0).unwrap();
+    table.compute(k, s).unwrap();
+    let got = table.table().read_f32(s).unwrap();
+    for (t, &p) in positions.iter().enumerate() {
+        for i in 0..128 {
+            let angle = p as f64 / 10_000f64.powf(2.0 * i as f64 / 256.0);
+            let (sn, cs) = angle.sin_cos();
+            let (gc, gs) = (
+                got[2 * (t * 128 + i)] as f64,
+                got[2 * (t * 128 + i) + 1] as f64,
+            );
+            // An f32 angle of up to 2000 radians is within 2.5e-4 of the true one.
+            assert!(
+                (gc - cs).abs() < 3e-4 && (gs - sn).abs() < 3e-4,
+                "position {p}, pair {i}: ({gc}, {gs}) against ({cs}, {sn})"
+            );
+        }
+    }
+    assert!(k.rope_table(&pos, 255, 10_000.0).is_err(), "odd head dim");
+    assert!(k.rope_table(&pos, 0, 10_000.0).is_err(), "no head dim");
+}
+
+/// A tensor of zeros.
+fn nan_free(k: &Kernels, dt: DType, shape: &[usize]) -> Tensor {
+    let t = Tensor::alloc(k.ctx(), "t", dt, shape).unwrap();
+    t.write_f32(
+        k.ctx().stream(0).unwrap(),
+        &vec![0.0; shape.iter().product()],
+    )
+    .unwrap();
+    t
+}
+
 backend_tests!(
     unary_ops,
     binary_ops,
@@ -2065,6 +2170,7 @@ backend_tests!(
     attention,
     attention_paths,
     attention_batch,
+    rope_table,
     conv,
     argmax,
     fused_ops,

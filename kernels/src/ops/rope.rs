@@ -122,6 +122,42 @@ impl Kernels {
         head_dim: usize,
         max_wavelength: f32,
     ) -> Result<()> {
+        self.rope_qkv_at(s, qkv, positions, None, q, k, v, head_dim, max_wavelength)
+    }
+
+    /// [`rope_qkv`](Self::rope_qkv) at `table`'s positions, head dim and wavelength, the same
+    /// bits, with the angles read from the table on CUDA (computed once for many rotations:
+    /// [`RopeTable::compute`] since its positions last changed) rather than computed per
+    /// rotation. The host backend computes them as `rope_qkv` does.
+    pub fn rope_qkv_table(
+        &self,
+        s: Stream,
+        qkv: &Tensor,
+        table: &RopeTable,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+    ) -> Result<()> {
+        self.check_ctx("rope_qkv", &[table.table()])?;
+        let (pos, dim, mw) = (table.positions(), table.dim(), table.max_wavelength());
+        self.rope_qkv_at(s, qkv, pos, Some(table), q, k, v, dim, mw)
+    }
+
+    /// [`rope_qkv`](Self::rope_qkv), the angles from `table` (made for these positions, head
+    /// dim and wavelength) on CUDA when given.
+    #[allow(clippy::too_many_arguments)]
+    fn rope_qkv_at(
+        &self,
+        s: Stream,
+        qkv: &Tensor,
+        positions: &Tensor,
+        table: Option<&RopeTable>,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        head_dim: usize,
+        max_wavelength: f32,
+    ) -> Result<()> {
         let op = "rope_qkv";
         self.check_ctx(op, &[qkv, positions, q, k, v])?;
         qkv.expect_float(op, "qkv")?;
@@ -175,32 +211,33 @@ impl Kernels {
                     rv.stride as u64,
                     max_wavelength,
                 );
-                // SAFETY: every layout and the positions length were checked.
+                let grid = (grid_1d(pairs), head_groups as u32, 1);
+                let (qkv_p, q_p, k_p, v_p) = (
+                    Param::Mem(qkv, ip),
+                    Param::Mem(q, qp),
+                    Param::Mem(k, kp),
+                    Param::Mem(v, vp),
+                );
+                // SAFETY: every layout and the positions length were checked (a table holds
+                // tokens · head_dim/2 pairs: its positions are these).
                 unsafe {
-                    c.launch(
-                        s,
-                        "rope_qkv",
-                        Some(dt),
-                        (grid_1d(pairs), head_groups as u32, 1),
-                        (256, 1, 1),
-                        0,
-                        &[
-                            Param::Mem(qkv, ip),
-                            Param::Mem(positions, pp),
-                            Param::Mem(q, qp),
-                            Param::Mem(k, kp),
-                            Param::Mem(v, vp),
-                            t.into(),
-                            a.into(),
-                            b.into(),
-                            d.into(),
-                            si.into(),
-                            sq.into(),
-                            sk.into(),
-                            sv.into(),
-                            mw.into(),
-                        ],
-                    )
+                    match table {
+                        Some(tb) => {
+                            let tt = tb.table();
+                            #[rustfmt::skip]
+                            let params = [qkv_p, Param::Mem(tt, tt.ptr()), q_p, k_p, v_p,
+                                t.into(), a.into(), b.into(), d.into(),
+                                si.into(), sq.into(), sk.into(), sv.into()];
+                            c.launch(s, "rope_qkv_table", Some(dt), grid, (256, 1, 1), 0, &params)
+                        }
+                        None => {
+                            #[rustfmt::skip]
+                            let params = [qkv_p, Param::Mem(positions, pp), q_p, k_p, v_p,
+                                t.into(), a.into(), b.into(), d.into(),
+                                si.into(), sq.into(), sk.into(), sv.into(), mw.into()];
+                            c.launch(s, "rope_qkv", Some(dt), grid, (256, 1, 1), 0, &params)
+                        }
+                    }
                 }
             }
             None => {
@@ -417,5 +454,126 @@ impl Kernels {
                 })
             }
         }
+    }
+}
+
+/// The angles of a rotary embedding for the tokens at `positions`, for rotations that read
+/// them rather than compute them ([`Kernels::rope_qkv_table`]): an f32 `[tokens, dim/2, 2]` table of `(cos, sin)` of `position / max_wavelength^(2i/dim)`,
+/// made by [`compute`](Self::compute) from what `positions` holds when it runs (on CUDA with the
+/// arithmetic of [`Kernels::rope_qkv`]'s kernel, so the rotation gives the same bits). Made
+/// once, computed wherever the positions may have changed since (e.g. at the start of each
+/// captured step that uses it).
+pub struct RopeTable {
+    positions: Tensor,
+    table: Tensor,
+    dim: usize,
+    max_wavelength: f32,
+}
+
+impl Kernels {
+    /// A table for the i32 `[tokens]` `positions` and heads of `dim` (even), allocated here;
+    /// its values are written by [`RopeTable::compute`].
+    pub fn rope_table(
+        &self,
+        positions: &Tensor,
+        dim: usize,
+        max_wavelength: f32,
+    ) -> Result<RopeTable> {
+        let op = "rope_table";
+        self.check_ctx(op, &[positions])?;
+        positions.expect_dtype(op, "positions", DType::I32)?;
+        positions.expect_contiguous(op)?;
+        let tokens = positions.numel();
+        if dim == 0 || dim % 2 != 0 || tokens * dim > u32::MAX as usize {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "{tokens} tokens of head dim {dim}: the dim must be even and positive, the table fit 32-bit indices"
+                ),
+            ));
+        }
+        let table = Tensor::alloc(self.ctx(), "rope_table", DType::F32, &[tokens, dim / 2, 2])?;
+        Ok(RopeTable {
+            positions: positions.clone(),
+            table,
+            dim,
+            max_wavelength,
+        })
+    }
+}
+
+impl RopeTable {
+    /// Enqueues on `s` the table's values for what its positions hold then.
+    pub fn compute(&self, k: &Kernels, s: Stream) -> Result<()> {
+        let (tokens, half) = (self.tokens(), self.dim / 2);
+        match &k.cuda {
+            Some(c) => {
+                let (pp, tp) = (self.positions.ptr(), self.table.ptr());
+                let (n, d, mw) = (tokens as u32, self.dim as u32, self.max_wavelength);
+                // SAFETY: the table holds tokens · dim/2 pairs; positions tokens i32.
+                unsafe {
+                    c.launch(
+                        s,
+                        "rope_table",
+                        Some(DType::F32),
+                        (grid_1d(tokens * half), 1, 1),
+                        (256, 1, 1),
+                        0,
+                        &[
+                            Param::Mem(&self.positions, pp),
+                            Param::Mem(&self.table, tp),
+                            n.into(),
+                            d.into(),
+                            mw.into(),
+                        ],
+                    )
+                }
+            }
+            None => {
+                let (pp, tp) = (P::of(&self.positions), P::of(&self.table));
+                let keep = (self.positions.clone(), self.table.clone());
+                let (dim, mw) = (self.dim, self.max_wavelength);
+                k.host(s, move || {
+                    let _ = &keep;
+                    for t in 0..tokens {
+                        // SAFETY: indices inside the table's and the positions' lengths.
+                        unsafe {
+                            let pos = pp.ld_i32(t) as f32;
+                            for i in 0..half {
+                                let timescale = mw.powf((2.0 / dim as f32) * i as f32);
+                                let (sn, cs) = (pos / timescale).sin_cos();
+                                tp.st::<f32>(2 * (t * half + i), cs);
+                                tp.st::<f32>(2 * (t * half + i) + 1, sn);
+                            }
+                        }
+                    }
+                })
+            }
+        }
+    }
+
+    /// The positions it is computed from.
+    pub fn positions(&self) -> &Tensor {
+        &self.positions
+    }
+
+    /// The tokens it has angles for.
+    pub fn tokens(&self) -> usize {
+        self.positions.numel()
+    }
+
+    /// The head dim it rotates.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// The largest wavelength.
+    pub fn max_wavelength(&self) -> f32 {
+        self.max_wavelength
+    }
+
+    /// The `(cos, sin)` table, f32 `[tokens, dim/2, 2]`.
+    pub fn table(&self) -> &Tensor {
+        &self.table
     }
 }

@@ -17,7 +17,7 @@ use crate::weights::{EXPERT, Pi05Weights};
 use frt_exec::Stream;
 use frt_kernels::{
     AttentionMask, AttentionPlan, DType, Fp8Linear, Fp8SplitLinear, GegluLinear, Gemm, Kernels,
-    SplitLinear, Tensor,
+    RopeTable, SplitLinear, Tensor,
 };
 use frt_nn::blocks::gemma::{GemmaDims, GemmaProjections};
 
@@ -74,7 +74,8 @@ pub(crate) struct Expert {
     mods: Tensor,
     narrow: bool,
     flow: Flow,
-    suffix_pos: Tensor,
+    /// The RoPE angles of the step's tokens (at `io.suffix_pos`).
+    rope: RopeTable,
     a32: Tensor,
     a: Tensor,
     aln: Tensor,
@@ -263,7 +264,7 @@ impl Expert {
             mods,
             narrow,
             flow,
-            suffix_pos: io.suffix_pos,
+            rope: k.rope_table(&io.suffix_pos, hd, ROPE_WAVELENGTH)?,
             a32,
             a,
             aln,
@@ -401,6 +402,9 @@ impl Expert {
             prefix_rows, plans, ..
         } = variant_for(&self.variants, views);
         self.flow.record_in(cs, i)?;
+        // The RoPE angles of this step's tokens, once for every layer (the prompt, and with it
+        // their positions, may have changed since the last step).
+        self.rope.compute(k, cs)?;
         // Each residual is fused with the norm that follows it (the next layer's input norm,
         // or the final norm); the first norm also rounds the f32 tokens into the residual
         // stream, the final one also widens its output for the f32 output projection.
@@ -439,9 +443,6 @@ impl Expert {
             })
         };
         for (j, (l, plan)) in self.el.iter().zip(plans).enumerate() {
-            // The cache rows this layer writes its keys and values into (behind the prefix's).
-            let kc = l.k_cache.narrow(0, *prefix_rows, self.s_len)?;
-            let vc = l.v_cache.narrow(0, *prefix_rows, self.s_len)?;
             see(j, 0, &self.aln)?;
             match fp8 {
                 Some(f) => f
@@ -452,16 +453,10 @@ impl Expert {
                     sg.qkv.run(cs, &self.aln, &w.qkv, &self.sqkv, None)?
                 }
             }
-            k.rope_qkv(
-                cs,
-                &self.sqkv,
-                &self.suffix_pos,
-                &self.sq,
-                &kc,
-                &vc,
-                self.hd,
-                ROPE_WAVELENGTH,
-            )?;
+            // The cache rows this layer writes its keys and values into (behind the prefix's).
+            let kc = l.k_cache.narrow(0, *prefix_rows, self.s_len)?;
+            let vc = l.v_cache.narrow(0, *prefix_rows, self.s_len)?;
+            k.rope_qkv_table(cs, &self.sqkv, &self.rope, &self.sq, &kc, &vc)?;
             // With FP8 GEMMs the attention also writes its output's codes (the kernel that
             // merges the key splits does: no quantize launch of its own).
             match codes(j, 1)? {
