@@ -3,7 +3,8 @@
 //!
 //! `frt-kernels-bench [--iters N] [--only SECTIONS]`
 //!
-//! SECTIONS: a comma-separated subset of gemm, geglu, fp8, mem, attention, conv (default: all).
+//! SECTIONS: a comma-separated subset of gemm, splitk, geglu, fp8, mem, attention, rope, conv
+//! (default: all).
 //!
 //! Each op is captured into a graph that repeats it back to back (as a model's graph runs its
 //! ops), enough times for one replay to take ≥ 100 µs; after warm-up, N replays are timed with
@@ -201,7 +202,16 @@ fn main() {
         .nth(1)
         .map(|v| v.split(',').map(str::to_string).collect())
         .unwrap_or_default();
-    let sections = ["gemm", "splitk", "geglu", "fp8", "mem", "attention", "conv"];
+    let sections = [
+        "gemm",
+        "splitk",
+        "geglu",
+        "fp8",
+        "mem",
+        "attention",
+        "rope",
+        "conv",
+    ];
     if let Some(o) = only.iter().find(|o| !sections.contains(&o.as_str())) {
         eprintln!(
             "--only: unknown section `{o}` (sections: {})",
@@ -739,6 +749,55 @@ fn main() {
                     bytes / (b.copy_gbs * 1e9) * 1e6
                 );
             }
+        }
+    }
+    if b.wants("rope") {
+        // The action expert's RoPE and attention over a 64-token prompt: 50 tokens of 8 query
+        // heads and one key/value head of 256 behind 2 views' and the prompt's 576 keys.
+        println!("\n| RoPE and attention (action expert) | median µs | p99 µs |\n|---|---|---|");
+        let (tokens, hq, hkv, d, from) = (50, 8, 1, 256, 576);
+        let qkv = b.tensor("qkv", dt, &[tokens, (hq + 2 * hkv) * d]);
+        let (q, o) = (
+            b.tensor("q", dt, &[tokens, hq, d]),
+            b.tensor("o", dt, &[tokens, hq, d]),
+        );
+        let (kc, vc) = (
+            b.tensor("k", dt, &[from + tokens, hkv, d]),
+            b.tensor("v", dt, &[from + tokens, hkv, d]),
+        );
+        let pos = Tensor::alloc(b.k.ctx(), "pos", DType::I32, &[tokens]).unwrap();
+        let p: Vec<i32> = (0..tokens as i32).map(|t| 600 + t).collect();
+        pos.write_i32(b.s, &p).unwrap();
+        let table = b.k.rope_table(&pos, d, 10_000.0).unwrap();
+        table.compute(&b.k, b.s).unwrap();
+        let flat = |t: &Tensor, n: usize| t.reshape(&[t.dim(0), n * d]).unwrap();
+        let (q2, k2, v2) = (
+            flat(&q, hq),
+            flat(&kc, hkv).narrow(0, from, tokens).unwrap(),
+            flat(&vc, hkv).narrow(0, from, tokens).unwrap(),
+        );
+        let mask = AttentionMask::full();
+        let plan =
+            b.k.attention_plan(&q, &kc, &vc, &o, &mask, 1.0 / (d as f32).sqrt())
+                .unwrap();
+        type Row<'a> = (&'a str, &'a dyn Fn(Stream) -> Result<()>);
+        let rows: [Row; 5] = [
+            ("RoPE angles (rope_table)", &|s| table.compute(&b.k, s)),
+            ("rope_qkv", &|s| {
+                b.k.rope_qkv(s, &qkv, &pos, &q2, &k2, &v2, d, 10_000.0)
+            }),
+            ("rope_qkv_table", &|s| {
+                b.k.rope_qkv_table(s, &qkv, &table, &q2, &k2, &v2)
+            }),
+            ("attention", &|s| plan.run(&b.k, s)),
+            ("rope_qkv_table, then attention", &|s| {
+                b.k.rope_qkv_table(s, &qkv, &table, &q2, &k2, &v2)?;
+                plan.run(&b.k, s)
+            }),
+        ];
+        for (what, op) in rows {
+            let (m, p) = b.time(what, op);
+            println!("| {what} | {:.1} | {:.1} |", m * 1e3, p * 1e3);
         }
     }
     if b.wants("conv") {
