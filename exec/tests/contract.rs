@@ -875,26 +875,45 @@ fn host_buffer_uploads_without_staging(b: &Backend) {
     ctx.take_error().unwrap();
 }
 
+/// What another thread does while a capture runs (see [`captures_beside`]).
+#[derive(Clone, Copy, Debug)]
+enum Churn {
+    /// Allocates, fills, downloads and frees device buffers.
+    DeviceBuffers,
+    /// Allocates, writes and frees pinned host buffers.
+    PinnedBuffers,
+    /// Loads a module (CUDA; nothing on the host backend).
+    ModuleLoads,
+}
+
 /// A capture on one thread survives what another thread of the process does meanwhile on
-/// another context of the same device (on CUDA both are the device's primary context): buffers
-/// allocated and freed, uploads and downloads. Models built on several threads at once rely on
-/// it.
-fn captures_beside_frees_elsewhere(b: &Backend) {
+/// another context of the same device (on CUDA both are the device's primary context). Models
+/// built on several threads at once rely on it.
+fn captures_beside(b: &Backend, churn: Churn) {
     let other = match b.name {
         "cuda" => common::cuda(),
         _ => common::host(),
     };
     let done = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|scope| {
-        let churn = scope.spawn(|| {
+        let churner = scope.spawn(|| {
             let ctx = &other.ctx;
             let s = ctx.stream(0).unwrap();
             let mut rounds = 0u32;
             while !done.load(std::sync::atomic::Ordering::Relaxed) || rounds < 8 {
-                let x = Buffer::alloc(ctx, "churn", 1 << 20).unwrap();
-                other.k.fill(ctx, s, &x, rounds as f32).unwrap();
-                assert_eq!(x.to_vec::<f32>(s).unwrap()[0], rounds as f32);
-                drop(x);
+                match churn {
+                    Churn::DeviceBuffers => {
+                        let x = Buffer::alloc(ctx, "churn", 1 << 20).unwrap();
+                        other.k.fill(ctx, s, &x, rounds as f32).unwrap();
+                        assert_eq!(x.to_vec::<f32>(s).unwrap()[0], rounds as f32);
+                    }
+                    Churn::PinnedBuffers => {
+                        let mut h = HostBuffer::alloc(ctx, "churn", 1 << 20).unwrap();
+                        h.write().unwrap()[0] = rounds as u8;
+                    }
+                    Churn::ModuleLoads if other.name == "cuda" => common::load_module_again(ctx),
+                    Churn::ModuleLoads => {}
+                }
                 rounds += 1;
             }
             rounds
@@ -911,17 +930,35 @@ fn captures_beside_frees_elsewhere(b: &Backend) {
                 }
                 Ok::<(), Error>(())
             })
-            .unwrap_or_else(|e| panic!("capture {round}: {e}"));
+            .unwrap_or_else(|e| panic!("{churn:?}, capture {round}: {e}"));
             g.replay(ShapeKey(1), s).unwrap();
-            assert_eq!(vals(b, &x, s), vec![400.0; 4096], "round {round}");
+            assert_eq!(
+                vals(b, &x, s),
+                vec![400.0; 4096],
+                "{churn:?}, round {round}"
+            );
         }
         done.store(true, std::sync::atomic::Ordering::Relaxed);
-        assert!(churn.join().unwrap() >= 8);
+        assert!(churner.join().unwrap() >= 8);
     });
 }
 
+fn captures_beside_device_buffers(b: &Backend) {
+    captures_beside(b, Churn::DeviceBuffers)
+}
+
+fn captures_beside_pinned_buffers(b: &Backend) {
+    captures_beside(b, Churn::PinnedBuffers)
+}
+
+fn captures_beside_module_loads(b: &Backend) {
+    captures_beside(b, Churn::ModuleLoads)
+}
+
 backend_tests!(
-    captures_beside_frees_elsewhere,
+    captures_beside_device_buffers,
+    captures_beside_pinned_buffers,
+    captures_beside_module_loads,
     capture_knows_its_graph,
     streams_and_priorities,
     buffer_upload_download,

@@ -172,6 +172,19 @@ unsafe impl Send for CudaKernels {}
 // SAFETY: as above; the struct is immutable after loading.
 unsafe impl Sync for CudaKernels {}
 
+/// Loads the test kernels' module once more into `ctx`'s CUDA context (compiled once per
+/// process), as a process that builds another model does; it is never unloaded.
+pub fn load_module_again(ctx: &Ctx) {
+    static PTX: OnceLock<CString> = OnceLock::new();
+    let src = PTX.get_or_init(|| {
+        let ptx = nvrtc::compile_ptx(CUDA_SRC).expect("NVRTC compiles the test kernels");
+        CString::new(ptx.to_src()).unwrap()
+    });
+    ctx.bind_to_thread().unwrap();
+    // SAFETY: `src` is NUL-terminated PTX; the context is current.
+    unsafe { result::module::load_data(src.as_ptr() as *const c_void) }.expect("load PTX");
+}
+
 impl CudaKernels {
     pub fn load(ctx: &Ctx) -> CudaKernels {
         ctx.bind_to_thread().unwrap();

@@ -1,0 +1,176 @@
+//! Models built on several threads of one process at once: a thread capturing GEMMs into a
+//! graph while another thread, on another context of the same device (on CUDA both are the
+//! device's primary context), does what building a model does. The captured graph must
+//! compute what the same GEMMs compute outside a graph. On an H100 every case passes but the
+//! other thread capturing graphs of its own (`cuda_captures_beside_captures`), which reproduces
+//! why `vla/tests/gpu.rs` runs one test at a time (`scripts/gpu-suite.sh`).
+//!
+//! Host: `cargo test -p frt-kernels --test threads`; CUDA: `-- --ignored`.
+
+use frt_exec::{Ctx, Graph, ShapeKey, Stream};
+use frt_kernels::{DType, Kernels, Tensor};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// What the other thread does meanwhile.
+#[derive(Clone, Copy, Debug)]
+enum Churn {
+    /// Makes a `Kernels` (its modules loaded, a cuBLASLt handle).
+    NewKernels,
+    /// Plans GEMMs of a new shape each time, with the timing of candidates on (captures and
+    /// replays graphs of its own).
+    TunedPlans,
+    /// Uploads and downloads tensors.
+    Copies,
+    /// Captures GEMMs of a new shape each time into graphs of its own and replays them.
+    Captures,
+}
+
+fn ctx(cuda: bool) -> Ctx {
+    if cuda {
+        Ctx::cuda(0).expect("CUDA device 0 (this test needs a CUDA GPU)")
+    } else {
+        Ctx::host().unwrap()
+    }
+}
+
+fn filled(k: &Kernels, s: Stream, name: &str, shape: &[usize], seed: u32) -> Tensor {
+    let t = Tensor::alloc(k.ctx(), name, DType::BF16, shape).unwrap();
+    let n: usize = shape.iter().product();
+    let v: Vec<f32> = (0..n)
+        .map(|i| {
+            ((i as u32).wrapping_mul(2_654_435_761).wrapping_add(seed) >> 20) as f32 / 4096.0 - 0.5
+        })
+        .collect();
+    t.write_f32(s, &v).unwrap();
+    t
+}
+
+fn captures_beside(cuda: bool, churn: Churn) {
+    let done = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let other = scope.spawn(|| {
+            let ctx = ctx(cuda);
+            let s = ctx.stream(0).unwrap();
+            let k = Kernels::new(&ctx).unwrap();
+            let mut rounds = 0usize;
+            while !done.load(Ordering::Relaxed) || rounds < 3 {
+                match churn {
+                    Churn::NewKernels => drop(Kernels::new(&ctx).unwrap()),
+                    Churn::TunedPlans => {
+                        // 256 × 1024 × n multiply-adds: timed from n = 64 on (the host: small).
+                        let (m, n) = if cuda {
+                            (256, 64 * (rounds % 16 + 1))
+                        } else {
+                            (4, 8)
+                        };
+                        let x = filled(&k, s, "x", &[m, 1024], 1);
+                        let w = filled(&k, s, "w", &[n, 1024], 2);
+                        let out = Tensor::alloc(&ctx, "out", DType::BF16, &[m, n]).unwrap();
+                        k.linear(&x, &w, &out, false, false)
+                            .unwrap()
+                            .run(s, &x, &w, &out, None)
+                            .unwrap();
+                    }
+                    Churn::Captures => {
+                        let n = 64 * (rounds % 16 + 1);
+                        let x = filled(&k, s, "x", &[32, 256], 5);
+                        let w = filled(&k, s, "w", &[n, 256], 6);
+                        let out = Tensor::alloc(&ctx, "out", DType::BF16, &[32, n]).unwrap();
+                        let plan = k.linear(&x, &w, &out, false, false).unwrap();
+                        let g = Graph::new(&ctx, "other", 0);
+                        g.capture(ShapeKey(1), |cs| {
+                            for _ in 0..20 {
+                                plan.run(cs, &x, &w, &out, None)?;
+                            }
+                            Ok::<(), frt_kernels::Error>(())
+                        })
+                        .unwrap_or_else(|e| panic!("the other thread's capture {rounds}: {e}"));
+                        g.replay(ShapeKey(1), s).unwrap();
+                        out.read_f32(s).unwrap();
+                    }
+                    Churn::Copies => {
+                        let t = filled(&k, s, "t", &[1 << 18], rounds as u32);
+                        t.read_f32(s).unwrap();
+                    }
+                }
+                rounds += 1;
+            }
+            rounds
+        });
+        let ctx = ctx(cuda);
+        let s = ctx.stream(0).unwrap();
+        let k = Kernels::new(&ctx).unwrap();
+        let (x, w) = (
+            filled(&k, s, "x", &[64, 512], 3),
+            filled(&k, s, "w", &[512, 512], 4),
+        );
+        let out = Tensor::alloc(&ctx, "out", DType::BF16, &[64, 512]).unwrap();
+        let plan = k.linear(&x, &w, &out, false, false).unwrap();
+        plan.run(s, &x, &w, &out, None).unwrap();
+        let want = out.read_f32(s).unwrap();
+        let (rounds, gemms) = if cuda { (30, 50) } else { (4, 4) };
+        for round in 0..rounds {
+            out.write_f32(s, &vec![f32::NAN; 64 * 512]).unwrap();
+            let g = Graph::new(&ctx, "gemms", 0);
+            g.capture(ShapeKey(1), |cs| {
+                for _ in 0..gemms {
+                    plan.run(cs, &x, &w, &out, None)?;
+                }
+                Ok::<(), frt_kernels::Error>(())
+            })
+            .unwrap_or_else(|e| panic!("{churn:?}, capture {round}: {e}"));
+            g.replay(ShapeKey(1), s).unwrap();
+            assert!(out.read_f32(s).unwrap() == want, "{churn:?}, round {round}");
+        }
+        done.store(true, Ordering::Relaxed);
+        assert!(other.join().unwrap() >= 3);
+    });
+}
+
+#[test]
+fn captures_beside_new_kernels() {
+    captures_beside(false, Churn::NewKernels);
+}
+
+#[test]
+fn captures_beside_tuned_plans() {
+    captures_beside(false, Churn::TunedPlans);
+}
+
+#[test]
+fn captures_beside_copies() {
+    captures_beside(false, Churn::Copies);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn cuda_captures_beside_new_kernels() {
+    captures_beside(true, Churn::NewKernels);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn cuda_captures_beside_tuned_plans() {
+    captures_beside(true, Churn::TunedPlans);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn cuda_captures_beside_copies() {
+    captures_beside(true, Churn::Copies);
+}
+
+#[test]
+fn captures_beside_captures() {
+    captures_beside(false, Churn::Captures);
+}
+
+/// Fails on an H100 today, and so models built on several threads at once do: captures on both
+/// threads end in `cublasLtMatmul` status 13 (`cudaErrorStreamCaptureInvalidated`), in 2 of 3
+/// runs, with the two threads' captures serialized by a process-wide lock as well. The other
+/// thread's plans, replays and copies are the suspects (each churn above passes alone).
+#[test]
+#[ignore = "needs a CUDA GPU (and fails there today: see its doc comment)"]
+fn cuda_captures_beside_captures() {
+    captures_beside(true, Churn::Captures);
+}
