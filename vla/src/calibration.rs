@@ -80,17 +80,26 @@ impl Calibration {
         Ok(c)
     }
 
-    /// Writes the file (through a temporary file beside it, renamed: a reader never sees half
-    /// of one).
+    /// Writes the file through a temporary file beside it of this write's own (the process id
+    /// and a count: no other thread or process writes it), renamed over `path`: a reader sees
+    /// the old file or the whole new one, also with several writers at once. The temporary
+    /// file is removed when the write fails.
     pub fn write(&self, path: &Path) -> Result<()> {
+        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let io = |source| Error::Io {
             path: path.to_path_buf(),
             source,
         };
         let text = serde_json::to_string_pretty(self).expect("a calibration serializes");
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, text + "\n").map_err(io)?;
-        std::fs::rename(&tmp, path).map_err(io)
+        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut name = path.file_name().unwrap_or_default().to_os_string();
+        name.push(format!(".tmp{}-{n}", std::process::id()));
+        let tmp = path.with_file_name(name);
+        let written = std::fs::write(&tmp, text + "\n").and_then(|()| std::fs::rename(&tmp, path));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        written.map_err(io)
     }
 
     /// The FP8 scale of `name`'s activation: its range over 448.
@@ -225,6 +234,57 @@ impl RangeRecorder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Several threads writing calibrations to one path while another reads it: every read
+    /// is one of them whole, and no temporary file is left behind.
+    #[test]
+    fn concurrent_writes_are_read_whole() {
+        let dir = std::env::temp_dir().join(format!("frt-cal-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("cal.json");
+        let cal = |k: usize| Calibration {
+            version: CALIBRATION_VERSION,
+            model: format!("model {k}"),
+            percentile: 100.0,
+            observations: 1,
+            // Large enough that a torn file shows up as a parse error.
+            ranges: (0..2000)
+                .map(|i| (format!("t{i}"), (k * 1000 + i + 1) as f32))
+                .collect(),
+        };
+        cal(0).write(&path).unwrap();
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            for k in 1..=8 {
+                let (path, cal) = (&path, cal(k));
+                s.spawn(move || {
+                    for _ in 0..20 {
+                        cal.write(path).unwrap();
+                    }
+                });
+            }
+            let (path, done) = (&path, &done);
+            let reader = s.spawn(move || {
+                let mut reads = 0;
+                while !done.load(std::sync::atomic::Ordering::Relaxed) || reads < 50 {
+                    let c = Calibration::read(path).unwrap_or_else(|e| panic!("read {reads}: {e}"));
+                    let k: usize = c.model["model ".len()..].parse().unwrap();
+                    assert_eq!(c.ranges, cal(k).ranges, "read {reads}");
+                    reads += 1;
+                }
+            });
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            reader.join().unwrap();
+        });
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|n| n != "cal.json")
+            .collect();
+        assert!(left.is_empty(), "left behind: {left:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn ranges_are_the_percentile_of_magnitudes_and_the_largest_over_observations() {
