@@ -25,16 +25,24 @@ use frt_nn::blocks::gemma::{GemmaDims, GemmaProjections};
 /// [`Expert::record_calibrating`]).
 pub(crate) type Probe<'a> = &'a mut dyn FnMut(&str, &Tensor) -> Result<()>;
 
-/// The expert's GEMMs in FP8: the stack, the four GEMM plans (q/k/v, attention out, gate+up,
-/// down) and the gate+up product before GEGLU; where its reduction splits (see
-/// [`split_parts`]), the down projection also as a split GEMM whose parts' f32 sums the
-/// residual's norm adds (on an H100, `frt-kernels-bench --only fp8`: 7.5 µs in 8 parts against
-/// 10.4 for the rows kernel; the attention output, 6.2 µs in 4 parts against 5.6, stays whole).
+/// The expert's GEMMs in FP8: the stack, the GEMM plans (q/k/v, attention out, gate+up, down)
+/// and the gate+up product before GEGLU; where its reduction splits (see [`split_parts`]), the
+/// down projection as a split GEMM whose parts' f32 sums the residual's norm adds (on an
+/// H100, `frt-kernels-bench --only fp8`: 7.5 µs in 8 parts against 10.4 for the rows kernel;
+/// the attention output, 6.2 µs in 4 parts against 5.6, stays whole).
 struct ExpertFp8 {
     stack: Fp8Stack,
-    lin: [Fp8Linear; 4],
+    /// q/k/v, attention out, gate+up.
+    lin: [Fp8Linear; 3],
     gate_up: Tensor,
-    down: Option<(Fp8SplitLinear, Tensor)>,
+    down: Fp8Down,
+}
+
+/// The FP8 expert's down projection: split (its parts' f32 sums, which the residual's norm
+/// adds) where its reduction splits, else whole into `so`.
+enum Fp8Down {
+    Split(Fp8SplitLinear, Tensor),
+    Whole(Fp8Linear),
 }
 
 /// The expert's 16-bit GEMMs: q/k/v, attention out, gate+up with the GEGLU, down. The two whose
@@ -235,15 +243,14 @@ impl Expert {
                     stack.plan(k, 0, s_len, &sqkv, false)?,
                     stack.plan(k, 1, s_len, &so, false)?,
                     stack.plan(k, 2, s_len, &gate_up, false)?,
-                    stack.plan(k, 3, s_len, &so, false)?,
                 ];
                 let down_parts = split_parts(eg.mlp);
                 let down = if down_parts > 1 {
                     let partials =
                         Tensor::alloc(ctx, "step.fp8.partials", f, &[down_parts, s_len, ew])?;
-                    Some((stack.plan_split(k, 3, s_len, &partials)?, partials))
+                    Fp8Down::Split(stack.plan_split(k, 3, s_len, &partials)?, partials)
                 } else {
-                    None
+                    Fp8Down::Whole(stack.plan(k, 3, s_len, &so, false)?)
                 };
                 Some(ExpertFp8 {
                     stack,
@@ -502,16 +509,19 @@ impl Expert {
             see(j, 3, &self.sh)?;
             let so = match fp8 {
                 Some(ExpertFp8 {
-                    down: Some((split, partials)),
+                    down: Fp8Down::Split(split, partials),
                     stack,
                     ..
                 }) => {
                     stack.linear_quantized_split(cs, (j, 3), split, s_len, partials)?;
                     partials.clone()
                 }
-                Some(f) => {
-                    f.stack
-                        .linear_quantized(cs, (j, 3), &f.lin[3], s_len, &self.so)?;
+                Some(ExpertFp8 {
+                    down: Fp8Down::Whole(lin),
+                    stack,
+                    ..
+                }) => {
+                    stack.linear_quantized(cs, (j, 3), lin, s_len, &self.so)?;
                     self.so.clone()
                 }
                 None => {
