@@ -244,7 +244,7 @@ impl Tensor {
         }
     }
 
-    /// Writes an f32 tensor from at most [`MAX_PARTS`] pieces laid one after another (`numel`
+    /// Writes an f32 tensor from at most 8 pieces (`MAX_PARTS`) laid one after another (`numel`
     /// values in all): one staging copy and one device copy, no allocation (inputs written
     /// every inference).
     pub fn write_f32_parts(&self, s: Stream, parts: &[&[f32]]) -> Result<()> {
