@@ -22,11 +22,6 @@ __device__ void rope(const T* x, const int* positions, T* out, unsigned rows, un
     }
 }
 
-// A fused projection's output split into heads: qkv rows are [q heads | k heads | v heads]
-// (each `dim` wide, row stride s_in). q and k heads are rotated as `rope` does and written to
-// q and k; v heads are copied to v (each of those with its own row stride). A thread takes one
-// (token, pair) and the heads blockIdx.y, blockIdx.y + gridDim.y, ...: the angle is computed
-// once for all of them (the host spreads the heads over grid.y only where tokens are few).
 // The sine and cosine rope_qkv rotates pair i of a head of `dim` at `position` by.
 __device__ __forceinline__ void rope_angle(int position, unsigned i, unsigned dim, float max_wavelength, float* sn,
                                            float* cs) {

@@ -9,6 +9,13 @@ use crate::error::{Error, Result};
 use crate::{DType, Kernels, Tensor};
 use frt_exec::Stream;
 
+/// The host's sine and cosine of pair `i` of a head of `dim` at `position`: `position /
+/// max_wavelength^(2i/dim)` (what `rope`, `rope_qkv` and a `RopeTable` rotate by).
+fn rope_angle(position: f32, i: usize, dim: usize, max_wavelength: f32) -> (f32, f32) {
+    let timescale = max_wavelength.powf((2.0 / dim as f32) * i as f32);
+    (position / timescale).sin_cos()
+}
+
 impl Kernels {
     /// Rotary embedding: `x` is `[tokens, heads, dim]` (or `[tokens, dim]`), `positions` an
     /// i32 `[tokens]` tensor read on the device. Pair `i` of each head is `(x[i], x[i+dim/2])`,
@@ -87,9 +94,7 @@ impl Kernels {
                             unsafe {
                                 let pos = pp.ld_i32(r / heads) as f32;
                                 for i in 0..half {
-                                    let timescale =
-                                        max_wavelength.powf((2.0 / dim as f32) * i as f32);
-                                    let (sn, cs) = (pos / timescale).sin_cos();
+                                    let (sn, cs) = rope_angle(pos, i, dim, max_wavelength);
                                     let (x1, x2) = (
                                         xp.ld::<T>(r * rx.stride + i),
                                         xp.ld::<T>(r * rx.stride + half + i),
@@ -273,9 +278,7 @@ impl Kernels {
                                         (kp, t * rk.stride + (h - hq) * head_dim)
                                     };
                                     for i in 0..half {
-                                        let timescale =
-                                            max_wavelength.powf((2.0 / head_dim as f32) * i as f32);
-                                        let (sn, cs) = (pos / timescale).sin_cos();
+                                        let (sn, cs) = rope_angle(pos, i, head_dim, max_wavelength);
                                         let (x1, x2) =
                                             (ip.ld::<T>(src + i), ip.ld::<T>(src + half + i));
                                         op_.st::<T>(dst + i, x1 * cs - x2 * sn);
@@ -458,8 +461,9 @@ impl Kernels {
 }
 
 /// The angles of a rotary embedding for the tokens at `positions`, for rotations that read
-/// them rather than compute them ([`Kernels::rope_qkv_table`]): an f32 `[tokens, dim/2, 2]` table of `(cos, sin)` of `position / max_wavelength^(2i/dim)`,
-/// made by [`compute`](Self::compute) from what `positions` holds when it runs (on CUDA with the
+/// them rather than compute them ([`Kernels::rope_qkv_table`]): an f32 `[tokens, dim/2, 2]`
+/// table of `(cos, sin)` of `position / max_wavelength^(2i/dim)`, made by
+/// [`compute`](Self::compute) from what `positions` holds when it runs (on CUDA with the
 /// arithmetic of [`Kernels::rope_qkv`]'s kernel, so the rotation gives the same bits). Made
 /// once, computed wherever the positions may have changed since (e.g. at the start of each
 /// captured step that uses it).
@@ -540,8 +544,7 @@ impl RopeTable {
                         unsafe {
                             let pos = pp.ld_i32(t) as f32;
                             for i in 0..half {
-                                let timescale = mw.powf((2.0 / dim as f32) * i as f32);
-                                let (sn, cs) = (pos / timescale).sin_cos();
+                                let (sn, cs) = rope_angle(pos, i, dim, mw);
                                 tp.st::<f32>(2 * (t * half + i), cs);
                                 tp.st::<f32>(2 * (t * half + i) + 1, sn);
                             }
