@@ -164,72 +164,35 @@ fn captures_beside(cuda: bool, churn: Churn) {
     });
 }
 
-#[test]
-fn captures_beside_new_kernels() {
-    captures_beside(false, Churn::NewKernels);
+/// A host test and an ignored CUDA test (`cuda_` + its name) per churn.
+macro_rules! churn_tests {
+    ($($(#[doc = $doc:literal])* $name:ident, $cuda:ident: $churn:ident, $why:literal;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                captures_beside(false, Churn::$churn);
+            }
+
+            $(#[doc = $doc])*
+            #[test]
+            #[ignore = $why]
+            fn $cuda() {
+                captures_beside(true, Churn::$churn);
+            }
+        )*
+    };
 }
 
-#[test]
-fn captures_beside_tuned_plans() {
-    captures_beside(false, Churn::TunedPlans);
-}
-
-#[test]
-fn captures_beside_copies() {
-    captures_beside(false, Churn::Copies);
-}
-
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn cuda_captures_beside_new_kernels() {
-    captures_beside(true, Churn::NewKernels);
-}
-
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn cuda_captures_beside_tuned_plans() {
-    captures_beside(true, Churn::TunedPlans);
-}
-
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn cuda_captures_beside_copies() {
-    captures_beside(true, Churn::Copies);
-}
-
-#[test]
-fn captures_beside_captures() {
-    captures_beside(false, Churn::Captures);
-}
-
-/// Fails on an H100 today, and so models built on several threads at once do: captures on both
-/// threads end in `cublasLtMatmul` status 13 (`cudaErrorStreamCaptureInvalidated`), in 2 of 3
-/// runs, with the two threads' captures serialized by a process-wide lock as well. The other
-/// thread's plans, replays and copies are the suspects (each churn above passes alone).
-#[test]
-#[ignore = "needs a CUDA GPU (and fails there today: see its doc comment)"]
-fn cuda_captures_beside_captures() {
-    captures_beside(true, Churn::Captures);
-}
-
-#[test]
-fn captures_beside_plans() {
-    captures_beside(false, Churn::Plans);
-}
-
-#[test]
-fn captures_beside_replays() {
-    captures_beside(false, Churn::Replays);
-}
-
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn cuda_captures_beside_plans() {
-    captures_beside(true, Churn::Plans);
-}
-
-#[test]
-#[ignore = "needs a CUDA GPU"]
-fn cuda_captures_beside_replays() {
-    captures_beside(true, Churn::Replays);
+churn_tests! {
+    captures_beside_new_kernels, cuda_captures_beside_new_kernels: NewKernels, "needs a CUDA GPU";
+    captures_beside_tuned_plans, cuda_captures_beside_tuned_plans: TunedPlans, "needs a CUDA GPU";
+    captures_beside_copies, cuda_captures_beside_copies: Copies, "needs a CUDA GPU";
+    /// Fails on an H100 today, and so models built on several threads at once do: captures on
+    /// both threads end in `cublasLtMatmul` status 13 (`cudaErrorStreamCaptureInvalidated`), in
+    /// 2 of 3 runs, with the two threads' captures serialized by a process-wide lock as well.
+    /// The other thread's plans or replays are the suspects (its copies alone pass).
+    captures_beside_captures, cuda_captures_beside_captures: Captures,
+        "needs a CUDA GPU (and fails there today: see its doc comment)";
+    captures_beside_plans, cuda_captures_beside_plans: Plans, "needs a CUDA GPU";
+    captures_beside_replays, cuda_captures_beside_replays: Replays, "needs a CUDA GPU";
 }
