@@ -608,6 +608,7 @@ impl Fp8Lt {
             ));
         }
         k.ctx.bind_to_thread()?;
+        let handle = super::gemm::device_lt_handle(&k.ctx)?;
         // The forms of scaling in turn (see `Fp8Scaling`).
         let mut refused = Vec::new();
         for scaling in [
@@ -615,7 +616,7 @@ impl Fp8Lt {
             Fp8Scaling::BothVectors,
             Fp8Scaling::AlphaVector,
         ] {
-            match Self::with_scaling(sp, (m, kk, n), scaling, placeholders) {
+            match Self::with_scaling(handle, sp, (m, kk, n), scaling, placeholders) {
                 Ok((mut p, candidates)) => {
                     p.tune(k, sp, candidates);
                     return Ok(p);
@@ -635,13 +636,14 @@ impl Fp8Lt {
     }
 
     fn with_scaling(
+        handle: lts::cublasLtHandle_t,
         sp: &Fp8Spec,
         (m, kk, n): (usize, usize, usize),
         scaling: Fp8Scaling,
         (a_scale, b_scale): (u64, u64),
     ) -> Result<(Fp8Lt, Vec<lts::cublasLtMatmulAlgo_t>)> {
         let mut plan = Fp8Lt {
-            lt: LtObjects::new()?,
+            lt: LtObjects::new(handle)?,
             algo: lts::cublasLtMatmulAlgo_t { data: [0; 8] },
             scaling,
         };

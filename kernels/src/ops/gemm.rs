@@ -116,8 +116,42 @@ impl Spec {
     }
 }
 
-/// cuBLASLt objects a plan owns: its handle, its matmul descriptor and the layouts of
-/// cuBLASLt's A, B and C/D (null until made), destroyed together.
+/// The process's cuBLASLt handle for `ctx`'s device: made by the first plan on that device,
+/// shared by every plan after it (cuBLASLt takes one handle from several threads at once; a
+/// handle holds no stream and no GEMM settings) and never destroyed. Each plan used to make
+/// and destroy a handle of its own, and a plan made and dropped on one thread while another
+/// thread captured a graph of cuBLASLt GEMMs ended that capture (`cublasLtMatmul` status 13,
+/// `cudaErrorStreamCaptureInvalidated`; `kernels/tests/threads.rs`). The handle keeps its
+/// device's primary context retained (it is valid only in that context), so the context
+/// outlives the last `Ctx` on the device.
+pub(crate) fn device_lt_handle(ctx: &frt_exec::Ctx) -> Result<lts::cublasLtHandle_t> {
+    use frt_exec::cudarc::driver::CudaContext;
+    struct Shared {
+        ordinal: usize,
+        _cu: Arc<CudaContext>,
+        handle: usize,
+    }
+    static HANDLES: std::sync::Mutex<Vec<Shared>> = std::sync::Mutex::new(Vec::new());
+    let cu = ctx.cuda_context().ok_or_else(|| {
+        Error::shape("cuBLASLt", "a cuBLASLt handle needs a CUDA context".to_string())
+    })?;
+    let mut handles = HANDLES.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(h) = handles.iter().find(|h| h.ordinal == cu.ordinal()) {
+        return Ok(h.handle as lts::cublasLtHandle_t);
+    }
+    ctx.bind_to_thread()?;
+    let handle = lt::create_handle().map_err(lt_err("cublasLtCreate"))?;
+    handles.push(Shared {
+        ordinal: cu.ordinal(),
+        _cu: cu.clone(),
+        handle: handle as usize,
+    });
+    Ok(handle)
+}
+
+/// cuBLASLt objects a plan owns: its matmul descriptor and the layouts of cuBLASLt's A, B and
+/// C/D (null until made), destroyed together; and the device's shared handle
+/// ([`device_lt_handle`]), which it does not destroy.
 pub(crate) struct LtObjects {
     pub(crate) handle: lts::cublasLtHandle_t,
     pub(crate) desc: lts::cublasLtMatmulDesc_t,
@@ -132,9 +166,9 @@ unsafe impl Send for LtObjects {}
 unsafe impl Sync for LtObjects {}
 
 impl LtObjects {
-    /// A handle and a matmul descriptor computing in f32 (layouts still to be made).
-    pub(crate) fn new() -> Result<LtObjects> {
-        let handle = lt::create_handle().map_err(lt_err("cublasLtCreate"))?;
+    /// A matmul descriptor computing in f32 (layouts still to be made), beside `handle`
+    /// (the device's, from [`device_lt_handle`]).
+    pub(crate) fn new(handle: lts::cublasLtHandle_t) -> Result<LtObjects> {
         let mut o = LtObjects {
             handle,
             desc: std::ptr::null_mut(),
@@ -217,7 +251,8 @@ impl LtObjects {
 
 impl Drop for LtObjects {
     fn drop(&mut self) {
-        // SAFETY: made by `new` and the plan's constructor, destroyed once.
+        // SAFETY: made by `new` and the plan's constructor, destroyed once (the handle is the
+        // device's: not this plan's to destroy).
         unsafe {
             for l in self.layouts {
                 if !l.is_null() {
@@ -227,7 +262,6 @@ impl Drop for LtObjects {
             if !self.desc.is_null() {
                 let _ = lt::destroy_matmul_desc(self.desc);
             }
-            let _ = lt::destroy_handle(self.handle);
         }
     }
 }
@@ -275,7 +309,7 @@ pub(crate) const WORKSPACE: usize = 32 << 20;
 impl LtPlan {
     fn new(k: &Kernels, sp: &Spec) -> Result<LtPlan> {
         k.ctx.bind_to_thread()?;
-        let mut objects = LtObjects::new()?;
+        let mut objects = LtObjects::new(device_lt_handle(&k.ctx)?)?;
         let (handle, desc) = (objects.handle, objects.desc);
         let set = |attr, v: *const c_void, size| {
             // SAFETY: `desc` is live; `v` points to `size` bytes of the attribute's type.
