@@ -133,7 +133,10 @@ pub(crate) fn device_lt_handle(ctx: &frt_exec::Ctx) -> Result<lts::cublasLtHandl
     }
     static HANDLES: std::sync::Mutex<Vec<Shared>> = std::sync::Mutex::new(Vec::new());
     let cu = ctx.cuda_context().ok_or_else(|| {
-        Error::shape("cuBLASLt", "a cuBLASLt handle needs a CUDA context".to_string())
+        Error::shape(
+            "cuBLASLt",
+            "a cuBLASLt handle needs a CUDA context".to_string(),
+        )
     })?;
     let mut handles = HANDLES.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(h) = handles.iter().find(|h| h.ordinal == cu.ordinal()) {
