@@ -290,7 +290,8 @@ fn main() {
         // The action expert's GEMMs as cuBLASLt plans them (a split reduction, if any, reduced
         // by cuBLASLt's own kernel), against their reduction dimension split `s` ways as one
         // batched GEMM writing f32 partial sums (which the op that consumes the product would
-        // add): each weight read from memory (copies cycled, ≥ 128 MB).
+        // add): each weight read from memory (copies cycled, ≥ 128 MB); and the plan with its
+        // weight in L2.
         println!();
         for (what, m, kk, n) in EXPERT_GEMMS {
             let FromMemory { x, ws, out, g } = FromMemory::new(&mut b, m, kk, n);
@@ -308,6 +309,10 @@ fn main() {
                 2.0 * (n * kk) as f64 / (med * 1e-3) / 1e9,
                 g.workspace_bytes()
             )];
+            // The same plan with one weight, which stays in L2 between the repeats: what the
+            // GEMM would take were its weight fetched ahead of it.
+            let (med, _) = b.time(what, &|s| g.run(s, &x, &ws[0], &out, None));
+            cells.push(format!("in L2 {:>5.1} µs", med * 1e3));
             for splits in [2usize, 4, 8] {
                 let part = kk / splits;
                 let view = |t: &Tensor, rows: usize| {
