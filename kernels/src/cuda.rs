@@ -311,24 +311,12 @@ fn cubin(
     Ok(bin)
 }
 
-/// Writes `bytes` to `path` so that a reader sees the old file or the whole new one: into a
-/// file of this write's own (no other thread or process writes it), renamed over `path`. Best
+/// Writes `bytes` to `path` whole ([`frt_exec::write_whole`]), making its folder first. Best
 /// effort; false when it did not happen.
 fn write_whole(path: &std::path::Path, bytes: &[u8]) -> bool {
-    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let Some(dir) = path.parent() else {
-        return false;
-    };
-    if std::fs::create_dir_all(dir).is_err() {
-        return false;
-    }
-    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = path.with_extension(format!("tmp{}-{n}", std::process::id()));
-    if std::fs::write(&tmp, bytes).is_ok() && std::fs::rename(&tmp, path).is_ok() {
-        return true;
-    }
-    let _ = std::fs::remove_file(&tmp);
-    false
+    path.parent()
+        .is_some_and(|dir| std::fs::create_dir_all(dir).is_ok())
+        && frt_exec::write_whole(path, bytes).is_ok()
 }
 
 /// The kernels of a loaded module and their (unmangled, `extern "C"`) names.
@@ -678,38 +666,6 @@ mod tests {
             ("rms_norm", Some(DType::BF16))
         );
         assert_eq!(split_dtype("im2col"), ("im2col", None));
-    }
-
-    /// Threads of one process writing the same cache file at once (models built in
-    /// parallel compile the same kernels): every read sees one writer's whole file, never a
-    /// torn one.
-    #[test]
-    fn cache_files_are_written_whole_by_concurrent_writers() {
-        let dir = std::env::temp_dir().join(format!("frt-cubin-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let path = dir.join("flash.cubin");
-        let contents: Vec<Vec<u8>> = (0..8u8).map(|k| vec![k; 1 << 20]).collect();
-        std::thread::scope(|s| {
-            for c in &contents {
-                let path = &path;
-                s.spawn(move || {
-                    for _ in 0..8 {
-                        assert!(write_whole(path, c));
-                    }
-                });
-            }
-            s.spawn(|| {
-                for _ in 0..200 {
-                    if let Ok(b) = std::fs::read(&path) {
-                        assert!(contents.contains(&b), "a torn file of {} bytes", b.len());
-                    }
-                }
-            });
-        });
-        assert!(contents.contains(&std::fs::read(&path).unwrap()));
-        // Nothing is left behind but the file itself.
-        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -85,21 +85,11 @@ impl Calibration {
     /// the old file or the whole new one, also with several writers at once. The temporary
     /// file is removed when the write fails.
     pub fn write(&self, path: &Path) -> Result<()> {
-        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let io = |source| Error::Io {
+        let text = serde_json::to_string_pretty(self).expect("a calibration serializes");
+        frt_exec::write_whole(path, (text + "\n").as_bytes()).map_err(|source| Error::Io {
             path: path.to_path_buf(),
             source,
-        };
-        let text = serde_json::to_string_pretty(self).expect("a calibration serializes");
-        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut name = path.file_name().unwrap_or_default().to_os_string();
-        name.push(format!(".tmp{}-{n}", std::process::id()));
-        let tmp = path.with_file_name(name);
-        let written = std::fs::write(&tmp, text + "\n").and_then(|()| std::fs::rename(&tmp, path));
-        if written.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        written.map_err(io)
+        })
     }
 
     /// The FP8 scale of `name`'s activation: its range over 448.
