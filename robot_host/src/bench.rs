@@ -12,7 +12,9 @@
 //!   scaling run on the policy's device, in the tick);
 //! * where the slowest 1 % of ticks lose their time, against the median tick: frames in (wall
 //!   and the thread's CPU time, the context switches the thread took meanwhile), the device,
-//!   the control thread's host time and the rest of the tick.
+//!   the control thread's host time, the bench thread's CPU time and page faults over the
+//!   whole tick, and the rest of the tick; where in the run the slow ticks were, and the CPU
+//!   time a virtual machine's host took from its CPUs (`steal`) during the run.
 
 use crate::messages::{Command, Image, JointState, Outbound, Source};
 use crate::node::{Clock, Node, SystemClock, TickOutcome};
@@ -35,9 +37,16 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-/// The calling thread's CPU time and its context switches so far (voluntary, involuntary);
-/// zeros where the OS does not tell.
-fn thread_usage() -> (Duration, i64, i64) {
+/// What the calling thread has used so far: CPU time, context switches (voluntary,
+/// involuntary) and page faults (minor + major); zeros where the OS does not tell.
+#[derive(Clone, Copy, Default)]
+struct Usage {
+    cpu: Duration,
+    switches: (i64, i64),
+    faults: i64,
+}
+
+fn thread_usage() -> Usage {
     #[cfg(target_os = "linux")]
     {
         let mut ts = libc::timespec {
@@ -51,28 +60,52 @@ fn thread_usage() -> (Duration, i64, i64) {
             libc::getrusage(libc::RUSAGE_THREAD, &mut ru);
             (ts, ru)
         };
-        (
-            Duration::new(cpu.tv_sec as u64, cpu.tv_nsec as u32),
-            ru.ru_nvcsw,
-            ru.ru_nivcsw,
-        )
+        Usage {
+            cpu: Duration::new(cpu.tv_sec as u64, cpu.tv_nsec as u32),
+            switches: (ru.ru_nvcsw, ru.ru_nivcsw),
+            faults: ru.ru_minflt + ru.ru_majflt,
+        }
     }
     #[cfg(not(target_os = "linux"))]
     {
-        (Duration::ZERO, 0, 0)
+        Usage::default()
     }
 }
 
-/// One measured tick: frames in (wall, the thread's CPU time, its voluntary and involuntary
-/// context switches meanwhile), then the tick's device part, host time and total (ms).
+/// The time the machine's host took from its CPUs (the `steal` column of `/proc/stat`'s `cpu`
+/// line, all CPUs together), in clock ticks of `USER_HZ`; `None` where it cannot be read.
+fn steal_ticks(stat: &str) -> Option<u64> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    // user nice system idle iowait irq softirq steal
+    line.split_whitespace().nth(8)?.parse().ok()
+}
+
+/// [`steal_ticks`] now, in milliseconds.
+fn steal_ms() -> Option<f64> {
+    let ticks = steal_ticks(&std::fs::read_to_string("/proc/stat").ok()?)?;
+    #[cfg(target_os = "linux")]
+    // SAFETY: no arguments; reads a constant of the system.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    #[cfg(not(target_os = "linux"))]
+    let hz = 100;
+    (hz > 0).then(|| ticks as f64 * 1e3 / hz as f64)
+}
+
+/// One measured tick: its position in the run; frames in (wall, the thread's CPU time, its
+/// voluntary and involuntary context switches meanwhile); then the tick's device part, host
+/// time and total (ms); over the whole tick (frames in and the tick on the one bench
+/// thread), that thread's CPU time and its page faults.
 #[derive(Clone, Copy, Default)]
 struct TickSample {
+    index: usize,
     frames_wall: f64,
     frames_cpu: f64,
     frames_switches: (i64, i64),
     device: f64,
     host: f64,
     total: f64,
+    total_cpu: f64,
+    faults: i64,
 }
 
 /// The slowest 1 % of `ticks` (by total) against the median tick, field by field (means over
@@ -90,7 +123,7 @@ fn tail_rows(ticks: &[TickSample]) -> String {
     let mean =
         |f: &dyn Fn(&TickSample) -> f64| slow.iter().map(|t| f(t)).sum::<f64>() / slow.len() as f64;
     type Field<'a> = (&'a str, &'a dyn Fn(&TickSample) -> f64);
-    let fields: [Field; 7] = [
+    let fields: [Field; 9] = [
         ("tick, ms", &|t| t.total),
         ("frames in (I/O side), wall, ms", &|t| t.frames_wall),
         ("frames in, the thread's CPU time, ms", &|t| t.frames_cpu),
@@ -104,6 +137,12 @@ fn tail_rows(ticks: &[TickSample]) -> String {
             t.device
         }),
         ("host time on the control thread, ms", &|t| t.host),
+        ("the bench thread's CPU time over the tick, ms", &|t| {
+            t.total_cpu
+        }),
+        ("page faults over the tick (minor + major)", &|t| {
+            t.faults as f64
+        }),
     ];
     let mut r = format!(
         "\nThe slowest {} of {n} ticks against the median tick (means over the slow ones):\n\n| measure | median tick | slowest 1 % |\n|---|---|---|\n",
@@ -117,6 +156,14 @@ fn tail_rows(ticks: &[TickSample]) -> String {
         "| rest of the tick (state, waits, bookkeeping), ms | {:.3} | {:.3} |\n",
         median(&rest),
         mean(&rest)
+    );
+    let mut at: Vec<usize> = slow.iter().map(|t| t.index).collect();
+    at.sort_unstable();
+    let at: Vec<String> = at.iter().map(|i| i.to_string()).collect();
+    r += &format!(
+        "\nThe slowest ticks' positions in the run (of 0 to {}): {}.\n",
+        n - 1,
+        at.join(", ")
     );
     r
 }
@@ -161,16 +208,16 @@ fn observe(
     k: u64,
 ) -> Result<TickSample> {
     let t = clock.now();
-    let (cpu0, vol0, inv0) = thread_usage();
+    let u0 = thread_usage();
     let a = Instant::now();
     inputs.frame("base", t, &frames[0])?;
     inputs.frame("wrist", t, &frames[1])?;
     let wall = a.elapsed();
-    let (cpu1, vol1, inv1) = thread_usage();
+    let u1 = thread_usage();
     let dec = TickSample {
         frames_wall: ms(wall),
-        frames_cpu: ms(cpu1.saturating_sub(cpu0)),
-        frames_switches: (vol1 - vol0, inv1 - inv0),
+        frames_cpu: ms(u1.cpu.saturating_sub(u0.cpu)),
+        frames_switches: (u1.switches.0 - u0.switches.0, u1.switches.1 - u0.switches.1),
         ..Default::default()
     };
     inputs.state(&JointState {
@@ -287,10 +334,15 @@ pub fn run(o: &BenchOptions, tokenizer: Option<&Path>) -> Result<String> {
     drain(&out);
     type Observe<'a> = dyn FnMut(u64) -> Result<TickSample> + 'a;
     let tick = |node: &mut Node, observe: &mut Observe, k: u64| -> Result<TickSample> {
+        let u0 = thread_usage();
         let mut sample = observe(k)?;
         let a = Instant::now();
         let r = node.tick();
         let total = a.elapsed();
+        let u1 = thread_usage();
+        sample.index = k as usize;
+        sample.total_cpu = ms(u1.cpu.saturating_sub(u0.cpu));
+        sample.faults = u1.faults - u0.faults;
         if r != TickOutcome::Published {
             return Err(Error::bad("bench tick", format!("{r:?}")));
         }
@@ -301,9 +353,11 @@ pub fn run(o: &BenchOptions, tokenizer: Option<&Path>) -> Result<String> {
         Ok(sample)
     };
     let mut ticks = Vec::new();
+    let steal0 = steal_ms();
     for k in 0..o.iters as u64 {
         ticks.push(tick(&mut node, &mut observe, k)?);
     }
+    let stolen = steal_ms().zip(steal0).map(|(b, a)| b - a);
     let alone: Vec<f64> = ticks.iter().map(|t| t.total).collect();
     let host: Vec<f64> = ticks.iter().map(|t| t.host).collect();
     let frames_in: Vec<f64> = ticks.iter().map(|t| t.frames_wall).collect();
@@ -472,6 +526,11 @@ pub fn run(o: &BenchOptions, tokenizer: Option<&Path>) -> Result<String> {
         pct(&frames_in, 0.99)
     );
     r += &tail_rows(&ticks);
+    if let Some(stolen) = stolen {
+        r += &format!(
+            "CPU time the machine's host took from its CPUs during those ticks (/proc/stat steal, all CPUs, 10 ms steps): {stolen:.0} ms.\n"
+        );
+    }
     Ok(r)
 }
 
@@ -484,12 +543,16 @@ mod tests {
     fn the_tail_rows_average_the_slowest_ticks() {
         let ticks: Vec<TickSample> = (1..=200)
             .map(|i| TickSample {
+                // the run's order is another than the totals'
+                index: (i * 7) % 200,
                 total: i as f64,
                 frames_wall: if i > 198 { 3.0 } else { 0.5 },
                 frames_cpu: 0.4,
                 frames_switches: (0, i64::from(i > 198)),
                 device: 10.0,
                 host: 0.1,
+                total_cpu: if i > 198 { 4.0 } else { 1.0 },
+                faults: i64::from(i > 198) * 6,
             })
             .collect();
         let r = tail_rows(&ticks);
@@ -503,6 +566,31 @@ mod tests {
             r.contains("| frames in, involuntary context switches | 0.000 | 1.000 |"),
             "{r}"
         );
+        assert!(
+            r.contains("| the bench thread's CPU time over the tick, ms | 1.000 | 4.000 |"),
+            "{r}"
+        );
+        assert!(
+            r.contains("| page faults over the tick (minor + major) | 0.000 | 6.000 |"),
+            "{r}"
+        );
+        // ticks 199 and 200 ran at positions 193 and 0
+        assert!(
+            r.contains("The slowest ticks' positions in the run (of 0 to 199): 0, 193."),
+            "{r}"
+        );
         assert!(tail_rows(&[]).is_empty());
+    }
+
+    /// The steal column is the eighth number of `/proc/stat`'s `cpu` line (not of a `cpuN`
+    /// line); a file without it gives none.
+    #[test]
+    fn steal_is_read_from_the_cpu_line() {
+        let stat = "cpu  4705 356 584 3699 23 23 0 1234 0 0\ncpu0 1393 280 290 1200 3 3 0 999 0 0\nintr 1\n";
+        assert_eq!(steal_ticks(stat), Some(1234));
+        assert_eq!(steal_ticks("cpu  1 2 3\n"), None);
+        assert_eq!(steal_ticks("intr 1\n"), None);
+        #[cfg(target_os = "linux")]
+        assert!(steal_ms().is_some_and(|m| m >= 0.0));
     }
 }
