@@ -13,7 +13,8 @@
 //! * where the slowest 1 % of ticks lose their time, against the median tick: frames in (wall
 //!   and the thread's CPU time, the context switches the thread took meanwhile), the device,
 //!   the control thread's host time, the bench thread's CPU time and page faults over the
-//!   whole tick, and the rest of the tick; where in the run the slow ticks were, and the CPU
+//!   whole tick, the rest of the tick, and how long a fixed register-only loop took right
+//!   after it (the core's speed); where in the run the slow ticks were, and the CPU
 //!   time a virtual machine's host took from its CPUs (`steal`) during the run.
 
 use crate::messages::{Command, Image, JointState, Outbound, Source};
@@ -72,6 +73,23 @@ fn thread_usage() -> Usage {
     }
 }
 
+/// Microseconds a fixed chain of dependent integer steps takes on the calling thread: work
+/// on the core's registers alone, no memory. Run beside each tick, it tells a core that runs
+/// slower (its clock, a sibling thread, the hypervisor) from slower memory: a slow tick with
+/// this as fast as in the median tick lost its time elsewhere.
+fn core_probe() -> f64 {
+    let a = Instant::now();
+    let mut x = std::hint::black_box(0x9e37_79b9_7f4a_7c15u64);
+    for _ in 0..CORE_PROBE_STEPS {
+        x = x.rotate_left(7).wrapping_mul(0x2545_f491_4f6c_dd1d) ^ (x >> 3);
+    }
+    std::hint::black_box(x);
+    a.elapsed().as_secs_f64() * 1e6
+}
+
+/// Steps of [`core_probe`]: a few microseconds on a current core.
+const CORE_PROBE_STEPS: u32 = 4096;
+
 /// The time the machine's host took from its CPUs (the `steal` column of `/proc/stat`'s `cpu`
 /// line, all CPUs together), in clock ticks of `USER_HZ`; `None` where it cannot be read.
 fn steal_ticks(stat: &str) -> Option<u64> {
@@ -94,7 +112,7 @@ fn steal_ms() -> Option<f64> {
 /// One measured tick: its position in the run; frames in (wall, the thread's CPU time, its
 /// voluntary and involuntary context switches meanwhile); then the tick's device part, host
 /// time and total (ms); over the whole tick (frames in and the tick on the one bench
-/// thread), that thread's CPU time and its page faults.
+/// thread), that thread's CPU time and its page faults; then [`core_probe`] after it.
 #[derive(Clone, Copy, Default)]
 struct TickSample {
     index: usize,
@@ -106,6 +124,8 @@ struct TickSample {
     total: f64,
     total_cpu: f64,
     faults: i64,
+    /// [`core_probe`] right after the tick, µs.
+    probe: f64,
 }
 
 /// The slowest 1 % of `ticks` (by total) against the median tick, field by field (means over
@@ -123,7 +143,7 @@ fn tail_rows(ticks: &[TickSample]) -> String {
     let mean =
         |f: &dyn Fn(&TickSample) -> f64| slow.iter().map(|t| f(t)).sum::<f64>() / slow.len() as f64;
     type Field<'a> = (&'a str, &'a dyn Fn(&TickSample) -> f64);
-    let fields: [Field; 9] = [
+    let fields: [Field; 10] = [
         ("tick, ms", &|t| t.total),
         ("frames in (I/O side), wall, ms", &|t| t.frames_wall),
         ("frames in, the thread's CPU time, ms", &|t| t.frames_cpu),
@@ -143,6 +163,10 @@ fn tail_rows(ticks: &[TickSample]) -> String {
         ("page faults over the tick (minor + major)", &|t| {
             t.faults as f64
         }),
+        (
+            "a fixed register-only loop right after the tick (the core's speed), µs",
+            &|t| t.probe,
+        ),
     ];
     let mut r = format!(
         "\nThe slowest {} of {n} ticks against the median tick (means over the slow ones):\n\n| measure | median tick | slowest 1 % |\n|---|---|---|\n",
@@ -343,6 +367,7 @@ pub fn run(o: &BenchOptions, tokenizer: Option<&Path>) -> Result<String> {
         sample.index = k as usize;
         sample.total_cpu = ms(u1.cpu.saturating_sub(u0.cpu));
         sample.faults = u1.faults - u0.faults;
+        sample.probe = core_probe();
         if r != TickOutcome::Published {
             return Err(Error::bad("bench tick", format!("{r:?}")));
         }
@@ -553,6 +578,7 @@ mod tests {
                 host: 0.1,
                 total_cpu: if i > 198 { 4.0 } else { 1.0 },
                 faults: i64::from(i > 198) * 6,
+                probe: 2.0,
             })
             .collect();
         let r = tail_rows(&ticks);
@@ -574,6 +600,10 @@ mod tests {
             r.contains("| page faults over the tick (minor + major) | 0.000 | 6.000 |"),
             "{r}"
         );
+        assert!(
+            r.contains("| a fixed register-only loop right after the tick (the core's speed), µs | 2.000 | 2.000 |"),
+            "{r}"
+        );
         // ticks 199 and 200 ran at positions 193 and 0
         assert!(
             r.contains("The slowest ticks' positions in the run (of 0 to 199): 0, 193."),
@@ -592,5 +622,20 @@ mod tests {
         assert_eq!(steal_ticks("intr 1\n"), None);
         #[cfg(target_os = "linux")]
         assert!(steal_ms().is_some_and(|m| m >= 0.0));
+    }
+
+    /// The core probe takes some time, and twice the steps take longer than the steps (the
+    /// loop is not optimized away): the median of 21 runs of each.
+    #[test]
+    fn the_core_probe_runs_its_steps() {
+        let median = |f: &dyn Fn() -> f64| {
+            let mut v: Vec<f64> = (0..21).map(|_| f()).collect();
+            v.sort_by(f64::total_cmp);
+            v[10]
+        };
+        let one = median(&core_probe);
+        let two = median(&|| core_probe() + core_probe());
+        assert!(one > 0.0 && one.is_finite(), "{one}");
+        assert!(two > one, "{one} µs once, {two} µs twice");
     }
 }
