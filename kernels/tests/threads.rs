@@ -15,8 +15,7 @@
 
 use frt_exec::{Ctx, Graph, ShapeKey, Stream};
 use frt_kernels::{DType, Kernels, Tensor};
-use std::sync::Barrier;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// What the other thread does meanwhile.
 #[derive(Clone, Copy, Debug)]
@@ -56,12 +55,37 @@ fn filled(k: &Kernels, s: Stream, name: &str, shape: &[usize], seed: u32) -> Ten
     t
 }
 
+/// Sets its flag when dropped: when its thread ends, also by a panic.
+struct SetOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Waits until both threads have arrived (`arrived` counts them), or panics when the other
+/// one has ended (`peer_gone`) without arriving: a thread whose set-up failed never arrives.
+fn meet(arrived: &AtomicUsize, peer_gone: &AtomicBool) {
+    arrived.fetch_add(1, Ordering::AcqRel);
+    while arrived.load(Ordering::Acquire) < 2 {
+        assert!(
+            !peer_gone.load(Ordering::Relaxed),
+            "the other thread ended before both were set up"
+        );
+        std::thread::yield_now();
+    }
+}
+
 fn captures_beside(cuda: bool, churn: Churn) {
-    let done = AtomicBool::new(false);
+    // Set when the capturing thread ends (its loop is over, or it failed), and when the other
+    // thread ends: neither waits for the other then.
+    let (done, other_gone) = (AtomicBool::new(false), AtomicBool::new(false));
     // Both threads set up (the other thread's graph captured) before either churns or captures.
-    let ready = Barrier::new(2);
+    let arrived = AtomicUsize::new(0);
     std::thread::scope(|scope| {
         let other = scope.spawn(|| {
+            let _gone = SetOnDrop(&other_gone);
             let ctx = ctx(cuda);
             let s = ctx.stream(0).unwrap();
             let k = Kernels::new(&ctx).unwrap();
@@ -80,7 +104,7 @@ fn captures_beside(cuda: bool, churn: Churn) {
                     Ok::<(), frt_kernels::Error>(())
                 })
                 .unwrap();
-            ready.wait();
+            meet(&arrived, &done);
             let mut rounds = 0usize;
             while !done.load(Ordering::Relaxed) || rounds < 3 {
                 match churn {
@@ -139,13 +163,7 @@ fn captures_beside(cuda: bool, churn: Churn) {
         });
         // Ends the other thread's loop however this one ends (a failed capture panics: the
         // scope would otherwise wait for the other thread forever).
-        struct Done<'a>(&'a AtomicBool);
-        impl Drop for Done<'_> {
-            fn drop(&mut self) {
-                self.0.store(true, Ordering::Relaxed);
-            }
-        }
-        let done_guard = Done(&done);
+        let done_guard = SetOnDrop(&done);
         let ctx = ctx(cuda);
         let s = ctx.stream(0).unwrap();
         let k = Kernels::new(&ctx).unwrap();
@@ -157,7 +175,7 @@ fn captures_beside(cuda: bool, churn: Churn) {
         let plan = k.linear(&x, &w, &out, false, false).unwrap();
         plan.run(s, &x, &w, &out, None).unwrap();
         let want = out.read_f32(s).unwrap();
-        ready.wait();
+        meet(&arrived, &other_gone);
         let (rounds, gemms) = if cuda { (30, 50) } else { (4, 4) };
         for round in 0..rounds {
             out.write_f32(s, &vec![f32::NAN; 64 * 512]).unwrap();
