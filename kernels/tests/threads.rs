@@ -55,6 +55,37 @@ fn filled(k: &Kernels, s: Stream, name: &str, shape: &[usize], seed: u32) -> Ten
     t
 }
 
+/// A bf16 GEMM `out = x·wᵀ` of `m × kk` by `n × kk` with filled inputs, and its plan.
+struct Linear {
+    x: Tensor,
+    w: Tensor,
+    out: Tensor,
+    plan: frt_kernels::Gemm,
+}
+
+impl Linear {
+    fn new(k: &Kernels, s: Stream, (m, kk, n): (usize, usize, usize), seeds: (u32, u32)) -> Linear {
+        let (x, w) = (
+            filled(k, s, "x", &[m, kk], seeds.0),
+            filled(k, s, "w", &[n, kk], seeds.1),
+        );
+        let out = Tensor::alloc(k.ctx(), "out", DType::BF16, &[m, n]).unwrap();
+        let plan = k.linear(&x, &w, &out, false, false).unwrap();
+        Linear { x, w, out, plan }
+    }
+
+    fn run(&self, s: Stream) -> frt_kernels::Result<()> {
+        self.plan.run(s, &self.x, &self.w, &self.out, None)
+    }
+
+    /// A graph of `times` runs of it, captured.
+    fn captured(&self, ctx: &Ctx, name: &str, times: usize) -> frt_kernels::Result<Graph> {
+        let g = Graph::new(ctx, name, 0);
+        g.capture(ShapeKey(1), |cs| (0..times).try_for_each(|_| self.run(cs)))?;
+        Ok(g)
+    }
+}
+
 /// Sets its flag when dropped: when its thread ends, also by a panic.
 struct SetOnDrop<'a>(&'a AtomicBool);
 
@@ -89,21 +120,9 @@ fn captures_beside(cuda: bool, churn: Churn) {
             let ctx = ctx(cuda);
             let s = ctx.stream(0).unwrap();
             let k = Kernels::new(&ctx).unwrap();
-            let (x, w) = (
-                filled(&k, s, "x", &[32, 256], 7),
-                filled(&k, s, "w", &[256, 256], 8),
-            );
-            let out = Tensor::alloc(&ctx, "out", DType::BF16, &[32, 256]).unwrap();
-            let plan = k.linear(&x, &w, &out, false, false).unwrap();
-            let replayed = Graph::new(&ctx, "replayed", 0);
-            replayed
-                .capture(ShapeKey(1), |cs| {
-                    for _ in 0..20 {
-                        plan.run(cs, &x, &w, &out, None)?;
-                    }
-                    Ok::<(), frt_kernels::Error>(())
-                })
-                .unwrap();
+            // Kept alive while its graph is replayed.
+            let base = Linear::new(&k, s, (32, 256, 256), (7, 8));
+            let replayed = base.captured(&ctx, "replayed", 20).unwrap();
             meet(&arrived, &done);
             let mut rounds = 0usize;
             while !done.load(Ordering::Relaxed) || rounds < 3 {
@@ -126,20 +145,12 @@ fn captures_beside(cuda: bool, churn: Churn) {
                     }
                     Churn::Captures => {
                         let n = 64 * (rounds % 16 + 1);
-                        let x = filled(&k, s, "x", &[32, 256], 5);
-                        let w = filled(&k, s, "w", &[n, 256], 6);
-                        let out = Tensor::alloc(&ctx, "out", DType::BF16, &[32, n]).unwrap();
-                        let plan = k.linear(&x, &w, &out, false, false).unwrap();
-                        let g = Graph::new(&ctx, "other", 0);
-                        g.capture(ShapeKey(1), |cs| {
-                            for _ in 0..20 {
-                                plan.run(cs, &x, &w, &out, None)?;
-                            }
-                            Ok::<(), frt_kernels::Error>(())
-                        })
-                        .unwrap_or_else(|e| panic!("the other thread's capture {rounds}: {e}"));
+                        let l = Linear::new(&k, s, (32, 256, n), (5, 6));
+                        let g = l
+                            .captured(&ctx, "other", 20)
+                            .unwrap_or_else(|e| panic!("the other thread's capture {rounds}: {e}"));
                         g.replay(ShapeKey(1), s).unwrap();
-                        out.read_f32(s).unwrap();
+                        l.out.read_f32(s).unwrap();
                     }
                     Churn::Plans => {
                         let n = 64 * (rounds % 16 + 1);
@@ -167,28 +178,21 @@ fn captures_beside(cuda: bool, churn: Churn) {
         let ctx = ctx(cuda);
         let s = ctx.stream(0).unwrap();
         let k = Kernels::new(&ctx).unwrap();
-        let (x, w) = (
-            filled(&k, s, "x", &[64, 512], 3),
-            filled(&k, s, "w", &[512, 512], 4),
-        );
-        let out = Tensor::alloc(&ctx, "out", DType::BF16, &[64, 512]).unwrap();
-        let plan = k.linear(&x, &w, &out, false, false).unwrap();
-        plan.run(s, &x, &w, &out, None).unwrap();
-        let want = out.read_f32(s).unwrap();
+        let l = Linear::new(&k, s, (64, 512, 512), (3, 4));
+        l.run(s).unwrap();
+        let want = l.out.read_f32(s).unwrap();
         meet(&arrived, &other_gone);
         let (rounds, gemms) = if cuda { (30, 50) } else { (4, 4) };
         for round in 0..rounds {
-            out.write_f32(s, &vec![f32::NAN; 64 * 512]).unwrap();
-            let g = Graph::new(&ctx, "gemms", 0);
-            g.capture(ShapeKey(1), |cs| {
-                for _ in 0..gemms {
-                    plan.run(cs, &x, &w, &out, None)?;
-                }
-                Ok::<(), frt_kernels::Error>(())
-            })
-            .unwrap_or_else(|e| panic!("{churn:?}, capture {round}: {e}"));
+            l.out.write_f32(s, &vec![f32::NAN; 64 * 512]).unwrap();
+            let g = l
+                .captured(&ctx, "gemms", gemms)
+                .unwrap_or_else(|e| panic!("{churn:?}, capture {round}: {e}"));
             g.replay(ShapeKey(1), s).unwrap();
-            assert!(out.read_f32(s).unwrap() == want, "{churn:?}, round {round}");
+            assert!(
+                l.out.read_f32(s).unwrap() == want,
+                "{churn:?}, round {round}"
+            );
         }
         drop(done_guard);
         assert!(other.join().unwrap() >= 3);
