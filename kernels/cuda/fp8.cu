@@ -301,3 +301,165 @@ __device__ void linear_e4m3_parts(const unsigned char* __restrict__ x, unsigned 
 FP8_PARTS_FT(1)
 FP8_PARTS_FT(2)
 FP8_PARTS_FT(4)
+
+// ---- The same on Hopper's asynchronous tensor cores (sm_90a) ----------------------------------
+//
+// linear_e4m3_wg: out = x · wᵀ scaled as above, through `wgmma`, which multiplies E4M3 codes
+// as they are (no widening). The product is taken transposed (outᵀ = w · xᵀ): a block's 64
+// output features are the MMA's rows (A) and the tokens its N = 64 columns (B), both K-major in
+// shared memory; one warpgroup a block.
+//
+// The tensor memory accelerator (TMA) copies both operands, a stage of 128 codes at a time: a
+// box of 128 codes × 64 weight rows and one of 128 codes × 64 rows of x (rows past m are
+// outside x's tensor map and arrive as zeros), written with the 128-byte swizzle that the MMA
+// descriptors name (8-row atoms of 1024 bytes; a k32 step moves the start 32 bytes). One
+// thread issues every stage's copies before the first MMA, each stage completing its own
+// mbarrier (a form that copied with cp.async, 16 bytes a thread, into the layout without
+// swizzle took 1.3 to 2 times as long on an H100). Hopper's FP8 MMAs keep fewer bits than f32 while they accumulate: with one sum
+// over a stage's four k32 MMAs, kernels/tests/fp8.rs saw an element 1.25 times its tolerance
+// against the f64 reference; so each k32 MMA starts a sum of its own, and the four are added
+// to the f32 total in registers, in order: the same result on every run.
+//
+// A block takes one range of kc codes (blockIdx.y; kc a multiple of 128, at most 1024).
+// Output: PARTS, the scaled sum into part[blockIdx.y, m, n] (f32, a residual's norm adds the
+// parts); otherwise out[m, n] of type T (row stride o_ld), with the bias and out's own value
+// added where asked.
+#define WG_TOKENS 64
+#define WG_STAGE 128
+#define WG_STAGES 8
+
+// A CUtensorMap, opaque: 128 bytes the driver encoded (cuTensorMapEncodeTiled).
+struct __align__(64) TmaMap {
+    unsigned long long bits[16];
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// A shared-memory matrix descriptor, K-major with the 128-byte swizzle: 8-row atoms 1024 bytes
+// apart.
+__device__ __forceinline__ unsigned long long wg_desc(unsigned addr) {
+    return (unsigned long long)((addr & 0x3ffffu) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32) |
+           (1ull << 62);
+}
+
+// d (+)= A · Bᵀ for A 64 × 32 codes and B 64 × 32 codes (both K-major): d starts afresh when
+// `add` is 0.
+__device__ __forceinline__ void wg_mma(float d[32], unsigned long long a, unsigned long long b, unsigned add) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(a), "l"(b), "r"(add));
+}
+
+// A 2-d box of `map` at (c0, c1) into shared `dst`, completing `bar`'s transaction bytes.
+__device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaMap* map, int c0, int c1, unsigned bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+            dst),
+        "l"((unsigned long long)map), "r"(c0), "r"(c1), "r"(bar)
+        : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+    unsigned done = 0;
+    while (!done)
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+}
+#endif
+
+template <typename T, bool PARTS>
+__device__ void linear_e4m3_wg(const TmaMap& wmap, const TmaMap& xmap, const float* __restrict__ x_scale,
+                               const float* __restrict__ w_scale, void* out_, unsigned long long o_ld,
+                               const T* __restrict__ bias, unsigned accumulate, unsigned m, unsigned n, unsigned kc) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr unsigned A_BYTES = 64 * WG_STAGE, B_BYTES = WG_TOKENS * WG_STAGE;
+    extern __shared__ unsigned char wg_raw[];
+    // Stages 1024-byte aligned (the swizzle's atoms), then the stages' barriers.
+    const unsigned base = (smem_addr(wg_raw) + 1023) & ~1023u;
+    const unsigned stages = kc / WG_STAGE;
+    const unsigned bars = base + stages * (A_BYTES + B_BYTES);
+    const unsigned t = threadIdx.x;
+    const unsigned n0 = blockIdx.x * 64;
+    const int k0 = blockIdx.y * kc;
+    if (t == 0) {
+        for (unsigned s = 0; s < stages; ++s)
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bars + 8 * s) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        for (unsigned s = 0; s < stages; ++s) {
+            const unsigned a = base + s * (A_BYTES + B_BYTES), bar = bars + 8 * s;
+            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(A_BYTES + B_BYTES)
+                         : "memory");
+            tma_load_2d(a, &wmap, k0 + s * WG_STAGE, n0, bar);
+            tma_load_2d(a + A_BYTES, &xmap, k0 + s * WG_STAGE, 0, bar);
+        }
+    }
+    __syncthreads();
+
+    float acc[32], d[4][32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) acc[i] = d[0][i] = d[1][i] = d[2][i] = d[3][i] = 0.f;
+#pragma unroll 1
+    for (unsigned s = 0; s < stages; ++s) {
+        const unsigned a = base + s * (A_BYTES + B_BYTES);
+        mbar_wait(bars + 8 * s, 0);
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (unsigned j = 0; j < 4; ++j) wg_mma(d[j], wg_desc(a + 32 * j), wg_desc(a + A_BYTES + 32 * j), 0);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int i = 0; i < 32; ++i) acc[i] += d[j][i];
+    }
+
+    // d[i] of lane l in warp v: feature 16v + l/4 + 8·((i/2) % 2), token 8·(i/4) + 2·(l % 4)
+    // + i % 2.
+    const unsigned warp = t >> 5, lane = t & 31;
+    const float xs = *x_scale;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+        const unsigned row = (i >> 2) * 8 + 2 * (lane & 3) + (i & 1);
+        const unsigned col = n0 + warp * 16 + (lane >> 2) + 8 * ((i >> 1) & 1);
+        if (row < m) {
+            float y = acc[i] * xs * w_scale[col];
+            if (PARTS) {
+                ((float*)out_)[(unsigned long long)blockIdx.y * m * n + (unsigned long long)row * n + col] = y;
+            } else {
+                T* o = (T*)out_ + row * o_ld + col;
+                if (bias) y += to_f32(bias[col]);
+                if (accumulate) y += to_f32(*o);
+                *o = from_f32<T>(y);
+            }
+        }
+    }
+#else
+    // The host takes this kernel only on sm_90 (built as sm_90a); never reached.
+    __trap();
+#endif
+}
+
+#define FP8_WG(T, S)                                                                                             \
+    extern "C" __global__ void __launch_bounds__(128) linear_e4m3_wg_##S(                                       \
+        const __grid_constant__ TmaMap wmap, const __grid_constant__ TmaMap xmap, const float* x_scale,          \
+        const float* w_scale, T* out, unsigned long long o_ld, const T* bias, unsigned accumulate, unsigned m,   \
+        unsigned n, unsigned kc) {                                                                               \
+        linear_e4m3_wg<T, false>(wmap, xmap, x_scale, w_scale, out, o_ld, bias, accumulate, m, n, kc);            \
+    }
+FOR_FLOATS(FP8_WG)
+// The parts form takes the rows form's parameters (o_ld, bias and accumulate unused).
+extern "C" __global__ void __launch_bounds__(128)
+    linear_e4m3_wg_parts(const __grid_constant__ TmaMap wmap, const __grid_constant__ TmaMap xmap,
+                         const float* x_scale, const float* w_scale, float* part, unsigned long long, const float*,
+                         unsigned, unsigned m, unsigned n, unsigned kc) {
+    linear_e4m3_wg<float, true>(wmap, xmap, x_scale, w_scale, part, 0, nullptr, 0, m, n, kc);
+}

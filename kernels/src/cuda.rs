@@ -368,10 +368,25 @@ fn split_dtype(name: &str) -> (&str, Option<DType>) {
     (name, None)
 }
 
+/// What NVRTC compiles for on a device of `arch`: Hopper (`sm_90`) as `sm_90a`, whose
+/// architecture-specific instructions (`wgmma`) some kernels use where they are built for it;
+/// every other architecture as itself.
+pub fn nvrtc_target(arch: &str) -> String {
+    match arch {
+        "sm_90" => "sm_90a".into(),
+        a => a.into(),
+    }
+}
+
 impl CudaOps {
     /// The compute capability as one number (`sm_90` → 90).
     pub fn sm(&self) -> u32 {
         self.arch.trim_start_matches("sm_").parse().unwrap_or(0)
+    }
+
+    /// Whether the kernels were built with Hopper's `wgmma` (see [`nvrtc_target`]).
+    pub fn has_wgmma(&self) -> bool {
+        nvrtc_target(&self.arch) == "sm_90a"
     }
 
     pub fn load(ctx: &Ctx) -> Result<CudaOps> {
@@ -408,15 +423,16 @@ impl CudaOps {
             ))
         }));
         let mut funcs = HashMap::new();
+        let target = nvrtc_target(&arch);
         for &(file, source) in SOURCES {
-            let bin = cubin(file, source, &arch, &nvrtc_version, false)?;
+            let bin = cubin(file, source, &target, &nvrtc_version, false)?;
             // SAFETY: a cubin for this device; the context is current; never unloaded (the
             // registry lives as long as its context).
             let module = match unsafe { dr::module::load_data(bin.as_ptr() as *const c_void) } {
                 Ok(m) => m,
                 // A damaged cache file: compile afresh (which also replaces the file).
                 Err(_) => {
-                    let bin = cubin(file, source, &arch, &nvrtc_version, true)?;
+                    let bin = cubin(file, source, &target, &nvrtc_version, true)?;
                     // SAFETY: as above, a freshly compiled cubin.
                     unsafe { dr::module::load_data(bin.as_ptr() as *const c_void) }
                         .map_err(drv("cuModuleLoadData"))?

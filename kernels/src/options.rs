@@ -41,6 +41,10 @@ pub struct KernelOptions {
     /// expert's tokens) run the library's own kernel (`fp8.cu`: the weight streamed by
     /// tensor-core MMAs, the reduction split over blocks) rather than cuBLASLt's FP8 GEMM.
     pub fp8_rows_kernel: bool,
+    /// Where the library's own FP8 kernel runs, on Hopper (`sm_90`) its `wgmma` form, which
+    /// multiplies the E4M3 codes as they are (`false`: the `mma.sync` forms, which widen them to
+    /// f16 first).
+    pub fp8_wgmma: bool,
 }
 
 impl Default for KernelOptions {
@@ -52,24 +56,26 @@ impl Default for KernelOptions {
             tuning_log: false,
             attention_splits: None,
             fp8_rows_kernel: true,
+            fp8_wgmma: true,
         }
     }
 }
 
 /// The environment variables [`KernelOptions::from_env`] reads.
-pub const ENV_VARS: [&str; 6] = [
+pub const ENV_VARS: [&str; 7] = [
     "FRT_ATTENTION",
     "FRT_ATTENTION_SPLITS",
     "FRT_GEMM_TUNING",
     "FRT_GEMM_SPLIT_K",
     "FRT_GEMM_TUNING_LOG",
     "FRT_FP8_ROWS",
+    "FRT_FP8_WGMMA",
 ];
 
 impl KernelOptions {
     /// The defaults, overridden by `FRT_ATTENTION` (`auto`, `flash`, `gemm`),
     /// `FRT_ATTENTION_SPLITS` (a positive number, or `auto`), `FRT_GEMM_TUNING`,
-    /// `FRT_GEMM_SPLIT_K`, `FRT_GEMM_TUNING_LOG` and `FRT_FP8_ROWS` (`0` or `1`), for
+    /// `FRT_GEMM_SPLIT_K`, `FRT_GEMM_TUNING_LOG`, `FRT_FP8_ROWS` and `FRT_FP8_WGMMA` (`0` or `1`), for
     /// benchmarks. A value
     /// outside those is an error naming the variable.
     pub fn from_env() -> Result<KernelOptions> {
@@ -113,6 +119,7 @@ impl KernelOptions {
         o.split_k = flag("FRT_GEMM_SPLIT_K", o.split_k)?;
         o.tuning_log = flag("FRT_GEMM_TUNING_LOG", o.tuning_log)?;
         o.fp8_rows_kernel = flag("FRT_FP8_ROWS", o.fp8_rows_kernel)?;
+        o.fp8_wgmma = flag("FRT_FP8_WGMMA", o.fp8_wgmma)?;
         Ok(o)
     }
 }
@@ -140,10 +147,12 @@ mod tests {
             ("FRT_GEMM_TUNING", "0"),
             ("FRT_GEMM_TUNING_LOG", "1"),
             ("FRT_FP8_ROWS", "0"),
+            ("FRT_FP8_WGMMA", "0"),
         ]))
         .unwrap();
         assert_eq!(o.attention, AttentionPath::Gemm);
         assert!(!o.gemm_tuning && o.split_k && o.tuning_log && !o.fp8_rows_kernel);
+        assert!(!o.fp8_wgmma);
         let e = KernelOptions::from_vars(env(&[("FRT_GEMM_SPLIT_K", "yes")]))
             .unwrap_err()
             .to_string();

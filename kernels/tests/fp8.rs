@@ -182,33 +182,41 @@ fn upload(b: &Backend, c: &Fp8Case, (m, k, n): (usize, usize, usize), dt: DType)
 fn linear_matches_the_reference(b: &Backend) {
     let mut rng = Rng::new(82);
     // (m, k, n, bias, big): small and odd (host; on CUDA cuBLASLt's), few rows with K a
-    // multiple of 64 (the library's own kernel on CUDA: one row with a bias, 48 features), the
+    // multiple of 64 (the library's own kernel on CUDA: one row with a bias, 48 features; on
+    // Hopper also its wgmma form: one row, 7 rows over 3 stages of K, 64 rows over 8), the
     // action expert's (gate+up: 32 features a block on an H100) and the prefix's.
     let shapes = [
         (3usize, 32usize, 16usize, false, false),
         (5, 64, 40, true, false),
         (1, 64, 16, true, false),
         (64, 128, 48, false, false),
+        (1, 128, 64, true, false),
+        (7, 384, 192, false, false),
+        (64, 1024, 128, true, false),
         (50, 1024, 2560, false, true),
         (50, 4096, 1024, false, true),
         (50, 1024, 8192, true, true),
         (576, 2048, 2048, true, true),
     ];
-    // On CUDA each shape through the library's own kernel where it takes the shape (untuned:
-    // chosen without timing) and through cuBLASLt.
+    // On CUDA each shape through the library's own kernels where they take the shape (untuned:
+    // chosen without timing; the wgmma form first where the device has it) and through
+    // cuBLASLt.
     let kernels = if b.is_cuda() {
-        let with = |rows: bool| {
+        let with = |rows: bool, wgmma: bool| {
             let o = KernelOptions {
                 fp8_rows_kernel: rows,
+                fp8_wgmma: wgmma,
                 gemm_tuning: !rows,
                 ..*b.k.options()
             };
             Kernels::with_options(b.k.ctx(), o).unwrap()
         };
-        vec![with(true), with(false)]
+        vec![with(true, true), with(true, false), with(false, false)]
     } else {
         vec![b.k.clone()]
     };
+    let hopper = b.k.target() == "sm_90";
+    let mut wgmma_runs = 0;
     for (m, k, n, with_bias, big) in shapes {
         if !size_ok(b, big) {
             continue;
@@ -252,6 +260,7 @@ fn linear_matches_the_reference(b: &Backend) {
                 if b.is_cuda() {
                     eprintln!("linear_e4m3 {m}x{k}x{n} {dt:?}: {}", plan.implementation());
                 }
+                wgmma_runs += usize::from(plan.implementation() == "wgmma kernel");
                 let got = t.out.read_f32(b.s).unwrap();
                 let mut want = c.reference(m, k, n, dt);
                 if accumulate {
@@ -270,6 +279,14 @@ fn linear_matches_the_reference(b: &Backend) {
                 }
             }
         }
+    }
+    // On Hopper the wgmma form ran the shapes it takes (each in bf16 and f32, bias aside).
+    if hopper {
+        assert!(
+            wgmma_runs >= 4,
+            "[{}] wgmma kernel ran {wgmma_runs} shapes",
+            b.name
+        );
     }
 }
 
@@ -522,33 +539,68 @@ fn linear_split_matches_the_reference(b: &Backend) {
         partials
             .write_f32(b.s, &vec![f32::NAN; parts * m * n])
             .unwrap();
-        let plan = b.k.linear_e4m3_split(&t.x, &t.w, &partials).unwrap();
-        assert_eq!(plan.parts(), parts);
-        // The activation's scale in the first of two elements (the second is never read).
-        let xs = Tensor::alloc(b.k.ctx(), "x_scale", DType::F32, &[2]).unwrap();
-        xs.write_f32(b.s, &[c.x_scale, f32::NAN]).unwrap();
-        plan.run(b.s, &t.x, &xs, &t.w, &t.ws, &partials).unwrap();
-        let got = partials.read_f32(b.s).unwrap();
         let kc = k / parts;
-        let decode = |v: &[u8]| -> Vec<f64> { v.iter().map(|&c| e4m3_to_f32(c) as f64).collect() };
-        let (x, w) = (decode(&c.x), decode(&c.w));
-        let want: Vec<f64> = (0..parts * m * n)
-            .map(|e| {
-                let (p, i, j) = (e / (m * n), e / n % m, e % n);
-                let r = p * kc..(p + 1) * kc;
-                let acc: f64 = x[i * k..(i + 1) * k][r.clone()]
-                    .iter()
-                    .zip(&w[j * k..(j + 1) * k][r])
-                    .map(|(a, b)| a * b)
-                    .sum();
-                acc * c.x_scale as f64 * c.w_scale[j] as f64
-            })
-            .collect();
-        if let Err(e) = check_elements(&got, &want, tol(DType::F32, 5e-5 * (kc as f64).sqrt())) {
-            panic!(
-                "[{}] linear_e4m3_split {m}x{k}x{n} in {parts} parts: {e}",
+        // On CUDA both kernels: the wgmma form (Hopper, ranges of at most 1024 codes, a multiple
+        // of 128, N a multiple of 64) and the mma.sync one.
+        let without_wgmma = Kernels::with_options(
+            b.k.ctx(),
+            KernelOptions {
+                fp8_wgmma: false,
+                ..*b.k.options()
+            },
+        )
+        .unwrap();
+        let wgmma = b.k.target() == "sm_90" && kc % 128 == 0 && kc <= 1024 && n % 64 == 0;
+        for (kern, want_impl) in [
+            (
+                &b.k,
+                if wgmma {
+                    "wgmma kernel"
+                } else {
+                    "parts kernel"
+                },
+            ),
+            (&without_wgmma, "parts kernel"),
+        ] {
+            let want_impl = if b.is_cuda() { want_impl } else { "host" };
+            partials
+                .write_f32(b.s, &vec![f32::NAN; parts * m * n])
+                .unwrap();
+            let plan = kern.linear_e4m3_split(&t.x, &t.w, &partials).unwrap();
+            assert_eq!(plan.parts(), parts);
+            assert_eq!(
+                plan.implementation(),
+                want_impl,
+                "[{}] {m}x{k}x{n} in {parts} parts",
                 b.name
             );
+            // The activation's scale in the first of two elements (the second is never read).
+            let xs = Tensor::alloc(b.k.ctx(), "x_scale", DType::F32, &[2]).unwrap();
+            xs.write_f32(b.s, &[c.x_scale, f32::NAN]).unwrap();
+            plan.run(b.s, &t.x, &xs, &t.w, &t.ws, &partials).unwrap();
+            let got = partials.read_f32(b.s).unwrap();
+            let decode =
+                |v: &[u8]| -> Vec<f64> { v.iter().map(|&c| e4m3_to_f32(c) as f64).collect() };
+            let (x, w) = (decode(&c.x), decode(&c.w));
+            let want: Vec<f64> = (0..parts * m * n)
+                .map(|e| {
+                    let (p, i, j) = (e / (m * n), e / n % m, e % n);
+                    let r = p * kc..(p + 1) * kc;
+                    let acc: f64 = x[i * k..(i + 1) * k][r.clone()]
+                        .iter()
+                        .zip(&w[j * k..(j + 1) * k][r])
+                        .map(|(a, b)| a * b)
+                        .sum();
+                    acc * c.x_scale as f64 * c.w_scale[j] as f64
+                })
+                .collect();
+            if let Err(e) = check_elements(&got, &want, tol(DType::F32, 5e-5 * (kc as f64).sqrt()))
+            {
+                panic!(
+                    "[{}] linear_e4m3_split {m}x{k}x{n} in {parts} parts ({want_impl}): {e}",
+                    b.name
+                );
+            }
         }
     }
     // Refused: K not a multiple of 64 · parts, more than 64 rows, partials of another shape or

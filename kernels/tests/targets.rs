@@ -1,7 +1,7 @@
 //! The CUDA kernels build for the GPUs this project targets but that are not at hand: every
 //! `kernels/cuda/*.cu` compiled by the machine's NVRTC for Ampere (sm_80), Jetson Orin
-//! (sm_87), Ada (sm_89), Hopper (sm_90), Blackwell (sm_100, sm_120) and Jetson AGX Thor
-//! (sm_110). Needs NVRTC (a CUDA install, or NVIDIA's `nvidia-cuda-nvrtc` wheel, which
+//! (sm_87), Ada (sm_89), Hopper (sm_90, and sm_90a, as a Hopper device builds them: `wgmma`),
+//! Blackwell (sm_100, sm_120) and Jetson AGX Thor (sm_110). Needs NVRTC (a CUDA install, or NVIDIA's `nvidia-cuda-nvrtc` wheel, which
 //! `scripts/test.sh` installs for CI), not a GPU of any kind:
 //! `cargo test -p frt-kernels --test targets -- --ignored --nocapture`.
 
@@ -9,7 +9,7 @@
 #[ignore = "needs NVRTC (scripts/test.sh provides it)"]
 fn kernels_compile_for_every_target_architecture() {
     let archs = [
-        "sm_80", "sm_87", "sm_89", "sm_90", "sm_100", "sm_110", "sm_120",
+        "sm_80", "sm_87", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_110", "sm_120",
     ];
     // The architectures compile on threads of their own (NVRTC programs are independent).
     let results: Vec<_> = std::thread::scope(|s| {

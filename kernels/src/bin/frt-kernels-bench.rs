@@ -416,20 +416,25 @@ fn main() {
                 })
                 .collect();
             let wsc = b.tensor("w_scale", DType::F32, &[n]);
-            // The default plan (the library's own kernel for few rows), and cuBLASLt's where
-            // that differs.
-            let lt_only = Kernels::with_options(
-                &ctx,
-                frt_kernels::KernelOptions {
-                    fp8_rows_kernel: false,
-                    ..*b.k.options()
-                },
-            )
-            .unwrap();
+            // Each of the library's own kernels that takes the shape (chosen untuned: the wgmma
+            // form first, then the rows kernel) and cuBLASLt's GEMM.
+            let options = *b.k.options();
+            let with = |rows: bool, wgmma: bool| {
+                Kernels::with_options(
+                    &ctx,
+                    frt_kernels::KernelOptions {
+                        fp8_rows_kernel: rows,
+                        fp8_wgmma: wgmma,
+                        gemm_tuning: options.gemm_tuning && !rows,
+                        ..options
+                    },
+                )
+                .unwrap()
+            };
             let mut cells = Vec::new();
+            let mut seen = Vec::new();
             let xs_rows = b.tensor("x_scale", DType::F32, &[m]);
-            let default_k = b.k.clone();
-            for k in [&default_k, &lt_only] {
+            for k in [with(true, true), with(true, false), with(false, false)] {
                 let fp8 = match k.linear_e4m3(&xq, &wq[0], &out, false) {
                     Ok(p) => p,
                     Err(e) => {
@@ -437,11 +442,11 @@ fn main() {
                         continue;
                     }
                 };
-                if cells.len() == 1
-                    && fp8.implementation().starts_with("cuBLASLt") == cells[0].contains("cuBLASLt")
-                {
-                    break;
+                let implementation = fp8.implementation();
+                if seen.contains(&implementation) {
+                    continue;
                 }
+                seen.push(implementation);
                 let xsv = xs_rows.narrow(0, 0, fp8.x_scale_elements()).unwrap();
                 let (f_med, f_p) = b.time(what, &|s| {
                     fp8.run(s, &xq, &xsv, &wq[pick(wq.len())], &wsc, &out, None)
@@ -456,26 +461,32 @@ fn main() {
                 ));
             }
             // The expert's residual projections also as split FP8 GEMMs (the parts its
-            // residual norms add): parts of 512 and of 256 codes.
+            // residual norms add): parts of 512 and of 256 codes, each kernel that takes them.
             for parts in [kk / 512, kk / 256] {
                 if m > frt_kernels::FP8_ROWS_MAX || kk < 2048 {
                     break;
                 }
                 let partials = Tensor::alloc(&ctx, "partials", DType::F32, &[parts, m, n]).unwrap();
-                match b.k.linear_e4m3_split(&xq, &wq[0], &partials) {
-                    Ok(sp) => {
-                        let (f_med, f_p) = b.time(what, &|s| {
-                            sp.run(s, &xq, &xs, &wq[pick(wq.len())], &wsc, &partials)
-                        });
-                        cells.push(format!(
-                            "e4m3 {:>6.1} / {:>6.1} µs ({:>5.0} GB/s, split in {parts}) {:.2}×",
-                            f_med * 1e3,
-                            f_p * 1e3,
-                            (n * kk) as f64 / (f_med * 1e-3) / 1e9,
-                            bf_med / f_med
-                        ));
+                let mut seen = Vec::new();
+                for k in [with(true, true), with(true, false)] {
+                    match k.linear_e4m3_split(&xq, &wq[0], &partials) {
+                        Ok(sp) if seen.contains(&sp.implementation()) => {}
+                        Ok(sp) => {
+                            seen.push(sp.implementation());
+                            let (f_med, f_p) = b.time(what, &|s| {
+                                sp.run(s, &xq, &xs, &wq[pick(wq.len())], &wsc, &partials)
+                            });
+                            cells.push(format!(
+                                "e4m3 {:>6.1} / {:>6.1} µs ({:>5.0} GB/s, split in {parts}, {}) {:.2}×",
+                                f_med * 1e3,
+                                f_p * 1e3,
+                                (n * kk) as f64 / (f_med * 1e-3) / 1e9,
+                                sp.implementation(),
+                                bf_med / f_med
+                            ));
+                        }
+                        Err(e) => cells.push(format!("split not run: {e}")),
                     }
-                    Err(e) => cells.push(format!("split not run: {e}")),
                 }
             }
             println!(

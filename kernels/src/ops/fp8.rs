@@ -25,6 +25,7 @@ use crate::{DType, Kernels, Tensor};
 use frt_exec::Stream;
 use frt_exec::cudarc::cublaslt::result as lt;
 use frt_exec::cudarc::cublaslt::sys as lts;
+use frt_exec::cudarc::driver::sys;
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -208,10 +209,13 @@ impl Kernels {
             Some(c) => {
                 fp8_tensor_cores(&c.arch)?;
                 let lt = Fp8Lt::new(self, &c.arch, &spec, (w.ptr(), x.ptr()))?;
-                if RowsPlan::takes(self, &spec, x, w) && lt.rows_kernel_faster(self, &spec) {
-                    Fp8Path::Rows(RowsPlan)
-                } else {
-                    Fp8Path::Lt(Arc::new(lt))
+                let own: Vec<OwnKernel> = [OwnKernel::Wgmma, OwnKernel::Rows]
+                    .into_iter()
+                    .filter(|o| o.takes(self, &spec, x, w))
+                    .collect();
+                match lt.own_kernel_faster(self, &spec, &own) {
+                    Some(o) => Fp8Path::Own(o),
+                    None => Fp8Path::Lt(Arc::new(lt)),
                 }
             }
             None => Fp8Path::Host,
@@ -252,8 +256,10 @@ pub enum Fp8Scaling {
 /// layouts (one layer's weights after another), its scales read when the work runs.
 ///
 /// On CUDA, a plan of at most [`FP8_ROWS_MAX`] rows (with K a multiple of 64, N of 16, and
-/// 16-byte aligned rows) runs the library's own kernel unless
-/// [`KernelOptions::fp8_rows_kernel`](crate::KernelOptions) is off.
+/// 16-byte aligned rows) runs one of the library's own kernels (on Hopper with K at most 1024
+/// and N a multiple of 64 its `wgmma` form) unless
+/// [`KernelOptions::fp8_rows_kernel`](crate::KernelOptions) is off; with GEMM tuning on, the
+/// fastest of those and cuBLASLt's GEMM, timed when planned.
 pub struct Fp8Linear {
     kernels: Kernels,
     spec: Fp8Spec,
@@ -267,21 +273,172 @@ pub const FP8_ROWS_MAX: usize = 64;
 enum Fp8Path {
     Host,
     Lt(Arc<Fp8Lt>),
-    Rows(RowsPlan),
+    Own(OwnKernel),
 }
 
-/// `fp8.cu`'s `linear_e4m3_rows`: a block per 16 output features.
-struct RowsPlan;
+/// The library's own FP8 kernels for few rows.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum OwnKernel {
+    /// `fp8.cu`'s `linear_e4m3_rows`: a block per 16 output features, `mma.sync` on the codes
+    /// widened to f16.
+    Rows,
+    /// `fp8.cu`'s `linear_e4m3_wg`: Hopper's `wgmma` on the codes as they are, a block per 64
+    /// output features.
+    Wgmma,
+}
 
-impl RowsPlan {
-    /// Whether the kernel takes `sp` (else cuBLASLt's GEMM runs it).
-    fn takes(k: &Kernels, sp: &Fp8Spec, x: &Tensor, w: &Tensor) -> bool {
+/// The codes of K a block of `linear_e4m3_wg` copies a stage; the most codes of K one block
+/// takes (all staged at once).
+const WG_STAGE: usize = 128;
+const WG_RANGE_MAX: usize = 1024;
+
+/// `linear_e4m3_wg`'s shared memory for ranges of `kc` codes: per stage 64 weight rows and 64
+/// rows of x, 1024-byte aligned, and a barrier.
+fn wg_shared(kc: usize) -> usize {
+    let stages = kc / WG_STAGE;
+    1024 + stages * (WG_STAGE * (64 + FP8_ROWS_MAX) + 8)
+}
+
+/// Whether `linear_e4m3_wg` takes `m` rows, ranges of `kc` codes and `n` features here.
+fn wg_takes(k: &Kernels, m: usize, kc: usize, n: usize) -> bool {
+    k.options.fp8_wgmma
+        && k.cuda
+            .as_ref()
+            .is_some_and(|c| c.has_wgmma() && wg_shared(kc) <= c.max_shared as usize)
+        && (1..=FP8_ROWS_MAX).contains(&m)
+        && kc % WG_STAGE == 0
+        && kc <= WG_RANGE_MAX
+        && n % 64 == 0
+}
+
+/// A tensor map (for the TMA) of E4M3 rows `r` at `t`'s start: boxes of [`WG_STAGE`] codes ×
+/// `box_rows` rows, written to shared memory with the 128-byte swizzle; rows past `r.rows`
+/// arrive as zeros.
+fn tma_map(op: &'static str, t: &Tensor, r: Rows, box_rows: u32) -> Result<sys::CUtensorMap> {
+    use sys::{
+        CUtensorMapDataType as D, CUtensorMapFloatOOBfill as F, CUtensorMapInterleave as I,
+        CUtensorMapL2promotion as L, CUtensorMapSwizzle as Sw,
+    };
+    let mut map = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
+    let dims = [r.cols as u64, r.rows as u64];
+    let strides = [r.stride as u64];
+    let boxes = [WG_STAGE as u32, box_rows];
+    let steps = [1u32, 1];
+    // SAFETY: valid pointers to arrays of the rank's lengths; the map is written, not read.
+    let res = unsafe {
+        sys::cuTensorMapEncodeTiled(
+            map.as_mut_ptr(),
+            D::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+            2,
+            t.ptr() as *mut c_void,
+            dims.as_ptr(),
+            strides.as_ptr(),
+            boxes.as_ptr(),
+            steps.as_ptr(),
+            I::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            Sw::CU_TENSOR_MAP_SWIZZLE_128B,
+            L::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            F::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+    };
+    if res != sys::CUresult::CUDA_SUCCESS {
+        return Err(Error::shape(
+            op,
+            format!("cuTensorMapEncodeTiled for {t:?} ({r:?}): {res:?}"),
+        ));
+    }
+    // SAFETY: written by the successful call.
+    Ok(unsafe { map.assume_init() })
+}
+
+/// What `linear_e4m3_wg` writes: 16-bit or f32 rows `out` (row layout, dtype, bias, whether
+/// it adds to what `out` holds), or each range's f32 sum into `[parts, m, n]`.
+enum WgOut<'a> {
+    Rows(&'a Tensor, Rows, DType, Option<&'a Tensor>, bool),
+    Parts(&'a Tensor),
+}
+
+/// Enqueues `linear_e4m3_wg` on `s` for x (`xr`) · w (`wr`)ᵀ in ranges of `kc` codes.
+///
+/// # Safety
+/// The tensors hold the layouts given, rows 16-byte aligned, and [`wg_takes`] holds for them;
+/// `out` has the layout its kind names (`[K / kc, m, n]` f32 for parts).
+#[allow(clippy::too_many_arguments)]
+unsafe fn wg_launch(
+    k: &Kernels,
+    s: Stream,
+    (x, xr): (&Tensor, Rows),
+    (w, wr): (&Tensor, Rows),
+    (x_scale, w_scale): (&Tensor, &Tensor),
+    kc: usize,
+    out: WgOut,
+) -> Result<()> {
+    let op = "linear_e4m3";
+    let c = k.cuda.as_ref().expect("CUDA plans exist on CUDA");
+    let (m, n, parts) = (xr.rows, wr.rows, xr.cols / kc);
+    let mut wmap = tma_map(op, w, wr, 64)?;
+    let mut xmap = tma_map(op, x, xr, FP8_ROWS_MAX as u32)?;
+    let (mut xs, mut ws) = (x_scale.ptr(), w_scale.ptr());
+    let (mut m32, mut n32, mut kc32) = (m as u32, n as u32, kc as u32);
+    k.retain(s, &[x, w, x_scale, w_scale]);
+    // The parts kernel takes the same parameters (leading dimension, bias and accumulation
+    // unused).
+    let (name, dt, o, ld, bias, accumulate) = match out {
+        WgOut::Rows(o, or, dt, bias, accumulate) => {
+            ("linear_e4m3_wg", Some(dt), o, or.stride, bias, accumulate)
+        }
+        WgOut::Parts(p) => ("linear_e4m3_wg_parts", None, p, 0, None, false),
+    };
+    k.retain(s, &[o]);
+    if let Some(b) = bias {
+        k.retain(s, &[b]);
+    }
+    let (mut op_, mut ld, mut bp, mut acc) = (
+        o.ptr(),
+        ld as u64,
+        bias.map_or(0, |b| b.ptr()),
+        u32::from(accumulate),
+    );
+    let mut params: [*mut c_void; 11] = [
+        &mut wmap as *mut _ as *mut c_void,
+        &mut xmap as *mut _ as *mut c_void,
+        &mut xs as *mut _ as *mut c_void,
+        &mut ws as *mut _ as *mut c_void,
+        &mut op_ as *mut _ as *mut c_void,
+        &mut ld as *mut _ as *mut c_void,
+        &mut bp as *mut _ as *mut c_void,
+        &mut acc as *mut _ as *mut c_void,
+        &mut m32 as *mut _ as *mut c_void,
+        &mut n32 as *mut _ as *mut c_void,
+        &mut kc32 as *mut _ as *mut c_void,
+    ];
+    // SAFETY: the caller's contract; the maps bound every copy to the tensors, the buffers are
+    // retained for a capture in progress.
+    unsafe {
+        c.launch_raw(
+            s,
+            name,
+            dt,
+            ((n / 64) as u32, parts as u32, 1),
+            (128, 1, 1),
+            wg_shared(kc) as u32,
+            &mut params,
+        )
+    }
+}
+
+impl OwnKernel {
+    /// Whether the kernel takes `sp` (else another, or cuBLASLt's GEMM, runs it).
+    fn takes(self, k: &Kernels, sp: &Fp8Spec, x: &Tensor, w: &Tensor) -> bool {
         let (m, kk, n) = (sp.x.rows, sp.x.cols, sp.w.rows);
         let aligned = |t: &Tensor, r: &Rows| t.ptr() % 16 == 0 && r.stride % 16 == 0;
+        let shape = match self {
+            OwnKernel::Rows => kk % 64 == 0 && n % 16 == 0,
+            OwnKernel::Wgmma => wg_takes(k, m, kk, n),
+        };
         k.options.fp8_rows_kernel
             && (1..=FP8_ROWS_MAX).contains(&m)
-            && kk % 64 == 0
-            && n % 16 == 0
+            && shape
             && aligned(x, &sp.x)
             && aligned(w, &sp.w)
     }
@@ -289,15 +446,23 @@ impl RowsPlan {
     /// Enqueues the kernel on `s`.
     ///
     /// # Safety
-    /// The tensors have the spec's layouts, rows 16-byte aligned (see [`takes`](Self::takes)).
+    /// The tensors have the spec's layouts, rows 16-byte aligned, and the kernel takes the
+    /// spec (see [`takes`](Self::takes)).
     unsafe fn launch(
-        c: &crate::cuda::CudaOps,
+        self,
+        k: &Kernels,
         s: Stream,
         sp: &Fp8Spec,
         [x, x_scale, w, w_scale, out]: [&Tensor; 5],
         bias: Option<&Tensor>,
     ) -> Result<()> {
         let (m, kk, n) = (sp.x.rows, sp.x.cols, sp.w.rows);
+        if self == OwnKernel::Wgmma {
+            let out = WgOut::Rows(out, sp.out, sp.out_dt, bias, sp.accumulate);
+            // SAFETY: the caller's contract (the kernel takes the spec).
+            return unsafe { wg_launch(k, s, (x, sp.x), (w, sp.w), (x_scale, w_scale), kk, out) };
+        }
+        let c = k.cuda.as_ref().expect("CUDA plans exist on CUDA");
         let params = [
             Param::of(x),
             (sp.x.stride as u64).into(),
@@ -352,13 +517,14 @@ impl Fp8Linear {
         }
     }
 
-    /// What runs the plan: `host`, `cuBLASLt, … scales`, or `rows kernel` (the library's own
-    /// for few rows).
+    /// What runs the plan: `host`, `cuBLASLt, … scales`, `rows kernel` or `wgmma kernel` (the
+    /// library's own for few rows).
     pub fn implementation(&self) -> String {
         match &self.path {
             Fp8Path::Host => "host".into(),
             Fp8Path::Lt(p) => format!("cuBLASLt, {:?} scales", p.scaling),
-            Fp8Path::Rows(_) => "rows kernel".into(),
+            Fp8Path::Own(OwnKernel::Rows) => "rows kernel".into(),
+            Fp8Path::Own(OwnKernel::Wgmma) => "wgmma kernel".into(),
         }
     }
 
@@ -431,8 +597,7 @@ impl Fp8Linear {
         }
         super::check_bias(k, op, bias, sp.bias, sp.out_dt, sp.w.rows)?;
         match &self.path {
-            Fp8Path::Rows(_) => {
-                let c = k.cuda.as_ref().expect("CUDA plans exist on CUDA");
+            Fp8Path::Own(own) => {
                 if x.ptr() % 16 != 0 || w.ptr() % 16 != 0 {
                     return Err(Error::shape(
                         op,
@@ -440,7 +605,7 @@ impl Fp8Linear {
                     ));
                 }
                 // SAFETY: the layouts were checked against the plan, which the kernel takes.
-                unsafe { RowsPlan::launch(c, s, &sp, [x, x_scale, w, w_scale, out], bias) }
+                unsafe { own.launch(k, s, &sp, [x, x_scale, w, w_scale, out], bias) }
             }
             Fp8Path::Lt(p) => {
                 let cuda = k.cuda.as_ref().expect("CUDA plans exist on CUDA");
@@ -819,21 +984,25 @@ impl Fp8Lt {
         }
     }
 
-    /// Whether the library's own kernel runs this GEMM faster than cuBLASLt's algorithm: timed
-    /// on scratch operands with GEMM tuning on (and the choice kept in the tuning cache), else
-    /// assumed (it was faster at three of the action expert's four shapes on an H100).
-    fn rows_kernel_faster(&self, k: &Kernels, sp: &Fp8Spec) -> bool {
+    /// Which of the library's own kernels `own` (those that take the spec, preferred first)
+    /// runs this GEMM, or `None` for cuBLASLt's algorithm: with GEMM tuning on, the fastest of
+    /// them all, timed on scratch operands (and the choice kept in the tuning cache); else the
+    /// first of `own` (the rows kernel was faster at three of the action expert's four shapes
+    /// on an H100).
+    fn own_kernel_faster(&self, k: &Kernels, sp: &Fp8Spec, own: &[OwnKernel]) -> Option<OwnKernel> {
         let (m, kk, n) = (sp.x.rows, sp.x.cols, sp.w.rows);
+        let first = own.first().copied()?;
         if !k.options.gemm_tuning {
-            return true;
+            return Some(first);
         }
         let cuda = k.cuda.as_ref().expect("CUDA plans exist on CUDA");
         let spec = format!(
-            "fp8 kernel x={:?} w={:?} out={:?} {:?} bias={} algo={:?}",
+            "fp8 kernel x={:?} w={:?} out={:?} {:?} bias={} algo={:?} own={own:?}",
             sp.x, sp.w, sp.out, sp.out_dt, sp.bias, self.algo.data
         );
+        let pick = |i: usize| i.checked_sub(1).and_then(|i| own.get(i).copied());
         if let Some((data, _)) = cuda.tuning_cache.get(&spec) {
-            return data[0] == 1;
+            return pick(data[0] as usize);
         }
         let timed = (|| -> Result<usize> {
             let s = cuda.tuning_stream(&k.ctx)?;
@@ -855,10 +1024,10 @@ impl Fp8Lt {
             let out = tensor(&ob, sp.out_dt, &sp.out)?;
             let workspace = cuda.workspace(&k.ctx, s)?;
             let label = format!(
-                "fp8 gemm m={m} n={n} k={kk} {:?}: cuBLASLt, rows kernel",
+                "fp8 gemm m={m} n={n} k={kk} {:?}: cuBLASLt, {own:?}",
                 sp.out_dt
             );
-            fastest_candidate(k, &label, 2, &|i, r, cs, raw| {
+            fastest_candidate(k, &label, 1 + own.len(), &|i, r, cs, raw| {
                 let w = &wts[r % wts.len()];
                 let bias = sp.bias.then_some(&bias);
                 if i == 0 {
@@ -875,7 +1044,7 @@ impl Fp8Lt {
                     unsafe { self.matmul(&self.algo, &ptrs, false, workspace.ptr(), raw) }
                 } else {
                     // SAFETY: as above; the kernel takes the spec (checked by the caller).
-                    unsafe { RowsPlan::launch(cuda, cs, sp, [&x, &xs, w, &ws, &out], bias) }
+                    unsafe { own[i - 1].launch(k, cs, sp, [&x, &xs, w, &ws, &out], bias) }
                 }
             })
         })();
@@ -883,10 +1052,10 @@ impl Fp8Lt {
             Ok(i) => {
                 cuda.tuning_cache
                     .put(&spec, [i as u64, 0, 0, 0, 0, 0, 0, 0], 0);
-                i == 1
+                pick(i)
             }
-            // Timing not possible here (e.g. inside a capture): the kernel, as without tuning.
-            Err(_) => true,
+            // Timing not possible here (e.g. inside a capture): as without tuning.
+            Err(_) => Some(first),
         }
     }
 
@@ -1003,14 +1172,26 @@ impl Fp8Lt {
 /// (`partials[p] = (x[:, range p] · w[:, range p]ᵀ) · x_scale · w_scale`), which a residual's
 /// norm adds as it reads them (see [`Kernels::residual_ada_rms_norm_e4m3`]). On CUDA
 /// `fp8.cu`'s `linear_e4m3_parts`: more blocks stream the weight than one per 16 output
-/// features, and each widens its range of x once for all of its features.
+/// features, and each widens its range of x once for all of its features; on Hopper, where
+/// the ranges take at most 1024 codes and N is a multiple of 64, `linear_e4m3_wg_parts`
+/// (`wgmma` on the codes as they are) unless [`KernelOptions::fp8_wgmma`](crate::KernelOptions)
+/// is off.
 pub struct Fp8SplitLinear {
     kernels: Kernels,
     x: Rows,
     w: Rows,
     parts: usize,
-    /// Feature tiles of 16 a CUDA block takes (`None` on the host).
-    tiles: Option<usize>,
+    path: SplitPath,
+}
+
+/// How an [`Fp8SplitLinear`] runs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum SplitPath {
+    Host,
+    /// `linear_e4m3_parts` with this many feature tiles of 16 a block.
+    Parts(usize),
+    /// `linear_e4m3_wg_parts`.
+    Wgmma,
 }
 
 /// Feature tiles of 16 a block of `linear_e4m3_parts` may take, most first.
@@ -1069,7 +1250,8 @@ impl Kernels {
                 format!("x {x:?} and w {w:?} need rows that start 16-byte aligned"),
             ));
         }
-        let tiles = match &self.cuda {
+        let path = match &self.cuda {
+            Some(_) if wg_takes(self, m, kk / parts, n) => SplitPath::Wgmma,
             Some(c) => {
                 fp8_tensor_cores(&c.arch)?;
                 if parts_shared(m, kk / parts) > c.max_shared as usize {
@@ -1089,18 +1271,18 @@ impl Kernels {
                     .clone()
                     .find(|t| n / (16 * t) * parts >= c.sms as usize * 9 / 10)
                     .or(dividing.min());
-                Some(tiles.ok_or_else(|| {
+                SplitPath::Parts(tiles.ok_or_else(|| {
                     Error::shape(op, format!("w {w:?}: N must be a multiple of 16 on CUDA"))
                 })?)
             }
-            None => None,
+            None => SplitPath::Host,
         };
         Ok(Fp8SplitLinear {
             kernels: self.clone(),
             x: xr,
             w: wr,
             parts,
-            tiles,
+            path,
         })
     }
 }
@@ -1109,6 +1291,15 @@ impl Fp8SplitLinear {
     /// The number of partial sums.
     pub fn parts(&self) -> usize {
         self.parts
+    }
+
+    /// What runs the plan: `host`, `parts kernel` or `wgmma kernel`.
+    pub fn implementation(&self) -> &'static str {
+        match self.path {
+            SplitPath::Host => "host",
+            SplitPath::Parts(_) => "parts kernel",
+            SplitPath::Wgmma => "wgmma kernel",
+        }
     }
 
     /// Enqueues it on `s` for tensors of the planned layouts; `x_scale`: at least one f32 (the
@@ -1156,8 +1347,24 @@ impl Fp8SplitLinear {
             ));
         }
         let kc = kk / self.parts;
-        match (&k.cuda, self.tiles) {
-            (Some(c), Some(tiles)) => {
+        match (&k.cuda, self.path) {
+            (Some(_), SplitPath::Wgmma) => {
+                // SAFETY: the layouts were checked against the plan: x m ≤ 64 rows and w N
+                // rows of K codes, 16-byte aligned, K = parts · kc with kc ≤ 1024 a multiple
+                // of 128, partials [parts, m, N] f32 (wg_takes held when planned).
+                unsafe {
+                    wg_launch(
+                        k,
+                        s,
+                        (x, self.x),
+                        (w, self.w),
+                        (x_scale, w_scale),
+                        kc,
+                        WgOut::Parts(partials),
+                    )
+                }
+            }
+            (Some(c), SplitPath::Parts(tiles)) => {
                 const NAMES: [[&str; FP8_ROWS_MAX / 8]; 3] = [
                     [
                         "linear_e4m3_parts1r1",

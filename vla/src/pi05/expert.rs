@@ -25,24 +25,53 @@ use frt_nn::blocks::gemma::{GemmaDims, GemmaProjections};
 /// [`Expert::record_calibrating`]).
 pub(crate) type Probe<'a> = &'a mut dyn FnMut(&str, &Tensor) -> Result<()>;
 
-/// The expert's GEMMs in FP8: the stack, the GEMM plans (q/k/v, attention out, gate+up, down)
-/// and the gate+up product before GEGLU; where its reduction splits (see [`split_parts`]), the
-/// down projection as a split GEMM whose parts' f32 sums the residual's norm adds (on an
-/// H100, `frt-kernels-bench --only fp8`: 7.5 µs in 8 parts against 10.4 for the rows kernel;
-/// the attention output, 6.2 µs in 4 parts against 5.6, stays whole).
+/// The expert's GEMMs in FP8: the stack, the GEMM plans (q/k/v, gate+up, and the two whose
+/// product the residual adds: attention out, down) and the gate+up product before GEGLU.
+/// Where its reduction splits (see [`split_parts`]), the down projection runs as a split GEMM
+/// whose parts' f32 sums the residual's norm adds, and so does the attention output where the
+/// split runs on Hopper's `wgmma` (on an H100, `frt-kernels-bench --only fp8`: the down
+/// projection 4.7 µs in 8 parts with `wgmma`, 7.5 with `mma.sync`, against 10.5 whole; the
+/// attention output 3.7 µs in 4 parts with `wgmma` against 6.6 whole, and 6.1 in 4 parts
+/// with `mma.sync`, where it stays whole).
 struct ExpertFp8 {
     stack: Fp8Stack,
-    /// q/k/v, attention out, gate+up.
-    lin: [Fp8Linear; 3],
+    /// q/k/v, gate+up.
+    lin: [Fp8Linear; 2],
     gate_up: Tensor,
-    down: Fp8Down,
+    o: Fp8Residual,
+    down: Fp8Residual,
 }
 
-/// The FP8 expert's down projection: split (its parts' f32 sums, which the residual's norm
-/// adds) where its reduction splits, else whole into `so`.
-enum Fp8Down {
+/// An FP8 projection the residual adds: split (its parts' f32 sums in the tensor, which the
+/// residual's norm adds), else whole into `so`.
+enum Fp8Residual {
     Split(Fp8SplitLinear, Tensor),
     Whole(Fp8Linear),
+}
+
+impl ExpertFp8 {
+    /// Runs layer `i`'s projection of input `g` (codes already made) that the residual adds,
+    /// as planned in `r`; returns what the residual's norm reads: the parts, or `so`.
+    fn residual(
+        &self,
+        cs: Stream,
+        (i, g): (usize, usize),
+        r: &Fp8Residual,
+        rows: usize,
+        so: &Tensor,
+    ) -> Result<Tensor> {
+        Ok(match r {
+            Fp8Residual::Split(split, partials) => {
+                self.stack
+                    .linear_quantized_split(cs, (i, g), split, rows, partials)?;
+                partials.clone()
+            }
+            Fp8Residual::Whole(lin) => {
+                self.stack.linear_quantized(cs, (i, g), lin, rows, so)?;
+                so.clone()
+            }
+        })
+    }
 }
 
 /// The expert's 16-bit GEMMs: q/k/v, attention out, gate+up with the GEGLU, down. The two whose
@@ -241,22 +270,32 @@ impl Expert {
                 let gate_up = Tensor::alloc(ctx, "step.fp8.gate_up", dt, &[s_len, 2 * eg.mlp])?;
                 let lin = [
                     stack.plan(k, 0, s_len, &sqkv, false)?,
-                    stack.plan(k, 1, s_len, &so, false)?,
                     stack.plan(k, 2, s_len, &gate_up, false)?,
                 ];
+                let o_parts = split_parts(eg.heads * eg.head_dim);
                 let down_parts = split_parts(eg.mlp);
-                let down = if down_parts > 1 {
-                    let partials =
-                        Tensor::alloc(ctx, "step.fp8.partials", f, &[down_parts, s_len, ew])?;
-                    Fp8Down::Split(stack.plan_split(k, 3, s_len, &partials)?, partials)
-                } else {
-                    Fp8Down::Whole(stack.plan(k, 3, s_len, &so, false)?)
+                let partials = Tensor::alloc(
+                    ctx,
+                    "step.fp8.partials",
+                    f,
+                    &[o_parts.max(down_parts), s_len, ew],
+                )?;
+                let residual = |g: usize, parts: usize, wgmma_only: bool| -> Result<Fp8Residual> {
+                    if parts > 1 {
+                        let p = partials.narrow(0, 0, parts)?;
+                        let split = stack.plan_split(k, g, s_len, &p)?;
+                        if !wgmma_only || split.implementation() == "wgmma kernel" {
+                            return Ok(Fp8Residual::Split(split, p));
+                        }
+                    }
+                    Ok(Fp8Residual::Whole(stack.plan(k, g, s_len, &so, false)?))
                 };
                 Some(ExpertFp8 {
+                    o: residual(1, o_parts, true)?,
+                    down: residual(3, down_parts, false)?,
                     stack,
                     lin,
                     gate_up,
-                    down,
                 })
             }
             None => None,
@@ -472,11 +511,7 @@ impl Expert {
             }
             see(j, 1, &self.sattn)?;
             let so = match fp8 {
-                Some(f) => {
-                    f.stack
-                        .linear_quantized(cs, (j, 1), &f.lin[1], s_len, &self.so)?;
-                    self.so.clone()
-                }
+                Some(f) => f.residual(cs, (j, 1), &f.o, s_len, &self.so)?,
                 None => {
                     let (w, sg) = self.sixteen(l)?;
                     let parts = sg.partials.narrow(0, 0, sg.o.parts())?;
@@ -489,7 +524,7 @@ impl Expert {
             match fp8 {
                 Some(f) => {
                     let gu = &f.gate_up;
-                    f.stack.linear_quantized(cs, (j, 2), &f.lin[2], s_len, gu)?;
+                    f.stack.linear_quantized(cs, (j, 2), &f.lin[1], s_len, gu)?;
                     let mlp = self.sh.dim(1);
                     // The GEGLU writes the down projection's codes too.
                     let (c, sc) = f.stack.codes_for(j, 3, s_len)?;
@@ -508,22 +543,7 @@ impl Expert {
             }
             see(j, 3, &self.sh)?;
             let so = match fp8 {
-                Some(ExpertFp8 {
-                    down: Fp8Down::Split(split, partials),
-                    stack,
-                    ..
-                }) => {
-                    stack.linear_quantized_split(cs, (j, 3), split, s_len, partials)?;
-                    partials.clone()
-                }
-                Some(ExpertFp8 {
-                    down: Fp8Down::Whole(lin),
-                    stack,
-                    ..
-                }) => {
-                    stack.linear_quantized(cs, (j, 3), lin, s_len, &self.so)?;
-                    self.so.clone()
-                }
+                Some(f) => f.residual(cs, (j, 3), &f.down, s_len, &self.so)?,
                 None => {
                     let (w, sg) = self.sixteen(l)?;
                     let parts = sg.partials.narrow(0, 0, sg.down.parts())?;
