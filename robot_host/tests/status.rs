@@ -81,8 +81,16 @@ fn status_keeps_coming_while_a_tick_is_stuck_and_its_window_recovers() {
         // Not joined: the stalled tick sleeps on after the test has seen what it needs.
         std::thread::spawn(move || node.run(&stop));
     }
-    let running = statuses(&out.0, Duration::from_millis(1500));
+    let mut running = statuses(&out.0, Duration::from_millis(1500));
     assert!(running.len() >= 8, "{} statuses in 1.5 s", running.len());
+    // On a loaded machine the tiny model's ticks can fall behind the 10 Hz rate (3 ticks in the
+    // first 1.5 s were seen while the machine was also compiling): then more statuses, until a
+    // few ticks are done and the refusal has left the window, or 10 s more have passed.
+    let settled = |s: &Status| s.ticks > 3 && s.since_tick_s < 0.5 && s.recent.bad_inputs == 0;
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while !running.last().is_some_and(settled) && Instant::now() < give_up {
+        running.extend(statuses(&out.0, Duration::from_millis(250)));
+    }
     let first = &running[0];
     assert_eq!((first.bad_frames, first.recent.bad_inputs), (1, 1));
     let last = running.last().unwrap();
