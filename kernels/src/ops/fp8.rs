@@ -987,8 +987,8 @@ impl Fp8Lt {
     /// Which of the library's own kernels `own` (those that take the spec, preferred first)
     /// runs this GEMM, or `None` for cuBLASLt's algorithm: with GEMM tuning on, the fastest of
     /// them all, timed on scratch operands (and the choice kept in the tuning cache); else the
-    /// first of `own` (the rows kernel was faster at three of the action expert's four shapes
-    /// on an H100).
+    /// first of `own` (an own kernel is assumed faster than cuBLASLt's: the rows kernel was at
+    /// three of the action expert's four shapes on an H100).
     fn own_kernel_faster(&self, k: &Kernels, sp: &Fp8Spec, own: &[OwnKernel]) -> Option<OwnKernel> {
         let (m, kk, n) = (sp.x.rows, sp.x.cols, sp.w.rows);
         let first = own.first().copied()?;
@@ -1291,6 +1291,11 @@ impl Fp8SplitLinear {
     /// The number of partial sums.
     pub fn parts(&self) -> usize {
         self.parts
+    }
+
+    /// Whether the plan runs on Hopper's `wgmma` (`linear_e4m3_wg_parts`).
+    pub fn on_wgmma(&self) -> bool {
+        self.path == SplitPath::Wgmma
     }
 
     /// What runs the plan: `host`, `parts kernel` or `wgmma kernel`.

@@ -284,7 +284,7 @@ impl Expert {
                     if parts > 1 {
                         let p = partials.narrow(0, 0, parts)?;
                         let split = stack.plan_split(k, g, s_len, &p)?;
-                        if !wgmma_only || split.implementation() == "wgmma kernel" {
+                        if !wgmma_only || split.on_wgmma() {
                             return Ok(Fp8Residual::Split(split, p));
                         }
                     }
