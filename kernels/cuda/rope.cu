@@ -29,16 +29,17 @@ __device__ __forceinline__ void rope_angle(int position, unsigned i, unsigned di
     sincosf((float)position / timescale, sn, cs);
 }
 
-// The heads of one (token, pair) of rope_qkv, rotated by (cs, sn).
-template <typename T>
-__device__ __forceinline__ void rope_qkv_pair(const T* __restrict__ x, T* __restrict__ q, T* __restrict__ k,
-                                              T* __restrict__ v, unsigned t, unsigned i, unsigned hq, unsigned hk,
-                                              unsigned dim, unsigned long long sq, unsigned long long sk,
-                                              unsigned long long sv, float cs, float sn) {
+// The heads of one (token, pair) of rope_qkv, rotated by (cs, sn); x(o): the input at offset o
+// from the pair's first element in its token's row (as T).
+template <typename T, typename X>
+__device__ __forceinline__ void rope_qkv_pair(X x, T* __restrict__ q, T* __restrict__ k, T* __restrict__ v, unsigned t,
+                                              unsigned i, unsigned hq, unsigned hk, unsigned dim,
+                                              unsigned long long sq, unsigned long long sk, unsigned long long sv,
+                                              float cs, float sn) {
     const unsigned half = dim / 2, heads = hq + 2 * hk;
 #pragma unroll 2
     for (unsigned h = blockIdx.y; h < heads; h += gridDim.y) {
-        const T x1 = x[h * dim], x2 = x[h * dim + half];
+        const T x1 = x(h * dim), x2 = x(h * dim + half);
         if (h >= hq + hk) {
             T* o = v + t * sv + (unsigned long long)(h - hq - hk) * dim + i;
             o[0] = x1;
@@ -69,7 +70,8 @@ __device__ void rope_qkv(const T* __restrict__ qkv, const int* __restrict__ posi
         const unsigned t = idx / half, i = idx % half;
         float sn, cs;
         rope_angle(positions[t], i, dim, max_wavelength, &sn, &cs);
-        rope_qkv_pair<T>(qkv + t * s_in + i, q, k, v, t, i, hq, hk, dim, sq, sk, sv, cs, sn);
+        const T* row = qkv + t * s_in + i;
+        rope_qkv_pair<T>([=](unsigned o) { return row[o]; }, q, k, v, t, i, hq, hk, dim, sq, sk, sv, cs, sn);
     }
 }
 
@@ -85,7 +87,32 @@ __device__ void rope_qkv_table(const T* __restrict__ qkv, const float2* __restri
     for (unsigned idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += gridDim.x * blockDim.x) {
         const unsigned t = idx / half, i = idx % half;
         const float2 c = table[idx];
-        rope_qkv_pair<T>(qkv + t * s_in + i, q, k, v, t, i, hq, hk, dim, sq, sk, sv, c.x, c.y);
+        const T* row = qkv + t * s_in + i;
+        rope_qkv_pair<T>([=](unsigned o) { return row[o]; }, q, k, v, t, i, hq, hk, dim, sq, sk, sv, c.x, c.y);
+    }
+}
+
+// rope_qkv_table with qkv given as the f32 partial sums of a split GEMM: parts[p, t, :] (each
+// part `part` floats after the one before, rows s_in apart), added in part order and rounded to
+// T, the value a whole GEMM's output of type T holds; then as rope_qkv_table.
+template <typename T>
+__device__ void rope_qkv_table_parts(const float* __restrict__ parts, unsigned nparts, unsigned long long part,
+                                     const float2* __restrict__ table, T* __restrict__ q, T* __restrict__ k,
+                                     T* __restrict__ v, unsigned tokens, unsigned hq, unsigned hk, unsigned dim,
+                                     unsigned long long s_in, unsigned long long sq, unsigned long long sk,
+                                     unsigned long long sv) {
+    const unsigned half = dim / 2;
+    const unsigned n = tokens * half;  // the host checks that it fits 32 bits
+    for (unsigned idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += gridDim.x * blockDim.x) {
+        const unsigned t = idx / half, i = idx % half;
+        const float2 c = table[idx];
+        const float* row = parts + t * s_in + i;
+        auto sum = [=](unsigned o) {
+            float s = row[o];
+            for (unsigned p = 1; p < nparts; ++p) s += row[p * part + o];
+            return from_f32<T>(s);
+        };
+        rope_qkv_pair<T>(sum, q, k, v, t, i, hq, hk, dim, sq, sk, sv, c.x, c.y);
     }
 }
 
@@ -148,6 +175,12 @@ __device__ void sinusoidal(const T* t, T* out, unsigned rows, unsigned half, flo
                                                   unsigned long long s_in, unsigned long long sq,          \
                                                   unsigned long long sk, unsigned long long sv) {          \
         rope_qkv_table<T>(qkv, table, q, k, v, tokens, hq, hk, dim, s_in, sq, sk, sv);                    \
+    }                                                                                                   \
+    extern "C" __global__ void rope_qkv_table_parts_##S(                                                \
+        const float* parts, unsigned nparts, unsigned long long part, const float2* table, T* q, T* k,  \
+        T* v, unsigned tokens, unsigned hq, unsigned hk, unsigned dim, unsigned long long s_in,         \
+        unsigned long long sq, unsigned long long sk, unsigned long long sv) {                          \
+        rope_qkv_table_parts<T>(parts, nparts, part, table, q, k, v, tokens, hq, hk, dim, s_in, sq, sk, sv); \
     }                                                                                                   \
     extern "C" __global__ void embedding_##S(const int* ids, const T* table, T* out, unsigned rows,       \
                                              unsigned width, unsigned vocab, float scale) {              \

@@ -2100,6 +2100,25 @@ fn rope_table(b: &Backend) {
                 for (x, y, n) in [(&q1, &q2, "q"), (&k1, &k2, "k"), (&v1, &v2, "v")] {
                     assert_eq!(bits(x, s), bits(y, s), "{what}: {n}");
                 }
+                // The projection as a split GEMM's f32 parts (1 to 3): the bits of
+                // rope_qkv_table on their sum, added in part order and rounded to dt.
+                let n = (hq + 2 * hkv) * d;
+                for nparts in 1..=3 {
+                    let pv = rng.vec(nparts * tokens * n, 2.0);
+                    let sums: Vec<f32> = (0..tokens * n)
+                        .map(|e| (1..nparts).fold(pv[e], |a, p| a + pv[p * tokens * n + e]))
+                        .collect();
+                    let parts = up(DType::F32, &[nparts, tokens, n], &pv);
+                    let summed = up(dt, &[tokens, n], &sums);
+                    let (q3, k3, v3) = outs();
+                    let (q4, k4, v4) = outs();
+                    k.rope_qkv_table(s, &summed, &table, &q3, &k3, &v3).unwrap();
+                    k.rope_qkv_table_parts(s, &parts, &table, &q4, &k4, &v4)
+                        .unwrap();
+                    for (x, y, name) in [(&q3, &q4, "q"), (&k3, &k4, "k"), (&v3, &v4, "v")] {
+                        assert_eq!(bits(x, s), bits(y, s), "{what}, {nparts} parts: {name}");
+                    }
+                }
             }
             // A table of other tokens, or of a head dim the rows are not made of, does not fit.
             let (q, kk, v) = (
@@ -2117,6 +2136,34 @@ fn rope_table(b: &Backend) {
             let other_dim = k.rope_table(&pos, d * 3 / 2, 10_000.0).unwrap();
             assert!(k.rope_qkv_table(s, &qkv, &other_dim, &q, &kk, &v).is_err());
             assert!(k.rope_qkv_table(s, &qkv, &table, &q, &kk, &v).is_ok());
+            // Parts must be f32 [parts, tokens, N] of the outputs' N.
+            let n = (hq + 2 * hkv) * d;
+            for (parts, why) in [
+                (nan_free(k, DType::F32, &[2, tokens, n]), None),
+                (nan_free(k, DType::F32, &[tokens, n]), Some("parts")),
+                (
+                    nan_free(k, DType::F32, &[2, tokens, n + d]),
+                    Some("must be"),
+                ),
+                (
+                    nan_free(k, DType::F32, &[2, tokens - 1, n]),
+                    Some("must be"),
+                ),
+            ] {
+                let r = k.rope_qkv_table_parts(s, &parts, &table, &q, &kk, &v);
+                match why {
+                    None => r.unwrap(),
+                    Some(w) => {
+                        let e = r.expect_err("refused").to_string();
+                        assert!(e.contains(w), "{e}");
+                    }
+                }
+            }
+            if dt != DType::F32 {
+                let parts = nan_free(k, dt, &[2, tokens, n]);
+                let e = k.rope_qkv_table_parts(s, &parts, &table, &q, &kk, &v);
+                assert!(e.expect_err("refused").to_string().contains("parts"));
+            }
         }
     }
     // The angles, against f64.

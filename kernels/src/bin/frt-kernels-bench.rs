@@ -796,14 +796,19 @@ fn main() {
         let plan =
             b.k.attention_plan(&q, &kc, &vc, &o, &mask, 1.0 / (d as f32).sqrt())
                 .unwrap();
+        // The projection as a split GEMM's two f32 parts (the FP8 expert's q/k/v on wgmma).
+        let parts = b.tensor("parts", DType::F32, &[2, tokens, (hq + 2 * hkv) * d]);
         type Row<'a> = (&'a str, &'a dyn Fn(Stream) -> Result<()>);
-        let rows: [Row; 5] = [
+        let rows: [Row; 6] = [
             ("RoPE angles (rope_table)", &|s| table.compute(&b.k, s)),
             ("rope_qkv", &|s| {
                 b.k.rope_qkv(s, &qkv, &pos, &q2, &k2, &v2, d, 10_000.0)
             }),
             ("rope_qkv_table", &|s| {
                 b.k.rope_qkv_table(s, &qkv, &table, &q2, &k2, &v2)
+            }),
+            ("rope_qkv_table_parts, 2 f32 parts", &|s| {
+                b.k.rope_qkv_table_parts(s, &parts, &table, &q2, &k2, &v2)
             }),
             ("attention", &|s| plan.run(&b.k, s)),
             ("rope_qkv_table, then attention", &|s| {

@@ -4,10 +4,19 @@
 
 use super::{P, grid_1d, rows, same_rows};
 use crate::cuda::Param;
-use crate::dtype::with_float;
+use crate::dtype::{Float, with_float};
 use crate::error::{Error, Result};
 use crate::{DType, Kernels, Tensor};
 use frt_exec::Stream;
+
+/// What [`Kernels::rope_qkv_at`] reads the projection from: rows of the outputs' type, or a
+/// split GEMM's f32 partial sums `[parts, tokens, N]` (contiguous), added in part order and
+/// rounded to the outputs' type.
+#[derive(Clone, Copy)]
+enum QkvIn<'a> {
+    Rows(&'a Tensor),
+    Parts(&'a Tensor),
+}
 
 /// The host's sine and cosine of pair `i` of a head of `dim` at `position`: `position /
 /// max_wavelength^(2i/dim)` (what `rope`, `rope_qkv` and a `RopeTable` rotate by).
@@ -127,6 +136,7 @@ impl Kernels {
         head_dim: usize,
         max_wavelength: f32,
     ) -> Result<()> {
+        let qkv = QkvIn::Rows(qkv);
         self.rope_qkv_at(s, qkv, positions, None, q, k, v, head_dim, max_wavelength)
     }
 
@@ -145,7 +155,26 @@ impl Kernels {
     ) -> Result<()> {
         self.check_ctx("rope_qkv", &[table.table()])?;
         let (pos, dim, mw) = (table.positions(), table.dim(), table.max_wavelength());
-        self.rope_qkv_at(s, qkv, pos, Some(table), q, k, v, dim, mw)
+        self.rope_qkv_at(s, QkvIn::Rows(qkv), pos, Some(table), q, k, v, dim, mw)
+    }
+
+    /// [`rope_qkv_table`](Self::rope_qkv_table) with the projection given as a split GEMM's
+    /// f32 partial sums: `parts` contiguous `[parts, tokens, q + 2·kv heads·head_dim]`, added
+    /// in part order and rounded to the outputs' type (the value a whole GEMM's output of that
+    /// type holds), then rotated and copied as `rope_qkv_table` does; its bits are those of
+    /// `rope_qkv_table` on that rounded sum. No launch of its own for the sum.
+    pub fn rope_qkv_table_parts(
+        &self,
+        s: Stream,
+        parts: &Tensor,
+        table: &RopeTable,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+    ) -> Result<()> {
+        self.check_ctx("rope_qkv", &[table.table()])?;
+        let (pos, dim, mw) = (table.positions(), table.dim(), table.max_wavelength());
+        self.rope_qkv_at(s, QkvIn::Parts(parts), pos, Some(table), q, k, v, dim, mw)
     }
 
     /// [`rope_qkv`](Self::rope_qkv), the angles from `table` (made for these positions, head
@@ -154,7 +183,7 @@ impl Kernels {
     fn rope_qkv_at(
         &self,
         s: Stream,
-        qkv: &Tensor,
+        input: QkvIn,
         positions: &Tensor,
         table: Option<&RopeTable>,
         q: &Tensor,
@@ -164,14 +193,46 @@ impl Kernels {
         max_wavelength: f32,
     ) -> Result<()> {
         let op = "rope_qkv";
+        let (qkv, nparts) = match input {
+            QkvIn::Rows(t) => (t, 1),
+            QkvIn::Parts(t) => (t, if t.rank() == 3 { t.dim(0) } else { 0 }),
+        };
         self.check_ctx(op, &[qkv, positions, q, k, v])?;
-        qkv.expect_float(op, "qkv")?;
+        let dt = q.dtype();
+        let ri = match input {
+            QkvIn::Rows(qkv) => {
+                qkv.expect_float(op, "qkv")?;
+                rows(op, qkv)?
+            }
+            QkvIn::Parts(parts) => {
+                q.expect_float(op, "q")?;
+                parts.expect_dtype(op, "parts", DType::F32)?;
+                parts.expect_contiguous(op)?;
+                if parts.rank() != 3 || nparts == 0 {
+                    return Err(Error::shape(
+                        op,
+                        format!("parts {parts:?} must be [parts, tokens, q + 2·kv heads·head dim]"),
+                    ));
+                }
+                let (tokens, n) = (parts.dim(1), parts.dim(2));
+                super::Rows {
+                    rows: tokens,
+                    cols: n,
+                    stride: n,
+                }
+            }
+        };
         for (t, n) in [(q, "q"), (k, "k"), (v, "v")] {
-            t.expect_dtype(op, n, qkv.dtype())?;
+            t.expect_dtype(op, n, dt)?;
+        }
+        if let QkvIn::Rows(qkv) = input {
+            qkv.expect_dtype(op, "qkv", dt)?;
         }
         positions.expect_dtype(op, "positions", DType::I32)?;
         positions.expect_contiguous(op)?;
-        let (ri, rq, rk, rv) = (rows(op, qkv)?, rows(op, q)?, rows(op, k)?, rows(op, v)?);
+        let (rq, rk, rv) = (rows(op, q)?, rows(op, k)?, rows(op, v)?);
+        // Floats between one part's first element and the next's.
+        let part = ri.rows * ri.cols;
         let tokens = ri.rows;
         let fits = head_dim > 0
             && head_dim % 2 == 0
@@ -190,7 +251,7 @@ impl Kernels {
                 ),
             ));
         }
-        let (hq, hk, dt) = (rq.cols / head_dim, rk.cols / head_dim, qkv.dtype());
+        let (hq, hk) = (rq.cols / head_dim, rk.cols / head_dim);
         match &self.cuda {
             Some(c) => {
                 // The kernel indexes (token, pair) with 32 bits.
@@ -226,8 +287,22 @@ impl Kernels {
                 // SAFETY: every layout and the positions length were checked (a table holds
                 // tokens · head_dim/2 pairs: its positions are these).
                 unsafe {
-                    match table {
-                        Some(tb) => {
+                    match (table, input) {
+                        (Some(tb), QkvIn::Parts(_)) => {
+                            let tt = tb.table();
+                            let (np, pt) = (nparts as u32, part as u64);
+                            #[rustfmt::skip]
+                            let params = [qkv_p, np.into(), pt.into(), Param::Mem(tt, tt.ptr()),
+                                q_p, k_p, v_p, t.into(), a.into(), b.into(), d.into(),
+                                si.into(), sq.into(), sk.into(), sv.into()];
+                            let name = "rope_qkv_table_parts";
+                            c.launch(s, name, Some(dt), grid, (256, 1, 1), 0, &params)
+                        }
+                        (None, QkvIn::Parts(_)) => Err(Error::shape(
+                            op,
+                            "parts are taken with a RoPE table only (rope_qkv_table_parts)",
+                        )),
+                        (Some(tb), QkvIn::Rows(_)) => {
                             let tt = tb.table();
                             #[rustfmt::skip]
                             let params = [qkv_p, Param::Mem(tt, tt.ptr()), q_p, k_p, v_p,
@@ -235,7 +310,7 @@ impl Kernels {
                                 si.into(), sq.into(), sk.into(), sv.into()];
                             c.launch(s, "rope_qkv_table", Some(dt), grid, (256, 1, 1), 0, &params)
                         }
-                        None => {
+                        (None, QkvIn::Rows(_)) => {
                             #[rustfmt::skip]
                             let params = [qkv_p, Param::Mem(positions, pp), q_p, k_p, v_p,
                                 t.into(), a.into(), b.into(), d.into(),
@@ -246,6 +321,7 @@ impl Kernels {
                 }
             }
             None => {
+                let parts_in = matches!(input, QkvIn::Parts(_));
                 let (ip, pp) = (P::of(qkv), P::of(positions));
                 let (qp, kp, vp) = (P::of(q), P::of(k), P::of(v));
                 let keep = (
@@ -259,6 +335,18 @@ impl Kernels {
                     let _ = &keep;
                     let half = head_dim / 2;
                     with_float!(dt, T, {
+                        // Element e of the projection: rows of T, or the parts' sum (in part
+                        // order) rounded to T.
+                        // SAFETY: e inside the checked layouts (`part` floats a part).
+                        let x = |e: usize| unsafe {
+                            if parts_in {
+                                let sum = (1..nparts)
+                                    .fold(ip.ld::<f32>(e), |a, p| a + ip.ld::<f32>(p * part + e));
+                                T::from_f32(sum).to_f32()
+                            } else {
+                                ip.ld::<T>(e)
+                            }
+                        };
                         for t in 0..tokens {
                             // SAFETY: indices inside the checked layouts.
                             unsafe {
@@ -268,7 +356,7 @@ impl Kernels {
                                     if h >= hq + hk {
                                         let dst = t * rv.stride + (h - hq - hk) * head_dim;
                                         for i in 0..head_dim {
-                                            vp.st::<T>(dst + i, ip.ld::<T>(src + i));
+                                            vp.st::<T>(dst + i, x(src + i));
                                         }
                                         continue;
                                     }
@@ -279,8 +367,7 @@ impl Kernels {
                                     };
                                     for i in 0..half {
                                         let (sn, cs) = rope_angle(pos, i, head_dim, max_wavelength);
-                                        let (x1, x2) =
-                                            (ip.ld::<T>(src + i), ip.ld::<T>(src + half + i));
+                                        let (x1, x2) = (x(src + i), x(src + half + i));
                                         op_.st::<T>(dst + i, x1 * cs - x2 * sn);
                                         op_.st::<T>(dst + half + i, x2 * cs + x1 * sn);
                                     }

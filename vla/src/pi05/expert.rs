@@ -32,43 +32,46 @@ pub(crate) type Probe<'a> = &'a mut dyn FnMut(&str, &Tensor) -> Result<()>;
 /// split runs on Hopper's `wgmma` (on an H100, `frt-kernels-bench --only fp8`: the down
 /// projection 4.7 µs in 8 parts with `wgmma`, 7.5 with `mma.sync`, against 10.5 whole; the
 /// attention output 3.7 µs in 4 parts with `wgmma` against 6.6 whole, and 6.1 in 4 parts
-/// with `mma.sync`, where it stays whole).
+/// with `mma.sync`, where it stays whole). The q/k/v projection splits too where that runs on
+/// `wgmma` (in 2 parts of 512: 80 blocks where whole it has 40), and RoPE adds its parts
+/// (`Kernels::rope_qkv_table_parts`).
 struct ExpertFp8 {
     stack: Fp8Stack,
-    /// q/k/v, gate+up.
-    lin: [Fp8Linear; 2],
+    qkv: Fp8Proj,
+    /// gate+up.
+    gate_up_lin: Fp8Linear,
     gate_up: Tensor,
-    o: Fp8Residual,
-    down: Fp8Residual,
+    o: Fp8Proj,
+    down: Fp8Proj,
 }
 
-/// An FP8 projection the residual adds: split (its parts' f32 sums in the tensor, which the
-/// residual's norm adds), else whole into `so`.
-enum Fp8Residual {
+/// An FP8 projection: split (its parts' f32 sums in the tensor, which what reads it adds: the
+/// residual's norm, or RoPE), else whole into its output.
+enum Fp8Proj {
     Split(Fp8SplitLinear, Tensor),
     Whole(Fp8Linear),
 }
 
 impl ExpertFp8 {
-    /// Runs layer `i`'s projection of input `g` (codes already made) that the residual adds,
-    /// as planned in `r`; returns what the residual's norm reads: the parts, or `so`.
-    fn residual(
+    /// Runs layer `i`'s projection of input `g` (codes already made) as planned in `r`, whole
+    /// into `out`; returns what its reader reads: the parts, or `out`.
+    fn project(
         &self,
         cs: Stream,
         (i, g): (usize, usize),
-        r: &Fp8Residual,
+        r: &Fp8Proj,
         rows: usize,
-        so: &Tensor,
+        out: &Tensor,
     ) -> Result<Tensor> {
         Ok(match r {
-            Fp8Residual::Split(split, partials) => {
+            Fp8Proj::Split(split, partials) => {
                 self.stack
                     .linear_quantized_split(cs, (i, g), split, rows, partials)?;
                 partials.clone()
             }
-            Fp8Residual::Whole(lin) => {
-                self.stack.linear_quantized(cs, (i, g), lin, rows, so)?;
-                so.clone()
+            Fp8Proj::Whole(lin) => {
+                self.stack.linear_quantized(cs, (i, g), lin, rows, out)?;
+                out.clone()
             }
         })
     }
@@ -268,10 +271,7 @@ impl Expert {
                 let stack =
                     Fp8Stack::load(k, s, w, ("expert", EXPERT), &dims, eg.depth, 4, s_len, cal)?;
                 let gate_up = Tensor::alloc(ctx, "step.fp8.gate_up", dt, &[s_len, 2 * eg.mlp])?;
-                let lin = [
-                    stack.plan(k, 0, s_len, &sqkv, false)?,
-                    stack.plan(k, 2, s_len, &gate_up, false)?,
-                ];
+                let gate_up_lin = stack.plan(k, 2, s_len, &gate_up, false)?;
                 let o_parts = split_parts(eg.heads * eg.head_dim);
                 let down_parts = split_parts(eg.mlp);
                 let partials = Tensor::alloc(
@@ -280,21 +280,32 @@ impl Expert {
                     f,
                     &[o_parts.max(down_parts), s_len, ew],
                 )?;
-                let residual = |g: usize, parts: usize, wgmma_only: bool| -> Result<Fp8Residual> {
-                    if parts > 1 {
-                        let p = partials.narrow(0, 0, parts)?;
-                        let split = stack.plan_split(k, g, s_len, &p)?;
-                        if !wgmma_only || split.on_wgmma() {
-                            return Ok(Fp8Residual::Split(split, p));
+                let qkv_parts = split_parts(ew);
+                let qkv_partials = Tensor::alloc(
+                    ctx,
+                    "step.fp8.qkv_partials",
+                    f,
+                    &[qkv_parts, s_len, sqkv.dim(1)],
+                )?;
+                // Input g split into `parts` (into `p`) where that runs on wgmma or
+                // `wgmma_only` is off, else whole into `whole`.
+                let project =
+                    |g: usize, (parts, p): (usize, &Tensor), whole: &Tensor, wgmma_only: bool| {
+                        if parts > 1 {
+                            let p = p.narrow(0, 0, parts)?;
+                            let split = stack.plan_split(k, g, s_len, &p)?;
+                            if !wgmma_only || split.on_wgmma() {
+                                return Ok::<_, crate::Error>(Fp8Proj::Split(split, p));
+                            }
                         }
-                    }
-                    Ok(Fp8Residual::Whole(stack.plan(k, g, s_len, &so, false)?))
-                };
+                        Ok(Fp8Proj::Whole(stack.plan(k, g, s_len, whole, false)?))
+                    };
                 Some(ExpertFp8 {
-                    o: residual(1, o_parts, true)?,
-                    down: residual(3, down_parts, false)?,
+                    qkv: project(0, (qkv_parts, &qkv_partials), &sqkv, true)?,
+                    o: project(1, (o_parts, &partials), &so, true)?,
+                    down: project(3, (down_parts, &partials), &so, false)?,
                     stack,
-                    lin,
+                    gate_up_lin,
                     gate_up,
                 })
             }
@@ -490,19 +501,24 @@ impl Expert {
         };
         for (j, (l, plan)) in self.el.iter().zip(plans).enumerate() {
             see(j, 0, &self.aln)?;
-            match fp8 {
-                Some(f) => f
-                    .stack
-                    .linear_quantized(cs, (j, 0), &f.lin[0], s_len, &self.sqkv)?,
-                None => {
-                    let (w, sg) = self.sixteen(l)?;
-                    sg.qkv.run(cs, &self.aln, &w.qkv, &self.sqkv, None)?
-                }
-            }
             // The cache rows this layer writes its keys and values into (behind the prefix's).
             let kc = l.k_cache.narrow(0, *prefix_rows, self.s_len)?;
             let vc = l.v_cache.narrow(0, *prefix_rows, self.s_len)?;
-            k.rope_qkv_table(cs, &self.sqkv, &self.rope, &self.sq, &kc, &vc)?;
+            match fp8 {
+                Some(f) => {
+                    let qkv = f.project(cs, (j, 0), &f.qkv, s_len, &self.sqkv)?;
+                    if matches!(f.qkv, Fp8Proj::Split(..)) {
+                        k.rope_qkv_table_parts(cs, &qkv, &self.rope, &self.sq, &kc, &vc)?;
+                    } else {
+                        k.rope_qkv_table(cs, &qkv, &self.rope, &self.sq, &kc, &vc)?;
+                    }
+                }
+                None => {
+                    let (w, sg) = self.sixteen(l)?;
+                    sg.qkv.run(cs, &self.aln, &w.qkv, &self.sqkv, None)?;
+                    k.rope_qkv_table(cs, &self.sqkv, &self.rope, &self.sq, &kc, &vc)?;
+                }
+            }
             // With FP8 GEMMs the attention also writes its output's codes (the kernel that
             // merges the key splits does: no quantize launch of its own).
             match codes(j, 1)? {
@@ -511,7 +527,7 @@ impl Expert {
             }
             see(j, 1, &self.sattn)?;
             let so = match fp8 {
-                Some(f) => f.residual(cs, (j, 1), &f.o, s_len, &self.so)?,
+                Some(f) => f.project(cs, (j, 1), &f.o, s_len, &self.so)?,
                 None => {
                     let (w, sg) = self.sixteen(l)?;
                     let parts = sg.partials.narrow(0, 0, sg.o.parts())?;
@@ -524,7 +540,8 @@ impl Expert {
             match fp8 {
                 Some(f) => {
                     let gu = &f.gate_up;
-                    f.stack.linear_quantized(cs, (j, 2), &f.lin[1], s_len, gu)?;
+                    f.stack
+                        .linear_quantized(cs, (j, 2), &f.gate_up_lin, s_len, gu)?;
                     let mlp = self.sh.dim(1);
                     // The GEGLU writes the down projection's codes too.
                     let (c, sc) = f.stack.codes_for(j, 3, s_len)?;
@@ -543,7 +560,7 @@ impl Expert {
             }
             see(j, 3, &self.sh)?;
             let so = match fp8 {
-                Some(f) => f.residual(cs, (j, 3), &f.down, s_len, &self.so)?,
+                Some(f) => f.project(cs, (j, 3), &f.down, s_len, &self.so)?,
                 None => {
                     let (w, sg) = self.sixteen(l)?;
                     let parts = sg.partials.narrow(0, 0, sg.down.parts())?;
