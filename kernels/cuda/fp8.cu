@@ -376,21 +376,17 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
 }
 #endif
 
-template <typename T, bool PARTS>
-__device__ void linear_e4m3_wg(const TmaMap& wmap, const TmaMap& xmap, const float* __restrict__ x_scale,
-                               const float* __restrict__ w_scale, void* out_, unsigned long long o_ld,
-                               const T* __restrict__ bias, unsigned accumulate, unsigned m, unsigned n, unsigned kc) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The main loop of the `wgmma` kernels: `acc` = the block's 64 weight rows (A) · its 64 token
+// rows (B)ᵀ over one range of K from k0, in the fragment layout below. A is one box of 64
+// weight rows from row r0 or, with HALVES, two boxes of 32 rows, from r0 and r1 (the second
+// at A's row 32). Shared memory from `base` (1024-byte aligned): the stages; their barriers at
+// `bars`.
+template <bool HALVES>
+__device__ __forceinline__ void wg_sums(const TmaMap& wmap, const TmaMap& xmap, unsigned base, unsigned bars,
+                                        unsigned stages, int k0, int r0, int r1, float acc[32]) {
     constexpr unsigned A_BYTES = 64 * WG_STAGE, B_BYTES = WG_TOKENS * WG_STAGE;
-    extern __shared__ unsigned char wg_raw[];
-    // Stages 1024-byte aligned (the swizzle's atoms), then the stages' barriers.
-    const unsigned base = (smem_addr(wg_raw) + 1023) & ~1023u;
-    const unsigned stages = kc / WG_STAGE;
-    const unsigned bars = base + stages * (A_BYTES + B_BYTES);
-    const unsigned t = threadIdx.x;
-    const unsigned n0 = blockIdx.x * 64;
-    const int k0 = blockIdx.y * kc;
-    if (t == 0) {
+    if (threadIdx.x == 0) {
         for (unsigned s = 0; s < stages; ++s)
             asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bars + 8 * s) : "memory");
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -398,13 +394,15 @@ __device__ void linear_e4m3_wg(const TmaMap& wmap, const TmaMap& xmap, const flo
             const unsigned a = base + s * (A_BYTES + B_BYTES), bar = bars + 8 * s;
             asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(A_BYTES + B_BYTES)
                          : "memory");
-            tma_load_2d(a, &wmap, k0 + s * WG_STAGE, n0, bar);
+            tma_load_2d(a, &wmap, k0 + s * WG_STAGE, r0, bar);
+            // 32 rows of 128 bytes: the second box starts on a swizzle atom (1024 bytes).
+            if (HALVES) tma_load_2d(a + A_BYTES / 2, &wmap, k0 + s * WG_STAGE, r1, bar);
             tma_load_2d(a + A_BYTES, &xmap, k0 + s * WG_STAGE, 0, bar);
         }
     }
     __syncthreads();
 
-    float acc[32], d[4][32];
+    float d[4][32];
 #pragma unroll
     for (int i = 0; i < 32; ++i) acc[i] = d[0][i] = d[1][i] = d[2][i] = d[3][i] = 0.f;
 #pragma unroll 1
@@ -421,15 +419,35 @@ __device__ void linear_e4m3_wg(const TmaMap& wmap, const TmaMap& xmap, const flo
 #pragma unroll
             for (int i = 0; i < 32; ++i) acc[i] += d[j][i];
     }
+}
+#endif
 
-    // d[i] of lane l in warp v: feature 16v + l/4 + 8·((i/2) % 2), token 8·(i/4) + 2·(l % 4)
-    // + i % 2.
-    const unsigned warp = t >> 5, lane = t & 31;
+// acc[i] of lane l in warp v: A's row (the feature) 16v + l/4 + 8·((i/2) % 2), B's row (the
+// token) 8·(i/4) + 2·(l % 4) + i % 2.
+__device__ __forceinline__ unsigned wg_feature(unsigned warp, unsigned lane, int i) {
+    return warp * 16 + (lane >> 2) + 8 * ((i >> 1) & 1);
+}
+__device__ __forceinline__ unsigned wg_token(unsigned lane, int i) { return (i >> 2) * 8 + 2 * (lane & 3) + (i & 1); }
+
+template <typename T, bool PARTS>
+__device__ void linear_e4m3_wg(const TmaMap& wmap, const TmaMap& xmap, const float* __restrict__ x_scale,
+                               const float* __restrict__ w_scale, void* out_, unsigned long long o_ld,
+                               const T* __restrict__ bias, unsigned accumulate, unsigned m, unsigned n, unsigned kc) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ unsigned char wg_raw[];
+    // Stages 1024-byte aligned (the swizzle's atoms), then the stages' barriers.
+    const unsigned base = (smem_addr(wg_raw) + 1023) & ~1023u;
+    const unsigned stages = kc / WG_STAGE;
+    const unsigned n0 = blockIdx.x * 64;
+    float acc[32];
+    wg_sums<false>(wmap, xmap, base, base + stages * 2 * 64 * WG_STAGE, stages, blockIdx.y * kc, n0, 0, acc);
+
+    const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const float xs = *x_scale;
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
-        const unsigned row = (i >> 2) * 8 + 2 * (lane & 3) + (i & 1);
-        const unsigned col = n0 + warp * 16 + (lane >> 2) + 8 * ((i >> 1) & 1);
+        const unsigned row = wg_token(lane, i);
+        const unsigned col = n0 + wg_feature(warp, lane, i);
         if (row < m) {
             float y = acc[i] * xs * w_scale[col];
             if (PARTS) {
@@ -448,6 +466,52 @@ __device__ void linear_e4m3_wg(const TmaMap& wmap, const TmaMap& xmap, const flo
 #endif
 }
 
+// linear_e4m3_wg_geglu: Gemma's MLP input in one launch, the FP8 gate+up projection and the
+// GEGLU after it. w holds the gate's f rows, then the up's f rows (w_scale likewise); a block
+// takes 32 features: the gate's rows f0.. and the up's rows f + f0.. as the two halves of its
+// 64 A rows, over the whole of K (kc codes). Each product is scaled and rounded to T (what the
+// gate+up GEMM's T output holds), the 64 × 64 values meet in shared memory, and each of the
+// block's 32 features and m tokens becomes h = gelu_tanh(gate)·up rounded to T, written as the
+// E4M3 code of h / code_scale[0] into codes[m, f]: the codes linear_e4m3 into T and
+// geglu_e4m3 give, bit for bit, where the GEMM is this same main loop.
+#define WG_TILE_LD 68
+template <typename T>
+__device__ void linear_e4m3_wg_geglu(const TmaMap& wmap, const TmaMap& xmap, const float* __restrict__ x_scale,
+                                     const float* __restrict__ w_scale, unsigned char* __restrict__ codes,
+                                     const float* __restrict__ code_scale, unsigned m, unsigned f, unsigned kc) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ unsigned char wg_raw[];
+    const unsigned base = (smem_addr(wg_raw) + 1023) & ~1023u;
+    const unsigned stages = kc / WG_STAGE;
+    // The stages, or the 64 × 64 values after them (whichever is larger), then the barriers.
+    const unsigned data = max(stages * 2 * 64 * WG_STAGE, 64u * WG_TILE_LD * 4u);
+    const unsigned f0 = blockIdx.x * 32;
+    float acc[32];
+    wg_sums<true>(wmap, xmap, base, base + data, stages, 0, f0, f + f0, acc);
+
+    const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    // Every warp's MMAs have read their stages: the values take their place.
+    __syncthreads();
+    float* tile = (float*)(wg_raw + (base - smem_addr(wg_raw)));
+    const float xs = *x_scale;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+        const unsigned a = wg_feature(warp, lane, i);
+        const unsigned row = a < 32 ? f0 + a : f + f0 + a - 32;
+        tile[a * WG_TILE_LD + wg_token(lane, i)] = to_f32(from_f32<T>(acc[i] * xs * w_scale[row]));
+    }
+    __syncthreads();
+    const float cs = *code_scale;
+    const unsigned c = threadIdx.x & 31;
+    for (unsigned r = threadIdx.x >> 5; r < m; r += 4) {
+        const float h = to_f32(from_f32<T>(gelu_tanh(tile[c * WG_TILE_LD + r]) * tile[(32 + c) * WG_TILE_LD + r]));
+        codes[(unsigned long long)r * f + f0 + c] = e4m3_from_f32(h / cs);
+    }
+#else
+    __trap();
+#endif
+}
+
 #define FP8_WG(T, S)                                                                                             \
     extern "C" __global__ void __launch_bounds__(128) linear_e4m3_wg_##S(                                       \
         const __grid_constant__ TmaMap wmap, const __grid_constant__ TmaMap xmap, const float* x_scale,          \
@@ -456,6 +520,14 @@ __device__ void linear_e4m3_wg(const TmaMap& wmap, const TmaMap& xmap, const flo
         linear_e4m3_wg<T, false>(wmap, xmap, x_scale, w_scale, out, o_ld, bias, accumulate, m, n, kc);            \
     }
 FOR_FLOATS(FP8_WG)
+#define FP8_WG_GEGLU(T, S)                                                                                       \
+    extern "C" __global__ void __launch_bounds__(128) linear_e4m3_wg_geglu_##S(                                 \
+        const __grid_constant__ TmaMap wmap, const __grid_constant__ TmaMap xmap, const float* x_scale,          \
+        const float* w_scale, unsigned char* codes, const float* code_scale, unsigned m, unsigned f,             \
+        unsigned kc) {                                                                                           \
+        linear_e4m3_wg_geglu<T>(wmap, xmap, x_scale, w_scale, codes, code_scale, m, f, kc);                      \
+    }
+FOR_FLOATS(FP8_WG_GEGLU)
 // The parts form takes the rows form's parameters (o_ld, bias and accumulate unused).
 extern "C" __global__ void __launch_bounds__(128)
     linear_e4m3_wg_parts(const __grid_constant__ TmaMap wmap, const __grid_constant__ TmaMap xmap,

@@ -515,6 +515,139 @@ fn norms_quantize_their_output_as_quantize_does(b: &Backend) {
     }
 }
 
+/// The FP8 gate+up projection with its GEGLU in one op (`linear_geglu_e4m3`) gives, bit for
+/// bit, the codes of `linear_e4m3` into a gate+up tensor of the model's type followed by
+/// `geglu_e4m3`: on the host always, on CUDA where the op has a kernel (Hopper's `wgmma`; the
+/// unfused GEMM then forced onto the same `wgmma` main loop). Shapes: one row, odd rows over
+/// several stages of K, the action expert's MLP (50×1024, 4096 features); bad layouts refused,
+/// K past one kernel's range planned as `None` on CUDA.
+fn linear_geglu_gives_the_codes_of_linear_then_geglu(b: &Backend) {
+    let mut rng = Rng::new(85);
+    let hopper = b.k.target() == "sm_90";
+    // The unfused GEMM on the wgmma kernel where there is one (untuned: chosen without timing).
+    let unfused = Kernels::with_options(
+        b.k.ctx(),
+        KernelOptions {
+            fp8_rows_kernel: true,
+            fp8_wgmma: true,
+            gemm_tuning: false,
+            ..*b.k.options()
+        },
+    )
+    .unwrap();
+    let t =
+        |name: &str, dt: DType, shape: &[usize]| Tensor::alloc(b.k.ctx(), name, dt, shape).unwrap();
+    for (m, k, f, big) in [
+        (1usize, 128usize, 32usize, false),
+        (7, 384, 64, false),
+        (64, 256, 96, false),
+        (50, 1024, 4096, true),
+    ] {
+        if !size_ok(b, big) {
+            continue;
+        }
+        for dt in FLOATS {
+            let what = format!("[{}] linear_geglu_e4m3 {m}x{k}x{f} {dt:?}", b.name);
+            let c = Fp8Case::new(&mut rng, m, k, 2 * f, false);
+            let ft = upload(b, &c, (m, k, 2 * f), dt);
+            let xs = scalar(b, c.x_scale);
+            let (c1, c2) = (t("c1", DType::E4M3, &[m, f]), t("c2", DType::E4M3, &[m, f]));
+            let Some(fused) = b.k.linear_geglu_e4m3(&ft.x, &ft.w, &c1, dt).unwrap() else {
+                assert!(b.is_cuda() && !hopper, "{what}: no plan");
+                continue;
+            };
+            assert_eq!(fused.dims(), (m, k, f), "{what}");
+            // Unfused: the gate+up rows in dt (ft.out, [m, 2F]), then the GEGLU writing codes.
+            let lin = unfused.linear_e4m3(&ft.x, &ft.w, &ft.out, false).unwrap();
+            if b.is_cuda() {
+                assert_eq!(lin.implementation(), "wgmma kernel", "{what}");
+            }
+            lin.run(b.s, &ft.x, &xs, &ft.w, &ft.ws, &ft.out, None)
+                .unwrap();
+            let (g, u) = (
+                ft.out.narrow(1, 0, f).unwrap(),
+                ft.out.narrow(1, f, f).unwrap(),
+            );
+            let h = t("h", dt, &[m, f]);
+            b.k.geglu(b.s, &g, &u, &h).unwrap();
+            // A code scale that puts the largest output near E4M3's top.
+            let top = h
+                .read_f32(b.s)
+                .unwrap()
+                .iter()
+                .fold(0f32, |a, v| a.max(v.abs()));
+            let scale = scalar(b, top / 400.0);
+            b.k.geglu_e4m3(b.s, &g, &u, &h, (&c2, &scale)).unwrap();
+            c1.write_bytes(b.s, &vec![0x7f; m * f]).unwrap();
+            fused
+                .run(b.s, &ft.x, &xs, &ft.w, &ft.ws, &c1, &scale)
+                .unwrap();
+            let (got, want) = (c1.read_bytes(b.s).unwrap(), c2.read_bytes(b.s).unwrap());
+            let differ = got.iter().zip(&want).filter(|(a, b)| a != b).count();
+            assert_eq!(differ, 0, "{what}: {differ} of {} codes differ", got.len());
+            let distinct: std::collections::BTreeSet<u8> = want.iter().copied().collect();
+            assert!(
+                distinct.len() > 16,
+                "{what}: {} distinct codes",
+                distinct.len()
+            );
+        }
+    }
+    // Refused: codes of the wrong size, a weight that is not gate and up rows, an integer
+    // rounding type, a run with too few weight scales.
+    let (m, k, f) = (4, 128, 32);
+    let c = Fp8Case::new(&mut rng, m, k, 2 * f, false);
+    let ft = upload(b, &c, (m, k, 2 * f), DType::BF16);
+    let codes = t("codes", DType::E4M3, &[m, f]);
+    for (w, codes, dt, needle) in [
+        (
+            &ft.w,
+            &t("c", DType::E4M3, &[m, f + 8]),
+            DType::BF16,
+            "gate and up",
+        ),
+        (
+            &ft.w.narrow(0, 0, f).unwrap(),
+            &codes,
+            DType::BF16,
+            "gate and up",
+        ),
+        (&ft.w, &codes, DType::E4M3, "float type"),
+    ] {
+        let e =
+            b.k.linear_geglu_e4m3(&ft.x, w, codes, dt)
+                .err()
+                .expect("refused")
+                .to_string();
+        assert!(e.contains(needle), "[{}] {e}", b.name);
+    }
+    if let Some(p) =
+        b.k.linear_geglu_e4m3(&ft.x, &ft.w, &codes, DType::BF16)
+            .unwrap()
+    {
+        let e = p
+            .run(
+                b.s,
+                &ft.x,
+                &scalar(b, 1.0),
+                &ft.w,
+                &filled(b, 1.0, f),
+                &codes,
+                &scalar(b, 1.0),
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("w_scale"), "[{}] {e}", b.name);
+    }
+    // K past one block's range: no kernel on CUDA; the host plans it.
+    let c = Fp8Case::new(&mut rng, m, 1152, 2 * f, false);
+    let ft = upload(b, &c, (m, 1152, 2 * f), DType::BF16);
+    let p =
+        b.k.linear_geglu_e4m3(&ft.x, &ft.w, &codes, DType::BF16)
+            .unwrap();
+    assert_eq!(p.is_some(), !b.is_cuda(), "[{}] K = 1152", b.name);
+}
+
 /// The split FP8 linear layer against the f64 sum of each part's range, scaled: the action
 /// expert's attention output and down projections (4 and 8 parts), and small shapes whose
 /// blocks take 64, 32 and 16 features on a device of 132 multiprocessors (an H100), one part,
@@ -732,6 +865,7 @@ fn attention_writes_the_codes_quantize_makes(b: &Backend) {
 }
 
 backend_tests!(
+    linear_geglu_gives_the_codes_of_linear_then_geglu,
     attention_writes_the_codes_quantize_makes,
     norms_quantize_their_output_as_quantize_does,
     quantize_gives_the_host_codes,

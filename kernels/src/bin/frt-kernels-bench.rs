@@ -460,6 +460,48 @@ fn main() {
                     bf_med / f_med
                 ));
             }
+            // The expert's gate+up then its GEGLU writing the down projection's codes: each
+            // GEMM that takes the shape and `geglu_e4m3`, against the one op doing both.
+            if what == "expert gate+up" {
+                let f = n / 2;
+                let (hc, h) = (codes(&[m, f]), b.tensor("h", out.dtype(), &[m, f]));
+                let (g, u) = (out.narrow(1, 0, f).unwrap(), out.narrow(1, f, f).unwrap());
+                let mut seen = Vec::new();
+                for k in [with(true, true), with(false, false)] {
+                    let Ok(fp8) = k.linear_e4m3(&xq, &wq[0], &out, false) else {
+                        continue;
+                    };
+                    if seen.contains(&fp8.implementation()) {
+                        continue;
+                    }
+                    seen.push(fp8.implementation());
+                    let xsv = xs_rows.narrow(0, 0, fp8.x_scale_elements()).unwrap();
+                    let (f_med, f_p) = b.time(what, &|s| {
+                        fp8.run(s, &xq, &xsv, &wq[pick(wq.len())], &wsc, &out, None)?;
+                        b.k.geglu_e4m3(s, &g, &u, &h, (&hc, &xs))
+                    });
+                    cells.push(format!(
+                        "e4m3 + geglu_e4m3 {:>6.1} / {:>6.1} µs ({})",
+                        f_med * 1e3,
+                        f_p * 1e3,
+                        fp8.implementation()
+                    ));
+                }
+                match b.k.linear_geglu_e4m3(&xq, &wq[0], &hc, out.dtype()) {
+                    Ok(Some(fused)) => {
+                        let (f_med, f_p) = b.time(what, &|s| {
+                            fused.run(s, &xq, &xs, &wq[pick(wq.len())], &wsc, &hc, &xs)
+                        });
+                        cells.push(format!(
+                            "linear_geglu_e4m3 {:>6.1} / {:>6.1} µs",
+                            f_med * 1e3,
+                            f_p * 1e3
+                        ));
+                    }
+                    Ok(None) => cells.push("linear_geglu_e4m3: no kernel here".into()),
+                    Err(e) => cells.push(format!("linear_geglu_e4m3 not run: {e}")),
+                }
+            }
             // The expert's residual projections also as split FP8 GEMMs (the parts its
             // residual norms add): parts of 512 and of 256 codes, each kernel that takes them.
             for parts in [kk / 512, kk / 256] {

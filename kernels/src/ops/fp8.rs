@@ -229,14 +229,14 @@ impl Kernels {
 }
 
 #[derive(Copy, Clone, Debug)]
-struct Fp8Spec {
-    x: Rows,
-    w: Rows,
-    out: Rows,
-    out_dt: DType,
-    bias: bool,
+pub(super) struct Fp8Spec {
+    pub(super) x: Rows,
+    pub(super) w: Rows,
+    pub(super) out: Rows,
+    pub(super) out_dt: DType,
+    pub(super) bias: bool,
     /// Runs add the product to `out` (see [`Fp8Linear::accumulating`]).
-    accumulate: bool,
+    pub(super) accumulate: bool,
 }
 
 /// How a cuBLASLt FP8 plan applies the scales (the first form cuBLASLt accepts, tried in
@@ -289,7 +289,7 @@ enum OwnKernel {
 
 /// The codes of K a block of `linear_e4m3_wg` copies a stage; the most codes of K one block
 /// takes (all staged at once).
-const WG_STAGE: usize = 128;
+pub(super) const WG_STAGE: usize = 128;
 const WG_RANGE_MAX: usize = 1024;
 
 /// `linear_e4m3_wg`'s shared memory for ranges of `kc` codes: per stage 64 weight rows and 64
@@ -300,7 +300,7 @@ fn wg_shared(kc: usize) -> usize {
 }
 
 /// Whether `linear_e4m3_wg` takes `m` rows, ranges of `kc` codes and `n` features here.
-fn wg_takes(k: &Kernels, m: usize, kc: usize, n: usize) -> bool {
+pub(super) fn wg_takes(k: &Kernels, m: usize, kc: usize, n: usize) -> bool {
     k.options.fp8_wgmma
         && k.cuda
             .as_ref()
@@ -314,7 +314,12 @@ fn wg_takes(k: &Kernels, m: usize, kc: usize, n: usize) -> bool {
 /// A tensor map (for the TMA) of E4M3 rows `r` at `t`'s start: boxes of [`WG_STAGE`] codes ×
 /// `box_rows` rows, written to shared memory with the 128-byte swizzle; rows past `r.rows`
 /// arrive as zeros.
-fn tma_map(op: &'static str, t: &Tensor, r: Rows, box_rows: u32) -> Result<sys::CUtensorMap> {
+pub(super) fn tma_map(
+    op: &'static str,
+    t: &Tensor,
+    r: Rows,
+    box_rows: u32,
+) -> Result<sys::CUtensorMap> {
     use sys::{
         CUtensorMapDataType as D, CUtensorMapFloatOOBfill as F, CUtensorMapInterleave as I,
         CUtensorMapL2promotion as L, CUtensorMapSwizzle as Sw,
@@ -662,7 +667,10 @@ impl Fp8Linear {
 ///
 /// # Safety
 /// The pointers hold tensors of the spec's layouts.
-unsafe fn host_linear(sp: &Fp8Spec, (x, xs, w, ws, out, bias): (P, P, P, P, P, Option<P>)) {
+pub(super) unsafe fn host_linear(
+    sp: &Fp8Spec,
+    (x, xs, w, ws, out, bias): (P, P, P, P, P, Option<P>),
+) {
     const COLS_PER_TASK: usize = 16;
     let values = code_values();
     let (m, kk, n) = (sp.x.rows, sp.x.cols, sp.w.rows);

@@ -5,6 +5,7 @@ pub mod attention;
 pub mod conv;
 pub mod elementwise;
 pub mod fp8;
+pub mod fp8_mlp;
 pub mod gemm;
 pub mod image;
 pub mod mlp;

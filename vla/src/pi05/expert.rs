@@ -16,8 +16,8 @@ use crate::error::Result;
 use crate::weights::{EXPERT, Pi05Weights};
 use frt_exec::Stream;
 use frt_kernels::{
-    AttentionMask, AttentionPlan, DType, Fp8Linear, Fp8SplitLinear, GegluLinear, Gemm, Kernels,
-    RopeTable, SplitLinear, Tensor,
+    AttentionMask, AttentionPlan, DType, Fp8GegluLinear, Fp8Linear, Fp8SplitLinear, GegluLinear,
+    Gemm, Kernels, RopeTable, SplitLinear, Tensor,
 };
 use frt_nn::blocks::gemma::{GemmaDims, GemmaProjections};
 
@@ -25,8 +25,8 @@ use frt_nn::blocks::gemma::{GemmaDims, GemmaProjections};
 /// [`Expert::record_calibrating`]).
 pub(crate) type Probe<'a> = &'a mut dyn FnMut(&str, &Tensor) -> Result<()>;
 
-/// The expert's GEMMs in FP8: the stack, the GEMM plans (q/k/v, gate+up, and the two whose
-/// product the residual adds: attention out, down) and the gate+up product before GEGLU.
+/// The expert's GEMMs in FP8: the stack and the GEMM plans (q/k/v, gate+up with the GEGLU, and
+/// the two whose product the residual adds: attention out, down).
 /// Where its reduction splits (see [`split_parts`]), the down projection runs as a split GEMM
 /// whose parts' f32 sums the residual's norm adds, and so does the attention output where the
 /// split runs on Hopper's `wgmma` (on an H100, `frt-kernels-bench --only fp8`: the down
@@ -34,15 +34,22 @@ pub(crate) type Probe<'a> = &'a mut dyn FnMut(&str, &Tensor) -> Result<()>;
 /// attention output 3.7 µs in 4 parts with `wgmma` against 6.6 whole, and 6.1 in 4 parts
 /// with `mma.sync`, where it stays whole). The q/k/v projection splits too where that runs on
 /// `wgmma` (in 2 parts of 512: 80 blocks where whole it has 40), and RoPE adds its parts
-/// (`Kernels::rope_qkv_table_parts`).
+/// (`Kernels::rope_qkv_table_parts`). The gate+up projection and the GEGLU run as one op
+/// (`Kernels::linear_geglu_e4m3`: on CUDA where Hopper's `wgmma` runs it; always on the host,
+/// the same bits as the two), the gate+up rows then never written.
 struct ExpertFp8 {
     stack: Fp8Stack,
     qkv: Fp8Proj,
-    /// gate+up.
-    gate_up_lin: Fp8Linear,
-    gate_up: Tensor,
+    mlp: Fp8Mlp,
     o: Fp8Proj,
     down: Fp8Proj,
+}
+
+/// The FP8 MLP input: the gate+up GEMM and the GEGLU in one op, else the GEMM into its 16-bit
+/// product (the tensor), then the GEGLU; either writes the down projection's codes.
+enum Fp8Mlp {
+    Fused(Fp8GegluLinear),
+    Apart(Fp8Linear, Tensor),
 }
 
 /// An FP8 projection: split (its parts' f32 sums in the tensor, which what reads it adds: the
@@ -270,8 +277,14 @@ impl Expert {
                 };
                 let stack =
                     Fp8Stack::load(k, s, w, ("expert", EXPERT), &dims, eg.depth, 4, s_len, cal)?;
-                let gate_up = Tensor::alloc(ctx, "step.fp8.gate_up", dt, &[s_len, 2 * eg.mlp])?;
-                let gate_up_lin = stack.plan(k, 2, s_len, &gate_up, false)?;
+                let mlp = match stack.plan_geglu(k, s_len, dt)? {
+                    Some(fused) => Fp8Mlp::Fused(fused),
+                    None => {
+                        let gate_up =
+                            Tensor::alloc(ctx, "step.fp8.gate_up", dt, &[s_len, 2 * eg.mlp])?;
+                        Fp8Mlp::Apart(stack.plan(k, 2, s_len, &gate_up, false)?, gate_up)
+                    }
+                };
                 let o_parts = split_parts(eg.heads * eg.head_dim);
                 let down_parts = split_parts(eg.mlp);
                 let partials = Tensor::alloc(
@@ -305,8 +318,7 @@ impl Expert {
                     o: project(1, (o_parts, &partials), &so, true)?,
                     down: project(3, (down_parts, &partials), &so, false)?,
                     stack,
-                    gate_up_lin,
-                    gate_up,
+                    mlp,
                 })
             }
             None => None,
@@ -538,21 +550,22 @@ impl Expert {
             gate = residual_norm(&so, &gate, &self.modulation(i, 2 * j + 1)?, codes(j, 2)?)?;
             see(j, 2, &self.aln)?;
             match fp8 {
-                Some(f) => {
-                    let gu = &f.gate_up;
-                    f.stack
-                        .linear_quantized(cs, (j, 2), &f.gate_up_lin, s_len, gu)?;
-                    let mlp = self.sh.dim(1);
-                    // The GEGLU writes the down projection's codes too.
-                    let (c, sc) = f.stack.codes_for(j, 3, s_len)?;
-                    k.geglu_e4m3(
-                        cs,
-                        &gu.narrow(1, 0, mlp)?,
-                        &gu.narrow(1, mlp, mlp)?,
-                        &self.sh,
-                        (&c, &sc),
-                    )?;
-                }
+                Some(f) => match &f.mlp {
+                    Fp8Mlp::Fused(lin) => f.stack.linear_geglu(cs, j, lin, s_len)?,
+                    Fp8Mlp::Apart(lin, gu) => {
+                        f.stack.linear_quantized(cs, (j, 2), lin, s_len, gu)?;
+                        let mlp = self.sh.dim(1);
+                        // The GEGLU writes the down projection's codes too.
+                        let (c, sc) = f.stack.codes_for(j, 3, s_len)?;
+                        k.geglu_e4m3(
+                            cs,
+                            &gu.narrow(1, 0, mlp)?,
+                            &gu.narrow(1, mlp, mlp)?,
+                            &self.sh,
+                            (&c, &sc),
+                        )?;
+                    }
+                },
                 None => {
                     let (w, sg) = self.sixteen(l)?;
                     sg.gate_up.run(k, cs, &self.aln, &w.gate_up, &self.sh)?

@@ -7,7 +7,7 @@ use crate::calibration::Calibration;
 use crate::error::Result;
 use crate::weights::Pi05Weights;
 use frt_exec::Stream;
-use frt_kernels::{DType, Fp8Linear, Fp8SplitLinear, Kernels, Tensor};
+use frt_kernels::{DType, Fp8GegluLinear, Fp8Linear, Fp8SplitLinear, Kernels, Tensor};
 use frt_nn::blocks::gemma::{GemmaDims, GemmaFp8};
 
 /// A layer's FP8 GEMM inputs, in the order of its scales: the normed rows into q/k/v, the
@@ -169,6 +169,49 @@ impl Fp8Stack {
             &w.scales,
             out,
             None,
+        )?;
+        Ok(())
+    }
+
+    /// Plans the gate+up GEMM with the GEGLU after it as one op for `rows` rows, writing the
+    /// down projection's codes (products rounded to `dt`), with layer 0's weight: `None` where
+    /// the device has no kernel for it (see `Kernels::linear_geglu_e4m3`).
+    pub(crate) fn plan_geglu(
+        &self,
+        k: &Kernels,
+        rows: usize,
+        dt: DType,
+    ) -> Result<Option<Fp8GegluLinear>> {
+        let (codes, w) = self.operands(0, 2);
+        let (hidden, _) = self.operands(0, 3);
+        Ok(k.linear_geglu_e4m3(
+            &codes.narrow(0, 0, rows)?,
+            &w.codes,
+            &hidden.narrow(0, 0, rows)?,
+            dt,
+        )?)
+    }
+
+    /// Layer `i`'s gate+up GEMM and GEGLU as one op (plan `lin`, made by
+    /// [`plan_geglu`](Self::plan_geglu)): the gate+up input's codes already made, the down
+    /// projection's written.
+    pub(crate) fn linear_geglu(
+        &self,
+        cs: Stream,
+        i: usize,
+        lin: &Fp8GegluLinear,
+        rows: usize,
+    ) -> Result<()> {
+        let (codes, w) = self.operands(i, 2);
+        let (hidden, _) = self.operands(i, 3);
+        lin.run(
+            cs,
+            &codes.narrow(0, 0, rows)?,
+            &self.scale(i, 2, 1)?,
+            &w.codes,
+            &w.scales,
+            &hidden.narrow(0, 0, rows)?,
+            &self.scale(i, 3, 1)?,
         )?;
         Ok(())
     }
