@@ -328,19 +328,7 @@ FP8_PARTS_FT(4)
 #define WG_STAGE 128
 #define WG_STAGES 8
 
-// A CUtensorMap, opaque: 128 bytes the driver encoded (cuTensorMapEncodeTiled).
-struct __align__(64) TmaMap {
-    unsigned long long bits[16];
-};
-
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// A shared-memory matrix descriptor, K-major with the 128-byte swizzle: 8-row atoms 1024 bytes
-// apart.
-__device__ __forceinline__ unsigned long long wg_desc(unsigned addr) {
-    return (unsigned long long)((addr & 0x3ffffu) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32) |
-           (1ull << 62);
-}
-
 // d (+)= A · Bᵀ for A 64 × 32 codes and B 64 × 32 codes (both K-major): d starts afresh when
 // `add` is 0.
 __device__ __forceinline__ void wg_mma(float d[32], unsigned long long a, unsigned long long b, unsigned add) {
@@ -354,25 +342,6 @@ __device__ __forceinline__ void wg_mma(float d[32], unsigned long long a, unsign
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
           "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "l"(a), "l"(b), "r"(add));
-}
-
-// A 2-d box of `map` at (c0, c1) into shared `dst`, completing `bar`'s transaction bytes.
-__device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaMap* map, int c0, int c1, unsigned bar) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-            dst),
-        "l"((unsigned long long)map), "r"(c0), "r"(c1), "r"(bar)
-        : "memory");
-}
-
-__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
-    unsigned done = 0;
-    while (!done)
-        asm volatile(
-            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(bar), "r"(parity)
-            : "memory");
 }
 #endif
 
@@ -421,13 +390,6 @@ __device__ __forceinline__ void wg_sums(const TmaMap& wmap, const TmaMap& xmap, 
     }
 }
 #endif
-
-// acc[i] of lane l in warp v: A's row (the feature) 16v + l/4 + 8·((i/2) % 2), B's row (the
-// token) 8·(i/4) + 2·(l % 4) + i % 2.
-__device__ __forceinline__ unsigned wg_feature(unsigned warp, unsigned lane, int i) {
-    return warp * 16 + (lane >> 2) + 8 * ((i >> 1) & 1);
-}
-__device__ __forceinline__ unsigned wg_token(unsigned lane, int i) { return (i >> 2) * 8 + 2 * (lane & 3) + (i & 1); }
 
 template <typename T, bool PARTS>
 __device__ void linear_e4m3_wg(const TmaMap& wmap, const TmaMap& xmap, const float* __restrict__ x_scale,

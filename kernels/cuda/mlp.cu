@@ -105,3 +105,111 @@ __device__ void geglu_linear(const T* __restrict__ x, const T* __restrict__ w, T
     }
 GEGLU_LINEAR(bf16, bf16)
 GEGLU_LINEAR(f16, f16)
+
+// ---- The same on Hopper's asynchronous tensor cores (sm_90a) ----------------------------------
+//
+// geglu_linear_wg: the product taken transposed, as fp8.cu's linear_e4m3_wg does: a block's
+// 64 MMA rows (A) are the gate's 32 features f0.. and the up's same 32 (rows f + f0..), its
+// N = 64 columns the tokens (rows of x past m arrive as zeros), both K-major in shared memory
+// with the 128-byte swizzle, copied by the TMA (two boxes of 32 weight rows and one of 64 rows
+// of x a stage of 64 elements of K). K goes through a ring of MLP_WG_STAGES stages: one thread
+// issues the first stages' copies, and after the warpgroup's MMAs of a stage are done it
+// refills that stage with the chunk MLP_WG_STAGES further on (each stage's mbarrier completes
+// once a use; its parity is the use's). The four k16 MMAs of a stage add into one f32 sum.
+// The gate and up values are rounded to T (what a T output of the GEMM holds), meet in shared
+// memory, and h = gelu_tanh(gate)·up is rounded to T: what the GEMM into T and geglu compute.
+#define MLP_WG_K 64
+#define MLP_WG_STAGES 8
+#define MLP_WG_LD 68
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// d += A · Bᵀ for A 64 × 16 and B 64 × 16 (both K-major, 16-bit).
+template <typename T>
+__device__ __forceinline__ void wg_mma16(float d[32], unsigned long long a, unsigned long long b);
+#define WG_MMA16(T, TY)                                                                                         \
+    template <>                                                                                                 \
+    __device__ __forceinline__ void wg_mma16<T>(float d[32], unsigned long long a, unsigned long long b) {     \
+        asm volatile(                                                                                           \
+            "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                                         \
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " "                                         \
+            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"                                           \
+            "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"  \
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),   \
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),          \
+              "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),        \
+              "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),        \
+              "+f"(d[29]), "+f"(d[30]), "+f"(d[31])                                                             \
+            : "l"(a), "l"(b));                                                                                  \
+    }
+WG_MMA16(bf16, "bf16")
+WG_MMA16(f16, "f16")
+#endif
+
+template <typename T>
+__device__ void geglu_linear_wg(const TmaMap& wmap, const TmaMap& xmap, T* __restrict__ h, unsigned long long h_ld,
+                                unsigned m, unsigned f, unsigned k) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr unsigned A_BYTES = 64 * MLP_WG_K * 2, B_BYTES = 64 * MLP_WG_K * 2, STAGE = A_BYTES + B_BYTES;
+    extern __shared__ unsigned char wg_raw[];
+    const unsigned base = (smem_addr(wg_raw) + 1023) & ~1023u;
+    // The ring, or the 64 × 64 values after the loop (whichever is larger), then the barriers.
+    const unsigned data = max(MLP_WG_STAGES * STAGE, 64u * MLP_WG_LD * 4u);
+    const unsigned bars = base + data;
+    const unsigned chunks = k / MLP_WG_K, f0 = blockIdx.x * 32;
+    const unsigned t = threadIdx.x;
+    // Chunk c into its stage (thread 0).
+    auto issue = [&](unsigned c) {
+        const unsigned s = c % MLP_WG_STAGES, a = base + s * STAGE, bar = bars + 8 * s;
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(STAGE) : "memory");
+        tma_load_2d(a, &wmap, c * MLP_WG_K, f0, bar);
+        tma_load_2d(a + A_BYTES / 2, &wmap, c * MLP_WG_K, f + f0, bar);
+        tma_load_2d(a + A_BYTES, &xmap, c * MLP_WG_K, 0, bar);
+    };
+    if (t == 0) {
+        for (unsigned s = 0; s < MLP_WG_STAGES; ++s)
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bars + 8 * s) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        for (unsigned c = 0; c < chunks && c < MLP_WG_STAGES; ++c) issue(c);
+    }
+    __syncthreads();
+
+    float acc[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) acc[i] = 0.f;
+#pragma unroll 1
+    for (unsigned c = 0; c < chunks; ++c) {
+        const unsigned s = c % MLP_WG_STAGES, a = base + s * STAGE;
+        mbar_wait(bars + 8 * s, (c / MLP_WG_STAGES) & 1);
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (unsigned j = 0; j < 4; ++j) wg_mma16<T>(acc, wg_desc(a + 32 * j), wg_desc(a + A_BYTES + 32 * j));
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        // Every warp's MMAs have read the stage: refill it.
+        __syncthreads();
+        if (t == 0 && c + MLP_WG_STAGES < chunks) issue(c + MLP_WG_STAGES);
+    }
+
+    const unsigned warp = t >> 5, lane = t & 31;
+    float* tile = (float*)(wg_raw + (base - smem_addr(wg_raw)));
+#pragma unroll
+    for (int i = 0; i < 32; ++i)
+        tile[wg_feature(warp, lane, i) * MLP_WG_LD + wg_token(lane, i)] = to_f32(from_f32<T>(acc[i]));
+    __syncthreads();
+    const unsigned c = t & 31;
+    for (unsigned r = t >> 5; r < m; r += 4)
+        h[r * h_ld + f0 + c] = from_f32<T>(gelu_tanh(tile[c * MLP_WG_LD + r]) * tile[(32 + c) * MLP_WG_LD + r]);
+#else
+    // The host takes this kernel only on sm_90 (built as sm_90a); never reached.
+    __trap();
+#endif
+}
+
+#define GEGLU_LINEAR_WG(T, S)                                                                               \
+    extern "C" __global__ void __launch_bounds__(128)                                                       \
+        geglu_linear_wg_##S(const __grid_constant__ TmaMap wmap, const __grid_constant__ TmaMap xmap, T* h,  \
+                            unsigned long long h_ld, unsigned m, unsigned f, unsigned k) {                   \
+        geglu_linear_wg<T>(wmap, xmap, h, h_ld, m, f, k);                                                   \
+    }
+GEGLU_LINEAR_WG(bf16, bf16)
+GEGLU_LINEAR_WG(f16, f16)

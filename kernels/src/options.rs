@@ -45,6 +45,10 @@ pub struct KernelOptions {
     /// multiplies the E4M3 codes as they are (`false`: the `mma.sync` forms, which widen them to
     /// f16 first).
     pub fp8_wgmma: bool,
+    /// On Hopper (`sm_90`), bf16/f16 gated-MLP inputs of few rows (`Kernels::geglu_linear`:
+    /// an action expert's gate+up and GEGLU) run as one `wgmma` kernel (`false`: cuBLASLt's
+    /// GEMM, then the geglu kernel).
+    pub geglu_wgmma: bool,
 }
 
 impl Default for KernelOptions {
@@ -57,12 +61,13 @@ impl Default for KernelOptions {
             attention_splits: None,
             fp8_rows_kernel: true,
             fp8_wgmma: true,
+            geglu_wgmma: true,
         }
     }
 }
 
 /// The environment variables [`KernelOptions::from_env`] reads.
-pub const ENV_VARS: [&str; 7] = [
+pub const ENV_VARS: [&str; 8] = [
     "FRT_ATTENTION",
     "FRT_ATTENTION_SPLITS",
     "FRT_GEMM_TUNING",
@@ -70,12 +75,14 @@ pub const ENV_VARS: [&str; 7] = [
     "FRT_GEMM_TUNING_LOG",
     "FRT_FP8_ROWS",
     "FRT_FP8_WGMMA",
+    "FRT_GEGLU_WGMMA",
 ];
 
 impl KernelOptions {
     /// The defaults, overridden by `FRT_ATTENTION` (`auto`, `flash`, `gemm`),
     /// `FRT_ATTENTION_SPLITS` (a positive number, or `auto`), `FRT_GEMM_TUNING`,
-    /// `FRT_GEMM_SPLIT_K`, `FRT_GEMM_TUNING_LOG`, `FRT_FP8_ROWS` and `FRT_FP8_WGMMA` (`0` or `1`), for
+    /// `FRT_GEMM_SPLIT_K`, `FRT_GEMM_TUNING_LOG`, `FRT_FP8_ROWS`, `FRT_FP8_WGMMA` and
+    /// `FRT_GEGLU_WGMMA` (`0` or `1`), for
     /// benchmarks. A value
     /// outside those is an error naming the variable.
     pub fn from_env() -> Result<KernelOptions> {
@@ -120,6 +127,7 @@ impl KernelOptions {
         o.tuning_log = flag("FRT_GEMM_TUNING_LOG", o.tuning_log)?;
         o.fp8_rows_kernel = flag("FRT_FP8_ROWS", o.fp8_rows_kernel)?;
         o.fp8_wgmma = flag("FRT_FP8_WGMMA", o.fp8_wgmma)?;
+        o.geglu_wgmma = flag("FRT_GEGLU_WGMMA", o.geglu_wgmma)?;
         Ok(o)
     }
 }
@@ -148,11 +156,12 @@ mod tests {
             ("FRT_GEMM_TUNING_LOG", "1"),
             ("FRT_FP8_ROWS", "0"),
             ("FRT_FP8_WGMMA", "0"),
+            ("FRT_GEGLU_WGMMA", "0"),
         ]))
         .unwrap();
         assert_eq!(o.attention, AttentionPath::Gemm);
         assert!(!o.gemm_tuning && o.split_k && o.tuning_log && !o.fp8_rows_kernel);
-        assert!(!o.fp8_wgmma);
+        assert!(!o.fp8_wgmma && !o.geglu_wgmma);
         let e = KernelOptions::from_vars(env(&[("FRT_GEMM_SPLIT_K", "yes")]))
             .unwrap_err()
             .to_string();

@@ -895,9 +895,11 @@ fn linear_split(b: &Backend) {
 }
 
 /// The first half of a gated MLP, `gelu_tanh(x·Wgᵀ) ⊙ (x·Wuᵀ)` with `w = [Wg ; Wu]`, planned
-/// (a GEMM and geglu) and on CUDA (bf16/f16, sm_80+) also on the fused kernel for up to 64
-/// rows: the action expert's shape, a K that is not a multiple of the kernel's 128-wide
-/// chunks, one row, 64 rows; more rows or f32 cannot take it.
+/// (a GEMM and geglu; on Hopper, bf16/f16 and up to 64 rows with K a multiple of 64, the
+/// `wgmma` kernel, required there) and on CUDA (bf16/f16, sm_80+) also on the fused kernel for
+/// up to 64 rows: the action expert's shape, a K that is not a multiple of the kernels' chunks,
+/// one row, 64 rows, K over more chunks than the `wgmma` kernel's ring of 8 stages; more rows
+/// or f32 cannot take them.
 fn geglu_linear(b: &Backend) {
     let mut rng = Rng::new(21);
     let gelu = |x: f64| {
@@ -909,6 +911,8 @@ fn geglu_linear(b: &Backend) {
         (64, 200, 96, false),
         (65, 40, 32, false),
         (7, 8, 64, false),
+        (7, 384, 64, false),
+        (64, 1152, 96, false),
     ] {
         if !size_ok(b, big) {
             continue;
@@ -925,7 +929,14 @@ fn geglu_linear(b: &Backend) {
                     assert!(p.fused());
                     p
                 } else {
-                    k.geglu_linear(&i[0], &i[1], o)?
+                    let p = k.geglu_linear(&i[0], &i[1], o)?;
+                    let wgmma = k.target() == "sm_90"
+                        && dt != DType::F32
+                        && m <= 64
+                        && kk % 64 == 0
+                        && f % 32 == 0;
+                    assert_eq!(p.on_wgmma(), wgmma, "{m}x{kk} -> {f} {dt:?}");
+                    p
                 };
                 plan.run(k, s, &i[0], &i[1], o)
             };

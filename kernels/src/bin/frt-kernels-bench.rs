@@ -337,7 +337,7 @@ fn main() {
     }
     if b.wants("geglu") {
         // The action expert's MLP gate and up projections with GEGLU: cuBLASLt's GEMM then the
-        // geglu kernel, against the fused kernel; the weight read from memory (the repeated ops
+        // geglu kernel, against the fused kernel and the plan (on Hopper its wgmma kernel); the weight read from memory (the repeated ops
         // cycle through 8 copies, 134 MB) as in the model, where 18 layers' weights follow each
         // other.
         {
@@ -354,9 +354,11 @@ fn main() {
             };
             let gemm = b.k.linear(&x, &ws[0], &both, false, false).unwrap();
             let fused = b.k.geglu_linear_fused(&x, &ws[0], &h).unwrap();
+            // The plan as models make it (on Hopper the wgmma kernel).
+            let plan = b.k.geglu_linear(&x, &ws[0], &h).unwrap();
             let bytes = (2 * f * kk) as f64 * dt.size() as f64;
             type Op<'a> = &'a dyn Fn(Stream) -> Result<()>;
-            let forms: [(&str, Op); 2] = [
+            let forms: [(&str, Op); 3] = [
                 ("GEMM + geglu", &|s| {
                     gemm.run(s, &x, w(), &both, None)?;
                     b.k.geglu(s, &both.narrow(1, 0, f)?, &both.narrow(1, f, f)?, &h)
@@ -368,6 +370,14 @@ fn main() {
                         "plan (not fused)"
                     },
                     &|s| fused.run(&b.k, s, &x, w(), &h),
+                ),
+                (
+                    if plan.on_wgmma() {
+                        "wgmma kernel"
+                    } else {
+                        "plan"
+                    },
+                    &|s| plan.run(&b.k, s, &x, w(), &h),
                 ),
             ];
             println!();

@@ -311,9 +311,9 @@ pub(super) fn wg_takes(k: &Kernels, m: usize, kc: usize, n: usize) -> bool {
         && n % 64 == 0
 }
 
-/// A tensor map (for the TMA) of E4M3 rows `r` at `t`'s start: boxes of [`WG_STAGE`] codes ×
-/// `box_rows` rows, written to shared memory with the 128-byte swizzle; rows past `r.rows`
-/// arrive as zeros.
+/// A tensor map (for the TMA) of rows `r` at `t`'s start (E4M3, bf16 or f16): boxes of 128
+/// bytes of a row (128 codes, 64 16-bit values) × `box_rows` rows, written to shared memory
+/// with the 128-byte swizzle; rows past `r.rows` arrive as zeros.
 pub(super) fn tma_map(
     op: &'static str,
     t: &Tensor,
@@ -324,16 +324,21 @@ pub(super) fn tma_map(
         CUtensorMapDataType as D, CUtensorMapFloatOOBfill as F, CUtensorMapInterleave as I,
         CUtensorMapL2promotion as L, CUtensorMapSwizzle as Sw,
     };
+    let (data, size) = match t.dtype() {
+        DType::BF16 => (D::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2),
+        DType::F16 => (D::CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2),
+        _ => (D::CU_TENSOR_MAP_DATA_TYPE_UINT8, 1),
+    };
     let mut map = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
     let dims = [r.cols as u64, r.rows as u64];
-    let strides = [r.stride as u64];
-    let boxes = [WG_STAGE as u32, box_rows];
+    let strides = [(r.stride * size) as u64];
+    let boxes = [(128 / size) as u32, box_rows];
     let steps = [1u32, 1];
     // SAFETY: valid pointers to arrays of the rank's lengths; the map is written, not read.
     let res = unsafe {
         sys::cuTensorMapEncodeTiled(
             map.as_mut_ptr(),
-            D::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+            data,
             2,
             t.ptr() as *mut c_void,
             dims.as_ptr(),

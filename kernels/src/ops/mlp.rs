@@ -10,12 +10,19 @@
 //! and the geglu kernel (`frt-kernels-bench`), as each block also streams all of `x`.
 //! Plans take the GEMM path; [`Kernels::geglu_linear_fused`] asks for the kernel (benchmarks,
 //! tests).
+//!
+//! On Hopper (sm_90, built as sm_90a) plans of bf16/f16 for few rows take another kernel
+//! instead, unless [`KernelOptions::geglu_wgmma`](crate::KernelOptions) is off: `mlp.cu`'s
+//! `geglu_linear_wg`, `wgmma` over operands the TMA copies (as `fp8.cu`'s FP8 kernels), the
+//! gate and up values rounded to the dtype before the GELU, as the GEMM's output holds them.
 
+use super::fp8::tma_map;
 use super::{Rows, rows};
 use crate::cuda::Param;
 use crate::error::{Error, Result};
 use crate::{DType, Gemm, Kernels, Tensor};
 use frt_exec::Stream;
+use std::ffi::c_void;
 
 /// Most rows of `x` the fused CUDA kernel takes (one block of rows).
 pub const GEGLU_LINEAR_MAX_ROWS: usize = 64;
@@ -36,9 +43,19 @@ pub struct GegluLinear {
     path: Path,
 }
 
+/// `geglu_linear_wg`'s ring of stages (64 weight rows and 64 rows of x, 64 values of K each),
+/// or its 64 × 64 f32 values (rows of 68) after the loop, whichever is larger, then a barrier a
+/// stage, 1024-byte aligned.
+const WG_STAGES: usize = 8;
+const WG_K: usize = 64;
+const WG_SHARED: usize = 1024 + WG_STAGES * (2 * 64 * WG_K * 2) + 8 * WG_STAGES;
+const _: () = assert!(WG_STAGES * 2 * 64 * WG_K * 2 >= 64 * 68 * 4);
+
 enum Path {
     /// `mlp.cu`'s kernel.
     Fused,
+    /// `mlp.cu`'s `geglu_linear_wg` (Hopper).
+    Wgmma,
     /// A GEMM into `both` (`[M, 2F]`), then geglu of its halves.
     Unfused(Box<(Gemm, Tensor)>),
 }
@@ -92,8 +109,24 @@ impl Kernels {
                     .all(|v| v % 8 == 0)
                 && [hr.stride, h.offset()].iter().all(|v| v % 2 == 0)
             });
+        let aligned16 =
+            |t: &Tensor, r: &Rows| t.ptr() % 16 == 0 && (r.stride * dt.size()) % 16 == 0;
+        let wgmma = !want_fused
+            && self.options.geglu_wgmma
+            && self.cuda.as_ref().is_some_and(|c| {
+                c.has_wgmma()
+                    && WG_SHARED <= c.max_shared as usize
+                    && matches!(dt, DType::BF16 | DType::F16)
+                    && xr.rows <= GEGLU_LINEAR_MAX_ROWS
+                    && xr.cols % WG_K == 0
+                    && f % FEATURES_PER_BLOCK == 0
+                    && aligned16(x, &xr)
+                    && aligned16(w, &wr)
+            });
         let path = if fused {
             Path::Fused
+        } else if wgmma {
+            Path::Wgmma
         } else {
             let both = Tensor::alloc(self.ctx(), "geglu_linear.both", dt, &[xr.rows, 2 * f])?;
             let gemm = self.linear(x, w, &both, false, false)?;
@@ -133,6 +166,11 @@ impl GegluLinear {
         matches!(self.path, Path::Fused)
     }
 
+    /// Whether Hopper's `wgmma` kernel runs it.
+    pub fn on_wgmma(&self) -> bool {
+        matches!(self.path, Path::Wgmma)
+    }
+
     /// Enqueues it on `s` for tensors with the planned layouts (e.g. each layer's weight).
     pub fn run(&self, k: &Kernels, s: Stream, x: &Tensor, w: &Tensor, h: &Tensor) -> Result<()> {
         let (xr, wr, hr) = layouts(k, x, w, h)?;
@@ -152,6 +190,45 @@ impl GegluLinear {
                 let (gemm, both) = &**p;
                 gemm.run(s, x, w, both, None)?;
                 k.geglu(s, &both.narrow(1, 0, f)?, &both.narrow(1, f, f)?, h)
+            }
+            Path::Wgmma => {
+                let c = k.cuda.as_ref().expect("wgmma only on CUDA");
+                if x.ptr() % 16 != 0 || w.ptr() % 16 != 0 {
+                    return Err(Error::shape(
+                        OP,
+                        format!("x {x:?}, w {w:?}: rows must start 16-byte aligned (as planned)"),
+                    ));
+                }
+                let mut wmap = tma_map(OP, w, wr, FEATURES_PER_BLOCK as u32)?;
+                let mut xmap = tma_map(OP, x, xr, GEGLU_LINEAR_MAX_ROWS as u32)?;
+                k.retain(s, &[x, w, h]);
+                let mut hp = h.ptr();
+                let (mut ld, mut m, mut ff, mut kk) =
+                    (hr.stride as u64, xr.rows as u32, f as u32, xr.cols as u32);
+                let mut params: [*mut c_void; 7] = [
+                    &mut wmap as *mut _ as *mut c_void,
+                    &mut xmap as *mut _ as *mut c_void,
+                    &mut hp as *mut _ as *mut c_void,
+                    &mut ld as *mut _ as *mut c_void,
+                    &mut m as *mut _ as *mut c_void,
+                    &mut ff as *mut _ as *mut c_void,
+                    &mut kk as *mut _ as *mut c_void,
+                ];
+                // SAFETY: layouts checked against the plan, which the kernel takes: x m ≤ 64
+                // rows and w 2F rows of K (a multiple of 64), 16-byte aligned rows; h m rows of
+                // F (a multiple of 32); the maps bound every copy to x and w; the buffers are
+                // retained for a capture in progress.
+                unsafe {
+                    c.launch_raw(
+                        s,
+                        "geglu_linear_wg",
+                        Some(self.dtype),
+                        ((f / FEATURES_PER_BLOCK) as u32, 1, 1),
+                        (128, 1, 1),
+                        WG_SHARED as u32,
+                        &mut params,
+                    )
+                }
             }
             Path::Fused => {
                 let c = k.cuda.as_ref().expect("fused only on CUDA");
