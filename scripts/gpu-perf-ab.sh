@@ -5,6 +5,9 @@
 #                                    # builds staged beside it as .gpu/pi05-bench-<name>
 #                                    # (e.g. -main), alternating, three rounds; then every
 #                                    # CUDA op test
+#   bash .gpu/gpu-perf-ab.sh fp8     # pi05-bench --fp8-expert (bf16 and the FP8 models, their
+#                                    # accuracy against bf16): this build, then each
+#                                    # .gpu/pi05-bench-<name> (about 150 s a build)
 #   bash .gpu/gpu-perf-ab.sh model   # the full-size model test (CUDA bf16/f32 vs host)
 #   bash .gpu/gpu-perf-ab.sh ops     # frt-kernels-bench's memory-bound and attention rows
 #                                    # (and main's, from .gpu/frt-kernels-bench-main)
@@ -32,6 +35,13 @@ ab)
     echo "=== ./kernels-ops --ignored"
     ./kernels-ops --ignored --test-threads=1 2>&1 | grep -E "test result|panicked|FAILED|mismatch" || fail=1
     ;;
+fp8)
+    for r in ./pi05-bench ./pi05-bench-*; do
+        [ -x "$r" ] || continue
+        echo "=== $r --fp8-expert"
+        $r --iters 100 --fp8-expert 2>&1 | grep -E "^\| (bf16|FP8|canonical|random)|rror" || fail=1
+    done
+    ;;
 model)
     ./vla-gpu --ignored --test-threads=1 --nocapture 2>&1 | grep -E "cosine|test result|panicked" || fail=1
     ;;
@@ -45,7 +55,7 @@ ops)
     fi
     ;;
 *)
-    echo "unknown part $part (ab, model, ops)"
+    echo "unknown part $part (ab, fp8, model, ops)"
     exit 2
     ;;
 esac
