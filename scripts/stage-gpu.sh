@@ -34,7 +34,7 @@ done
 cp target/release/libflashrt_exec.so target/release/frt-exec-bench target/release/frt-kernels-bench target/release/frt-asr-bench target/release/transcribe target/release/pi05-bench target/release/frt-robot-host "$out/"
 cc -std=c11 -Wall -Wextra -Werror -pedantic -O2 -I exec/include exec/capi/tests/c/abi_test.c \
     -o "$out/abi_test" -L "$out" -lflashrt_exec -Wl,-rpath,'$ORIGIN'
-cp exec/python/test_torch_adopt.py scripts/gpu-suite.sh scripts/gpu-perf-ab.sh scripts/gpu-startup.sh "$out/"
+cp exec/python/test_torch_adopt.py scripts/gpu-suite.sh scripts/gpu-perf-ab.sh scripts/gpu-startup.sh scripts/gpu-profile.sh "$out/"
 mkdir -p "$out/flashrt/tests"
 cp exec/python/flashrt/_flashrt_exec.py "$out/flashrt/"
 cp exec/python/flashrt/tests/*.py exec/python/flashrt/tests/LICENSE "$out/flashrt/tests/"

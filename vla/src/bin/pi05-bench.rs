@@ -45,6 +45,8 @@
 //! `pi05-bench --profile`: builds the 64-token model and replays vision, prefix and one step
 //! once each, without warm-up, between `cuProfilerStart` and `cuProfilerStop` — a short run
 //! to put under a kernel profiler (e.g. `ncu --profile-from-start off --graph-profiling node`).
+//! `pi05-bench --fp8-expert --profile`: the same for the model with SigLIP, the prefix and the
+//! expert in FP8 (after its calibration and ten runs on the canonical inputs), nothing timed.
 
 use frt_exec::Ctx;
 use frt_kernels::DType;
@@ -303,7 +305,7 @@ fn main() {
         return;
     }
     if args.iter().any(|a| a == "--fp8-expert") {
-        fp8_expert(&ctx, iters);
+        fp8_expert(&ctx, iters, profile);
         return;
     }
     if args.iter().any(|a| a == "--precision") {
@@ -695,7 +697,7 @@ fn random_set(c: &Pi05Config, k: u32) -> ([ModelImage; 2], Vec<u32>, Vec<f32>) {
 }
 
 /// `--fp8-expert`: see the module docs.
-fn fp8_expert(ctx: &Ctx, iters: usize) {
+fn fp8_expert(ctx: &Ctx, iters: usize, profile: bool) {
     let mut c = Pi05Config::base();
     c.views = 2;
     c.max_token_len = 64;
@@ -764,6 +766,32 @@ fn fp8_expert(ctx: &Ctx, iters: usize) {
     let fp8_vision = fp8_with(true);
     taken.push(used() - before);
     drop(w);
+    if profile {
+        // Vision, prefix and one step of the every-stage FP8 model, between cuProfilerStart
+        // and cuProfilerStop, after ten runs on the canonical inputs.
+        let (img, tokens, noise) = canonical_inputs(&c);
+        let views = [img.clone(), img];
+        let images = two_views(&views);
+        fp8_vision
+            .set_inputs(&Observation {
+                state: &[],
+                images: &images,
+                tokens: &tokens,
+                noise: &noise,
+            })
+            .unwrap();
+        for _ in 0..10 {
+            fp8_vision.run().unwrap();
+        }
+        ctx.sync_stream(s).unwrap();
+        let range = frt_exec::cudarc::driver::Profiler::new().unwrap();
+        for stage in [Stage::Vision, Stage::Prefix, Stage::Step(3)] {
+            fp8_vision.replay(stage).unwrap();
+        }
+        ctx.sync_stream(s).unwrap();
+        drop(range);
+        return;
+    }
     println!(
         "FP8 action expert against bf16, full size, random weights (seed 1), 2 views, 64-token prompt capacity; calibrated on 16 random observations at the {percentile}th percentile ({} ranges) in {calibrate_s:.1} s\n",
         cal.ranges.len()
