@@ -8,8 +8,8 @@
 //! the gate in registers. It is not the default: on an H100 it takes 10.6 µs for the action
 //! expert's shape (50×1024 → 2×4096, weights from memory) against 9.8 µs for cuBLASLt's GEMM
 //! and the geglu kernel (`frt-kernels-bench`), as each block also streams all of `x`.
-//! Plans take the GEMM path; [`Kernels::geglu_linear_fused`] asks for the kernel (benchmarks,
-//! tests).
+//! Plans take the GEMM path (on Hopper, the kernel below); [`Kernels::geglu_linear_fused`]
+//! asks for this kernel (benchmarks, tests).
 //!
 //! On Hopper (sm_90, built as sm_90a) plans of bf16/f16 for few rows take another kernel
 //! instead, unless [`KernelOptions::geglu_wgmma`](crate::KernelOptions) is off: `mlp.cu`'s
