@@ -365,17 +365,7 @@ fn main() {
             .unwrap()
         };
         set(&images[..slots]);
-        // Vision, prefix and one step between cuProfilerStart and cuProfilerStop (`ncu
-        // --profile-from-start off`): tuning and start-up kernels stay outside.
-        let profiled = || {
-            ctx.sync_stream(s).unwrap();
-            let range = frt_exec::cudarc::driver::Profiler::new().unwrap();
-            for stage in [Stage::Vision, Stage::Prefix, Stage::Step(3)] {
-                m.replay(stage).unwrap();
-            }
-            ctx.sync_stream(s).unwrap();
-            drop(range);
-        };
+        let profiled = || profile_stages(&ctx, s, &m);
         if profile_absent && slots > 2 {
             // The 3-slot model with one view absent profiled twice: just built (after ten
             // runs), and after runs with every view present.
@@ -696,6 +686,18 @@ fn random_set(c: &Pi05Config, k: u32) -> ([ModelImage; 2], Vec<u32>, Vec<f32>) {
     (views, tokens, noise)
 }
 
+/// Vision, prefix and one step of `m`, replayed once each between cuProfilerStart and
+/// cuProfilerStop (`ncu --profile-from-start off`): tuning and start-up kernels stay outside.
+fn profile_stages(ctx: &Ctx, s: frt_exec::Stream, m: &Pi05) {
+    ctx.sync_stream(s).unwrap();
+    let range = frt_exec::cudarc::driver::Profiler::new().unwrap();
+    for stage in [Stage::Vision, Stage::Prefix, Stage::Step(3)] {
+        m.replay(stage).unwrap();
+    }
+    ctx.sync_stream(s).unwrap();
+    drop(range);
+}
+
 /// `--fp8-expert`: see the module docs.
 fn fp8_expert(ctx: &Ctx, iters: usize, profile: bool) {
     let mut c = Pi05Config::base();
@@ -783,13 +785,7 @@ fn fp8_expert(ctx: &Ctx, iters: usize, profile: bool) {
         for _ in 0..10 {
             fp8_vision.run().unwrap();
         }
-        ctx.sync_stream(s).unwrap();
-        let range = frt_exec::cudarc::driver::Profiler::new().unwrap();
-        for stage in [Stage::Vision, Stage::Prefix, Stage::Step(3)] {
-            fp8_vision.replay(stage).unwrap();
-        }
-        ctx.sync_stream(s).unwrap();
-        drop(range);
+        profile_stages(ctx, s, &fp8_vision);
         return;
     }
     println!(
