@@ -3,6 +3,7 @@
 # machine, from the staged folder (scripts/stage-gpu.sh), with Nsight Compute's counters:
 #     bash .gpu/gpu-profile.sh bf16    # pi05-bench --profile (the canonical bf16 model)
 #     bash .gpu/gpu-profile.sh fp8     # pi05-bench --fp8-expert --profile (every stage in FP8)
+#     bash .gpu/gpu-profile.sh bf16 step   # only the stages named (vision,prefix,step)
 # Prints one row per kernel in launch order (vision, then the prefix, then one step): its
 # time, the DRAM bytes it read and wrote and their rate, the L2 bytes it moved, and its SM and
 # memory throughput as a share of the peak. The raw CSV goes to $OUT/profile-<part>.csv when
@@ -18,12 +19,15 @@ fp8) args=(--fp8-expert --profile) ;;
     exit 2
     ;;
 esac
+if [ -n "${2:-}" ]; then
+    args+=(--profile-only "$2")
+fi
 ncu=${NCU:-$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)}
 if [ -z "$ncu" ]; then
     echo "no ncu on this machine"
     exit 1
 fi
-csv=${OUT:-/tmp}/profile-$part.csv
+csv=${OUT:-/tmp}/profile-$part${2:+-${2//,/-}}.csv
 metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum
 metrics=$metrics,sm__throughput.avg.pct_of_peak_sustained_elapsed
 metrics=$metrics,gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed

@@ -46,7 +46,10 @@
 //! once each, without warm-up, between `cuProfilerStart` and `cuProfilerStop` — a short run
 //! to put under a kernel profiler (e.g. `ncu --profile-from-start off --graph-profiling node`).
 //! `pi05-bench --fp8-expert --profile`: the same for the model with SigLIP, the prefix and the
-//! expert in FP8 (after its calibration and ten runs on the canonical inputs), nothing timed.
+//! expert in FP8 (calibrated on 2 observations only, then ten runs on the canonical inputs),
+//! nothing timed.
+//! `--profile-only vision,prefix,step` (with either) replays only the stages named, in that
+//! order (a profiler takes a while per kernel: one step's kernels alone profile quickly).
 
 use frt_exec::Ctx;
 use frt_kernels::DType;
@@ -57,8 +60,8 @@ use frt_vla::{
 };
 
 /// The kernel options of every model built here: the defaults, overridden from the
-/// environment (`FRT_ATTENTION`, `FRT_ATTENTION_SPLITS`, `FRT_GEMM_TUNING`, `FRT_GEMM_SPLIT_K`,
-/// `FRT_GEMM_TUNING_LOG`), read once.
+/// environment (`frt_kernels::options::ENV_VARS`: `FRT_ATTENTION`, `FRT_GEMM_TUNING`,
+/// `FRT_PDL` …), read once.
 static KERNEL_OPTIONS: std::sync::OnceLock<KernelOptions> = std::sync::OnceLock::new();
 
 /// `--masked`: every view slot encoded and absent ones masked (`compact_views` off), for A/B
@@ -263,6 +266,11 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
     let profile = args.iter().any(|a| a == "--profile");
+    let stages = profiled_stages(&args).unwrap_or_else(|e| {
+        eprintln!("pi05-bench: {e}");
+        std::process::exit(2)
+    });
+    PROFILED.set(stages).expect("set once");
     let inpaint = args.iter().any(|a| a == "--inpaint");
     let profile_absent = args.iter().any(|a| a == "--profile-absent");
     let canonical = profile || profile_absent || args.iter().any(|a| a == "--canonical");
@@ -686,13 +694,37 @@ fn random_set(c: &Pi05Config, k: u32) -> ([ModelImage; 2], Vec<u32>, Vec<f32>) {
     (views, tokens, noise)
 }
 
-/// Vision, prefix and one step of `m`, replayed once each between cuProfilerStart and
-/// cuProfilerStop (`ncu --profile-from-start off`): tuning and start-up kernels stay outside.
+/// The stages `--profile` replays (`--profile-only`, default all three).
+static PROFILED: std::sync::OnceLock<Vec<Stage>> = std::sync::OnceLock::new();
+
+/// `--profile-only a,b`: the stages named (vision, prefix, step), in order.
+fn profiled_stages(args: &[String]) -> Result<Vec<Stage>, String> {
+    let Some(i) = args.iter().position(|a| a == "--profile-only") else {
+        return Ok(vec![Stage::Vision, Stage::Prefix, Stage::Step(3)]);
+    };
+    let list = args
+        .get(i + 1)
+        .ok_or("--profile-only needs a list of stages (vision,prefix,step)")?;
+    list.split(',')
+        .map(|name| match name {
+            "vision" => Ok(Stage::Vision),
+            "prefix" => Ok(Stage::Prefix),
+            "step" => Ok(Stage::Step(3)),
+            other => Err(format!(
+                "--profile-only: unknown stage {other:?} (vision, prefix, step)"
+            )),
+        })
+        .collect()
+}
+
+/// The `--profile-only` stages of `m` (vision, prefix and one step by default), replayed once
+/// each between cuProfilerStart and cuProfilerStop (`ncu --profile-from-start off`): tuning
+/// and start-up kernels stay outside.
 fn profile_stages(ctx: &Ctx, s: frt_exec::Stream, m: &Pi05) {
     ctx.sync_stream(s).unwrap();
     let range = frt_exec::cudarc::driver::Profiler::new().unwrap();
-    for stage in [Stage::Vision, Stage::Prefix, Stage::Step(3)] {
-        m.replay(stage).unwrap();
+    for stage in PROFILED.get().expect("set in main") {
+        m.replay(*stage).unwrap();
     }
     ctx.sync_stream(s).unwrap();
     drop(range);
@@ -716,7 +748,10 @@ fn fp8_expert(ctx: &Ctx, iters: usize, profile: bool) {
     let before = used();
     let bf16 = build(ctx, s, &w, DType::BF16, PromptMode::Fixed, false);
     taken.push(used() - before);
-    let calib: Vec<_> = (0..16).map(|k| random_set(&c, k)).collect();
+    // Under a profiler every launch of the calibration's runs is slow: two observations do
+    // for a profile (its figures are times, not accuracy).
+    let observations = if profile { 2 } else { 16 };
+    let calib: Vec<_> = (0..observations).map(|k| random_set(&c, k)).collect();
     let imgs: Vec<[Option<ViewImage>; 2]> = calib
         .iter()
         .map(|(v, _, _)| {
@@ -740,16 +775,6 @@ fn fp8_expert(ctx: &Ctx, iters: usize, profile: bool) {
     let percentile = frt_vla::calibration::DEFAULT_PERCENTILE;
     let cal = bf16.calibrate(&obs, percentile).unwrap();
     let calibrate_s = t.elapsed().as_secs_f64();
-    let before = used();
-    let fp8 = build_with(
-        ctx,
-        s,
-        &w,
-        DType::BF16,
-        PromptMode::Fixed,
-        false,
-        Some(cal.clone()),
-    );
     let fp8_with = |vision: bool| {
         let kernels = *KERNEL_OPTIONS.get().expect("read in main");
         let mut o = Pi05Options::new(DType::BF16);
@@ -760,6 +785,36 @@ fn fp8_expert(ctx: &Ctx, iters: usize, profile: bool) {
         o.fp8_keep_16bit = false;
         Pi05::build(ctx, s, &w, &o).unwrap()
     };
+    if profile {
+        // Only the every-stage FP8 model is built: vision, prefix and one step between
+        // cuProfilerStart and cuProfilerStop, after ten runs on the canonical inputs.
+        let m = fp8_with(true);
+        let (img, tokens, noise) = canonical_inputs(&c);
+        let views = [img.clone(), img];
+        let images = two_views(&views);
+        m.set_inputs(&Observation {
+            state: &[],
+            images: &images,
+            tokens: &tokens,
+            noise: &noise,
+        })
+        .unwrap();
+        for _ in 0..10 {
+            m.run().unwrap();
+        }
+        profile_stages(ctx, s, &m);
+        return;
+    }
+    let before = used();
+    let fp8 = build_with(
+        ctx,
+        s,
+        &w,
+        DType::BF16,
+        PromptMode::Fixed,
+        false,
+        Some(cal.clone()),
+    );
     taken.push(used() - before);
     let before = used();
     let fp8_all = fp8_with(false);
@@ -768,26 +823,6 @@ fn fp8_expert(ctx: &Ctx, iters: usize, profile: bool) {
     let fp8_vision = fp8_with(true);
     taken.push(used() - before);
     drop(w);
-    if profile {
-        // Vision, prefix and one step of the every-stage FP8 model, between cuProfilerStart
-        // and cuProfilerStop, after ten runs on the canonical inputs.
-        let (img, tokens, noise) = canonical_inputs(&c);
-        let views = [img.clone(), img];
-        let images = two_views(&views);
-        fp8_vision
-            .set_inputs(&Observation {
-                state: &[],
-                images: &images,
-                tokens: &tokens,
-                noise: &noise,
-            })
-            .unwrap();
-        for _ in 0..10 {
-            fp8_vision.run().unwrap();
-        }
-        profile_stages(ctx, s, &fp8_vision);
-        return;
-    }
     println!(
         "FP8 action expert against bf16, full size, random weights (seed 1), 2 views, 64-token prompt capacity; calibrated on 16 random observations at the {percentile}th percentile ({} ranges) in {calibrate_s:.1} s\n",
         cal.ranges.len()
