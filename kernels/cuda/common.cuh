@@ -6,6 +6,21 @@
 #define INFINITY __int_as_float(0x7f800000)
 #endif
 
+// Programmatic dependent launch (sm_90 and later; nothing elsewhere). pdl_trigger lets the
+// next kernel in the stream start now when it was launched dependent (launch_raw);
+// otherwise it does nothing. pdl_wait, in a kernel launched dependent, waits until the kernel
+// before it has finished and its writes are visible; otherwise it returns at once.
+__device__ __forceinline__ void pdl_trigger() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 struct bf16 { unsigned short x; };
 struct f16 { unsigned short x; };
 

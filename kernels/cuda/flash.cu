@@ -476,6 +476,7 @@ __device__ void flash_combine(const float* __restrict__ part, const float* __res
 #define FLASH_COMBINE(T, S, SUFFIX, N)                                                                   \
     extern "C" __global__ void flash_combine##SUFFIX##_##S(const float* part, const float* part_ml,      \
                                                            T* out, const FlashArgs a, unsigned splits) { \
+        pdl_trigger();                                                                                   \
         flash_combine<T, N>(part, part_ml, out, a, splits);                                              \
     }
 #define FLASH_ALL(T, S)                                                                                  \

@@ -366,9 +366,14 @@ __device__ __forceinline__ void wg_sums(const TmaMap& wmap, const TmaMap& xmap, 
             tma_load_2d(a, &wmap, k0 + s * WG_STAGE, r0, bar);
             // 32 rows of 128 bytes: the second box starts on a swizzle atom (1024 bytes).
             if (HALVES) tma_load_2d(a + A_BYTES / 2, &wmap, k0 + s * WG_STAGE, r1, bar);
-            tma_load_2d(a + A_BYTES, &xmap, k0 + s * WG_STAGE, 0, bar);
         }
     }
+    // The weights are copied; the tokens are the kernel before's output (launched dependent,
+    // this kernel may have started while that one still ran).
+    pdl_wait();
+    if (threadIdx.x == 0)
+        for (unsigned s = 0; s < stages; ++s)
+            tma_load_2d(base + s * (A_BYTES + B_BYTES) + A_BYTES, &xmap, k0 + s * WG_STAGE, 0, bars + 8 * s);
     __syncthreads();
 
     float d[4][32];
@@ -487,6 +492,7 @@ FOR_FLOATS(FP8_WG)
         const __grid_constant__ TmaMap wmap, const __grid_constant__ TmaMap xmap, const float* x_scale,          \
         const float* w_scale, unsigned char* codes, const float* code_scale, unsigned m, unsigned f,             \
         unsigned kc) {                                                                                           \
+        pdl_trigger();                                                                                           \
         linear_e4m3_wg_geglu<T>(wmap, xmap, x_scale, w_scale, codes, code_scale, m, f, kc);                      \
     }
 FOR_FLOATS(FP8_WG_GEGLU)

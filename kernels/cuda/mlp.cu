@@ -158,19 +158,28 @@ __device__ void geglu_linear_wg(const TmaMap& wmap, const TmaMap& xmap, T* __res
     const unsigned chunks = k / MLP_WG_K, f0 = blockIdx.x * 32;
     const unsigned t = threadIdx.x;
     // Chunk c into its stage (thread 0).
-    auto issue = [&](unsigned c) {
+    // Chunk c's weight rows, then its tokens, into its stage (thread 0).
+    auto issue_w = [&](unsigned c) {
         const unsigned s = c % MLP_WG_STAGES, a = base + s * STAGE, bar = bars + 8 * s;
         asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(STAGE) : "memory");
         tma_load_2d(a, &wmap, c * MLP_WG_K, f0, bar);
         tma_load_2d(a + A_BYTES / 2, &wmap, c * MLP_WG_K, f + f0, bar);
-        tma_load_2d(a + A_BYTES, &xmap, c * MLP_WG_K, 0, bar);
+    };
+    auto issue_x = [&](unsigned c) {
+        const unsigned s = c % MLP_WG_STAGES;
+        tma_load_2d(base + s * STAGE + A_BYTES, &xmap, c * MLP_WG_K, 0, bars + 8 * s);
     };
     if (t == 0) {
         for (unsigned s = 0; s < MLP_WG_STAGES; ++s)
             asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bars + 8 * s) : "memory");
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        for (unsigned c = 0; c < chunks && c < MLP_WG_STAGES; ++c) issue(c);
+        for (unsigned c = 0; c < chunks && c < MLP_WG_STAGES; ++c) issue_w(c);
     }
+    // The weights are on their way; the tokens are the kernel before's output (launched
+    // dependent, this kernel may have started while that one still ran).
+    pdl_wait();
+    if (t == 0)
+        for (unsigned c = 0; c < chunks && c < MLP_WG_STAGES; ++c) issue_x(c);
     __syncthreads();
 
     float acc[32];
@@ -187,7 +196,10 @@ __device__ void geglu_linear_wg(const TmaMap& wmap, const TmaMap& xmap, T* __res
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         // Every warp's MMAs have read the stage: refill it.
         __syncthreads();
-        if (t == 0 && c + MLP_WG_STAGES < chunks) issue(c + MLP_WG_STAGES);
+        if (t == 0 && c + MLP_WG_STAGES < chunks) {
+            issue_w(c + MLP_WG_STAGES);
+            issue_x(c + MLP_WG_STAGES);
+        }
     }
 
     const unsigned warp = t >> 5, lane = t & 31;

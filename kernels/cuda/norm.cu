@@ -178,6 +178,7 @@ __device__ void softmax(const T* x, T* out, unsigned cols, unsigned long long sx
                                             int vec8, const float* x32, float* out32,                   \
                                             unsigned char* codes, const float* code_scale,             \
                                             const float* yp, unsigned parts, unsigned long long sp) {  \
+        pdl_trigger();                                                                                 \
         rms_norm<T>(x, w, mod, y, g, out, cols, sx, sm, sy, sg, so, eps, vec8, x32, out32, codes,       \
                     code_scale, yp, parts, sp);                                                        \
     }                                                                                                  \

@@ -39,6 +39,8 @@ pub(crate) struct CudaOps {
     pub sms: u32,
     /// Most dynamic shared memory a block may opt into (bytes).
     pub max_shared: u32,
+    /// The compute capability's major number (programmatic dependent launch from 9).
+    major: i32,
     /// cuBLASLt workspace of each stream that ran a GEMM outside a capture.
     workspaces: std::sync::Mutex<Vec<(Stream, frt_exec::Buffer)>>,
     /// cuBLASLt workspace of each graph with a GEMM, by graph id; held by the graph's
@@ -452,6 +454,7 @@ impl CudaOps {
             arch,
             sms,
             max_shared,
+            major: maj,
             workspaces: Default::default(),
             graph_workspaces: Default::default(),
             tuning: Default::default(),
@@ -567,15 +570,33 @@ impl CudaOps {
             *p = slot as *mut u64 as *mut c_void;
         }
         // SAFETY: the caller's contract; `ptrs` point into `slots`, alive through the call.
-        unsafe { self.launch_raw(s, name, dt, grid, block, shared, &mut ptrs[..params.len()]) }
+        unsafe {
+            self.launch_raw(
+                s,
+                name,
+                dt,
+                grid,
+                block,
+                shared,
+                &mut ptrs[..params.len()],
+                false,
+            )
+        }
     }
 
     /// [`launch`](Self::launch) with a parameter array built by the caller; for kernels that
-    /// take a struct by value, whose caller retains what the struct points to.
+    /// take a struct by value, whose caller retains what the struct points to. `dependent`:
+    /// launched with programmatic stream serialization (sm_90 and later; elsewhere a plain
+    /// launch), so that it may start while the kernel before it in the stream still runs, once
+    /// that kernel has executed `griddepcontrol.launch_dependents` (`pdl_trigger` in
+    /// `cuda/common.cuh`).
     ///
     /// # Safety
     /// `params` match the kernel's signature and every pointer in them is a live device
     /// address the kernel may touch within the bounds the op checked, retained for a capture.
+    /// With `dependent`, the kernel executes `griddepcontrol.wait` (`pdl_wait`) before it
+    /// reads anything an earlier kernel writes and before it writes anything (before it, it
+    /// may only read what no kernel writes, e.g. weights).
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn launch_raw(
         &self,
@@ -586,6 +607,7 @@ impl CudaOps {
         block: (u32, u32, u32),
         shared: u32,
         params: &mut [*mut c_void],
+        dependent: bool,
     ) -> Result<()> {
         let f = self.func(name, dt)?;
         self.ctx.bind_to_thread()?;
@@ -606,14 +628,49 @@ impl CudaOps {
             })?;
         }
         let raw = self.ctx.raw_stream(s)? as sys::CUstream;
-        // SAFETY: the caller's contract.
-        unsafe { dr::launch_kernel(f, grid, block, shared, raw, params) }.map_err(|e| {
-            frt_exec::Error::Driver {
-                call: "cuLaunchKernel",
-                code: frt_exec::DriverCode(e.0),
+        if !(dependent && self.major >= 9) {
+            // SAFETY: the caller's contract.
+            return unsafe { dr::launch_kernel(f, grid, block, shared, raw, params) }.map_err(
+                |e| {
+                    frt_exec::Error::Driver {
+                        call: "cuLaunchKernel",
+                        code: frt_exec::DriverCode(e.0),
+                    }
+                    .into()
+                },
+            );
+        }
+        // SAFETY: a plain-data C union; zeroes are a valid value.
+        let mut value: sys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
+        value.programmaticStreamSerializationAllowed = 1;
+        let mut attr = sys::CUlaunchAttribute {
+            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            pad: [0; 4],
+            value,
+        };
+        let config = sys::CUlaunchConfig {
+            gridDimX: grid.0,
+            gridDimY: grid.1,
+            gridDimZ: grid.2,
+            blockDimX: block.0,
+            blockDimY: block.1,
+            blockDimZ: block.2,
+            sharedMemBytes: shared,
+            hStream: raw,
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        // SAFETY: the caller's contract; `config` and its attribute outlive the call.
+        let r =
+            unsafe { sys::cuLaunchKernelEx(&config, f, params.as_mut_ptr(), std::ptr::null_mut()) };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return Err(frt_exec::Error::Driver {
+                call: "cuLaunchKernelEx",
+                code: frt_exec::DriverCode(r),
             }
-            .into()
-        })
+            .into());
+        }
+        Ok(())
     }
 }
 

@@ -49,6 +49,12 @@ pub struct KernelOptions {
     /// an action expert's gate+up and GEGLU) run as one `wgmma` kernel (`false`: cuBLASLt's
     /// GEMM, then the geglu kernel).
     pub geglu_wgmma: bool,
+    /// On Hopper (`sm_90`), the library's own `wgmma` GEMMs (the FP8 linear kernels and the
+    /// gated-MLP input) are launched with programmatic dependent launch: each starts while the
+    /// kernel before it in the stream still runs (the norms and the attention merge let it),
+    /// copies its weight tiles, and waits for that kernel before it reads its input (`false`:
+    /// plain launches; the same bits either way).
+    pub pdl: bool,
 }
 
 impl Default for KernelOptions {
@@ -62,12 +68,13 @@ impl Default for KernelOptions {
             fp8_rows_kernel: true,
             fp8_wgmma: true,
             geglu_wgmma: true,
+            pdl: true,
         }
     }
 }
 
 /// The environment variables [`KernelOptions::from_env`] reads.
-pub const ENV_VARS: [&str; 8] = [
+pub const ENV_VARS: [&str; 9] = [
     "FRT_ATTENTION",
     "FRT_ATTENTION_SPLITS",
     "FRT_GEMM_TUNING",
@@ -76,13 +83,14 @@ pub const ENV_VARS: [&str; 8] = [
     "FRT_FP8_ROWS",
     "FRT_FP8_WGMMA",
     "FRT_GEGLU_WGMMA",
+    "FRT_PDL",
 ];
 
 impl KernelOptions {
     /// The defaults, overridden by `FRT_ATTENTION` (`auto`, `flash`, `gemm`),
     /// `FRT_ATTENTION_SPLITS` (a positive number, or `auto`), `FRT_GEMM_TUNING`,
-    /// `FRT_GEMM_SPLIT_K`, `FRT_GEMM_TUNING_LOG`, `FRT_FP8_ROWS`, `FRT_FP8_WGMMA` and
-    /// `FRT_GEGLU_WGMMA` (`0` or `1`), for
+    /// `FRT_GEMM_SPLIT_K`, `FRT_GEMM_TUNING_LOG`, `FRT_FP8_ROWS`, `FRT_FP8_WGMMA`,
+    /// `FRT_GEGLU_WGMMA` and `FRT_PDL` (`0` or `1`), for
     /// benchmarks. A value
     /// outside those is an error naming the variable.
     pub fn from_env() -> Result<KernelOptions> {
@@ -128,6 +136,7 @@ impl KernelOptions {
         o.fp8_rows_kernel = flag("FRT_FP8_ROWS", o.fp8_rows_kernel)?;
         o.fp8_wgmma = flag("FRT_FP8_WGMMA", o.fp8_wgmma)?;
         o.geglu_wgmma = flag("FRT_GEGLU_WGMMA", o.geglu_wgmma)?;
+        o.pdl = flag("FRT_PDL", o.pdl)?;
         Ok(o)
     }
 }
@@ -157,11 +166,12 @@ mod tests {
             ("FRT_FP8_ROWS", "0"),
             ("FRT_FP8_WGMMA", "0"),
             ("FRT_GEGLU_WGMMA", "0"),
+            ("FRT_PDL", "0"),
         ]))
         .unwrap();
         assert_eq!(o.attention, AttentionPath::Gemm);
         assert!(!o.gemm_tuning && o.split_k && o.tuning_log && !o.fp8_rows_kernel);
-        assert!(!o.fp8_wgmma && !o.geglu_wgmma);
+        assert!(!o.fp8_wgmma && !o.geglu_wgmma && !o.pdl);
         let e = KernelOptions::from_vars(env(&[("FRT_GEMM_SPLIT_K", "yes")]))
             .unwrap_err()
             .to_string();

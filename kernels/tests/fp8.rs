@@ -874,3 +874,131 @@ backend_tests!(
     new_scales_reach_a_captured_graph,
     rejects_bad_arguments
 );
+
+/// With `pdl` on, the `wgmma` kernels are launched dependent: each may start while the kernel
+/// before it (a norm, the FP8 GEGLU) still runs, copying its weights, and must wait for that
+/// kernel before it reads its tokens. The chains of the action expert's MLP, bf16
+/// (norm → gate+up+GEGLU) and FP8 (norm writing codes → gate+up+GEGLU writing codes → down in
+/// 8 parts), give the bits they give launched plainly, every round, with each output and
+/// intermediate poisoned (NaN) before the round.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn dependent_launches_wait_for_the_kernel_before() {
+    let ctx = frt_exec::Ctx::cuda(0).expect("CUDA device 0 (this test needs a CUDA GPU)");
+    let s = ctx.stream(0).unwrap();
+    let (m, k, f, n) = (50, 1024, 4096, 1024);
+    let mut rng = Rng::new(91);
+    let y = rng.vec(m * k, 2.0);
+    let nw = rng.vec(k, 0.5);
+    let w16 = rng.vec(2 * f * k, 0.05);
+    let wf: Vec<f32> = rng.vec(2 * f * k, 0.05);
+    let (wgu, wgu_scale) = quantize_rows_e4m3(&wf, 2 * f, k);
+    let wf: Vec<f32> = rng.vec(n * f, 0.05);
+    let (wd, wd_scale) = quantize_rows_e4m3(&wf, n, f);
+    let rounds = 20;
+    let mut results: Vec<Vec<Vec<u8>>> = Vec::new();
+    for pdl in [false, true] {
+        let kern = Kernels::with_options(
+            &ctx,
+            KernelOptions {
+                pdl,
+                gemm_tuning: false,
+                ..KernelOptions::from_env().unwrap()
+            },
+        )
+        .unwrap();
+        if kern.target() != "sm_90" {
+            eprintln!(
+                "not a Hopper GPU ({}): nothing launched dependent",
+                kern.target()
+            );
+            return;
+        }
+        let t =
+            |name: &str, dt: DType, shape: &[usize]| Tensor::alloc(&ctx, name, dt, shape).unwrap();
+        let f32s = |name: &str, v: &[f32]| {
+            let x = t(name, DType::F32, &[v.len()]);
+            x.write_f32(s, v).unwrap();
+            x
+        };
+        let (yt, nwt) = (t("y", DType::BF16, &[m, k]), t("nw", DType::BF16, &[k]));
+        yt.write_f32(s, &y).unwrap();
+        nwt.write_f32(s, &nw).unwrap();
+        let normed = t("normed", DType::BF16, &[m, k]);
+        let w16t = t("w16", DType::BF16, &[2 * f, k]);
+        w16t.write_f32(s, &w16).unwrap();
+        let h = t("h", DType::BF16, &[m, f]);
+        let geglu = kern.geglu_linear(&normed, &w16t, &h).unwrap();
+        assert!(geglu.on_wgmma());
+        let codes = t("codes", DType::E4M3, &[m, k]);
+        let (x_scale, h_scale) = (f32s("x_scale", &[4.0 / E4M3_MAX]), f32s("h_scale", &[0.02]));
+        let wgut = t("wgu", DType::E4M3, &[2 * f, k]);
+        wgut.write_bytes(s, &wgu).unwrap();
+        let wgus = f32s("wgu_scale", &wgu_scale);
+        let hcodes = t("hcodes", DType::E4M3, &[m, f]);
+        let fused = kern
+            .linear_geglu_e4m3(&codes, &wgut, &hcodes, DType::BF16)
+            .unwrap()
+            .expect("the FP8 gate+up+GEGLU kernel plans on Hopper");
+        let wdt = t("wd", DType::E4M3, &[n, f]);
+        wdt.write_bytes(s, &wd).unwrap();
+        let wds = f32s("wd_scale", &wd_scale);
+        let parts = t("parts", DType::F32, &[8, m, n]);
+        let down = kern.linear_e4m3_split(&hcodes, &wdt, &parts).unwrap();
+        assert!(down.on_wgmma());
+        let mut got = Vec::new();
+        for _ in 0..rounds {
+            normed.write_f32(s, &vec![f32::NAN; m * k]).unwrap();
+            h.write_f32(s, &vec![f32::NAN; m * f]).unwrap();
+            codes.write_bytes(s, &vec![0x7f; m * k]).unwrap();
+            hcodes.write_bytes(s, &vec![0x7f; m * f]).unwrap();
+            parts.write_f32(s, &vec![f32::NAN; 8 * m * n]).unwrap();
+            kern.rms_norm(s, &yt, &nwt, &normed, 1e-6).unwrap();
+            geglu.run(&kern, s, &normed, &w16t, &h).unwrap();
+            kern.rms_norm_e4m3(s, &yt, &nwt, &normed, 1e-6, (&codes, &x_scale))
+                .unwrap();
+            fused
+                .run(s, &codes, &x_scale, &wgut, &wgus, &hcodes, &h_scale)
+                .unwrap();
+            down.run(s, &hcodes, &h_scale, &wdt, &wds, &parts).unwrap();
+            // h's and the parts' values as their f32 bits (a bf16 value widens exactly).
+            let bits = |t: &Tensor| -> Vec<u8> {
+                t.read_f32(s)
+                    .unwrap()
+                    .iter()
+                    .flat_map(|v| v.to_bits().to_le_bytes())
+                    .collect()
+            };
+            let mut bytes = bits(&h);
+            bytes.extend(hcodes.read_bytes(s).unwrap());
+            bytes.extend(bits(&parts));
+            got.push(bytes);
+        }
+        results.push(got);
+    }
+    let nan = |b: &[u8]| {
+        b.chunks(4)
+            .any(|v| f32::from_le_bytes([v[0], v[1], v[2], v[3]]).is_nan())
+    };
+    let plain = &results[0][0];
+    let (h_end, codes_end) = (4 * m * f, 5 * m * f);
+    assert!(
+        !nan(&plain[..h_end]) && !nan(&plain[codes_end..]),
+        "the plain launches left a poisoned output"
+    );
+    assert!(
+        !plain[h_end..codes_end].iter().any(|&c| c & 0x7f == 0x7f),
+        "the plain launches left poisoned codes"
+    );
+    for (pdl, got) in [false, true].iter().zip(&results) {
+        for (r, bytes) in got.iter().enumerate() {
+            let differ = bytes.iter().zip(plain).filter(|(a, b)| a != b).count();
+            assert_eq!(
+                differ,
+                0,
+                "pdl {pdl}, round {r}: {differ} of {} bytes differ from the plain launches",
+                plain.len()
+            );
+        }
+    }
+}

@@ -1186,6 +1186,7 @@ impl AttentionPlan {
                 (threads, 1, 1),
                 shared,
                 &mut args!(qp, kp, vp, op, pp, mp, args),
+                false,
             )?;
             if splits > 1 {
                 let mut n = splits as u32;
@@ -1207,6 +1208,7 @@ impl AttentionPlan {
                     (128, 1, 1),
                     0,
                     &mut args!(pp, mp, op, args, n),
+                    false,
                 )?;
             }
         }

@@ -423,7 +423,8 @@ unsafe fn wg_launch(
         &mut kc32 as *mut _ as *mut c_void,
     ];
     // SAFETY: the caller's contract; the maps bound every copy to the tensors, the buffers are
-    // retained for a capture in progress.
+    // retained for a capture in progress. Launched dependent (`pdl`), the kernel copies only
+    // the weights before its `pdl_wait`; the tokens and its output after it.
     unsafe {
         c.launch_raw(
             s,
@@ -433,6 +434,7 @@ unsafe fn wg_launch(
             (128, 1, 1),
             wg_shared(kc) as u32,
             &mut params,
+            k.options.pdl,
         )
     }
 }

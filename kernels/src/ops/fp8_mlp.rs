@@ -177,7 +177,8 @@ impl Fp8GegluLinear {
                 // SAFETY: the layouts were checked against the plan, which the kernel takes
                 // (m ≤ 64 rows, K a multiple of 128 up to 1024, F a multiple of 32, rows 16-byte
                 // aligned, its shared memory within the device's); the maps bound every copy to
-                // x and w, codes holds [m, F]; the buffers are retained for a capture.
+                // x and w, codes holds [m, F]; the buffers are retained for a capture. Launched
+                // dependent (`pdl`), it copies only the weights before its `pdl_wait`.
                 unsafe {
                     c.launch_raw(
                         s,
@@ -187,6 +188,7 @@ impl Fp8GegluLinear {
                         (128, 1, 1),
                         geglu_shared(kk) as u32,
                         &mut params,
+                        k.options.pdl,
                     )
                 }
             }

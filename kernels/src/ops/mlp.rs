@@ -217,7 +217,8 @@ impl GegluLinear {
                 // SAFETY: layouts checked against the plan, which the kernel takes: x m ≤ 64
                 // rows and w 2F rows of K (a multiple of 64), 16-byte aligned rows; h m rows of
                 // F (a multiple of 32); the maps bound every copy to x and w; the buffers are
-                // retained for a capture in progress.
+                // retained for a capture in progress. Launched dependent (`pdl`), the kernel
+                // copies only the weights before its `pdl_wait`.
                 unsafe {
                     c.launch_raw(
                         s,
@@ -227,6 +228,7 @@ impl GegluLinear {
                         (128, 1, 1),
                         WG_SHARED as u32,
                         &mut params,
+                        k.options.pdl,
                     )
                 }
             }
