@@ -633,7 +633,9 @@ fn kernel_options_come_from_the_config() {
     .unwrap();
     assert_eq!(cfg.kernels.attention, frt_kernels::AttentionPath::Gemm);
     assert!(!cfg.kernels.gemm_tuning && cfg.kernels.split_k);
-    for bad in ["  attention: fast\n", "  pdl: true\n"] {
+    let cfg = Config::parse(&format!("{base}\nkernels:\n  pdl: false\n")).unwrap();
+    assert!(!cfg.kernels.pdl && frt_kernels::KernelOptions::default().pdl);
+    for bad in ["  attention: fast\n", "  fused_mlp: true\n"] {
         let e = Config::parse(&format!("{base}\nkernels:\n{bad}")).unwrap_err();
         assert_eq!(e.field, "config", "{bad}: {e}");
     }
