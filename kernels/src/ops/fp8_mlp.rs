@@ -26,6 +26,9 @@ pub struct Fp8GegluLinear {
     w: Rows,
     /// The rounding of the gate and up products and of the GEGLU's output.
     dt: DType,
+    /// Host backend: the gate+up rows `[M, 2F]` of `dt`, allocated when planned (a run
+    /// allocates nothing; the runs of one plan follow one another, as a model's do).
+    gate_up: Option<Tensor>,
 }
 
 /// Features of the GEGLU's output a block of `linear_e4m3_wg_geglu` takes.
@@ -92,11 +95,21 @@ impl Kernels {
                 return Ok(None);
             }
         }
+        let gate_up = match self.cuda {
+            Some(_) => None,
+            None => Some(Tensor::alloc(
+                self.ctx(),
+                "linear_geglu_e4m3.gate_up",
+                dt,
+                &[m, 2 * f],
+            )?),
+        };
         Ok(Some(Fp8GegluLinear {
             kernels: self.clone(),
             x: xr,
             w: wr,
             dt,
+            gate_up,
         }))
     }
 }
@@ -205,6 +218,8 @@ impl Fp8GegluLinear {
                     bias: false,
                     accumulate: false,
                 };
+                // The gate+up rows as `linear_e4m3` writes them into a `dt` output.
+                let gu = self.gate_up.as_ref().expect("planned on the host");
                 let ptrs = (
                     P::of(x),
                     P::of(x_scale),
@@ -212,6 +227,7 @@ impl Fp8GegluLinear {
                     P::of(w_scale),
                     P::of(codes),
                     P::of(code_scale),
+                    P::of(gu),
                 );
                 let keep = (
                     x.clone(),
@@ -220,14 +236,12 @@ impl Fp8GegluLinear {
                     w_scale.clone(),
                     codes.clone(),
                     code_scale.clone(),
+                    gu.clone(),
                 );
                 k.host(s, move || {
                     let _ = &keep;
-                    let (x, xs, w, ws, codes, cs) = ptrs;
-                    // The gate+up rows as `linear_e4m3` writes them into a `dt` output.
-                    let mut gu = vec![0u8; m * 2 * f * dt.size()];
-                    let gp = P(gu.as_mut_ptr() as usize);
-                    // SAFETY: the layouts were checked against the plan; `gu` holds the spec's
+                    let (x, xs, w, ws, codes, cs, gp) = ptrs;
+                    // SAFETY: the layouts were checked against the plan; `gp` holds the spec's
                     // output, [m, 2F] of `dt`; codes [m, F], one code scale.
                     unsafe {
                         host_linear(&spec, (x, xs, w, ws, gp, None));
