@@ -157,7 +157,6 @@ __device__ void geglu_linear_wg(const TmaMap& wmap, const TmaMap& xmap, T* __res
     const unsigned bars = base + data;
     const unsigned chunks = k / MLP_WG_K, f0 = blockIdx.x * 32;
     const unsigned t = threadIdx.x;
-    // Chunk c into its stage (thread 0).
     // Chunk c's weight rows, then its tokens, into its stage (thread 0).
     auto issue_w = [&](unsigned c) {
         const unsigned s = c % MLP_WG_STAGES, a = base + s * STAGE, bar = bars + 8 * s;
