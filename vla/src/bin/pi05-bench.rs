@@ -50,6 +50,9 @@
 //! nothing timed.
 //! `--profile-only vision,prefix,step` (with either) replays only the stages named, in that
 //! order (a profiler takes a while per kernel: one step's kernels alone profile quickly).
+//! `--fp8-expert --write-calibration FILE` also writes the calibration it makes;
+//! `--fp8-expert --profile --calibration FILE` profiles the model built on that file instead
+//! of calibrating (under a profiler, building and calibrating the bf16 model takes minutes).
 
 use frt_exec::Ctx;
 use frt_kernels::DType;
@@ -313,7 +316,7 @@ fn main() {
         return;
     }
     if args.iter().any(|a| a == "--fp8-expert") {
-        fp8_expert(&ctx, iters, profile);
+        fp8_expert(&ctx, iters, profile, &CalibrationFiles::from_args(&args));
         return;
     }
     if args.iter().any(|a| a == "--precision") {
@@ -730,13 +733,88 @@ fn profile_stages(ctx: &Ctx, s: frt_exec::Stream, m: &Pi05) {
     drop(range);
 }
 
+/// `--calibration FILE` and `--write-calibration FILE` of `--fp8-expert` (see the module
+/// docs).
+struct CalibrationFiles {
+    read: Option<std::path::PathBuf>,
+    write: Option<std::path::PathBuf>,
+}
+
+impl CalibrationFiles {
+    fn from_args(args: &[String]) -> CalibrationFiles {
+        let path = |flag: &str| {
+            let i = args.iter().position(|a| a == flag)?;
+            match args.get(i + 1) {
+                Some(p) => Some(std::path::PathBuf::from(p)),
+                None => {
+                    eprintln!("pi05-bench: {flag} needs a file");
+                    std::process::exit(2)
+                }
+            }
+        };
+        CalibrationFiles {
+            read: path("--calibration"),
+            write: path("--write-calibration"),
+        }
+    }
+}
+
+/// The model with SigLIP (`vision`), the prefix and the action expert in FP8 on `cal`.
+fn fp8_every_stage(
+    ctx: &Ctx,
+    s: frt_exec::Stream,
+    w: &Pi05Weights,
+    cal: &frt_vla::calibration::Calibration,
+    vision: bool,
+) -> Pi05 {
+    let mut o = Pi05Options::new(DType::BF16);
+    o.kernels = *KERNEL_OPTIONS.get().expect("read in main");
+    o.fp8 = Some(cal.clone());
+    o.fp8_prefix = true;
+    o.fp8_vision = vision;
+    o.fp8_keep_16bit = false;
+    Pi05::build(ctx, s, w, &o).unwrap_or_else(|e| {
+        eprintln!("pi05-bench: the FP8 model does not build: {e}");
+        std::process::exit(1)
+    })
+}
+
+/// `--fp8-expert --profile`: vision, prefix and one step of the every-stage FP8 model between
+/// cuProfilerStart and cuProfilerStop, after ten runs on the canonical inputs.
+fn profile_fp8(ctx: &Ctx, s: frt_exec::Stream, c: &Pi05Config, m: &Pi05) {
+    let (img, tokens, noise) = canonical_inputs(c);
+    let views = [img.clone(), img];
+    let images = two_views(&views);
+    m.set_inputs(&Observation {
+        state: &[],
+        images: &images,
+        tokens: &tokens,
+        noise: &noise,
+    })
+    .unwrap();
+    for _ in 0..10 {
+        m.run().unwrap();
+    }
+    profile_stages(ctx, s, m);
+}
+
 /// `--fp8-expert`: see the module docs.
-fn fp8_expert(ctx: &Ctx, iters: usize, profile: bool) {
+fn fp8_expert(ctx: &Ctx, iters: usize, profile: bool, files: &CalibrationFiles) {
     let mut c = Pi05Config::base();
     c.views = 2;
     c.max_token_len = 64;
     let w = Pi05Weights::random(&c, 1);
     let s = ctx.stream(0).unwrap();
+    if let (true, Some(path)) = (profile, &files.read) {
+        // A calibration made earlier (e.g. by `--write-calibration`, outside the profiler):
+        // only the profiled model is built.
+        let cal = frt_vla::calibration::Calibration::read(path).unwrap_or_else(|e| {
+            eprintln!("pi05-bench: {e}");
+            std::process::exit(1)
+        });
+        profile_fp8(ctx, s, &c, &fp8_every_stage(ctx, s, &w, &cal, true));
+        return;
+    }
     // Device memory in use (what each model's build adds: weights, activations, graphs).
     let cu = ctx.cuda_context().expect("CUDA").clone();
     let used = || {
@@ -775,34 +853,17 @@ fn fp8_expert(ctx: &Ctx, iters: usize, profile: bool) {
     let percentile = frt_vla::calibration::DEFAULT_PERCENTILE;
     let cal = bf16.calibrate(&obs, percentile).unwrap();
     let calibrate_s = t.elapsed().as_secs_f64();
-    let fp8_with = |vision: bool| {
-        let kernels = *KERNEL_OPTIONS.get().expect("read in main");
-        let mut o = Pi05Options::new(DType::BF16);
-        o.kernels = kernels;
-        o.fp8 = Some(cal.clone());
-        o.fp8_prefix = true;
-        o.fp8_vision = vision;
-        o.fp8_keep_16bit = false;
-        Pi05::build(ctx, s, &w, &o).unwrap()
-    };
+    if let Some(path) = &files.write {
+        cal.write(path).unwrap_or_else(|e| {
+            eprintln!("pi05-bench: {e}");
+            std::process::exit(1)
+        });
+        println!("calibration written to {}", path.display());
+    }
+    let fp8_with = |vision: bool| fp8_every_stage(ctx, s, &w, &cal, vision);
     if profile {
-        // Only the every-stage FP8 model is built: vision, prefix and one step between
-        // cuProfilerStart and cuProfilerStop, after ten runs on the canonical inputs.
-        let m = fp8_with(true);
-        let (img, tokens, noise) = canonical_inputs(&c);
-        let views = [img.clone(), img];
-        let images = two_views(&views);
-        m.set_inputs(&Observation {
-            state: &[],
-            images: &images,
-            tokens: &tokens,
-            noise: &noise,
-        })
-        .unwrap();
-        for _ in 0..10 {
-            m.run().unwrap();
-        }
-        profile_stages(ctx, s, &m);
+        drop(bf16);
+        profile_fp8(ctx, s, &c, &fp8_with(true));
         return;
     }
     let before = used();
