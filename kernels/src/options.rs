@@ -51,7 +51,8 @@ pub struct KernelOptions {
     pub geglu_wgmma: bool,
     /// On Hopper (`sm_90`), the library's own `wgmma` GEMMs (the FP8 linear kernels and the
     /// gated-MLP input) are launched with programmatic dependent launch: each starts while the
-    /// kernel before it in the stream still runs (the norms and the attention merge let it),
+    /// kernel before it in the stream still runs (the norms, the attention merge and the FP8
+    /// gate+up+GEGLU kernel let it),
     /// copies its weight tiles, and waits for that kernel before it reads its input (`false`:
     /// plain launches; the same bits either way).
     pub pdl: bool,
@@ -90,9 +91,8 @@ impl KernelOptions {
     /// The defaults, overridden by `FRT_ATTENTION` (`auto`, `flash`, `gemm`),
     /// `FRT_ATTENTION_SPLITS` (a positive number, or `auto`), `FRT_GEMM_TUNING`,
     /// `FRT_GEMM_SPLIT_K`, `FRT_GEMM_TUNING_LOG`, `FRT_FP8_ROWS`, `FRT_FP8_WGMMA`,
-    /// `FRT_GEGLU_WGMMA` and `FRT_PDL` (`0` or `1`), for
-    /// benchmarks. A value
-    /// outside those is an error naming the variable.
+    /// `FRT_GEGLU_WGMMA` and `FRT_PDL` (`0` or `1`), for benchmarks. A value outside those is
+    /// an error naming the variable.
     pub fn from_env() -> Result<KernelOptions> {
         Self::from_vars(|k| std::env::var(k).ok())
     }

@@ -773,8 +773,13 @@ fn fp8_every_stage(
     o.fp8_prefix = true;
     o.fp8_vision = vision;
     o.fp8_keep_16bit = false;
-    Pi05::build(ctx, s, w, &o).unwrap_or_else(|e| {
-        eprintln!("pi05-bench: the FP8 model does not build: {e}");
+    or_exit(Pi05::build(ctx, s, w, &o), "the FP8 model does not build")
+}
+
+/// `r`'s value, or its error on stderr after `what` and exit status 1.
+fn or_exit<T>(r: Result<T, impl std::fmt::Display>, what: &str) -> T {
+    r.unwrap_or_else(|e| {
+        eprintln!("pi05-bench: {what}: {e}");
         std::process::exit(1)
     })
 }
@@ -808,10 +813,10 @@ fn fp8_expert(ctx: &Ctx, iters: usize, profile: bool, files: &CalibrationFiles) 
     if let (true, Some(path)) = (profile, &files.read) {
         // A calibration made earlier (e.g. by `--write-calibration`, outside the profiler):
         // only the profiled model is built.
-        let cal = frt_vla::calibration::Calibration::read(path).unwrap_or_else(|e| {
-            eprintln!("pi05-bench: {e}");
-            std::process::exit(1)
-        });
+        let cal = or_exit(
+            frt_vla::calibration::Calibration::read(path),
+            "reading the calibration",
+        );
         profile_fp8(ctx, s, &c, &fp8_every_stage(ctx, s, &w, &cal, true));
         return;
     }
@@ -854,10 +859,7 @@ fn fp8_expert(ctx: &Ctx, iters: usize, profile: bool, files: &CalibrationFiles) 
     let cal = bf16.calibrate(&obs, percentile).unwrap();
     let calibrate_s = t.elapsed().as_secs_f64();
     if let Some(path) = &files.write {
-        cal.write(path).unwrap_or_else(|e| {
-            eprintln!("pi05-bench: {e}");
-            std::process::exit(1)
-        });
+        or_exit(cal.write(path), "writing the calibration");
         println!("calibration written to {}", path.display());
     }
     let fp8_with = |vision: bool| fp8_every_stage(ctx, s, &w, &cal, vision);
