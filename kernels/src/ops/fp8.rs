@@ -16,7 +16,7 @@ use super::gemm::{
     scratch, weight_copies,
 };
 use super::{P, Rows, rows};
-use crate::cuda::Param;
+use crate::cuda::{Param, args};
 use crate::dtype::with_float;
 use crate::error::{Error, Result};
 use crate::fp8::{e4m3_from_f32, e4m3_to_f32};
@@ -409,19 +409,7 @@ unsafe fn wg_launch(
         bias.map_or(0, |b| b.ptr()),
         u32::from(accumulate),
     );
-    let mut params: [*mut c_void; 11] = [
-        &mut wmap as *mut _ as *mut c_void,
-        &mut xmap as *mut _ as *mut c_void,
-        &mut xs as *mut _ as *mut c_void,
-        &mut ws as *mut _ as *mut c_void,
-        &mut op_ as *mut _ as *mut c_void,
-        &mut ld as *mut _ as *mut c_void,
-        &mut bp as *mut _ as *mut c_void,
-        &mut acc as *mut _ as *mut c_void,
-        &mut m32 as *mut _ as *mut c_void,
-        &mut n32 as *mut _ as *mut c_void,
-        &mut kc32 as *mut _ as *mut c_void,
-    ];
+    let mut params = args!(wmap, xmap, xs, ws, op_, ld, bp, acc, m32, n32, kc32);
     // SAFETY: the caller's contract; the maps bound every copy to the tensors, the buffers are
     // retained for a capture in progress. Launched dependent (`pdl`), the kernel copies only
     // the weights before its `pdl_wait`; the tokens and its output after it.

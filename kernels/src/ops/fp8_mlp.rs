@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::fp8::e4m3_from_f32;
 use crate::{DType, FP8_ROWS_MAX, Kernels, Tensor};
 use frt_exec::Stream;
-use std::ffi::c_void;
+use crate::cuda::args;
 
 /// [`Kernels::linear_geglu_e4m3`]: planned once for the layouts; runs with any tensors of
 /// those layouts (one layer's weights after another), its scales read when the work runs.
@@ -176,17 +176,7 @@ impl Fp8GegluLinear {
                 let (mut xs, mut ws, mut cp, mut csp) =
                     (x_scale.ptr(), w_scale.ptr(), codes.ptr(), code_scale.ptr());
                 let (mut m32, mut f32_, mut kc32) = (m as u32, f as u32, kk as u32);
-                let mut params: [*mut c_void; 9] = [
-                    &mut wmap as *mut _ as *mut c_void,
-                    &mut xmap as *mut _ as *mut c_void,
-                    &mut xs as *mut _ as *mut c_void,
-                    &mut ws as *mut _ as *mut c_void,
-                    &mut cp as *mut _ as *mut c_void,
-                    &mut csp as *mut _ as *mut c_void,
-                    &mut m32 as *mut _ as *mut c_void,
-                    &mut f32_ as *mut _ as *mut c_void,
-                    &mut kc32 as *mut _ as *mut c_void,
-                ];
+                let mut params = args!(wmap, xmap, xs, ws, cp, csp, m32, f32_, kc32);
                 // SAFETY: the layouts were checked against the plan, which the kernel takes
                 // (m ≤ 64 rows, K a multiple of 128 up to 1024, F a multiple of 32, rows 16-byte
                 // aligned, its shared memory within the device's); the maps bound every copy to

@@ -18,11 +18,10 @@
 
 use super::fp8::tma_map;
 use super::{Rows, rows};
-use crate::cuda::Param;
+use crate::cuda::{Param, args};
 use crate::error::{Error, Result};
 use crate::{DType, Gemm, Kernels, Tensor};
 use frt_exec::Stream;
-use std::ffi::c_void;
 
 /// Most rows of `x` the fused CUDA kernel takes (one block of rows).
 pub const GEGLU_LINEAR_MAX_ROWS: usize = 64;
@@ -205,15 +204,7 @@ impl GegluLinear {
                 let mut hp = h.ptr();
                 let (mut ld, mut m, mut ff, mut kk) =
                     (hr.stride as u64, xr.rows as u32, f as u32, xr.cols as u32);
-                let mut params: [*mut c_void; 7] = [
-                    &mut wmap as *mut _ as *mut c_void,
-                    &mut xmap as *mut _ as *mut c_void,
-                    &mut hp as *mut _ as *mut c_void,
-                    &mut ld as *mut _ as *mut c_void,
-                    &mut m as *mut _ as *mut c_void,
-                    &mut ff as *mut _ as *mut c_void,
-                    &mut kk as *mut _ as *mut c_void,
-                ];
+                let mut params = args!(wmap, xmap, hp, ld, m, ff, kk);
                 // SAFETY: layouts checked against the plan, which the kernel takes: x m ≤ 64
                 // rows and w 2F rows of K (a multiple of 64), 16-byte aligned rows; h m rows of
                 // F (a multiple of 32); the maps bound every copy to x and w; the buffers are
