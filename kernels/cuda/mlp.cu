@@ -216,6 +216,50 @@ __device__ void geglu_linear_wg(const TmaMap& wmap, const TmaMap& xmap, T* __res
 #endif
 }
 
+// tma_ring_probe: geglu_linear_wg's copies without its MMAs, to measure what the TMA ring alone
+// streams (frt-kernels-bench). Block b copies weight rows 64b .. 64b + 63 of wmap (boxes of
+// `box_rows` rows × 64 values of K), and with `with_x` also the 64 rows of xmap, chunk by chunk
+// over `chunks` chunks through `stages` stages, as geglu_linear_wg's ring does; after a stage
+// arrives every thread reads one word of it (the stage is then refilled), and thread 0 adds
+// those words into sink[0] so that no copy is idle.
+extern "C" __global__ void __launch_bounds__(128)
+    tma_ring_probe(const __grid_constant__ TmaMap wmap, const __grid_constant__ TmaMap xmap, unsigned with_x,
+                   unsigned box_rows, unsigned chunks, unsigned stages, unsigned* sink) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr unsigned A_BYTES = 64 * MLP_WG_K * 2, STAGE = 2 * A_BYTES;
+    extern __shared__ unsigned char wg_raw[];
+    const unsigned base = (smem_addr(wg_raw) + 1023) & ~1023u, bars = base + stages * STAGE;
+    const unsigned t = threadIdx.x, r0 = blockIdx.x * 64;
+    auto issue = [&](unsigned c) {
+        const unsigned s = c % stages, a = base + s * STAGE, bar = bars + 8 * s;
+        const unsigned bytes = with_x ? STAGE : A_BYTES;
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+        for (unsigned r = 0; r < 64; r += box_rows)
+            tma_load_2d(a + r * MLP_WG_K * 2, &wmap, c * MLP_WG_K, r0 + r, bar);
+        if (with_x) tma_load_2d(a + A_BYTES, &xmap, c * MLP_WG_K, 0, bar);
+    };
+    if (t == 0) {
+        for (unsigned s = 0; s < stages; ++s)
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bars + 8 * s) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        for (unsigned c = 0; c < chunks && c < stages; ++c) issue(c);
+    }
+    __syncthreads();
+    unsigned acc = 0;
+#pragma unroll 1
+    for (unsigned c = 0; c < chunks; ++c) {
+        const unsigned s = c % stages;
+        mbar_wait(bars + 8 * s, (c / stages) & 1);
+        acc += ((const unsigned*)(wg_raw + (base - smem_addr(wg_raw)) + s * STAGE))[t];
+        __syncthreads();
+        if (t == 0 && c + stages < chunks) issue(c + stages);
+    }
+    if (t == 0) atomicAdd(sink, acc);
+#else
+    __trap();
+#endif
+}
+
 #define GEGLU_LINEAR_WG(T, S)                                                                               \
     extern "C" __global__ void __launch_bounds__(128)                                                       \
         geglu_linear_wg_##S(const __grid_constant__ TmaMap wmap, const __grid_constant__ TmaMap xmap, T* h,  \

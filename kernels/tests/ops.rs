@@ -2257,3 +2257,70 @@ fn the_comparison_sees_errors_in_small_entries() {
     assert!(common::check_elements(&[f32::NEG_INFINITY, 1.0], &inf, 1e-3).is_ok());
     assert!(common::check_elements(&[0.0, 1.0], &inf, 1e-3).is_err());
 }
+
+/// The TMA ring probe (`Kernels::tma_ring_probe`, a benchmark's measurement) copies what it
+/// is given: on Hopper, with bf16 weights of known bits, the sum it leaves (each chunk's first
+/// 512 bytes of a stage, read a word a thread: rows 0 to 3 of the block's first box, 128 bytes
+/// each, in swizzled order) is the sum of those words in memory, for every box height and
+/// ring depth; arguments it cannot take are refused. Elsewhere it is refused by name.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_tma_ring_probe_copies_the_weights() {
+    let b = common::cuda();
+    let (k, s) = (&b.k, b.s);
+    if k.target() != "sm_90" {
+        eprintln!("not a Hopper GPU ({}): nothing to probe", k.target());
+        return;
+    }
+    let (n, kk) = (256usize, 512usize);
+    let mut rng = Rng::new(71);
+    let bytes: Vec<u8> = (0..n * kk * 2).map(|_| rng.below(256) as u8).collect();
+    let w = Tensor::alloc(k.ctx(), "w", DType::BF16, &[n, kk]).unwrap();
+    w.write_bytes(s, &bytes).unwrap();
+    let x = Tensor::alloc(k.ctx(), "x", DType::BF16, &[50, kk]).unwrap();
+    x.write_f32(s, &vec![1.0; 50 * kk]).unwrap();
+    let word = |i: usize| u32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().unwrap());
+    // Rows 64b .. 64b + 3, chunk c's 128 bytes each (32 words), over every block and chunk.
+    let mut want = 0u32;
+    for blk in 0..n / 64 {
+        for c in 0..kk / 64 {
+            for r in 0..4 {
+                for j in 0..32 {
+                    want = want.wrapping_add(word(((64 * blk + r) * kk + 64 * c) / 2 + j));
+                }
+            }
+        }
+    }
+    let sink = Tensor::alloc(k.ctx(), "sink", DType::I32, &[1]).unwrap();
+    for (with_x, box_rows, stages) in [(false, 32, 8), (true, 32, 8), (false, 8, 3), (true, 64, 12)]
+    {
+        sink.write_i32(s, &[0]).unwrap();
+        k.tma_ring_probe(s, &w, with_x.then_some(&x), box_rows, stages, &sink)
+            .unwrap();
+        let got = sink.read_i32(s).unwrap()[0] as u32;
+        assert_eq!(
+            got, want,
+            "boxes of {box_rows} rows, {stages} stages, tokens {with_x}"
+        );
+    }
+    for (box_rows, stages) in [(24, 8), (32, 0), (32, 13)] {
+        assert!(
+            k.tma_ring_probe(s, &w, None, box_rows, stages, &sink)
+                .is_err()
+        );
+    }
+    let odd = Tensor::alloc(k.ctx(), "odd", DType::BF16, &[100, kk]).unwrap();
+    assert!(k.tma_ring_probe(s, &odd, None, 32, 8, &sink).is_err());
+}
+
+#[test]
+fn the_tma_ring_probe_is_refused_off_hopper() {
+    let b = common::host();
+    let w = Tensor::alloc(b.k.ctx(), "w", DType::BF16, &[64, 64]).unwrap();
+    let sink = Tensor::alloc(b.k.ctx(), "sink", DType::I32, &[1]).unwrap();
+    let e =
+        b.k.tma_ring_probe(b.s, &w, None, 32, 8, &sink)
+            .unwrap_err()
+            .to_string();
+    assert!(e.contains("sm_90"), "{e}");
+}

@@ -392,6 +392,41 @@ fn main() {
                     100.0 * bytes / (med * 1e-3) / 1e9 / b.copy_gbs
                 );
             }
+            // The wgmma kernel's TMA ring alone (Hopper): the same weights' copies without the
+            // MMAs, with and without the tokens, by box height and ring depth.
+            let sink = Tensor::alloc(b.k.ctx(), "sink", DType::I32, &[1]).unwrap();
+            for (with_x, box_rows, stages) in [
+                (true, 32, 8),
+                (false, 32, 8),
+                (false, 64, 8),
+                (false, 16, 8),
+                (false, 32, 2),
+                (false, 32, 12),
+                (true, 64, 12),
+            ] {
+                let form = format!(
+                    "TMA ring, boxes of {box_rows} rows, {stages} stages{}",
+                    if with_x { ", tokens too" } else { "" }
+                );
+                let x_in = with_x.then_some(&x);
+                if let Err(e) =
+                    b.k.tma_ring_probe(b.s, &ws[0], x_in, box_rows, stages, &sink)
+                {
+                    println!("| {form} | not run: {e} |");
+                    break;
+                }
+                let (med, p) = b.time(&form, &|s| {
+                    b.k.tma_ring_probe(s, w(), x_in, box_rows, stages, &sink)
+                });
+                println!(
+                    "| {form} | {m}x{kk}x{} | {:>9.1} | {:>9.1} | weight {:>5.0} GB/s | {:>5.0} % of copy |",
+                    2 * f,
+                    med * 1e3,
+                    p * 1e3,
+                    bytes / (med * 1e-3) / 1e9,
+                    100.0 * bytes / (med * 1e-3) / 1e9 / b.copy_gbs
+                );
+            }
         }
     }
     if b.wants("fp8") {

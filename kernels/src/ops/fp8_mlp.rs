@@ -6,12 +6,12 @@
 
 use super::fp8::{Fp8Spec, WG_STAGE, host_linear, tma_map, wg_takes};
 use super::{P, Rows, gelu_tanh, rows};
+use crate::cuda::args;
 use crate::dtype::{Float, with_float};
 use crate::error::{Error, Result};
 use crate::fp8::e4m3_from_f32;
 use crate::{DType, FP8_ROWS_MAX, Kernels, Tensor};
 use frt_exec::Stream;
-use crate::cuda::args;
 
 /// [`Kernels::linear_geglu_e4m3`]: planned once for the layouts; runs with any tensors of
 /// those layouts (one layer's weights after another), its scales read when the work runs.

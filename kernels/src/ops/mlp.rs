@@ -261,3 +261,95 @@ impl GegluLinear {
         }
     }
 }
+
+impl Kernels {
+    /// A measurement for benchmarks, Hopper only: the copies of `geglu_linear_wg`'s TMA ring
+    /// without its MMAs (`mlp.cu`'s `tma_ring_probe`). One block per 64 rows of `w` (`[N, K]`,
+    /// bf16/f16, N and K multiples of 64) copies its rows in boxes of `box_rows` rows (8, 16,
+    /// 32 or 64) × 64 values of K, and with `x` (`[≤ 64, K]`, the same dtype) also the 64 rows
+    /// of x, chunk by chunk through a ring of `stages` stages (1 to 12), each stage refilled
+    /// once every thread has read a word of it; the words' sum goes into the i32 `sink[0]`.
+    /// What it takes against `geglu_linear_wg` on the same weight tells the copies' share of
+    /// that kernel's time.
+    pub fn tma_ring_probe(
+        &self,
+        s: Stream,
+        w: &Tensor,
+        x: Option<&Tensor>,
+        box_rows: usize,
+        stages: usize,
+        sink: &Tensor,
+    ) -> Result<()> {
+        let op = "tma_ring_probe";
+        let c = match &self.cuda {
+            Some(c) if c.has_wgmma() => c,
+            _ => {
+                return Err(Error::shape(
+                    op,
+                    format!("needs a Hopper GPU (sm_90); this is {}", self.target()),
+                ));
+            }
+        };
+        self.check_ctx(op, &[w, sink])?;
+        let dt = w.dtype();
+        sink.expect_dtype(op, "sink", DType::I32)?;
+        let wr = rows(op, w)?;
+        let xr = x.map(|x| rows(op, x)).transpose()?;
+        let aligned16 =
+            |t: &Tensor, r: &Rows| t.ptr() % 16 == 0 && (r.stride * dt.size()) % 16 == 0;
+        let fits = matches!(dt, DType::BF16 | DType::F16)
+            && wr.rows % 64 == 0
+            && wr.cols % WG_K == 0
+            && aligned16(w, &wr)
+            && [8, 16, 32, 64].contains(&box_rows)
+            && (1..=12).contains(&stages)
+            && sink.numel() >= 1
+            && match (x, xr) {
+                (Some(x), Some(xr)) => {
+                    x.dtype() == dt && xr.cols == wr.cols && xr.rows <= 64 && aligned16(x, &xr)
+                }
+                _ => true,
+            };
+        if !fits {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "w {w:?}, x {x:?}, boxes of {box_rows} rows, {stages} stages, sink {sink:?}: need bf16/f16 w [64·n, 64·k] and x [≤ 64, 64·k], 16-byte aligned rows, boxes of 8, 16, 32 or 64 rows, 1 to 12 stages, an i32 sink"
+                ),
+            ));
+        }
+        let mut wmap = tma_map(op, w, wr, box_rows as u32)?;
+        // Without x the kernel never reads its map: w's stands in.
+        let mut xmap = match (x, xr) {
+            (Some(x), Some(xr)) => tma_map(op, x, xr, 64)?,
+            _ => tma_map(op, w, wr, 64)?,
+        };
+        let mut tensors = vec![w, sink];
+        tensors.extend(x);
+        self.retain(s, &tensors);
+        let (mut with_x, mut br, mut chunks, mut st) = (
+            u32::from(x.is_some()),
+            box_rows as u32,
+            (wr.cols / WG_K) as u32,
+            stages as u32,
+        );
+        let mut sp = sink.ptr();
+        let mut params = args!(wmap, xmap, with_x, br, chunks, st, sp);
+        let shared = 1024 + stages * 2 * 64 * WG_K * 2 + 8 * stages;
+        // SAFETY: checked above: w holds N = 64·blocks rows of K (a multiple of 64), x at most
+        // 64 rows of K, both 16-byte aligned (the maps bound every copy); shared memory holds
+        // the ring and its barriers; sink one i32; the buffers are retained for a capture.
+        unsafe {
+            c.launch_raw(
+                s,
+                op,
+                None,
+                ((wr.rows / 64) as u32, 1, 1),
+                (128, 1, 1),
+                shared as u32,
+                &mut params,
+                false,
+            )
+        }
+    }
+}
