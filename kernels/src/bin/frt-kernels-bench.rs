@@ -380,17 +380,21 @@ fn main() {
                     &|s| plan.run(&b.k, s, &x, w(), &h),
                 ),
             ];
-            println!();
-            for (form, op) in forms {
-                let (med, p) = b.time(form, op);
+            // One row: the form, its median and p99 (ms), and the weight's rate.
+            let row = |form: &str, med: f64, p: f64| {
                 println!(
-                    "| expert gate+up+geglu, {form:<16} | {m}x{kk}x{} | {:>9.1} | {:>9.1} | weight {:>5.0} GB/s | {:>5.0} % of copy |",
+                    "| {form} | {m}x{kk}x{} | {:>9.1} | {:>9.1} | weight {:>5.0} GB/s | {:>5.0} % of copy |",
                     2 * f,
                     med * 1e3,
                     p * 1e3,
                     bytes / (med * 1e-3) / 1e9,
                     100.0 * bytes / (med * 1e-3) / 1e9 / b.copy_gbs
-                );
+                )
+            };
+            println!();
+            for (form, op) in forms {
+                let (med, p) = b.time(form, op);
+                row(&format!("expert gate+up+geglu, {form:<16}"), med, p);
             }
             // The wgmma kernel's TMA ring alone (Hopper): the same weights' copies without the
             // MMAs, with and without the tokens, by box height and ring depth.
@@ -418,14 +422,7 @@ fn main() {
                 let (med, p) = b.time(&form, &|s| {
                     b.k.tma_ring_probe(s, w(), x_in, box_rows, stages, &sink)
                 });
-                println!(
-                    "| {form} | {m}x{kk}x{} | {:>9.1} | {:>9.1} | weight {:>5.0} GB/s | {:>5.0} % of copy |",
-                    2 * f,
-                    med * 1e3,
-                    p * 1e3,
-                    bytes / (med * 1e-3) / 1e9,
-                    100.0 * bytes / (med * 1e-3) / 1e9 / b.copy_gbs
-                );
+                row(&form, med, p);
             }
         }
     }

@@ -47,7 +47,13 @@ pub struct GegluLinear {
 /// stage, 1024-byte aligned.
 const WG_STAGES: usize = 8;
 const WG_K: usize = 64;
-const WG_SHARED: usize = 1024 + WG_STAGES * (2 * 64 * WG_K * 2) + 8 * WG_STAGES;
+const WG_SHARED: usize = wg_ring_shared(WG_STAGES);
+
+/// Shared memory of a `wgmma` ring of `stages` stages (64 weight rows and 64 rows of x, `WG_K`
+/// 16-bit values each): 1024-byte alignment slack, the stages, a barrier a stage.
+const fn wg_ring_shared(stages: usize) -> usize {
+    1024 + stages * (2 * 64 * WG_K * 2) + 8 * stages
+}
 const _: () = assert!(WG_STAGES * 2 * 64 * WG_K * 2 >= 64 * 68 * 4);
 
 enum Path {
@@ -335,7 +341,7 @@ impl Kernels {
         );
         let mut sp = sink.ptr();
         let mut params = args!(wmap, xmap, with_x, br, chunks, st, sp);
-        let shared = 1024 + stages * 2 * 64 * WG_K * 2 + 8 * stages;
+        let shared = wg_ring_shared(stages);
         // SAFETY: checked above: w holds N = 64·blocks rows of K (a multiple of 64), x at most
         // 64 rows of K, both 16-byte aligned (the maps bound every copy); shared memory holds
         // the ring and its barriers; sink one i32; the buffers are retained for a capture.
