@@ -184,22 +184,32 @@ __device__ void geglu_linear_wg(const TmaMap& wmap, const TmaMap& xmap, T* __res
     float acc[32];
 #pragma unroll
     for (int i = 0; i < 32; ++i) acc[i] = 0.f;
-#pragma unroll 1
-    for (unsigned c = 0; c < chunks; ++c) {
+    // Chunk c's MMAs are issued before chunk c - 1's are waited for (one group in flight
+    // while the next stage's barrier is awaited): the same MMAs into the same sum, in order.
+    // The last chunk is peeled off the loop and waited for whole: where a read of the sum
+    // might meet an MMA in flight, ptxas serializes every MMA.
+    auto mma = [&](unsigned c) {
         const unsigned s = c % MLP_WG_STAGES, a = base + s * STAGE;
         mbar_wait(bars + 8 * s, (c / MLP_WG_STAGES) & 1);
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
         for (unsigned j = 0; j < 4; ++j) wg_mma16<T>(acc, wg_desc(a + 32 * j), wg_desc(a + A_BYTES + 32 * j));
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        // Every warp's MMAs have read the stage: refill it.
+    };
+#pragma unroll 1
+    for (unsigned c = 0; c + 1 < chunks; ++c) {
+        mma(c);
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+        // Every warp's MMAs of chunk c - 1 have read its stage: refill it.
         __syncthreads();
-        if (t == 0 && c + MLP_WG_STAGES < chunks) {
-            issue_w(c + MLP_WG_STAGES);
-            issue_x(c + MLP_WG_STAGES);
+        if (t == 0 && c >= 1 && c - 1 + MLP_WG_STAGES < chunks) {
+            issue_w(c - 1 + MLP_WG_STAGES);
+            issue_x(c - 1 + MLP_WG_STAGES);
         }
     }
+    mma(chunks - 1);
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    __syncthreads();  // every warp's MMAs are done with the ring, which now holds the tile
 
     const unsigned warp = t >> 5, lane = t & 31;
     float* tile = (float*)(wg_raw + (base - smem_addr(wg_raw)));
@@ -220,8 +230,8 @@ __device__ void geglu_linear_wg(const TmaMap& wmap, const TmaMap& xmap, T* __res
 // streams (frt-kernels-bench). Block b copies weight rows 64b .. 64b + 63 of wmap (boxes of
 // `box_rows` rows × 64 values of K), and with `with_x` also the 64 rows of xmap, chunk by chunk
 // over `chunks` chunks through `stages` stages, as geglu_linear_wg's ring does; after a stage
-// arrives every thread reads one word of it (the stage is then refilled), and thread 0 adds
-// those words into sink[0] so that no copy is idle.
+// arrives every thread reads one word of it (the stage is then refilled), and those words
+// are added into sink[0] so that no copy is idle.
 extern "C" __global__ void __launch_bounds__(128)
     tma_ring_probe(const __grid_constant__ TmaMap wmap, const __grid_constant__ TmaMap xmap, unsigned with_x,
                    unsigned box_rows, unsigned chunks, unsigned stages, unsigned* sink) {
@@ -254,7 +264,9 @@ extern "C" __global__ void __launch_bounds__(128)
         __syncthreads();
         if (t == 0 && c + stages < chunks) issue(c + stages);
     }
-    if (t == 0) atomicAdd(sink, acc);
+    // Every thread's words (a warp's sum, then one atomic a warp).
+    acc = __reduce_add_sync(0xffffffffu, acc);
+    if ((t & 31) == 0) atomicAdd(sink, acc);
 #else
     __trap();
 #endif

@@ -189,7 +189,27 @@ fn nvrtc(call: &'static str, r: nv::nvrtcResult) -> Result<()> {
     }
 }
 
-fn compile(file: &'static str, source: &str, arch: &str) -> Result<Vec<u8>> {
+/// NVRTC's log of `prog` (empty when it has none).
+///
+/// # Safety
+/// `prog` is a live program that was compiled.
+unsafe fn program_log(prog: nv::nvrtcProgram) -> String {
+    let mut n = 0usize;
+    // SAFETY: `prog` is live (the caller's promise); the buffer is sized from NVRTC's answer.
+    unsafe {
+        nv::nvrtcGetProgramLogSize(prog, &mut n);
+        let mut buf = vec![0u8; n.max(1)];
+        nv::nvrtcGetProgramLog(prog, buf.as_mut_ptr() as *mut c_char);
+        String::from_utf8_lossy(&buf)
+            .trim_end_matches('\0')
+            .trim()
+            .to_string()
+    }
+}
+
+/// Compiles one source for `arch`: its cubin and NVRTC's log (ptxas's notes, e.g. where it
+/// serializes `wgmma`s; empty when it has none).
+fn compile(file: &'static str, source: &str, arch: &str) -> Result<(Vec<u8>, String)> {
     let src = CString::new(source).expect("sources have no NUL");
     let name = CString::new(file).expect("file names have no NUL");
     let opts: Vec<CString> = [
@@ -216,17 +236,9 @@ fn compile(file: &'static str, source: &str, arch: &str) -> Result<Vec<u8>> {
     // SAFETY: `prog` was created above; option pointers live across the call.
     let compiled =
         unsafe { nv::nvrtcCompileProgram(prog, opt_ptrs.len() as i32, opt_ptrs.as_ptr()) };
+    // SAFETY: `prog` is live and compiled (successfully or not).
+    let log = unsafe { program_log(prog) };
     let result = if compiled != nv::nvrtcResult::NVRTC_SUCCESS {
-        let mut n = 0usize;
-        // SAFETY: `prog` is live; buffers are sized from the driver's answer.
-        let log = unsafe {
-            nv::nvrtcGetProgramLogSize(prog, &mut n);
-            let mut buf = vec![0u8; n.max(1)];
-            nv::nvrtcGetProgramLog(prog, buf.as_mut_ptr() as *mut c_char);
-            String::from_utf8_lossy(&buf)
-                .trim_end_matches('\0')
-                .to_string()
-        };
         Err(Error::Compile {
             file,
             arch: arch.to_string(),
@@ -242,7 +254,7 @@ fn compile(file: &'static str, source: &str, arch: &str) -> Result<Vec<u8>> {
                     "nvrtcGetCUBIN",
                     nv::nvrtcGetCUBIN(prog, cubin.as_mut_ptr() as *mut c_char),
                 )
-                .map(|_| cubin)
+                .map(|_| (cubin, log))
             })
         }
     };
@@ -251,16 +263,29 @@ fn compile(file: &'static str, source: &str, arch: &str) -> Result<Vec<u8>> {
     result
 }
 
+/// One source compiled by [`compile_for`]: its file, its cubin's size and NVRTC's log.
+#[derive(Debug, Clone)]
+pub struct Compiled {
+    pub file: &'static str,
+    pub bytes: usize,
+    /// NVRTC's log of a successful compile: warnings and ptxas's notes (empty when none).
+    pub log: String,
+}
+
 /// Compiles every kernel source for `arch` (e.g. `sm_110`, Jetson AGX Thor) with this
 /// machine's NVRTC, bypassing the disk cache and needing no device: checks that the kernels
-/// build for GPUs that are not at hand. Returns each source file with the size of its cubin,
-/// or the first compile error (naming the file, the architecture and NVRTC's log).
-pub fn compile_for(arch: &str) -> Result<Vec<(&'static str, usize)>> {
+/// build for GPUs that are not at hand. Returns each source file with the size of its cubin
+/// and its log, or the first compile error (naming the file, the architecture and NVRTC's log).
+pub fn compile_for(arch: &str) -> Result<Vec<Compiled>> {
     SOURCES
         .iter()
         .map(|&(file, source)| {
-            let bin = compile(file, &format!("{COMMON}\n{source}"), arch)?;
-            Ok((file, bin.len()))
+            let (bin, log) = compile(file, &format!("{COMMON}\n{source}"), arch)?;
+            Ok(Compiled {
+                file,
+                bytes: bin.len(),
+                log,
+            })
         })
         .collect()
 }
@@ -305,7 +330,7 @@ fn cubin(
             }
         }
     }
-    let bin = compile(file, &full, arch)?;
+    let (bin, _) = compile(file, &full, arch)?;
     if let Some(p) = &path {
         // Best effort: a read-only cache directory only costs a compile next time.
         write_whole(p, &bin);

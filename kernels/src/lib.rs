@@ -40,7 +40,10 @@ mod pool;
 mod tensor;
 
 pub use cuda::cache_dir as cuda_cache_dir;
-pub use cuda::{SOURCE_COUNT as CUDA_SOURCE_COUNT, compile_for as cuda_compile_for, nvrtc_target};
+pub use cuda::{
+    Compiled as CudaCompiled, SOURCE_COUNT as CUDA_SOURCE_COUNT, compile_for as cuda_compile_for,
+    nvrtc_target,
+};
 pub use dtype::DType;
 pub use error::{Error, Result};
 pub use ops::attention::{AttentionMask, AttentionPlan, GEMM_MIN_KEYS, GEMM_MIN_QUERIES};

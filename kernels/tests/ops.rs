@@ -2274,9 +2274,22 @@ fn the_tma_ring_probe_copies_the_weights() {
     }
     let (n, kk) = (256usize, 512usize);
     let mut rng = Rng::new(71);
-    let bytes: Vec<u8> = (0..n * kk * 2).map(|_| rng.below(256) as u8).collect();
+    // Random finite bf16 numbers (every sign, exponent 1..=254, every mantissa), written
+    // through f32 (exact) so that their bytes are known.
+    let bits: Vec<u16> = (0..n * kk)
+        .map(|_| {
+            let (sign, exp, man) = (rng.below(2), 1 + rng.below(254), rng.below(128));
+            (sign << 15 | exp << 7 | man) as u16
+        })
+        .collect();
+    let bytes: Vec<u8> = bits.iter().flat_map(|b| b.to_le_bytes()).collect();
     let w = Tensor::alloc(k.ctx(), "w", DType::BF16, &[n, kk]).unwrap();
-    w.write_bytes(s, &bytes).unwrap();
+    let values: Vec<f32> = bits
+        .iter()
+        .map(|&b| f32::from_bits(u32::from(b) << 16))
+        .collect();
+    w.write_f32(s, &values).unwrap();
+    assert_eq!(w.read_f32(s).unwrap(), values, "bf16 values round-trip");
     let x = Tensor::alloc(k.ctx(), "x", DType::BF16, &[50, kk]).unwrap();
     x.write_f32(s, &vec![1.0; 50 * kk]).unwrap();
     let word = |i: usize| u32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().unwrap());
