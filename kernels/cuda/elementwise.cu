@@ -39,11 +39,14 @@ __device__ __forceinline__ float binary_f32(int op, float x, float y, float alph
 
 // vec8: cols and every row stride are multiples of 8, pointers 16-byte aligned. With `codes`
 // (E4M3, rows × cols, contiguous): also e4m3(stored out / code_scale[0]), the codes
-// quantize_e4m3 of out gives, in the same launch.
+// quantize_e4m3 of out gives, in the same launch. With `a_scale` and `b_scale` (f32, one per
+// column, or null): a and b are first multiplied by their column's scale, in f32 (the
+// per-feature weight scales an FP8 GEMM left to its consumer).
 template <typename T>
 __device__ void binary(const T* a, const T* b, T* out, unsigned rows, unsigned cols, unsigned long long sa,
                        unsigned long long sb, unsigned long long so, int op, float alpha, int vec8,
-                       unsigned char* codes, const float* code_scale) {
+                       unsigned char* codes, const float* code_scale, const float* a_scale,
+                       const float* b_scale) {
     const unsigned long long start = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
     const unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
     const float cs = codes ? *code_scale : 1.f;
@@ -55,6 +58,10 @@ __device__ void binary(const T* a, const T* b, T* out, unsigned rows, unsigned c
             float x[8], y[8];
             load8(a + r * sa + c, x);
             load8(b + r * sb + c, y);
+            if (a_scale)
+                for (int k = 0; k < 8; ++k) x[k] *= a_scale[c + k];
+            if (b_scale)
+                for (int k = 0; k < 8; ++k) y[k] *= b_scale[c + k];
             for (int k = 0; k < 8; ++k) x[k] = binary_f32(op, x[k], y[k], alpha);
             store8(out + r * so + c, x);
             if (codes)
@@ -66,7 +73,9 @@ __device__ void binary(const T* a, const T* b, T* out, unsigned rows, unsigned c
     const unsigned long long n = (unsigned long long)rows * cols;
     for (unsigned long long i = start; i < n; i += step) {
         unsigned long long r = i / cols, c = i % cols;
-        const T v = from_f32<T>(binary_f32(op, to_f32(a[r * sa + c]), to_f32(b[r * sb + c]), alpha));
+        const float x = to_f32(a[r * sa + c]) * (a_scale ? a_scale[c] : 1.f);
+        const float y = to_f32(b[r * sb + c]) * (b_scale ? b_scale[c] : 1.f);
+        const T v = from_f32<T>(binary_f32(op, x, y, alpha));
         out[r * so + c] = v;
         if (codes) codes[i] = e4m3_from_f32(to_f32(v) / cs);
     }
@@ -146,8 +155,10 @@ __device__ void euler_step_inpaint_cast(float* x, const float* v, T* x_cast, uns
     extern "C" __global__ void binary_##S(const T* a, const T* b, T* out, unsigned rows, unsigned cols,  \
                                           unsigned long long sa, unsigned long long sb,                \
                                           unsigned long long so, int op, float alpha, int vec8,        \
-                                          unsigned char* codes, const float* code_scale) {             \
-        binary<T>(a, b, out, rows, cols, sa, sb, so, op, alpha, vec8, codes, code_scale);              \
+                                          unsigned char* codes, const float* code_scale,               \
+                                          const float* a_scale, const float* b_scale) {                \
+        binary<T>(a, b, out, rows, cols, sa, sb, so, op, alpha, vec8, codes, code_scale, a_scale,      \
+                  b_scale);                                                                            \
     }                                                                                                  \
     extern "C" __global__ void gated_residual_##S(const T* x, const T* y, const T* g, T* out,           \
                                                   unsigned rows, unsigned cols, unsigned long long sx, \

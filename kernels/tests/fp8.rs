@@ -864,7 +864,141 @@ fn attention_writes_the_codes_quantize_makes(b: &Backend) {
     }
 }
 
+/// GELU with the tanh approximation, in f64 (the references' arithmetic).
+fn gelu_tanh(x: f64) -> f64 {
+    0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
+}
+
+/// A deferred FP8 GEMM (`linear_e4m3_deferred`) writes the product scaled by the activation's
+/// scale only (its `w_scale` is not read: NaNs there change nothing), adding to `out` when
+/// accumulating; `geglu_scaled_e4m3` applies the gate's and the up's per-feature scales to
+/// those rows and writes what `geglu_e4m3` writes of the scaled rows: the GEGLU against an f64
+/// reference from the stored gate and up values, and the codes `quantize_e4m3` makes of it.
+/// Together they give the per-feature-scaled GEMM's GEGLU within tolerance.
+fn deferred_linear_and_scaled_geglu_match_the_reference(b: &Backend) {
+    let mut rng = Rng::new(88);
+    let t =
+        |name: &str, dt: DType, shape: &[usize]| Tensor::alloc(b.k.ctx(), name, dt, shape).unwrap();
+    // (m, k, f, big): small and odd; the action expert's gate+up; the prefix's, narrowed.
+    for (m, k, f, big) in [
+        (3usize, 64usize, 24usize, false),
+        (50, 1024, 4096, true),
+        (576, 2048, 2048, true),
+    ] {
+        if !size_ok(b, big) {
+            continue;
+        }
+        for dt in [DType::BF16, DType::F32] {
+            let what = format!("[{}] deferred {m}x{k}x{f} {dt:?}", b.name);
+            let n = 2 * f;
+            let c = Fp8Case::new(&mut rng, m, k, n, false);
+            let ft = upload(b, &c, (m, k, n), dt);
+            let plan = b.k.linear_e4m3_deferred(&ft.x, &ft.w, &ft.out).unwrap();
+            if b.is_cuda() {
+                assert_eq!(
+                    plan.scaling(),
+                    Some(frt_kernels::Fp8Scaling::ActivationOnly),
+                    "{what}"
+                );
+            }
+            let xs = x_scale(b, &plan, c.x_scale);
+            let nan_scales = t("nan", DType::F32, &[n]);
+            nan_scales.write_f32(b.s, &vec![f32::NAN; n]).unwrap();
+            plan.run(b.s, &ft.x, &xs, &ft.w, &nan_scales, &ft.out, None)
+                .unwrap();
+            let gu = ft.out.read_f32(b.s).unwrap();
+            // The reference without the feature scales: the scaled one divided by them.
+            let want: Vec<f64> = c
+                .reference(m, k, n, dt)
+                .iter()
+                .enumerate()
+                .map(|(i, v)| v / c.w_scale[i % n] as f64)
+                .collect();
+            if let Err(e) = check_elements(&gu, &want, tol(dt, 5e-5 * (k as f64).sqrt())) {
+                panic!("{what}: linear_e4m3_deferred: {e}");
+            }
+            // Accumulating: the product added to what `out` held.
+            let before = rng.vec(m * n, 1.0);
+            let acc = t("acc", dt, &[m, n]);
+            acc.write_f32(b.s, &before).unwrap();
+            let plan_acc = b.k.linear_e4m3_deferred(&ft.x, &ft.w, &acc).unwrap();
+            plan_acc
+                .accumulating()
+                .unwrap()
+                .run(b.s, &ft.x, &xs, &ft.w, &nan_scales, &acc, None)
+                .unwrap();
+            let added: Vec<f64> = want
+                .iter()
+                .zip(&before)
+                .map(|(w, o)| w + stored(dt, *o) as f64)
+                .collect();
+            if let Err(e) = check_elements(
+                &acc.read_f32(b.s).unwrap(),
+                &added,
+                tol(dt, 5e-5 * (k as f64).sqrt()),
+            ) {
+                panic!("{what}: accumulating: {e}");
+            }
+            // The GEGLU of the two halves with their feature scales.
+            let scales = |at: usize| {
+                let v = t("s", DType::F32, &[f]);
+                v.write_f32(b.s, &c.w_scale[at..at + f]).unwrap();
+                v
+            };
+            let (sg, su) = (scales(0), scales(f));
+            let h = t("h", dt, &[m, f]);
+            h.write_f32(b.s, &vec![f32::NAN; m * f]).unwrap();
+            let codes = t("codes", DType::E4M3, &[m, f]);
+            let h_scale = scalar(b, 0.02);
+            let (gate, up) = (
+                ft.out.narrow(1, 0, f).unwrap(),
+                ft.out.narrow(1, f, f).unwrap(),
+            );
+            b.k.geglu_scaled_e4m3(b.s, (&gate, &up), (&sg, &su), &h, (&codes, &h_scale))
+                .unwrap();
+            let got = h.read_f32(b.s).unwrap();
+            let want_h: Vec<f64> = (0..m * f)
+                .map(|i| {
+                    let (r, j) = (i / f, i % f);
+                    let g = gu[r * n + j] as f64 * c.w_scale[j] as f64;
+                    let u = gu[r * n + f + j] as f64 * c.w_scale[f + j] as f64;
+                    gelu_tanh(g) * u
+                })
+                .collect();
+            if let Err(e) = check_elements(&got, &want_h, tol(dt, 1e-5)) {
+                panic!("{what}: geglu_scaled_e4m3: {e}");
+            }
+            let want_codes: Vec<u8> = got.iter().map(|v| e4m3_from_f32(v / 0.02)).collect();
+            assert_eq!(codes.read_bytes(b.s).unwrap(), want_codes, "{what}: codes");
+            // Against the GEGLU of the per-feature-scaled GEMM (two roundings apart in dt).
+            let full: Vec<f64> = c.reference(m, k, n, dt);
+            let want_full: Vec<f64> = (0..m * f)
+                .map(|i| {
+                    let (r, j) = (i / f, i % f);
+                    gelu_tanh(full[r * n + j]) * full[r * n + f + j]
+                })
+                .collect();
+            if let Err(e) = check_elements(&got, &want_full, tol(dt, 1e-4 * (k as f64).sqrt())) {
+                panic!("{what}: against the scaled GEMM's GEGLU: {e}");
+            }
+        }
+    }
+    // Scales of another length are refused by name.
+    let x = t("x", DType::BF16, &[2, 8]);
+    let (s7, s8) = (t("s7", DType::F32, &[7]), t("s8", DType::F32, &[8]));
+    let codes = t("c", DType::E4M3, &[2, 8]);
+    let e =
+        b.k.geglu_scaled_e4m3(b.s, (&x, &x), (&s8, &s7), &x, (&codes, &scalar(b, 1.0)))
+            .unwrap_err()
+            .to_string();
+    assert!(
+        e.contains("b_scale") && e.contains("one scale per column"),
+        "{e}"
+    );
+}
+
 backend_tests!(
+    deferred_linear_and_scaled_geglu_match_the_reference,
     linear_geglu_gives_the_codes_of_linear_then_geglu,
     attention_writes_the_codes_quantize_makes,
     norms_quantize_their_output_as_quantize_does,

@@ -120,6 +120,7 @@ impl Kernels {
         b: &Tensor,
         out: &Tensor,
         codes: Option<(&Tensor, &Tensor)>,
+        scales: Option<(&Tensor, &Tensor)>,
     ) -> Result<()> {
         self.check_ctx(op, &[a, b, out])?;
         a.expect_float(op, "a")?;
@@ -131,6 +132,19 @@ impl Kernels {
         same_rows(op, ra, ro, "a vs out")?;
         if let Some(c) = codes {
             super::check_codes(self, op, c, ro)?;
+        }
+        if let Some((sa, sb)) = scales {
+            self.check_ctx(op, &[sa, sb])?;
+            for (t, name) in [(sa, "a_scale"), (sb, "b_scale")] {
+                t.expect_dtype(op, name, DType::F32)?;
+                t.expect_contiguous(op)?;
+                if t.numel() != ra.cols {
+                    return Err(Error::shape(
+                        op,
+                        format!("{name} {t:?} must have one scale per column ({})", ra.cols),
+                    ));
+                }
+            }
         }
         let dt = a.dtype();
         match &self.cuda {
@@ -164,6 +178,8 @@ impl Kernels {
                             v8.into(),
                             Param::opt(codes.map(|c| c.0)),
                             Param::opt(codes.map(|c| c.1)),
+                            Param::opt(scales.map(|c| c.0)),
+                            Param::opt(scales.map(|c| c.1)),
                         ],
                     )
                 }
@@ -176,18 +192,25 @@ impl Kernels {
                     (a.clone(), b.clone(), out.clone()),
                 );
                 let cp = codes.map(|(c, sc)| (P::of(c), P::of(sc), (c.clone(), sc.clone())));
+                let scp = scales.map(|(sa, sb)| (P::of(sa), P::of(sb), (sa.clone(), sb.clone())));
                 self.host(s, move || {
                     let _ = &keep;
+                    // SAFETY: one f32 per column (checked).
+                    let col_scales = |c: usize| match &scp {
+                        Some((sa, sb, _)) => unsafe { (sa.ld::<f32>(c), sb.ld::<f32>(c)) },
+                        None => (1.0, 1.0),
+                    };
                     with_float!(dt, T, {
                         for r in 0..ra.rows {
                             for c in 0..ra.cols {
                                 // SAFETY: indices inside the checked row layouts (the codes
                                 // rows × cols, contiguous; one scale).
                                 unsafe {
+                                    let (fa, fb) = col_scales(c);
                                     let v = binary_f32(
                                         kind,
-                                        ap.ld::<T>(r * ra.stride + c),
-                                        bp.ld::<T>(r * rb.stride + c),
+                                        ap.ld::<T>(r * ra.stride + c) * fa,
+                                        bp.ld::<T>(r * rb.stride + c) * fb,
                                         alpha,
                                     );
                                     op_.st::<T>(r * ro.stride + c, v);
@@ -227,18 +250,18 @@ impl Kernels {
 
     /// `out = a + b`, where `b` has `a`'s rows or is one row broadcast over them (a bias).
     pub fn add(&self, s: Stream, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<()> {
-        self.binary(s, "add", Binary::AddScaled, 1.0, a, b, out, None)
+        self.binary(s, "add", Binary::AddScaled, 1.0, a, b, out, None, None)
     }
 
     /// `out = a·b` elementwise (`b` may be one broadcast row).
     pub fn mul(&self, s: Stream, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<()> {
-        self.binary(s, "mul", Binary::Mul, 1.0, a, b, out, None)
+        self.binary(s, "mul", Binary::Mul, 1.0, a, b, out, None, None)
     }
 
     /// `out = gelu_tanh(gate)·up` (Gemma's MLP). Rows may be strided (halves of one GEMM
     /// output).
     pub fn geglu(&self, s: Stream, gate: &Tensor, up: &Tensor, out: &Tensor) -> Result<()> {
-        self.binary(s, "geglu", Binary::Geglu, 1.0, gate, up, out, None)
+        self.binary(s, "geglu", Binary::Geglu, 1.0, gate, up, out, None, None)
     }
 
     /// [`geglu`](Self::geglu) that also quantizes its output into E4M3 `codes` (`[rows, cols]`,
@@ -252,12 +275,49 @@ impl Kernels {
         out: &Tensor,
         codes: (&Tensor, &Tensor),
     ) -> Result<()> {
-        self.binary(s, "geglu", Binary::Geglu, 1.0, gate, up, out, Some(codes))
+        self.binary(
+            s,
+            "geglu",
+            Binary::Geglu,
+            1.0,
+            gate,
+            up,
+            out,
+            Some(codes),
+            None,
+        )
+    }
+
+    /// [`geglu_e4m3`](Self::geglu_e4m3) of a gate and an up projection whose per-feature
+    /// weight scales their FP8 GEMM left out ([`linear_e4m3_deferred`](Self::linear_e4m3_deferred)):
+    /// `out = gelu_tanh(gate·gate_scale[c])·(up·up_scale[c])`, the products in f32 (`scales`:
+    /// f32, one per column of `gate` and of `up`, contiguous), `out` rounded to its dtype and
+    /// quantized into `codes` as `geglu_e4m3` does.
+    pub fn geglu_scaled_e4m3(
+        &self,
+        s: Stream,
+        (gate, up): (&Tensor, &Tensor),
+        scales: (&Tensor, &Tensor),
+        out: &Tensor,
+        codes: (&Tensor, &Tensor),
+    ) -> Result<()> {
+        let op = "geglu_scaled_e4m3";
+        self.binary(
+            s,
+            op,
+            Binary::Geglu,
+            1.0,
+            gate,
+            up,
+            out,
+            Some(codes),
+            Some(scales),
+        )
     }
 
     /// One Euler step of flow matching, in place: `x ← x + dt·v`.
     pub fn euler_step(&self, s: Stream, x: &Tensor, v: &Tensor, dt: f32) -> Result<()> {
-        self.binary(s, "euler_step", Binary::AddScaled, dt, x, v, x, None)
+        self.binary(s, "euler_step", Binary::AddScaled, dt, x, v, x, None, None)
     }
 
     /// One Euler step in f32 that also writes the new `x` in another dtype (the next step's

@@ -207,6 +207,7 @@ impl Fp8GegluLinear {
                     out_dt: dt,
                     bias: false,
                     accumulate: false,
+                    feature_scales: true,
                 };
                 // The gate+up rows as `linear_e4m3` writes them into a `dt` output.
                 let gu = self.gate_up.as_ref().expect("planned on the host");

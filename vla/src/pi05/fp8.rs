@@ -136,6 +136,25 @@ impl Fp8Stack {
         Ok(if accumulate { lin.accumulating()? } else { lin })
     }
 
+    /// [`plan`](Self::plan) without the weight's per-feature scales
+    /// (`Kernels::linear_e4m3_deferred`): whatever reads `out` applies them (see
+    /// [`feature_scales`](Self::feature_scales)).
+    pub(crate) fn plan_deferred(
+        &self,
+        k: &Kernels,
+        g: usize,
+        rows: usize,
+        out: &Tensor,
+    ) -> Result<Fp8Linear> {
+        let (codes, w) = self.operands(0, g);
+        Ok(k.linear_e4m3_deferred(&codes.narrow(0, 0, rows)?, &w.codes, out)?)
+    }
+
+    /// Layer `i`'s weight scales for input `g`'s GEMM, one per output feature (f32).
+    pub(crate) fn feature_scales(&self, i: usize, g: usize) -> &Tensor {
+        &self.operands(i, g).1.scales
+    }
+
     /// Where layer `i`'s input `g` goes quantized (its codes, first `rows` rows) and the scale
     /// a kernel that makes them reads (one value): for a norm that writes the codes itself.
     pub(crate) fn codes_for(&self, i: usize, g: usize, rows: usize) -> Result<(Tensor, Tensor)> {

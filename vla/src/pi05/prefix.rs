@@ -148,7 +148,9 @@ impl PrefixParts {
             Some(f) => Some([
                 f.plan(k, 0, rows, &qkv, false)?,
                 f.plan(k, 1, rows, &x, true)?,
-                f.plan(k, 2, rows, &gu, false)?,
+                // Faster at the prefix's rows than the per-feature forms (the GEGLU applies
+                // the feature scales).
+                f.plan_deferred(k, 2, rows, &gu)?,
                 f.plan(k, 3, rows, &x, true)?,
             ]),
             None => None,
@@ -258,8 +260,11 @@ impl PrefixParts {
             let (gate, up) = (gu.narrow(1, 0, mw)?, gu.narrow(1, mw, mw)?);
             match fp8 {
                 Some((f, _)) => {
+                    // The gate+up GEMM left the weight's feature scales to the GEGLU.
                     let (c, sc) = f.codes_for(i, 3, rows)?;
-                    k.geglu_e4m3(cs, &gate, &up, h, (&c, &sc))?
+                    let ws = f.feature_scales(i, 2);
+                    let scales = (ws.narrow(0, 0, mw)?, ws.narrow(0, mw, mw)?);
+                    k.geglu_scaled_e4m3(cs, (&gate, &up), (&scales.0, &scales.1), h, (&c, &sc))?
                 }
                 None => k.geglu(cs, &gate, &up, h)?,
             }
