@@ -49,6 +49,10 @@ pub struct KernelOptions {
     /// an action expert's gate+up and GEGLU) run as one `wgmma` kernel (`false`: cuBLASLt's
     /// GEMM, then the geglu kernel).
     pub geglu_wgmma: bool,
+    /// FP8 gated-MLP inputs (`Kernels::linear_geglu_e4m3`: the gate+up GEMM and the GEGLU as
+    /// one op, on CUDA where Hopper's `wgmma` runs it) are planned (`false`: that op plans
+    /// nothing, and a model runs the gate+up GEMM and the GEGLU apart).
+    pub fp8_fused_geglu: bool,
     /// On Hopper (`sm_90`), the library's own `wgmma` GEMMs (the FP8 linear kernels and the
     /// gated-MLP input) are launched with programmatic dependent launch: each starts while the
     /// kernel before it in the stream still runs (the norms, the attention merge and the FP8
@@ -69,13 +73,14 @@ impl Default for KernelOptions {
             fp8_rows_kernel: true,
             fp8_wgmma: true,
             geglu_wgmma: true,
+            fp8_fused_geglu: true,
             pdl: true,
         }
     }
 }
 
 /// The environment variables [`KernelOptions::from_env`] reads.
-pub const ENV_VARS: [&str; 9] = [
+pub const ENV_VARS: [&str; 10] = [
     "FRT_ATTENTION",
     "FRT_ATTENTION_SPLITS",
     "FRT_GEMM_TUNING",
@@ -84,6 +89,7 @@ pub const ENV_VARS: [&str; 9] = [
     "FRT_FP8_ROWS",
     "FRT_FP8_WGMMA",
     "FRT_GEGLU_WGMMA",
+    "FRT_FP8_FUSED_GEGLU",
     "FRT_PDL",
 ];
 
@@ -91,7 +97,7 @@ impl KernelOptions {
     /// The defaults, overridden by `FRT_ATTENTION` (`auto`, `flash`, `gemm`),
     /// `FRT_ATTENTION_SPLITS` (a positive number, or `auto`), `FRT_GEMM_TUNING`,
     /// `FRT_GEMM_SPLIT_K`, `FRT_GEMM_TUNING_LOG`, `FRT_FP8_ROWS`, `FRT_FP8_WGMMA`,
-    /// `FRT_GEGLU_WGMMA` and `FRT_PDL` (`0` or `1`), for benchmarks. A value outside those is
+    /// `FRT_GEGLU_WGMMA`, `FRT_FP8_FUSED_GEGLU` and `FRT_PDL` (`0` or `1`), for benchmarks. A value outside those is
     /// an error naming the variable.
     pub fn from_env() -> Result<KernelOptions> {
         Self::from_vars(|k| std::env::var(k).ok())
@@ -136,6 +142,7 @@ impl KernelOptions {
         o.fp8_rows_kernel = flag("FRT_FP8_ROWS", o.fp8_rows_kernel)?;
         o.fp8_wgmma = flag("FRT_FP8_WGMMA", o.fp8_wgmma)?;
         o.geglu_wgmma = flag("FRT_GEGLU_WGMMA", o.geglu_wgmma)?;
+        o.fp8_fused_geglu = flag("FRT_FP8_FUSED_GEGLU", o.fp8_fused_geglu)?;
         o.pdl = flag("FRT_PDL", o.pdl)?;
         Ok(o)
     }
@@ -166,12 +173,13 @@ mod tests {
             ("FRT_FP8_ROWS", "0"),
             ("FRT_FP8_WGMMA", "0"),
             ("FRT_GEGLU_WGMMA", "0"),
+            ("FRT_FP8_FUSED_GEGLU", "0"),
             ("FRT_PDL", "0"),
         ]))
         .unwrap();
         assert_eq!(o.attention, AttentionPath::Gemm);
         assert!(!o.gemm_tuning && o.split_k && o.tuning_log && !o.fp8_rows_kernel);
-        assert!(!o.fp8_wgmma && !o.geglu_wgmma && !o.pdl);
+        assert!(!o.fp8_wgmma && !o.geglu_wgmma && !o.fp8_fused_geglu && !o.pdl);
         let e = KernelOptions::from_vars(env(&[("FRT_GEMM_SPLIT_K", "yes")]))
             .unwrap_err()
             .to_string();

@@ -206,6 +206,35 @@ fn an_fp8_expert_stays_close_and_recalibrates_without_recapture() {
     }
 }
 
+/// With `KernelOptions::fp8_fused_geglu` off, the FP8 expert runs its gate+up GEMM apart (the
+/// deferred, scalar-scale GEMM) and then the GEGLU that applies the weight's feature scales:
+/// the same sums rounded at other places, so close to the fused op's actions (in bf16 not the
+/// same bits: the other path ran) and as close to the 16-bit model.
+#[test]
+fn an_fp8_expert_with_its_mlp_apart_computes_about_the_same() {
+    for dt in [DType::F32, DType::BF16] {
+        let Tiny { ctx, s, c, w, base } = tiny(13, dt);
+        let cal = calibrate(&base, &[owned(&c, 1), owned(&c, 2)]);
+        let held = owned(&c, 6);
+        let build = |fused: bool| {
+            let mut o = Pi05Options::new(dt);
+            o.fp8 = Some(cal.clone());
+            o.fp8_prefix = false;
+            o.kernels.fp8_fused_geglu = fused;
+            Pi05::build(&ctx, s, &w, &o).unwrap()
+        };
+        let run = |m: &Pi05| with_obs(&held, |obs| m.infer(obs).unwrap());
+        let (a16, fused, apart) = (run(&base), run(&build(true)), run(&build(false)));
+        let (both, to16) = (cosine(&fused, &apart), cosine(&a16, &apart));
+        eprintln!("{dt:?}: FP8 expert, MLP apart vs fused: cosine {both:.7}; vs 16-bit {to16:.6}");
+        assert!(both >= 0.99999, "{dt:?}: apart vs fused: cosine {both}");
+        assert!(to16 >= 0.9995, "{dt:?}: apart vs 16-bit: cosine {to16}");
+        if dt == DType::BF16 {
+            assert!(bits(&fused) != bits(&apart), "the MLP ran apart");
+        }
+    }
+}
+
 /// An FP8 model built without its 16-bit weights (`fp8_keep_16bit` off) computes what one
 /// with them computes, bit for bit, before and after a new calibration; it refuses to record
 /// a calibration (the 16-bit path) by reason. Stacks left in 16-bit keep their weights.

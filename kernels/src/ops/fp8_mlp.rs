@@ -55,8 +55,9 @@ impl Kernels {
     ///
     /// `Ok(None)` where no kernel of this device takes the shapes (on CUDA it needs Hopper's
     /// `wgmma`, see [`KernelOptions::fp8_wgmma`](crate::KernelOptions), M at most
-    /// [`FP8_ROWS_MAX`], K a multiple of 128 up to 1024 and F of 32): then `linear_e4m3` and
-    /// `geglu_e4m3` compute the same.
+    /// [`FP8_ROWS_MAX`], K a multiple of 128 up to 1024 and F of 32), and on every backend
+    /// where [`KernelOptions::fp8_fused_geglu`](crate::KernelOptions) is off: then
+    /// `linear_e4m3` and `geglu_e4m3` compute the same.
     pub fn linear_geglu_e4m3(
         &self,
         x: &Tensor,
@@ -83,6 +84,9 @@ impl Kernels {
                 op,
                 format!("x {x:?} · wᵀ {w:?} does not give gate and up rows for codes {codes:?}"),
             ));
+        }
+        if !self.options.fp8_fused_geglu {
+            return Ok(None);
         }
         let aligned = |t: &Tensor, r: &Rows| t.ptr() % 16 == 0 && r.stride % 16 == 0;
         if let Some(c) = &self.cuda {

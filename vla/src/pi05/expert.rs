@@ -36,7 +36,8 @@ pub(crate) type Probe<'a> = &'a mut dyn FnMut(&str, &Tensor) -> Result<()>;
 /// `wgmma` (in 2 parts of 512: 80 blocks where whole it has 40), and RoPE adds its parts
 /// (`Kernels::rope_qkv_table_parts`). The gate+up projection and the GEGLU run as one op
 /// (`Kernels::linear_geglu_e4m3`: on CUDA where Hopper's `wgmma` runs it; always on the host,
-/// the same bits as the two), the gate+up rows then never written.
+/// the same bits as the two), the gate+up rows then never written; elsewhere, or with
+/// `KernelOptions::fp8_fused_geglu` off, they run apart (`Fp8Mlp::Apart`).
 struct ExpertFp8 {
     stack: Fp8Stack,
     qkv: Fp8Proj,
@@ -46,7 +47,8 @@ struct ExpertFp8 {
 }
 
 /// The FP8 MLP input: the gate+up GEMM and the GEGLU in one op, else the GEMM into its 16-bit
-/// product (the tensor), then the GEGLU; either writes the down projection's codes.
+/// product (the tensor; cuBLASLt's scalar-scale GEMM, `Kernels::linear_e4m3_deferred`), then
+/// the GEGLU applying the weight's feature scales; either writes the down projection's codes.
 enum Fp8Mlp {
     Fused(Fp8GegluLinear),
     Apart(Fp8Linear, Tensor),
@@ -282,7 +284,7 @@ impl Expert {
                     None => {
                         let gate_up =
                             Tensor::alloc(ctx, "step.fp8.gate_up", dt, &[s_len, 2 * eg.mlp])?;
-                        Fp8Mlp::Apart(stack.plan(k, 2, s_len, &gate_up, false)?, gate_up)
+                        Fp8Mlp::Apart(stack.plan_deferred(k, 2, s_len, &gate_up)?, gate_up)
                     }
                 };
                 let o_parts = split_parts(eg.heads * eg.head_dim);
@@ -555,12 +557,14 @@ impl Expert {
                     Fp8Mlp::Apart(lin, gu) => {
                         f.stack.linear_quantized(cs, (j, 2), lin, s_len, gu)?;
                         let mlp = self.sh.dim(1);
-                        // The GEGLU writes the down projection's codes too.
+                        // The GEGLU applies the weight's feature scales (the GEMM left them
+                        // out) and writes the down projection's codes too.
                         let (c, sc) = f.stack.codes_for(j, 3, s_len)?;
-                        k.geglu_e4m3(
+                        let ws = f.stack.feature_scales(j, 2);
+                        k.geglu_scaled_e4m3(
                             cs,
-                            &gu.narrow(1, 0, mlp)?,
-                            &gu.narrow(1, mlp, mlp)?,
+                            (&gu.narrow(1, 0, mlp)?, &gu.narrow(1, mlp, mlp)?),
+                            (&ws.narrow(0, 0, mlp)?, &ws.narrow(0, mlp, mlp)?),
                             &self.sh,
                             (&c, &sc),
                         )?;
