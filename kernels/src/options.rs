@@ -97,8 +97,8 @@ impl KernelOptions {
     /// The defaults, overridden by `FRT_ATTENTION` (`auto`, `flash`, `gemm`),
     /// `FRT_ATTENTION_SPLITS` (a positive number, or `auto`), `FRT_GEMM_TUNING`,
     /// `FRT_GEMM_SPLIT_K`, `FRT_GEMM_TUNING_LOG`, `FRT_FP8_ROWS`, `FRT_FP8_WGMMA`,
-    /// `FRT_GEGLU_WGMMA`, `FRT_FP8_FUSED_GEGLU` and `FRT_PDL` (`0` or `1`), for benchmarks. A value outside those is
-    /// an error naming the variable.
+    /// `FRT_GEGLU_WGMMA`, `FRT_FP8_FUSED_GEGLU` and `FRT_PDL` (`0` or `1`), for benchmarks. A
+    /// value outside those is an error naming the variable.
     pub fn from_env() -> Result<KernelOptions> {
         Self::from_vars(|k| std::env::var(k).ok())
     }

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{Backend, FLOATS, Rng, check_elements, size_ok, tol};
+use common::{Backend, FLOATS, Rng, check_elements, gelu_tanh, size_ok, tol};
 use frt_exec::{Graph, ShapeKey};
 use frt_kernels::fp8::{E4M3_MAX, e4m3_from_f32, e4m3_to_f32, quantize_rows_e4m3};
 use frt_kernels::{AttentionMask, DType, KernelOptions, Kernels, Tensor};
@@ -862,11 +862,6 @@ fn attention_writes_the_codes_quantize_makes(b: &Backend) {
             .to_string();
         assert!(e.contains("scale"), "{e}");
     }
-}
-
-/// GELU with the tanh approximation, in f64 (the references' arithmetic).
-fn gelu_tanh(x: f64) -> f64 {
-    0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
 }
 
 /// A deferred FP8 GEMM (`linear_e4m3_deferred`) writes the product scaled by the activation's

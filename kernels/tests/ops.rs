@@ -5,14 +5,10 @@
 
 mod common;
 
-use common::{Backend, Case, FLOATS, Input, OpFn, Rng, Vals, rel_err, run, size_ok};
+use common::{Backend, Case, FLOATS, Input, OpFn, Rng, Vals, gelu_tanh, rel_err, run, size_ok};
 use frt_kernels::{
     AttentionMask, Conv1d, DType, Epilogue, GemmOptions, Kernels, PatchEmbed, Tensor,
 };
-
-fn gelu_tanh(x: f64) -> f64 {
-    0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
-}
 
 fn erf(x: f64) -> f64 {
     libm::erf(x)

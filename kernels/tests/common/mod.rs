@@ -233,6 +233,11 @@ pub fn check_elements(got: &[f32], want: &[f64], rtol: f64) -> Result<(), String
     ))
 }
 
+/// GELU with the tanh approximation, in f64 (the references' arithmetic).
+pub fn gelu_tanh(x: f64) -> f64 {
+    0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
+}
+
 /// Tolerance for outputs stored in `dt`, scaled by how much each output accumulates.
 pub fn tol(dt: DType, f32_tol: f64) -> f64 {
     match dt {

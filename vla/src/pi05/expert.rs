@@ -556,18 +556,9 @@ impl Expert {
                     Fp8Mlp::Fused(lin) => f.stack.linear_geglu(cs, j, lin, s_len)?,
                     Fp8Mlp::Apart(lin, gu) => {
                         f.stack.linear_quantized(cs, (j, 2), lin, s_len, gu)?;
-                        let mlp = self.sh.dim(1);
                         // The GEGLU applies the weight's feature scales (the GEMM left them
                         // out) and writes the down projection's codes too.
-                        let (c, sc) = f.stack.codes_for(j, 3, s_len)?;
-                        let ws = f.stack.feature_scales(j, 2);
-                        k.geglu_scaled_e4m3(
-                            cs,
-                            (&gu.narrow(1, 0, mlp)?, &gu.narrow(1, mlp, mlp)?),
-                            (&ws.narrow(0, 0, mlp)?, &ws.narrow(0, mlp, mlp)?),
-                            &self.sh,
-                            (&c, &sc),
-                        )?;
+                        f.stack.geglu(k, cs, (j, s_len), gu, &self.sh)?;
                     }
                 },
                 None => {

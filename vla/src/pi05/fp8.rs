@@ -150,9 +150,28 @@ impl Fp8Stack {
         Ok(k.linear_e4m3_deferred(&codes.narrow(0, 0, rows)?, &w.codes, out)?)
     }
 
-    /// Layer `i`'s weight scales for input `g`'s GEMM, one per output feature (f32).
-    pub(crate) fn feature_scales(&self, i: usize, g: usize) -> &Tensor {
-        &self.operands(i, g).1.scales
+    /// Layer `i`'s GEGLU after its gate+up GEMM of a [`plan_deferred`](Self::plan_deferred)
+    /// plan: `gate_up` (`[rows, 2F]`) scaled by the weight's feature scales, into `h` and the
+    /// down projection's codes (`Kernels::geglu_scaled_e4m3`).
+    pub(crate) fn geglu(
+        &self,
+        k: &Kernels,
+        cs: Stream,
+        (i, rows): (usize, usize),
+        gate_up: &Tensor,
+        h: &Tensor,
+    ) -> Result<()> {
+        let f = h.dim(1);
+        let ws = &self.operands(i, 2).1.scales;
+        let (c, sc) = self.codes_for(i, 3, rows)?;
+        k.geglu_scaled_e4m3(
+            cs,
+            (&gate_up.narrow(1, 0, f)?, &gate_up.narrow(1, f, f)?),
+            (&ws.narrow(0, 0, f)?, &ws.narrow(0, f, f)?),
+            h,
+            (&c, &sc),
+        )?;
+        Ok(())
     }
 
     /// Where layer `i`'s input `g` goes quantized (its codes, first `rows` rows) and the scale

@@ -259,13 +259,8 @@ impl PrefixParts {
             let mw = self.mlp_width;
             let (gate, up) = (gu.narrow(1, 0, mw)?, gu.narrow(1, mw, mw)?);
             match fp8 {
-                Some((f, _)) => {
-                    // The gate+up GEMM left the weight's feature scales to the GEGLU.
-                    let (c, sc) = f.codes_for(i, 3, rows)?;
-                    let ws = f.feature_scales(i, 2);
-                    let scales = (ws.narrow(0, 0, mw)?, ws.narrow(0, mw, mw)?);
-                    k.geglu_scaled_e4m3(cs, (&gate, &up), (&scales.0, &scales.1), h, (&c, &sc))?
-                }
+                // The gate+up GEMM left the weight's feature scales to the GEGLU.
+                Some((f, _)) => f.geglu(k, cs, (i, rows), gu, h)?,
                 None => k.geglu(cs, &gate, &up, h)?,
             }
             see(i, 3, h)?;
