@@ -88,6 +88,54 @@ __device__ __forceinline__ void flash_stage(unsigned short* dst, const T* src, u
     }
 }
 
+// One tile's scores s of a warp's two rows (g and g + 8): masked (the tile's key bits, the
+// causal horizon, rows past the last), scaled to base 2 and made probabilities against the
+// running maximum m, which they may raise (the running sum l and the accumulators o are then
+// rescaled by as much); their sum is added to l.
+template <int NO>
+__device__ __forceinline__ void flash_softmax_tile(float (&s)[FLASH_BN / 8][4], float (&o)[NO][4], float (&m)[2],
+                                                   float (&l)[2], const FlashArgs& a, unsigned long long keys,
+                                                   const bool (&live)[2], const unsigned (&qi)[2], unsigned j0,
+                                                   unsigned t) {
+    float mt[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < FLASH_BN / 8; ++n) {
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+            const unsigned rr = x >> 1, jj = n * 8 + 2 * t + (x & 1);
+            const bool vis = live[rr] && ((keys >> jj) & 1) && (!a.causal || j0 + jj <= qi[rr] + a.causal_offset);
+            s[n][x] = vis ? s[n][x] * a.scale_log2 : -INFINITY;
+            mt[rr] = fmaxf(mt[rr], s[n][x]);
+        }
+    }
+    float corr[2];
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+        mt[rr] = fmaxf(mt[rr], __shfl_xor_sync(0xffffffffu, mt[rr], 1));
+        mt[rr] = fmaxf(mt[rr], __shfl_xor_sync(0xffffffffu, mt[rr], 2));
+        const float mn = fmaxf(m[rr], mt[rr]);
+        corr[rr] = (mn == -INFINITY) ? 1.f : exp2f(m[rr] - mn);
+        m[rr] = mn;
+        l[rr] *= corr[rr];
+    }
+#pragma unroll
+    for (int n = 0; n < FLASH_BN / 8; ++n) {
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {
+            const unsigned rr = x >> 1;
+            s[n][x] = (s[n][x] == -INFINITY) ? 0.f : exp2f(s[n][x] - m[rr]);
+            l[rr] += s[n][x];
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < NO; ++n) {
+        o[n][0] *= corr[0];
+        o[n][1] *= corr[0];
+        o[n][2] *= corr[1];
+        o[n][3] *= corr[1];
+    }
+}
+
 template <typename T, int DP, int RES>
 __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                 T* __restrict__ out, float* __restrict__ part, float* __restrict__ part_ml,
@@ -217,45 +265,7 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
         }
 
         if (mine) {
-            // Mask, scale (base 2) and the running maximum of each row.
-            float mt[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-            for (int n = 0; n < FLASH_BN / 8; ++n) {
-#pragma unroll
-                for (int x = 0; x < 4; ++x) {
-                    const unsigned rr = x >> 1, jj = n * 8 + 2 * t + (x & 1);
-                    const bool vis = live[rr] && ((keys >> jj) & 1) &&
-                                     (!a.causal || j0 + jj <= qi[rr] + a.causal_offset);
-                    s[n][x] = vis ? s[n][x] * a.scale_log2 : -INFINITY;
-                    mt[rr] = fmaxf(mt[rr], s[n][x]);
-                }
-            }
-            float corr[2];
-#pragma unroll
-            for (int rr = 0; rr < 2; ++rr) {
-                mt[rr] = fmaxf(mt[rr], __shfl_xor_sync(0xffffffffu, mt[rr], 1));
-                mt[rr] = fmaxf(mt[rr], __shfl_xor_sync(0xffffffffu, mt[rr], 2));
-                const float mn = fmaxf(m[rr], mt[rr]);
-                corr[rr] = (mn == -INFINITY) ? 1.f : exp2f(m[rr] - mn);
-                m[rr] = mn;
-                l[rr] *= corr[rr];
-            }
-#pragma unroll
-            for (int n = 0; n < FLASH_BN / 8; ++n) {
-#pragma unroll
-                for (int x = 0; x < 4; ++x) {
-                    const unsigned rr = x >> 1;
-                    s[n][x] = (s[n][x] == -INFINITY) ? 0.f : exp2f(s[n][x] - m[rr]);
-                    l[rr] += s[n][x];
-                }
-            }
-#pragma unroll
-            for (int n = 0; n < DP / 8; ++n) {
-                o[n][0] *= corr[0];
-                o[n][1] *= corr[0];
-                o[n][2] *= corr[1];
-                o[n][3] *= corr[1];
-            }
+            flash_softmax_tile<DP / 8>(s, o, m, l, a, keys, live, qi, j0, t);
 
             if constexpr (RES == 0) {
                 cp_async_wait1();  // this tile's values (the next tile's keys may still be in flight)
@@ -357,6 +367,174 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
             if (col < a.d) *(float2*)(prow + col) = make_float2(o[n][2 * rr], o[n][2 * rr + 1]);
         }
         if (t == 0) *(float2*)(part_ml + 2 * pr) = make_float2(m[rr], l[rr]);
+    }
+}
+
+// flash_attention_halves_d256_S (head dim 256, streaming): 8 warps a block, warps w and w + 4
+// owning the same 16 rows, w the head dim's first half and w + 4 its second. Each computes its
+// half's share of the 16 × 64 scores of a tile; the two shares meet in shared memory and both
+// warps add them (lo + hi, the same sum in both), so both take the same probabilities; each
+// then multiplies them with its half of the values. Half the accumulators (64 registers) and
+// half the MMAs a warp of the one-warp-per-16-rows form, with two warps on each scheduler.
+#define FLASH_HALVES_THREADS 256
+template <typename T>
+__device__ void flash_attention_halves(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
+                                       T* __restrict__ out, float* __restrict__ part, float* __restrict__ part_ml,
+                                       const FlashArgs a) {
+    constexpr int DP = 256, DH = DP / 2, DS = DP + 8, CH = DP / 8, NT = FLASH_HALVES_THREADS;
+    extern __shared__ __align__(16) unsigned char flash_smem[];
+    unsigned short* qs = (unsigned short*)flash_smem;
+    unsigned short* ks = qs + FLASH_BM * DS;
+    unsigned short* vs = ks + FLASH_BN * DS;
+    // Each warp's share of its tile's scores, in fragment order: [warp][n][x][lane].
+    float* xs = (float*)(vs + FLASH_BN * DS);
+
+    const unsigned lane = threadIdx.x & 31, w8 = threadIdx.x >> 5, warp = w8 & 3, half = w8 >> 2;
+    const unsigned g = lane >> 2, t = lane & 3;
+    const unsigned G = a.hq / a.hkv, kh = blockIdx.y, rows = G * a.sq_len;
+    const unsigned r0 = blockIdx.x * FLASH_BM;
+    const unsigned split = blockIdx.z;
+    const unsigned kbeg = split * a.keys_per_split;
+    const unsigned kend = min(a.sk_len, kbeg + a.keys_per_split);
+    const int vl = a.valid_len ? *a.valid_len : (int)a.sk_len;
+
+    unsigned row[2], qi[2];
+    bool live[2];
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {
+        row[x] = r0 + warp * 16 + g + 8 * x;
+        live[x] = row[x] < rows;
+        qi[x] = live[x] ? row[x] / G : 0;
+    }
+    const unsigned qmax = (min(rows, r0 + FLASH_BM) - 1) / G;
+    const unsigned klimit = a.causal ? min(kend, qmax + a.causal_offset + 1) : kend;
+
+    {
+        const unsigned dch = a.d / 8;
+        constexpr int TOTAL = FLASH_BM * CH;
+#pragma unroll
+        for (int it = 0; it < TOTAL / NT; ++it) {
+            const unsigned idx = it * NT + threadIdx.x;
+            const unsigned rr = idx / CH, c = idx % CH, r = r0 + rr;
+            const bool ok = c < dch && r < rows;
+            const T* p = ok ? q + (unsigned long long)(r / G) * a.sq + (unsigned long long)(kh * G + r % G) * a.d + c * 8 : q;
+            cp_async16(qs + rr * DS + c * 8, p, ok);
+        }
+    }
+    unsigned j0 = flash_next_tile(a, vl, kbeg, klimit);
+    unsigned long long keys = j0 < klimit ? flash_tile_keys(a, vl, j0, klimit) : 0ull;
+    if (j0 < klimit) flash_stage<T, DP, NT>(ks, k, a.sk, a, kh, j0, keys);
+    cp_async_commit();
+    if (j0 < klimit) flash_stage<T, DP, NT>(vs, v, a.sv, a, kh, j0, keys);
+    cp_async_commit();
+
+    float o[DH / 8][4];
+#pragma unroll
+    for (int n = 0; n < DH / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+
+    const unsigned col0 = half * DH;
+    const unsigned qa = smem_addr(qs + (warp * 16 + (lane & 15)) * DS + col0 + (lane >> 4) * 8);
+    const unsigned kb = smem_addr(ks + ((lane & 7) + ((lane >> 4) << 3)) * DS + col0 + ((lane >> 3) & 1) * 8);
+    const unsigned vb = smem_addr(vs + ((lane & 7) + (((lane >> 3) & 1) << 3)) * DS + col0 + (lane >> 4) * 8);
+    float* mine = xs + w8 * (FLASH_BN / 8) * 4 * 32 + lane;
+    const float* other = xs + (w8 ^ 4) * (FLASH_BN / 8) * 4 * 32 + lane;
+
+    while (j0 < klimit) {
+        const unsigned jn = flash_next_tile(a, vl, j0 + FLASH_BN, klimit);
+        cp_async_wait1();  // the queries and this tile's keys
+        __syncthreads();
+        float s[FLASH_BN / 8][4];
+#pragma unroll
+        for (int n = 0; n < FLASH_BN / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+        for (int c = 0; c < DH / 16; ++c) {
+            unsigned af[4];
+            ldmatrix_x4(af, qa + c * 32);
+#pragma unroll
+            for (int nb = 0; nb < FLASH_BN / 16; ++nb) {
+                unsigned bf[4];
+                ldmatrix_x4(bf, kb + (nb * 16 * DS + c * 16) * 2);
+                Mma<T>::run(s[2 * nb], af, bf[0], bf[1]);
+                Mma<T>::run(s[2 * nb + 1], af, bf[2], bf[3]);
+            }
+        }
+#pragma unroll
+        for (int n = 0; n < FLASH_BN / 8; ++n)
+#pragma unroll
+            for (int x = 0; x < 4; ++x) mine[(n * 4 + x) * 32] = s[n][x];
+        const unsigned long long next_keys = jn < klimit ? flash_tile_keys(a, vl, jn, klimit) : 0ull;
+        // Every warp is done with the keys (the next tile's may come in), and the shares of
+        // the scores are written.
+        __syncthreads();
+        if (jn < klimit) flash_stage<T, DP, NT>(ks, k, a.sk, a, kh, jn, next_keys);
+        cp_async_commit();
+        // The first half's share plus the second's, in both warps.
+#pragma unroll
+        for (int n = 0; n < FLASH_BN / 8; ++n)
+#pragma unroll
+            for (int x = 0; x < 4; ++x) {
+                const float y = other[(n * 4 + x) * 32];
+                s[n][x] = half == 0 ? s[n][x] + y : y + s[n][x];
+            }
+
+        flash_softmax_tile<DH / 8>(s, o, m, l, a, keys, live, qi, j0, t);
+        cp_async_wait1();  // this tile's values
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < FLASH_BN / 16; ++kk) {
+            const unsigned pa[4] = {
+                Mma<T>::pack(s[2 * kk][0], s[2 * kk][1]),
+                Mma<T>::pack(s[2 * kk][2], s[2 * kk][3]),
+                Mma<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                Mma<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]),
+            };
+#pragma unroll
+            for (int nd = 0; nd < DH / 16; ++nd) {
+                unsigned bf[4];
+                ldmatrix_x4_trans(bf, vb + (kk * 16 * DS + nd * 16) * 2);
+                Mma<T>::run(o[2 * nd], pa, bf[0], bf[1]);
+                Mma<T>::run(o[2 * nd + 1], pa, bf[2], bf[3]);
+            }
+        }
+        __syncthreads();  // every warp is done with the values
+        if (jn < klimit) flash_stage<T, DP, NT>(vs, v, a.sv, a, kh, jn, next_keys);
+        cp_async_commit();
+        j0 = jn;
+        keys = next_keys;
+    }
+
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+        l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 1);
+        l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 2);
+    }
+    if (gridDim.z == 1) {
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+            if (!live[rr]) continue;
+            const float inv = l[rr] > 0.f ? 1.f / l[rr] : 0.f;
+            const unsigned qh = kh * G + row[rr] % G;
+            T* orow = out + (unsigned long long)qi[rr] * a.so + (unsigned long long)qh * a.d + col0;
+#pragma unroll
+            for (int n = 0; n < DH / 8; ++n) {
+                const unsigned col = n * 8 + 2 * t;
+                if (col0 + col < a.d) *(unsigned*)(orow + col) = Mma<T>::pack(o[n][2 * rr] * inv, o[n][2 * rr + 1] * inv);
+            }
+        }
+        return;
+    }
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+        if (!live[rr]) continue;
+        const unsigned long long pr = (unsigned long long)split * a.hq * a.sq_len + (unsigned long long)kh * rows + row[rr];
+        float* prow = part + pr * a.d + col0;
+#pragma unroll
+        for (int n = 0; n < DH / 8; ++n) {
+            const unsigned col = n * 8 + 2 * t;
+            if (col0 + col < a.d) *(float2*)(prow + col) = make_float2(o[n][2 * rr], o[n][2 * rr + 1]);
+        }
+        if (half == 0 && t == 0) *(float2*)(part_ml + 2 * pr) = make_float2(m[rr], l[rr]);
     }
 }
 
@@ -472,6 +650,11 @@ __device__ void flash_combine(const float* __restrict__ part, const float* __res
         const T* q, const T* k, const T* v, T* out, float* part, float* part_ml, const FlashArgs a) {    \
         flash_attention<T, DP, FLASH_RES>(q, k, v, out, part, part_ml, a);                              \
     }
+#define FLASH_ATTENTION_HALVES(T, S)                                                                     \
+    extern "C" __global__ void __launch_bounds__(FLASH_HALVES_THREADS) flash_attention_halves_d256_##S(  \
+        const T* q, const T* k, const T* v, T* out, float* part, float* part_ml, const FlashArgs a) {    \
+        flash_attention_halves<T>(q, k, v, out, part, part_ml, a);                                      \
+    }
 // flash_combine_S (any number of splits) and flash_combine{4,8,16}_S (at most that many).
 #define FLASH_COMBINE(T, S, SUFFIX, N)                                                                   \
     extern "C" __global__ void flash_combine##SUFFIX##_##S(const float* part, const float* part_ml,      \
@@ -483,7 +666,7 @@ __device__ void flash_combine(const float* __restrict__ part, const float* __res
     FLASH_ATTENTION(T, S, 16) FLASH_ATTENTION(T, S, 32) FLASH_ATTENTION(T, S, 64)                       \
     FLASH_ATTENTION(T, S, 80) FLASH_ATTENTION(T, S, 128) FLASH_ATTENTION(T, S, 256)                     \
     FLASH_ATTENTION_RES(T, S, 16) FLASH_ATTENTION_RES(T, S, 32) FLASH_ATTENTION_RES(T, S, 64)           \
-    FLASH_ATTENTION_RES(T, S, 80) FLASH_ATTENTION_RES(T, S, 128)                                        \
+    FLASH_ATTENTION_RES(T, S, 80) FLASH_ATTENTION_RES(T, S, 128) FLASH_ATTENTION_HALVES(T, S)           \
     FLASH_COMBINE(T, S, , 0) FLASH_COMBINE(T, S, 4, 4) FLASH_COMBINE(T, S, 8, 8)                      \
     FLASH_COMBINE(T, S, 16, 16)
 FLASH_ALL(bf16, bf16)

@@ -60,6 +60,11 @@ pub struct KernelOptions {
     /// copies its weight tiles, and waits for that kernel before it reads its input (`false`:
     /// plain launches; the same bits either way).
     pub pdl: bool,
+    /// The tensor-core attention at head dim 256 (Gemma's) runs its halves form: two warps
+    /// for every 16 rows, each multiplying half of the head dim (`false`: one warp for every
+    /// 16 rows over the whole head dim). Where a block's shared memory cannot hold that
+    /// form's, the other runs.
+    pub flash_halves: bool,
 }
 
 impl Default for KernelOptions {
@@ -75,12 +80,13 @@ impl Default for KernelOptions {
             geglu_wgmma: true,
             fp8_fused_geglu: true,
             pdl: true,
+            flash_halves: true,
         }
     }
 }
 
 /// The environment variables [`KernelOptions::from_env`] reads.
-pub const ENV_VARS: [&str; 10] = [
+pub const ENV_VARS: [&str; 11] = [
     "FRT_ATTENTION",
     "FRT_ATTENTION_SPLITS",
     "FRT_GEMM_TUNING",
@@ -91,13 +97,15 @@ pub const ENV_VARS: [&str; 10] = [
     "FRT_GEGLU_WGMMA",
     "FRT_FP8_FUSED_GEGLU",
     "FRT_PDL",
+    "FRT_FLASH_HALVES",
 ];
 
 impl KernelOptions {
     /// The defaults, overridden by `FRT_ATTENTION` (`auto`, `flash`, `gemm`),
     /// `FRT_ATTENTION_SPLITS` (a positive number, or `auto`), `FRT_GEMM_TUNING`,
     /// `FRT_GEMM_SPLIT_K`, `FRT_GEMM_TUNING_LOG`, `FRT_FP8_ROWS`, `FRT_FP8_WGMMA`,
-    /// `FRT_GEGLU_WGMMA`, `FRT_FP8_FUSED_GEGLU` and `FRT_PDL` (`0` or `1`), for benchmarks. A
+    /// `FRT_GEGLU_WGMMA`, `FRT_FP8_FUSED_GEGLU`, `FRT_PDL` and `FRT_FLASH_HALVES` (`0` or
+    /// `1`), for benchmarks. A
     /// value outside those is an error naming the variable.
     pub fn from_env() -> Result<KernelOptions> {
         Self::from_vars(|k| std::env::var(k).ok())
@@ -144,6 +152,7 @@ impl KernelOptions {
         o.geglu_wgmma = flag("FRT_GEGLU_WGMMA", o.geglu_wgmma)?;
         o.fp8_fused_geglu = flag("FRT_FP8_FUSED_GEGLU", o.fp8_fused_geglu)?;
         o.pdl = flag("FRT_PDL", o.pdl)?;
+        o.flash_halves = flag("FRT_FLASH_HALVES", o.flash_halves)?;
         Ok(o)
     }
 }
@@ -175,11 +184,13 @@ mod tests {
             ("FRT_GEGLU_WGMMA", "0"),
             ("FRT_FP8_FUSED_GEGLU", "0"),
             ("FRT_PDL", "0"),
+            ("FRT_FLASH_HALVES", "0"),
         ]))
         .unwrap();
         assert_eq!(o.attention, AttentionPath::Gemm);
         assert!(!o.gemm_tuning && o.split_k && o.tuning_log && !o.fp8_rows_kernel);
         assert!(!o.fp8_wgmma && !o.geglu_wgmma && !o.fp8_fused_geglu && !o.pdl);
+        assert!(!o.flash_halves);
         let e = KernelOptions::from_vars(env(&[("FRT_GEMM_SPLIT_K", "yes")]))
             .unwrap_err()
             .to_string();

@@ -7,7 +7,7 @@ mod common;
 
 use common::{Backend, Case, FLOATS, Input, OpFn, Rng, Vals, gelu_tanh, rel_err, run, size_ok};
 use frt_kernels::{
-    AttentionMask, Conv1d, DType, Epilogue, GemmOptions, Kernels, PatchEmbed, Tensor,
+    AttentionMask, Conv1d, DType, Epilogue, GemmOptions, KernelOptions, Kernels, PatchEmbed, Tensor,
 };
 
 fn erf(x: f64) -> f64 {
@@ -1128,6 +1128,16 @@ fn attention_ref(
 
 fn attention(b: &Backend) {
     let mut rng = Rng::new(7);
+    let one_warp = b.is_cuda().then(|| {
+        Kernels::with_options(
+            b.k.ctx(),
+            KernelOptions {
+                flash_halves: false,
+                ..KernelOptions::default()
+            },
+        )
+        .unwrap()
+    });
     // (Sq, Sk, Hq, Hkv, D, mask kind): kinds 0 full, 1 device valid length, 2 prefix+suffix,
     // 3 causal, 4 a per-key mask (masked image views and prompt padding).
     let cases: &[(usize, usize, usize, usize, usize, u8, bool)] = &[
@@ -1253,12 +1263,31 @@ fn attention(b: &Backend) {
                     (format!("tensor-core, {n} splits asked"), op)
                 })
                 .collect();
+            // Head dim 256 on CUDA: also the form with one warp for every 16 rows (where the
+            // halves form is the default).
+            let one_warp_flash = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
+                // The host backend it is compared with: its reference kernel.
+                if k.target() == "host" {
+                    return k
+                        .attention_plan(&i[0], &i[1], &i[2], o, &mask_of(i), scale)?
+                        .run(k, s);
+                }
+                let k = one_warp.as_ref().expect("CUDA");
+                k.attention_plan_flash(&i[0], &i[1], &i[2], o, &mask_of(i), scale)?
+                    .run(k, s)
+            };
             let mut forms: Vec<(String, Op)> = vec![
                 ("direct".to_string(), &direct),
                 ("planned".to_string(), &planned),
             ];
             if b.is_cuda() && sm80(&b.k) && dt != DType::F32 && d % 8 == 0 {
                 forms.push(("tensor-core".to_string(), &flash));
+                if d == 256 {
+                    forms.push((
+                        "tensor-core, one warp a row block".to_string(),
+                        &one_warp_flash,
+                    ));
+                }
                 if big {
                     for (name, op) in &split_forms {
                         forms.push((name.clone(), op.as_ref()));
@@ -1320,7 +1349,10 @@ fn attention_paths(b: &Backend) {
             let splits = expert.unwrap().flash_splits();
             assert!(splits.is_some_and(|n| n > 1), "expert: split keys");
             // 100 blocks of rows: split so that about two blocks run on each SM.
-            let prefix_splits = prefix.unwrap().flash_splits().unwrap();
+            let prefix = prefix.unwrap();
+            let prefix_splits = prefix.flash_splits().unwrap();
+            // More than one block an SM: the form with one warp for every 16 rows.
+            assert!(!prefix.flash_halves());
             assert!(
                 (1..=13).contains(&prefix_splits),
                 "prefix: {prefix_splits} splits"
@@ -1360,6 +1392,22 @@ fn attention_paths(b: &Backend) {
     );
     let expert = k.attention_plan(&eq, &ek, &ek, &eq, &m, 0.0625).unwrap();
     assert!(!expert.flash_resident());
+    // In the halves form on sm_90, whose blocks may have its 131 KiB of shared memory (sm_86
+    // and sm_89 give 99 KiB), unless the options say otherwise.
+    assert_eq!(expert.flash_halves(), b.is_cuda() && sm90);
+    let one_warp = Kernels::with_options(
+        k.ctx(),
+        KernelOptions {
+            flash_halves: false,
+            ..KernelOptions::default()
+        },
+    )
+    .unwrap();
+    let expert = one_warp
+        .attention_plan(&eq, &ek, &ek, &eq, &m, 0.0625)
+        .unwrap();
+    assert!(!expert.flash_halves());
+    assert_eq!(expert.flash_splits().is_some(), b.is_cuda() && sm80(k));
     if b.is_cuda() && sm90 {
         assert_eq!(siglip.flash_splits(), Some(1));
         let forced = k

@@ -764,7 +764,9 @@ fn main() {
             "-".repeat(12),
             "-".repeat(12)
         );
-        for (what, sq, sk, hq, hkv, d, kind) in [
+        // (case, Sq, Sk, Hq, Hkv, D, mask kind, valid keys): kinds 0 full, 1 a valid length, 2
+        // prefix and suffix (the valid length of the prefix).
+        for (what, sq, sk, hq, hkv, d, kind, valid) in [
             (
                 "gemma prefix, valid len",
                 800usize,
@@ -773,18 +775,20 @@ fn main() {
                 1usize,
                 256usize,
                 1u8,
+                600usize,
             ),
-            ("expert over prefix+suffix", 50, 850, 8, 1, 256, 2),
-            ("expert, 64-token prompt", 50, 626, 8, 1, 256, 2),
-            ("siglip (2 views: 1 of them)", 256, 256, 16, 16, 72, 0),
-            ("whisper tiny encoder", 1500, 1500, 6, 6, 64, 0),
+            ("gemma prefix, 2 views", 576, 576, 8, 1, 256, 1, 552),
+            ("expert over prefix+suffix", 50, 850, 8, 1, 256, 2, 600),
+            ("expert, 64-token prompt", 50, 626, 8, 1, 256, 2, 552),
+            ("siglip (2 views: 1 of them)", 256, 256, 16, 16, 72, 0, 256),
+            ("whisper tiny encoder", 1500, 1500, 6, 6, 64, 0, 1500),
         ] {
             let q = b.tensor("q", dt, &[sq, hq, d]);
             let kt = b.tensor("k", dt, &[sk, hkv, d]);
             let v = b.tensor("v", dt, &[sk, hkv, d]);
             let o = b.tensor("o", dt, &[sq, hq, d]);
             let len = Tensor::alloc(b.k.ctx(), "len", DType::I32, &[1]).unwrap();
-            len.write_i32(b.s, &[(sk.min(800) * 3 / 4) as i32]).unwrap();
+            len.write_i32(b.s, &[valid as i32]).unwrap();
             let mask = match kind {
                 1 => AttentionMask::valid(&len),
                 2 => AttentionMask::prefix_suffix(&len, sk - sq),

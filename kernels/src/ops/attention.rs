@@ -451,9 +451,8 @@ enum Path {
         dp: usize,
         splits: usize,
         keys_per_split: usize,
-        /// Every tile of a block's keys staged at once (`flash_attention_res_*`: head dims up
-        /// to 128, at most [`FLASH_RES`] tiles of keys, one split).
-        resident: bool,
+        /// Which of the kernel's forms runs.
+        form: FlashForm,
         /// Partial rows `[splits, Hq·Sq, D]` and their (max, sum) `[splits, Hq·Sq, 2]` (f32),
         /// when `splits > 1`.
         part: Option<Box<(Tensor, Tensor)>>,
@@ -515,6 +514,20 @@ impl Batch {
     };
 }
 
+/// The forms of the tensor-core kernel (`flash.cu`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FlashForm {
+    /// One tile of keys and values staged at a time, a warp per 16 rows
+    /// (`flash_attention_d*`).
+    Streaming,
+    /// Every tile of a block's keys staged at once (`flash_attention_res_*`: head dims up to
+    /// 128, at most [`FLASH_RES`] tiles of keys, one split).
+    Resident,
+    /// Head dim 256, streaming, two warps per 16 rows, each taking half of the head dim
+    /// (`flash_attention_halves_d256_*`, [`KernelOptions::flash_halves`](crate::KernelOptions)).
+    Halves,
+}
+
 /// Head dims the tensor-core kernel is compiled for (`flash.cu`).
 const FLASH_HEAD_DIMS: [usize; 6] = [16, 32, 64, 80, 128, 256];
 /// Rows of one block of the tensor-core kernel, and keys of one staged tile.
@@ -527,9 +540,20 @@ const FLASH_RES_MAX_DP: usize = 128;
 
 /// The tensor-core kernel's shared memory at head dim `dp`: the block's queries and its staged
 /// tiles of keys and values (one of each streaming, [`FLASH_RES`] resident).
-fn flash_shared(dp: usize, resident: bool) -> usize {
-    let tiles = if resident { FLASH_RES } else { 1 };
-    (FLASH_BM + 2 * tiles * FLASH_BN) * (dp + 8) * 2
+fn flash_shared(dp: usize, form: FlashForm) -> usize {
+    let tiles = if form == FlashForm::Resident {
+        FLASH_RES
+    } else {
+        1
+    };
+    let staged = (FLASH_BM + 2 * tiles * FLASH_BN) * (dp + 8) * 2;
+    // The halves form: each of its 8 warps' share of a tile's scores, f32.
+    let shares = if form == FlashForm::Halves {
+        8 * 16 * FLASH_BN * 4
+    } else {
+        0
+    };
+    staged + shares
 }
 
 /// Whether [`Kernels::attention_plan`] takes the tensor-core kernel (when it can run) rather
@@ -897,18 +921,34 @@ impl Kernels {
         // within what a block may have (101 KiB at head dim 80: more than sm_86 and sm_89
         // give). (At head dim 256, splits of 2 resident tiles for the action expert — half the
         // splits to merge — measured slower on an H100: 14.8 against 11.4 µs.)
-        let resident_shared = flash_shared(dp, true);
+        let fits = |form| {
+            self.cuda
+                .as_ref()
+                .is_some_and(|c| flash_shared(dp, form) <= c.max_shared as usize)
+        };
         let resident = forced_splits.is_none()
             && self.options.attention_splits.is_none()
             && dp <= FLASH_RES_MAX_DP
             && dims.sk_len <= FLASH_RES * FLASH_BN
-            && self
-                .cuda
-                .as_ref()
-                .is_some_and(|c| resident_shared <= c.max_shared as usize);
+            && fits(FlashForm::Resident);
         let splits = if resident { 1 } else { splits };
         let keys_per_split = dims.sk_len.div_ceil(splits).div_ceil(FLASH_BN) * FLASH_BN;
         let splits = dims.sk_len.div_ceil(keys_per_split).max(1);
+        // The halves form where its blocks are at most one an SM (its shared memory allows no
+        // more; the other form's, two): on an H100 the action expert's attention over a
+        // 64-token prompt (70 blocks) 11.6 → 10.9 µs, Gemma's prefix at 576 tokens (216
+        // blocks) 28.2 → 37.9 µs.
+        let form = if resident {
+            FlashForm::Resident
+        } else if dp == 256
+            && self.options.flash_halves
+            && blocks * splits <= sms
+            && fits(FlashForm::Halves)
+        {
+            FlashForm::Halves
+        } else {
+            FlashForm::Streaming
+        };
         let part = if splits > 1 {
             let all = batch * dims.hq * dims.sq_len;
             let reuse = match share {
@@ -941,7 +981,7 @@ impl Kernels {
             dp,
             splits,
             keys_per_split,
-            resident,
+            form,
             part,
         })
     }
@@ -1089,7 +1129,26 @@ impl AttentionPlan {
     /// Whether the plan's tensor-core kernel stages all of a block's keys at once (the
     /// resident form) rather than one tile at a time.
     pub fn flash_resident(&self) -> bool {
-        matches!(self.path, Path::Flash { resident: true, .. })
+        matches!(
+            self.path,
+            Path::Flash {
+                form: FlashForm::Resident,
+                ..
+            }
+        )
+    }
+
+    /// Whether the plan uses the tensor-core kernel's halves form (head dim 256, two warps for
+    /// every 16 rows, each taking half of the head dim; see
+    /// [`KernelOptions::flash_halves`](crate::KernelOptions)).
+    pub fn flash_halves(&self) -> bool {
+        matches!(
+            self.path,
+            Path::Flash {
+                form: FlashForm::Halves,
+                ..
+            }
+        )
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1100,7 +1159,7 @@ impl AttentionPlan {
         dp: usize,
         splits: usize,
         keys_per_split: usize,
-        resident: bool,
+        form: FlashForm,
         part: Option<&(Tensor, Tensor)>,
         codes: Option<(&Tensor, &Tensor)>,
     ) -> Result<()> {
@@ -1152,21 +1211,26 @@ impl AttentionPlan {
         let (mut qp, mut kp, mut vp, mut op) =
             (self.q.ptr(), self.k.ptr(), self.v.ptr(), self.out.ptr());
         let rows = d.hq / d.hkv * d.sq_len;
-        // The resident form's blocks have two warps for every 16 rows.
-        let threads = if resident { 256 } else { 128 };
-        let shared = flash_shared(dp, resident) as u32;
-        let name: &'static str = match (dp, resident) {
-            (16, false) => "flash_attention_d16",
-            (32, false) => "flash_attention_d32",
-            (64, false) => "flash_attention_d64",
-            (80, false) => "flash_attention_d80",
-            (128, false) => "flash_attention_d128",
-            (_, false) => "flash_attention_d256",
-            (16, true) => "flash_attention_res_d16",
-            (32, true) => "flash_attention_res_d32",
-            (64, true) => "flash_attention_res_d64",
-            (80, true) => "flash_attention_res_d80",
-            (_, true) => "flash_attention_res_d128",
+        // The resident and halves forms' blocks have two warps for every 16 rows.
+        let threads = if form == FlashForm::Streaming {
+            128
+        } else {
+            256
+        };
+        let shared = flash_shared(dp, form) as u32;
+        let name: &'static str = match (dp, form) {
+            (_, FlashForm::Halves) => "flash_attention_halves_d256",
+            (16, FlashForm::Streaming) => "flash_attention_d16",
+            (32, FlashForm::Streaming) => "flash_attention_d32",
+            (64, FlashForm::Streaming) => "flash_attention_d64",
+            (80, FlashForm::Streaming) => "flash_attention_d80",
+            (128, FlashForm::Streaming) => "flash_attention_d128",
+            (_, FlashForm::Streaming) => "flash_attention_d256",
+            (16, FlashForm::Resident) => "flash_attention_res_d16",
+            (32, FlashForm::Resident) => "flash_attention_res_d32",
+            (64, FlashForm::Resident) => "flash_attention_res_d64",
+            (80, FlashForm::Resident) => "flash_attention_res_d80",
+            (_, FlashForm::Resident) => "flash_attention_res_d128",
         };
         let dt = Some(self.q.dtype());
         // SAFETY: the layouts, alignments and head dim were checked when planned (for every
@@ -1266,7 +1330,7 @@ impl AttentionPlan {
                 dp,
                 splits,
                 keys_per_split,
-                resident,
+                form,
                 part,
             } => self.run_flash(
                 k,
@@ -1274,7 +1338,7 @@ impl AttentionPlan {
                 *dp,
                 *splits,
                 *keys_per_split,
-                *resident,
+                *form,
                 part.as_deref(),
                 codes,
             ),
