@@ -307,7 +307,7 @@ FP8_PARTS_FT(4)
 // linear_e4m3_wg: out = x · wᵀ scaled as above, through `wgmma`, which multiplies E4M3 codes
 // as they are (no widening). The product is taken transposed (outᵀ = w · xᵀ): a block's 64
 // output features are the MMA's rows (A) and the tokens its N = 64 columns (B), both K-major in
-// shared memory; one warpgroup a block.
+// shared memory; two warpgroups a block, each taking 32 of the tokens (wg_sums).
 //
 // The tensor memory accelerator (TMA) copies both operands, a stage of 128 codes at a time: a
 // box of 128 codes × 64 weight rows and one of 128 codes × 64 rows of x (rows past m are
@@ -327,6 +327,9 @@ FP8_PARTS_FT(4)
 #define WG_TOKENS 64
 #define WG_STAGE 128
 #define WG_STAGES 8
+// Two warpgroups a block (see wg_sums).
+#define WG_THREADS 256
+__device__ __forceinline__ unsigned wg_group() { return threadIdx.x >> 7; }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // d (+)= A · Bᵀ for A 64 × 32 codes and B 64 × 32 codes (both K-major): d starts afresh when
@@ -343,17 +346,29 @@ __device__ __forceinline__ void wg_mma(float d[32], unsigned long long a, unsign
           "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "l"(a), "l"(b), "r"(add));
 }
+
+// The same for B 32 × 32 codes: d is A's 64 rows × B's 32.
+__device__ __forceinline__ void wg_mma_n32(float d[16], unsigned long long a, unsigned long long b) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, 0, 1, 1;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(a), "l"(b));
+}
 #endif
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// The main loop of the `wgmma` kernels: `acc` = the block's 64 weight rows (A) · its 64 token
-// rows (B)ᵀ over one range of K from k0, in the fragment layout below. A is one box of 64
-// weight rows from row r0 or, with HALVES, two boxes of 32 rows, from r0 and r1 (the second
-// at A's row 32). Shared memory from `base` (1024-byte aligned): the stages; their barriers at
-// `bars`.
+// The main loop of the `wgmma` kernels: `acc` = the block's 64 weight rows (A) · 32 of its 64
+// token rows (B)ᵀ over one range of K from k0, in the fragment layout below: the block's two
+// warpgroups (wg_group()) take token rows 0-31 and 32-63 of every stage. Each serializes its
+// own MMAs (an FP8 sum is added to acc in registers after every stage, see above), and the two
+// overlap each other's. A is one box of 64 weight rows from row r0 or, with HALVES, two boxes
+// of 32 rows, from r0 and r1 (the second at A's row 32). Shared memory from `base`
+// (1024-byte aligned): the stages; their barriers at `bars`.
 template <bool HALVES>
 __device__ __forceinline__ void wg_sums(const TmaMap& wmap, const TmaMap& xmap, unsigned base, unsigned bars,
-                                        unsigned stages, int k0, int r0, int r1, float acc[32]) {
+                                        unsigned stages, int k0, int r0, int r1, float acc[16]) {
     constexpr unsigned A_BYTES = 64 * WG_STAGE, B_BYTES = WG_TOKENS * WG_STAGE;
     if (threadIdx.x == 0) {
         for (unsigned s = 0; s < stages; ++s)
@@ -376,22 +391,24 @@ __device__ __forceinline__ void wg_sums(const TmaMap& wmap, const TmaMap& xmap, 
             tma_load_2d(base + s * (A_BYTES + B_BYTES) + A_BYTES, &xmap, k0 + s * WG_STAGE, 0, bars + 8 * s);
     __syncthreads();
 
-    float d[4][32];
+    // This warpgroup's 32 token rows: 4 swizzle atoms (of 8 rows) into the stage's B.
+    const unsigned b0 = A_BYTES + wg_group() * 32 * WG_STAGE;
+    float d[4][16];
 #pragma unroll
-    for (int i = 0; i < 32; ++i) acc[i] = d[0][i] = d[1][i] = d[2][i] = d[3][i] = 0.f;
+    for (int i = 0; i < 16; ++i) acc[i] = d[0][i] = d[1][i] = d[2][i] = d[3][i] = 0.f;
 #pragma unroll 1
     for (unsigned s = 0; s < stages; ++s) {
         const unsigned a = base + s * (A_BYTES + B_BYTES);
         mbar_wait(bars + 8 * s, 0);
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-        for (unsigned j = 0; j < 4; ++j) wg_mma(d[j], wg_desc(a + 32 * j), wg_desc(a + A_BYTES + 32 * j), 0);
+        for (unsigned j = 0; j < 4; ++j) wg_mma_n32(d[j], wg_desc(a + 32 * j), wg_desc(a + b0 + 32 * j));
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #pragma unroll
         for (int j = 0; j < 4; ++j)
 #pragma unroll
-            for (int i = 0; i < 32; ++i) acc[i] += d[j][i];
+            for (int i = 0; i < 16; ++i) acc[i] += d[j][i];
     }
 }
 #endif
@@ -406,14 +423,14 @@ __device__ void linear_e4m3_wg(const TmaMap& wmap, const TmaMap& xmap, const flo
     const unsigned base = (smem_addr(wg_raw) + 1023) & ~1023u;
     const unsigned stages = kc / WG_STAGE;
     const unsigned n0 = blockIdx.x * 64;
-    float acc[32];
+    float acc[16];
     wg_sums<false>(wmap, xmap, base, base + stages * 2 * 64 * WG_STAGE, stages, blockIdx.y * kc, n0, 0, acc);
 
-    const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const unsigned warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const float xs = *x_scale;
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
-        const unsigned row = wg_token(lane, i);
+    for (int i = 0; i < 16; ++i) {
+        const unsigned row = wg_group() * 32 + wg_token(lane, i);
         const unsigned col = n0 + wg_feature(warp, lane, i);
         if (row < m) {
             float y = acc[i] * xs * w_scale[col];
@@ -453,24 +470,24 @@ __device__ void linear_e4m3_wg_geglu(const TmaMap& wmap, const TmaMap& xmap, con
     // The stages, or the 64 × 64 values after them (whichever is larger), then the barriers.
     const unsigned data = max(stages * 2 * 64 * WG_STAGE, 64u * WG_TILE_LD * 4u);
     const unsigned f0 = blockIdx.x * 32;
-    float acc[32];
+    float acc[16];
     wg_sums<true>(wmap, xmap, base, base + data, stages, 0, f0, f + f0, acc);
 
-    const unsigned warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const unsigned warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     // Every warp's MMAs have read their stages: the values take their place.
     __syncthreads();
     float* tile = (float*)(wg_raw + (base - smem_addr(wg_raw)));
     const float xs = *x_scale;
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
+    for (int i = 0; i < 16; ++i) {
         const unsigned a = wg_feature(warp, lane, i);
         const unsigned row = a < 32 ? f0 + a : f + f0 + a - 32;
-        tile[a * WG_TILE_LD + wg_token(lane, i)] = to_f32(from_f32<T>(acc[i] * xs * w_scale[row]));
+        tile[a * WG_TILE_LD + wg_group() * 32 + wg_token(lane, i)] = to_f32(from_f32<T>(acc[i] * xs * w_scale[row]));
     }
     __syncthreads();
     const float cs = *code_scale;
     const unsigned c = threadIdx.x & 31;
-    for (unsigned r = threadIdx.x >> 5; r < m; r += 4) {
+    for (unsigned r = threadIdx.x >> 5; r < m; r += WG_THREADS / 32) {
         const float h = to_f32(from_f32<T>(gelu_tanh(tile[c * WG_TILE_LD + r]) * tile[(32 + c) * WG_TILE_LD + r]));
         codes[(unsigned long long)r * f + f0 + c] = e4m3_from_f32(h / cs);
     }
@@ -480,7 +497,7 @@ __device__ void linear_e4m3_wg_geglu(const TmaMap& wmap, const TmaMap& xmap, con
 }
 
 #define FP8_WG(T, S)                                                                                             \
-    extern "C" __global__ void __launch_bounds__(128) linear_e4m3_wg_##S(                                       \
+    extern "C" __global__ void __launch_bounds__(WG_THREADS) linear_e4m3_wg_##S(                                       \
         const __grid_constant__ TmaMap wmap, const __grid_constant__ TmaMap xmap, const float* x_scale,          \
         const float* w_scale, T* out, unsigned long long o_ld, const T* bias, unsigned accumulate, unsigned m,   \
         unsigned n, unsigned kc) {                                                                               \
@@ -488,7 +505,7 @@ __device__ void linear_e4m3_wg_geglu(const TmaMap& wmap, const TmaMap& xmap, con
     }
 FOR_FLOATS(FP8_WG)
 #define FP8_WG_GEGLU(T, S)                                                                                       \
-    extern "C" __global__ void __launch_bounds__(128) linear_e4m3_wg_geglu_##S(                                 \
+    extern "C" __global__ void __launch_bounds__(WG_THREADS) linear_e4m3_wg_geglu_##S(                                 \
         const __grid_constant__ TmaMap wmap, const __grid_constant__ TmaMap xmap, const float* x_scale,          \
         const float* w_scale, unsigned char* codes, const float* code_scale, unsigned m, unsigned f,             \
         unsigned kc) {                                                                                           \
@@ -497,7 +514,7 @@ FOR_FLOATS(FP8_WG)
     }
 FOR_FLOATS(FP8_WG_GEGLU)
 // The parts form takes the rows form's parameters (o_ld, bias and accumulate unused).
-extern "C" __global__ void __launch_bounds__(128)
+extern "C" __global__ void __launch_bounds__(WG_THREADS)
     linear_e4m3_wg_parts(const __grid_constant__ TmaMap wmap, const __grid_constant__ TmaMap xmap,
                          const float* x_scale, const float* w_scale, float* part, unsigned long long, const float*,
                          unsigned, unsigned m, unsigned n, unsigned kc) {

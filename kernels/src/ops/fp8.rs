@@ -455,7 +455,8 @@ unsafe fn wg_launch(
             name,
             dt,
             ((n / 64) as u32, parts as u32, 1),
-            (128, 1, 1),
+            // Two warpgroups, each taking 32 of the tokens.
+            (256, 1, 1),
             wg_shared(kc) as u32,
             &mut params,
             k.options.pdl,

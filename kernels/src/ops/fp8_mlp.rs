@@ -192,7 +192,8 @@ impl Fp8GegluLinear {
                         "linear_e4m3_wg_geglu",
                         Some(dt),
                         ((f / GEGLU_FEATURES) as u32, 1, 1),
-                        (128, 1, 1),
+                        // Two warpgroups, each taking 32 of the tokens.
+                        (256, 1, 1),
                         geglu_shared(kk) as u32,
                         &mut params,
                         k.options.pdl,
