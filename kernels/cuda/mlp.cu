@@ -116,6 +116,8 @@ GEGLU_LINEAR(f16, f16)
 // issues the first stages' copies, and after the warpgroup's MMAs of a stage are done it
 // refills that stage with the chunk MLP_WG_STAGES further on (each stage's mbarrier completes
 // once a use; its parity is the use's). The four k16 MMAs of a stage add into one f32 sum.
+// Two warpgroups a block, each multiplying 32 of the 64 token rows (m64n32k16), so that one's
+// waits overlap the other's MMAs.
 // The gate and up values are rounded to T (what a T output of the GEMM holds), meet in shared
 // memory, and h = gelu_tanh(gate)·up is rounded to T: what the GEMM into T and geglu compute.
 #define MLP_WG_K 64
@@ -143,7 +145,26 @@ __device__ __forceinline__ void wg_mma16(float d[32], unsigned long long a, unsi
     }
 WG_MMA16(bf16, "bf16")
 WG_MMA16(f16, "f16")
+// The same for B 32 × 16: d is A's 64 rows × B's 32.
+template <typename T>
+__device__ __forceinline__ void wg_mma16_n32(float d[16], unsigned long long a, unsigned long long b);
+#define WG_MMA16_N32(T, TY)                                                                                     \
+    template <>                                                                                                 \
+    __device__ __forceinline__ void wg_mma16_n32<T>(float d[16], unsigned long long a, unsigned long long b) { \
+        asm volatile(                                                                                           \
+            "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                                         \
+            "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY " "                                         \
+            "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n"          \
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),   \
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),          \
+              "+f"(d[15])                                                                                       \
+            : "l"(a), "l"(b));                                                                                  \
+    }
+WG_MMA16_N32(bf16, "bf16")
+WG_MMA16_N32(f16, "f16")
 #endif
+// geglu_linear_wg's threads: two warpgroups, each multiplying 32 of the 64 token rows.
+#define MLP_WG_THREADS 256
 
 template <typename T>
 __device__ void geglu_linear_wg(const TmaMap& wmap, const TmaMap& xmap, T* __restrict__ h, unsigned long long h_ld,
@@ -181,9 +202,11 @@ __device__ void geglu_linear_wg(const TmaMap& wmap, const TmaMap& xmap, T* __res
         for (unsigned c = 0; c < chunks && c < MLP_WG_STAGES; ++c) issue_x(c);
     __syncthreads();
 
-    float acc[32];
+    // This warpgroup's 32 token rows: 4 swizzle atoms (of 8 rows) into a stage's B.
+    const unsigned wg = t >> 7, b0 = A_BYTES + wg * 32 * MLP_WG_K * 2;
+    float acc[16];
 #pragma unroll
-    for (int i = 0; i < 32; ++i) acc[i] = 0.f;
+    for (int i = 0; i < 16; ++i) acc[i] = 0.f;
     // Chunk c's MMAs are issued before chunk c - 1's are waited for (one group in flight
     // while the next stage's barrier is awaited): the same MMAs into the same sum, in order.
     // The last chunk is peeled off the loop and waited for whole: where a read of the sum
@@ -193,7 +216,7 @@ __device__ void geglu_linear_wg(const TmaMap& wmap, const TmaMap& xmap, T* __res
         mbar_wait(bars + 8 * s, (c / MLP_WG_STAGES) & 1);
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-        for (unsigned j = 0; j < 4; ++j) wg_mma16<T>(acc, wg_desc(a + 32 * j), wg_desc(a + A_BYTES + 32 * j));
+        for (unsigned j = 0; j < 4; ++j) wg_mma16_n32<T>(acc, wg_desc(a + 32 * j), wg_desc(a + b0 + 32 * j));
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
     };
 #pragma unroll 1
@@ -211,14 +234,14 @@ __device__ void geglu_linear_wg(const TmaMap& wmap, const TmaMap& xmap, T* __res
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     __syncthreads();  // every warp's MMAs are done with the ring, which now holds the tile
 
-    const unsigned warp = t >> 5, lane = t & 31;
+    const unsigned warp = (t >> 5) & 3, lane = t & 31;
     float* tile = (float*)(wg_raw + (base - smem_addr(wg_raw)));
 #pragma unroll
-    for (int i = 0; i < 32; ++i)
-        tile[wg_feature(warp, lane, i) * MLP_WG_LD + wg_token(lane, i)] = to_f32(from_f32<T>(acc[i]));
+    for (int i = 0; i < 16; ++i)
+        tile[wg_feature(warp, lane, i) * MLP_WG_LD + wg * 32 + wg_token(lane, i)] = to_f32(from_f32<T>(acc[i]));
     __syncthreads();
     const unsigned c = t & 31;
-    for (unsigned r = t >> 5; r < m; r += 4)
+    for (unsigned r = t >> 5; r < m; r += MLP_WG_THREADS / 32)
         h[r * h_ld + f0 + c] = from_f32<T>(gelu_tanh(tile[c * MLP_WG_LD + r]) * tile[(32 + c) * MLP_WG_LD + r]);
 #else
     // The host takes this kernel only on sm_90 (built as sm_90a); never reached.
@@ -273,7 +296,7 @@ extern "C" __global__ void __launch_bounds__(128)
 }
 
 #define GEGLU_LINEAR_WG(T, S)                                                                               \
-    extern "C" __global__ void __launch_bounds__(128)                                                       \
+    extern "C" __global__ void __launch_bounds__(MLP_WG_THREADS)                                            \
         geglu_linear_wg_##S(const __grid_constant__ TmaMap wmap, const __grid_constant__ TmaMap xmap, T* h,  \
                             unsigned long long h_ld, unsigned m, unsigned f, unsigned k) {                   \
         geglu_linear_wg<T>(wmap, xmap, h, h_ld, m, f, k);                                                   \

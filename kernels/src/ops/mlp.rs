@@ -222,7 +222,8 @@ impl GegluLinear {
                         "geglu_linear_wg",
                         Some(self.dtype),
                         ((f / FEATURES_PER_BLOCK) as u32, 1, 1),
-                        (128, 1, 1),
+                        // Two warpgroups, each taking 32 of the tokens.
+                        (256, 1, 1),
                         WG_SHARED as u32,
                         &mut params,
                         k.options.pdl,
