@@ -538,8 +538,9 @@ const FLASH_BN: usize = 64;
 const FLASH_RES: usize = 4;
 const FLASH_RES_MAX_DP: usize = 128;
 
-/// The tensor-core kernel's shared memory at head dim `dp`: the block's queries and its staged
-/// tiles of keys and values (one of each streaming, [`FLASH_RES`] resident).
+/// The tensor-core kernel's shared memory at head dim `dp` in `form`: the block's queries and
+/// its staged tiles of keys and values (one of each streaming and in halves, [`FLASH_RES`]
+/// resident), and in halves each warp's share of a tile's scores.
 fn flash_shared(dp: usize, form: FlashForm) -> usize {
     let tiles = if form == FlashForm::Resident {
         FLASH_RES
