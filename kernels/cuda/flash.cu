@@ -88,6 +88,24 @@ __device__ __forceinline__ void flash_stage(unsigned short* dst, const T* src, u
     }
 }
 
+// Stages the block's FLASH_BM rows of queries from r0 on (rows past the last and columns past
+// the head dim are zeros); G query heads share a key/value head. NT: the block's threads.
+template <typename T, int DP, int NT>
+__device__ __forceinline__ void flash_stage_queries(unsigned short* qs, const T* q, const FlashArgs& a, unsigned G,
+                                                    unsigned kh, unsigned r0, unsigned rows) {
+    constexpr int CH = DP / 8, DS = DP + 8, TOTAL = FLASH_BM * CH;
+    const unsigned dch = a.d / 8;
+#pragma unroll
+    for (int it = 0; it < (TOTAL + NT - 1) / NT; ++it) {
+        const unsigned idx = it * NT + threadIdx.x;
+        if (TOTAL % NT != 0 && idx >= TOTAL) break;
+        const unsigned rr = idx / CH, c = idx % CH, r = r0 + rr;
+        const bool ok = c < dch && r < rows;
+        const T* p = ok ? q + (unsigned long long)(r / G) * a.sq + (unsigned long long)(kh * G + r % G) * a.d + c * 8 : q;
+        cp_async16(qs + rr * DS + c * 8, p, ok);
+    }
+}
+
 // One tile's scores s of a warp's two rows (g and g + 8): masked (the tile's key bits, the
 // causal horizon, rows past the last), scaled to base 2 and made probabilities against the
 // running maximum m, which they may raise (the running sum l and the accumulators o are then
@@ -151,7 +169,6 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
         out += entry * a.bo;
     }
     constexpr int DS = DP + 8;  // shared row stride (elements)
-    constexpr int CH = DP / 8;
     constexpr int NT = RES > 0 ? 2 * FLASH_THREADS : FLASH_THREADS;  // threads
     extern __shared__ __align__(16) unsigned char flash_smem[];
     unsigned short* qs = (unsigned short*)flash_smem;
@@ -185,21 +202,8 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
     const unsigned qmax = (min(rows, r0 + FLASH_BM) - 1) / G;
     const unsigned klimit = a.causal ? min(kend, qmax + a.causal_offset + 1) : kend;
 
-    // The block's queries (rows past the last and columns past d are zeros), with the first
-    // tile's keys as one group and its values as the next.
-    {
-        const unsigned dch = a.d / 8;
-        constexpr int TOTAL = FLASH_BM * CH;
-#pragma unroll
-        for (int it = 0; it < (TOTAL + NT - 1) / NT; ++it) {
-            const unsigned idx = it * NT + threadIdx.x;
-            if (TOTAL % NT != 0 && idx >= TOTAL) break;
-            const unsigned rr = idx / CH, c = idx % CH, r = r0 + rr;
-            const bool ok = c < dch && r < rows;
-            const T* p = ok ? q + (unsigned long long)(r / G) * a.sq + (unsigned long long)(kh * G + r % G) * a.d + c * 8 : q;
-            cp_async16(qs + rr * DS + c * 8, p, ok);
-        }
-    }
+    // The block's queries, with the first tile's keys as one group and its values as the next.
+    flash_stage_queries<T, DP, NT>(qs, q, a, G, kh, r0, rows);
     unsigned j0 = flash_next_tile(a, vl, kbeg, klimit);
     unsigned long long keys = j0 < klimit ? flash_tile_keys(a, vl, j0, klimit) : 0ull;
     if constexpr (RES > 0) {
@@ -381,7 +385,7 @@ template <typename T>
 __device__ void flash_attention_halves(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                        T* __restrict__ out, float* __restrict__ part, float* __restrict__ part_ml,
                                        const FlashArgs a) {
-    constexpr int DP = 256, DH = DP / 2, DS = DP + 8, CH = DP / 8, NT = FLASH_HALVES_THREADS;
+    constexpr int DP = 256, DH = DP / 2, DS = DP + 8, NT = FLASH_HALVES_THREADS;
     extern __shared__ __align__(16) unsigned char flash_smem[];
     unsigned short* qs = (unsigned short*)flash_smem;
     unsigned short* ks = qs + FLASH_BM * DS;
@@ -409,18 +413,7 @@ __device__ void flash_attention_halves(const T* __restrict__ q, const T* __restr
     const unsigned qmax = (min(rows, r0 + FLASH_BM) - 1) / G;
     const unsigned klimit = a.causal ? min(kend, qmax + a.causal_offset + 1) : kend;
 
-    {
-        const unsigned dch = a.d / 8;
-        constexpr int TOTAL = FLASH_BM * CH;
-#pragma unroll
-        for (int it = 0; it < TOTAL / NT; ++it) {
-            const unsigned idx = it * NT + threadIdx.x;
-            const unsigned rr = idx / CH, c = idx % CH, r = r0 + rr;
-            const bool ok = c < dch && r < rows;
-            const T* p = ok ? q + (unsigned long long)(r / G) * a.sq + (unsigned long long)(kh * G + r % G) * a.d + c * 8 : q;
-            cp_async16(qs + rr * DS + c * 8, p, ok);
-        }
-    }
+    flash_stage_queries<T, DP, NT>(qs, q, a, G, kh, r0, rows);
     unsigned j0 = flash_next_tile(a, vl, kbeg, klimit);
     unsigned long long keys = j0 < klimit ? flash_tile_keys(a, vl, j0, klimit) : 0ull;
     if (j0 < klimit) flash_stage<T, DP, NT>(ks, k, a.sk, a, kh, j0, keys);
