@@ -8,6 +8,9 @@
 # time, the DRAM bytes it read and wrote and their rate, the L2 bytes it moved, and its SM and
 # memory throughput as a share of the peak. The raw CSV goes to $OUT/profile-<part>.csv when
 # $OUT is set. The clocks are left alone (--clock-control none).
+# WARM=1: only each kernel's time, with the caches left as the kernel before left them
+# (--cache-control none, one pass a kernel), for a sum of kernel times to hold against the
+# replayed graph's time: what is left is the time between kernels.
 set -uo pipefail
 cd "$(dirname "$0")"
 # One kernel and GEMM-tuning cache for every run here (the profiled run then tunes nothing).
@@ -42,8 +45,14 @@ csv=${OUT:-/tmp}/profile-$part${2:+-${2//,/-}}.csv
 metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum
 metrics=$metrics,sm__throughput.avg.pct_of_peak_sustained_elapsed
 metrics=$metrics,gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed
+cache=()
+if [ "${WARM:-0}" = 1 ]; then
+    metrics=gpu__time_duration.sum
+    cache=(--cache-control none)
+    csv=${csv%.csv}-warm.csv
+fi
 "$ncu" --profile-from-start off --graph-profiling node --clock-control none --csv --page raw --print-units base \
-    --metrics "$metrics" ./pi05-bench "${args[@]}" > "$csv" 2> "${csv%.csv}.log" || {
+    "${cache[@]}" --metrics "$metrics" ./pi05-bench "${args[@]}" > "$csv" 2> "${csv%.csv}.log" || {
     echo "ncu failed:"
     tail -20 "${csv%.csv}.log"
     exit 1

@@ -7,7 +7,8 @@ mod common;
 
 use common::{Backend, Case, FLOATS, Input, OpFn, Rng, Vals, gelu_tanh, rel_err, run, size_ok};
 use frt_kernels::{
-    AttentionMask, Conv1d, DType, Epilogue, GemmOptions, KernelOptions, Kernels, PatchEmbed, Tensor,
+    AttentionMask, AttentionPath, Conv1d, DType, Epilogue, GemmOptions, KernelOptions, Kernels,
+    PatchEmbed, Tensor,
 };
 
 fn erf(x: f64) -> f64 {
@@ -1138,6 +1139,18 @@ fn attention(b: &Backend) {
         )
         .unwrap()
     });
+    // On CUDA the GEMM path wherever it can run (its softmax holds rows of up to 1024 keys in
+    // registers, 8 keys an access where the row is a multiple of 8).
+    let gemm_path = b.is_cuda().then(|| {
+        Kernels::with_options(
+            b.k.ctx(),
+            KernelOptions {
+                attention: AttentionPath::Gemm,
+                ..KernelOptions::default()
+            },
+        )
+        .unwrap()
+    });
     // (Sq, Sk, Hq, Hkv, D, mask kind): kinds 0 full, 1 device valid length, 2 prefix+suffix,
     // 3 causal, 4 a per-key mask (masked image views and prompt padding).
     let cases: &[(usize, usize, usize, usize, usize, u8, bool)] = &[
@@ -1278,10 +1291,22 @@ fn attention(b: &Backend) {
                 k.attention_plan_flash(&i[0], &i[1], &i[2], o, &mask_of(i), scale)?
                     .run(k, s)
             };
+            let forced_gemm = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
+                // The host backend it is compared with: its reference kernel.
+                let k = gemm_path
+                    .as_ref()
+                    .filter(|_| k.target() != "host")
+                    .unwrap_or(k);
+                k.attention_plan(&i[0], &i[1], &i[2], o, &mask_of(i), scale)?
+                    .run(k, s)
+            };
             let mut forms: Vec<(String, Op)> = vec![
                 ("direct".to_string(), &direct),
                 ("planned".to_string(), &planned),
             ];
+            if b.is_cuda() {
+                forms.push(("GEMM path".to_string(), &forced_gemm));
+            }
             if b.is_cuda() && sm80(&b.k) && dt != DType::F32 && d % 8 == 0 {
                 forms.push(("tensor-core".to_string(), &flash));
                 if d == 256 {

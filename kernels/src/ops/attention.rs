@@ -71,6 +71,9 @@ const MAX_HEAD_DIM: usize = 512;
 
 /// Keys (and head dim) the CUDA kernel keeps in shared memory: up to this many floats.
 const MAX_SHARED_FLOATS: usize = 12 * 1024;
+/// The longest rows `masked_softmax` holds in registers as chunks of 8 keys (its
+/// `32 * SOFTMAX_REGS`).
+const SOFTMAX_VEC8_KEYS: usize = 1024;
 
 #[derive(Copy, Clone, PartialEq)]
 struct Dims {
@@ -1371,6 +1374,11 @@ impl AttentionPlan {
                     self.mask.causal_offset.unwrap_or(0) as u32,
                     self.scale,
                 );
+                // Eight keys an access where whole rows of them fit the kernel's registers.
+                let vec8 = (d.sk_len % 8 == 0
+                    && d.sk_len <= SOFTMAX_VEC8_KEYS
+                    && sp % 16 == 0
+                    && pp % 16 == 0) as i32;
                 // SAFETY: scores and probs hold hq·sq·sk elements (allocated by the plan).
                 unsafe {
                     c.launch(
@@ -1394,6 +1402,7 @@ impl AttentionPlan {
                             causal.into(),
                             co.into(),
                             sc.into(),
+                            vec8.into(),
                         ],
                     )?;
                 }

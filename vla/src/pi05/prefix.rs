@@ -1,6 +1,7 @@
 //! The prefix graph's model: the prompt embedded (×√width) behind the image rows, then the
 //! language model (openpi `gemma.py` `Module` over the prefix, PaliGemma's Gemma 2B) filling
-//! each layer's key/value cache; its last MLP, whose output nothing reads, is skipped. Captured
+//! each layer's key/value cache; the last layer's attention, output projection and MLP, whose
+//! outputs nothing reads, are skipped (a calibration runs its attention still). Captured
 //! per number of present views (their image rows packed first) and for the prompt capacity
 //! (fixed mode) or per prompt length (exact mode).
 
@@ -214,6 +215,7 @@ impl PrefixParts {
                 }
             }
         };
+        let probing = probe.is_some();
         let mut see = |i: usize, g: usize, t: &Tensor| -> Result<()> {
             match probe.as_mut() {
                 Some(f) => f(&format!("prefix.layers.{i}.{}", FP8_INPUTS[g]), t),
@@ -246,11 +248,18 @@ impl PrefixParts {
             see(i, 0, ln)?;
             gemm(i, 0, ln, qkv)?;
             k.rope_qkv(cs, qkv, &pos, q, &kc, &vc, hd, ROPE_WAVELENGTH)?;
+            // The last layer's keys and values are all the steps read of it: its attention
+            // and output projection only feed the prefix output, which nothing reads. A
+            // calibration still records its attention output, so that calibration files name
+            // every range they did.
+            if i + 1 == self.layers.len() && !probing {
+                break;
+            }
             plan.run(k, cs)?;
             see(i, 1, attn)?;
             gemm(i, 1, attn, x)?;
             if i + 1 == self.layers.len() {
-                break; // the last MLP only feeds the prefix output, which nothing reads
+                break; // the last MLP only feeds the prefix output too
             }
             let ln2 = l.ln2.as_ref().expect("language model norms");
             norm(i, 2, ln2)?;
