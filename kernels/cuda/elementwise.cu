@@ -147,6 +147,42 @@ __device__ void euler_step_inpaint_cast(float* x, const float* v, T* x_cast, uns
     }
 }
 
+// Flow matching's velocity and Euler update in one launch (the action expert's output
+// projection: few outputs, a long reduction): v = h·wᵀ + b in f32, then x ← x + dt·v as
+// euler_step (x_cast null), euler_step_cast (x_cast given) or euler_step_inpaint_cast
+// (frozen_rows given too). h [rows, k] (row stride sh), w [n, k] and b [n], v, x and x_cast
+// [rows, n], all contiguous. Block (row, 8 outputs), a warp per output: its lanes' partial
+// sums (4 consecutive columns an access with vec4: k a multiple of 4, h, sh and w aligned to
+// 16 bytes) added by warp_sum.
+template <typename T>
+__device__ void velocity_euler(const float* h, unsigned long long sh, const float* w, const float* b, float* v,
+                               float* x, unsigned n, unsigned k, float dt, T* x_cast, const float* x1,
+                               const float* frozen, const int* frozen_rows, float t_next, int vec4) {
+    const unsigned r = blockIdx.x, j = blockIdx.y * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (j >= n) return;
+    const float* hr = h + r * sh;
+    const float* wj = w + (unsigned long long)j * k;
+    float acc = 0.f;
+    if (vec4) {
+#pragma unroll 4
+        for (unsigned c = lane * 4; c < k; c += 128) {
+            const float4 a = *(const float4*)(hr + c), q = *(const float4*)(wj + c);
+            acc += a.x * q.x + a.y * q.y + a.z * q.z + a.w * q.w;
+        }
+    } else {
+        for (unsigned c = lane; c < k; c += 32) acc += hr[c] * wj[c];
+    }
+    acc = warp_sum(acc);
+    if (lane != 0) return;
+    const unsigned long long i = (unsigned long long)r * n + j;
+    const float vi = acc + b[j];
+    v[i] = vi;
+    float y = x[i] + dt * vi;
+    if (frozen_rows && (int)r < *frozen_rows) y = t_next * x1[i] + (1.0f - t_next) * frozen[i];
+    x[i] = y;
+    if (x_cast) x_cast[i] = from_f32<T>(y);
+}
+
 #define ELEMENTWISE(T, S)                                                                              \
     extern "C" __global__ void unary_##S(const T* x, T* out, unsigned long long n, int op, float alpha,  \
                                          int vec8) {                                                   \
@@ -183,5 +219,11 @@ __device__ void euler_step_inpaint_cast(float* x, const float* v, T* x_cast, uns
         float* x, const float* v, T* x_cast, unsigned long long n, float dt, const float* x1,          \
         const float* frozen, const int* frozen_rows, unsigned row_len, float t_next) {                 \
         euler_step_inpaint_cast<T>(x, v, x_cast, n, dt, x1, frozen, frozen_rows, row_len, t_next);     \
+    }                                                                                                  \
+    extern "C" __global__ void velocity_euler_##S(                                                     \
+        const float* h, unsigned long long sh, const float* w, const float* b, float* v, float* x,     \
+        unsigned n, unsigned k, float dt, T* x_cast, const float* x1, const float* frozen,             \
+        const int* frozen_rows, float t_next, int vec4) {                                              \
+        velocity_euler<T>(h, sh, w, b, v, x, n, k, dt, x_cast, x1, frozen, frozen_rows, t_next, vec4);  \
     }
 FOR_FLOATS(ELEMENTWISE)

@@ -48,6 +48,7 @@ pub use dtype::DType;
 pub use error::{Error, Result};
 pub use ops::attention::{AttentionMask, AttentionPlan, GEMM_MIN_KEYS, GEMM_MIN_QUERIES};
 pub use ops::conv::{Conv1d, PatchEmbed};
+pub use ops::flow::{EulerOut, VelocityEuler};
 pub use ops::fp8::{FP8_ROWS_MAX, Fp8Linear, Fp8Scaling, Fp8SplitLinear};
 pub use ops::fp8_mlp::Fp8GegluLinear;
 pub use ops::gemm::{Epilogue, Gemm, GemmOptions, SplitLinear};

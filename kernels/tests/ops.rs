@@ -7,8 +7,8 @@ mod common;
 
 use common::{Backend, Case, FLOATS, Input, OpFn, Rng, Vals, gelu_tanh, rel_err, run, size_ok};
 use frt_kernels::{
-    AttentionMask, AttentionPath, Conv1d, DType, Epilogue, GemmOptions, KernelOptions, Kernels,
-    PatchEmbed, Tensor,
+    AttentionMask, AttentionPath, Conv1d, DType, Epilogue, EulerOut, GemmOptions, KernelOptions,
+    Kernels, PatchEmbed, Tensor,
 };
 
 fn erf(x: f64) -> f64 {
@@ -1341,6 +1341,135 @@ fn attention(b: &Backend) {
     }
 }
 
+/// The action expert's output projection and Euler update as one op: the velocity, the
+/// updated x, its cast and the frozen-prefix form, against the f64 reference (and on CUDA the
+/// host backend's GEMM and Euler ops), at the model's shape (32 actions from 1024 features) and
+/// at shapes off the kernel's 4-column accesses and 8-output blocks.
+fn velocity_euler(b: &Backend) {
+    let mut rng = Rng::new(11);
+    let dt_step = -0.1f32;
+    for (rows, kk, n) in [(50, 1024, 32), (7, 36, 5), (3, 30, 9), (2, 64, 1)] {
+        let f32_in = |shape: Vec<usize>, v: Vec<f32>| Input::FD(DType::F32, shape, v);
+        let inputs = vec![
+            f32_in(vec![rows, kk], rng.vec(rows * kk, 2.0)),
+            f32_in(vec![n, kk], rng.vec(n * kk, 0.1)),
+            f32_in(vec![n], rng.vec(n, 0.5)),
+            f32_in(vec![rows, n], rng.vec(rows * n, 2.0)),
+            f32_in(vec![rows, n], vec![0.0; rows * n]),
+            f32_in(vec![rows, n], vec![0.0; rows * n]),
+            f32_in(vec![rows, n], rng.vec(rows * n, 2.0)),
+            f32_in(vec![rows, n], rng.vec(rows * n, 2.0)),
+        ];
+        let velocity_ref = |v: &Vals| -> Vec<f64> {
+            (0..rows * n)
+                .map(|e| {
+                    let (r, j) = (e / n, e % n);
+                    v.f[2][j]
+                        + (0..kk)
+                            .map(|c| v.f[0][r * kk + c] * v.f[1][j * kk + c])
+                            .sum::<f64>()
+                })
+                .collect()
+        };
+        let update_ref = |v: &Vals, frozen: i32, t_next: f32| -> Vec<f64> {
+            velocity_ref(v)
+                .iter()
+                .enumerate()
+                .map(|(e, vel)| {
+                    if (e / n) < frozen.max(0) as usize {
+                        t_next as f64 * v.f[6][e] + (1.0 - t_next as f64) * v.f[7][e]
+                    } else {
+                        v.f[3][e] + dt_step as f64 * vel
+                    }
+                })
+                .collect()
+        };
+        // Inputs: 0 h, 1 w, 2 b, 3 x as given, 4 x's scratch, 5 v's scratch, 6 x1, 7 frozen,
+        // 8 the frozen row count.
+        let step = |k: &Kernels, s, i: &[Tensor], v: &Tensor, x: &Tensor, out: EulerOut| {
+            k.velocity_euler(&i[0], &i[1], v)?
+                .run(k, s, &i[0], &i[1], &i[2], v, x, dt_step, out)
+        };
+        let in_place = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
+            k.scale(s, &i[3], 1.0, o)?;
+            step(k, s, i, &i[5], o, EulerOut::InPlace)
+        };
+        let velocity = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
+            k.scale(s, &i[3], 1.0, &i[4])?;
+            step(k, s, i, o, &i[4], EulerOut::InPlace)
+        };
+        let no_rows = |v: &Vals| update_ref(v, 0, 0.0);
+        let mut cases: Vec<(String, Box<dyn Fn(&Vals) -> Vec<f64>>, OpFn, DType)> = vec![
+            (
+                "x in place".into(),
+                Box::new(no_rows),
+                &in_place,
+                DType::F32,
+            ),
+            (
+                "velocity".into(),
+                Box::new(velocity_ref),
+                &velocity,
+                DType::F32,
+            ),
+        ];
+        let cast = |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
+            k.scale(s, &i[3], 1.0, &i[4])?;
+            step(k, s, i, &i[5], &i[4], EulerOut::Cast(o))
+        };
+        let inpaint = |t_next: f32| {
+            move |k: &Kernels, s, i: &[Tensor], o: &Tensor| {
+                k.scale(s, &i[3], 1.0, &i[4])?;
+                let out = EulerOut::Inpaint {
+                    x1: &i[6],
+                    frozen: &i[7],
+                    frozen_rows: &i[8],
+                    t_next,
+                    cast: o,
+                };
+                step(k, s, i, &i[5], &i[4], out)
+            }
+        };
+        let frozen_forms = [
+            (0i32, 0.3f32),
+            (rows as i32 / 2, 0.3),
+            (rows as i32 + 5, 0.0),
+        ];
+        let inpaints: Vec<_> = frozen_forms.iter().map(|&(_, t)| inpaint(t)).collect();
+        for dt in FLOATS {
+            cases.push((format!("cast to {dt:?}"), Box::new(no_rows), &cast, dt));
+            for (&(frozen, t_next), op) in frozen_forms.iter().zip(&inpaints) {
+                cases.push((
+                    format!("frozen {frozen} rows, cast to {dt:?}"),
+                    Box::new(move |v: &Vals| update_ref(v, frozen, t_next)),
+                    op,
+                    dt,
+                ));
+            }
+        }
+        for (what, reference, op, out_dt) in &cases {
+            let frozen = frozen_forms
+                .iter()
+                .find(|(f, _)| what.starts_with(&format!("frozen {f} ")))
+                .map_or(0, |(f, _)| *f);
+            let mut inputs = inputs.clone();
+            inputs.push(Input::I(vec![1], vec![frozen]));
+            run(
+                b,
+                &Case {
+                    name: format!("velocity_euler ({what}) {rows}x{kk} -> {n}"),
+                    dtype: DType::F32,
+                    inputs,
+                    out: (vec![rows, n], *out_dt),
+                    op: *op,
+                    reference: reference.as_ref(),
+                    f32_tol: 1e-5,
+                },
+            );
+        }
+    }
+}
+
 fn sm80(k: &Kernels) -> bool {
     k.target()
         .strip_prefix("sm_")
@@ -2303,6 +2432,7 @@ backend_tests!(
     conv,
     argmax,
     fused_ops,
+    velocity_euler,
     rejects_bad_arguments
 );
 

@@ -4,6 +4,7 @@
 pub mod attention;
 pub mod conv;
 pub mod elementwise;
+pub mod flow;
 pub mod fp8;
 pub mod fp8_mlp;
 pub mod gemm;

@@ -7,7 +7,7 @@
 use crate::error::Result;
 use crate::weights::Pi05Weights;
 use frt_exec::{Buffer, Stream};
-use frt_kernels::{DType, Gemm, Kernels, Tensor};
+use frt_kernels::{DType, EulerOut, Gemm, Kernels, Tensor, VelocityEuler};
 
 /// Every step's time (1, 1 − 1/steps, …, 1/steps) as openpi's sine-cosine embedding
 /// (`posemb_sincos`, periods 4 ms to 4 s), `[steps, width]` in f32.
@@ -94,7 +94,8 @@ pub(crate) struct Flow {
     x_scratch: Option<Tensor>,
     inpaint: Option<Inpaint>,
     sg_in: Gemm,
-    sg_out: Gemm,
+    /// The output projection and the update (one launch on CUDA).
+    out_euler: VelocityEuler,
 }
 
 impl Flow {
@@ -152,7 +153,7 @@ impl Flow {
             x: io.x.clone(),
             out: io.out.clone(),
             sg_in: k.linear(&io.x, &win, embedded, true, false)?,
-            sg_out: k.linear(expert_out, &wout, &v32, true, false)?,
+            out_euler: k.velocity_euler(expert_out, &wout, &v32)?,
             embedded: embedded.clone(),
             expert_out: expert_out.clone(),
             v32,
@@ -194,34 +195,29 @@ impl Flow {
     /// Records the end of step `i`: the velocity from the expert's output, and the update
     /// (into the output chunk too after the last step).
     pub(crate) fn record_out(&self, k: &Kernels, cs: Stream, i: usize) -> Result<()> {
-        self.sg_out.run(
+        let last = i + 1 == self.steps;
+        let out = match (&self.inpaint, &self.x_scratch) {
+            // The time the update reaches (exactly 0 after the last step).
+            (Some(p), Some(scratch)) => EulerOut::Inpaint {
+                x1: &p.x1,
+                frozen: &p.frozen,
+                frozen_rows: &p.rows,
+                t_next: 1.0 - (i + 1) as f32 / self.steps as f32,
+                cast: if last { &self.out } else { scratch },
+            },
+            _ if last => EulerOut::Cast(&self.out),
+            _ => EulerOut::InPlace,
+        };
+        Ok(self.out_euler.run(
+            k,
             cs,
             &self.expert_out,
             &self.wout,
+            &self.bout,
             &self.v32,
-            Some(&self.bout),
-        )?;
-        let last = i + 1 == self.steps;
-        match (&self.inpaint, &self.x_scratch) {
-            // The time the update reaches (exactly 0 after the last step).
-            (Some(p), Some(scratch)) => {
-                let t_next = 1.0 - (i + 1) as f32 / self.steps as f32;
-                let next = if last { &self.out } else { scratch };
-                k.euler_step_inpaint_cast(
-                    cs,
-                    &self.x,
-                    &self.v32,
-                    self.dt_step,
-                    &p.x1,
-                    &p.frozen,
-                    &p.rows,
-                    t_next,
-                    next,
-                )?
-            }
-            _ if last => k.euler_step_cast(cs, &self.x, &self.v32, self.dt_step, &self.out)?,
-            _ => k.euler_step(cs, &self.x, &self.v32, self.dt_step)?,
-        }
-        Ok(())
+            &self.x,
+            self.dt_step,
+            out,
+        )?)
     }
 }
