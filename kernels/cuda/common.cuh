@@ -241,6 +241,14 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaMap* map, int
         : "memory");
 }
 
+// Thread 0 of a block: the `stages` barriers of a TMA ring, 8 bytes apart from `bars`, one
+// arrival each, made visible to the copies that will complete them.
+__device__ __forceinline__ void mbar_init_ring(unsigned bars, unsigned stages) {
+    for (unsigned s = 0; s < stages; ++s)
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bars + 8 * s) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
 __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
     unsigned done = 0;
     while (!done)

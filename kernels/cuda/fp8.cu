@@ -371,9 +371,7 @@ __device__ __forceinline__ void wg_sums(const TmaMap& wmap, const TmaMap& xmap, 
                                         unsigned stages, int k0, int r0, int r1, float acc[16]) {
     constexpr unsigned A_BYTES = 64 * WG_STAGE, B_BYTES = WG_TOKENS * WG_STAGE;
     if (threadIdx.x == 0) {
-        for (unsigned s = 0; s < stages; ++s)
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bars + 8 * s) : "memory");
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        mbar_init_ring(bars, stages);
         for (unsigned s = 0; s < stages; ++s) {
             const unsigned a = base + s * (A_BYTES + B_BYTES), bar = bars + 8 * s;
             asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(A_BYTES + B_BYTES)

@@ -163,6 +163,9 @@ __device__ __forceinline__ void wg_mma16_n32(float d[16], unsigned long long a, 
 WG_MMA16_N32(bf16, "bf16")
 WG_MMA16_N32(f16, "f16")
 #endif
+// The dynamic shared memory of geglu_linear_wg and tma_ring_probe (declared once: a template's
+// and a plain function's own declarations of it conflict in linkage).
+extern __shared__ unsigned char wg_raw[];
 // geglu_linear_wg's threads: two warpgroups, each multiplying 32 of the 64 token rows.
 #define MLP_WG_THREADS 256
 
@@ -171,7 +174,6 @@ __device__ void geglu_linear_wg(const TmaMap& wmap, const TmaMap& xmap, T* __res
                                 unsigned m, unsigned f, unsigned k) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr unsigned A_BYTES = 64 * MLP_WG_K * 2, B_BYTES = 64 * MLP_WG_K * 2, STAGE = A_BYTES + B_BYTES;
-    extern __shared__ unsigned char wg_raw[];
     const unsigned base = (smem_addr(wg_raw) + 1023) & ~1023u;
     // The ring, or the 64 × 64 values after the loop (whichever is larger), then the barriers.
     const unsigned data = max(MLP_WG_STAGES * STAGE, 64u * MLP_WG_LD * 4u);
@@ -190,9 +192,7 @@ __device__ void geglu_linear_wg(const TmaMap& wmap, const TmaMap& xmap, T* __res
         tma_load_2d(base + s * STAGE + A_BYTES, &xmap, c * MLP_WG_K, 0, bars + 8 * s);
     };
     if (t == 0) {
-        for (unsigned s = 0; s < MLP_WG_STAGES; ++s)
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bars + 8 * s) : "memory");
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        mbar_init_ring(bars, MLP_WG_STAGES);
         for (unsigned c = 0; c < chunks && c < MLP_WG_STAGES; ++c) issue_w(c);
     }
     // The weights are on their way; the tokens are the kernel before's output (launched
@@ -260,7 +260,6 @@ extern "C" __global__ void __launch_bounds__(128)
                    unsigned box_rows, unsigned chunks, unsigned stages, unsigned* sink) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr unsigned A_BYTES = 64 * MLP_WG_K * 2, STAGE = 2 * A_BYTES;
-    extern __shared__ unsigned char wg_raw[];
     const unsigned base = (smem_addr(wg_raw) + 1023) & ~1023u, bars = base + stages * STAGE;
     const unsigned t = threadIdx.x, r0 = blockIdx.x * 64;
     auto issue = [&](unsigned c) {
@@ -272,9 +271,7 @@ extern "C" __global__ void __launch_bounds__(128)
         if (with_x) tma_load_2d(a + A_BYTES, &xmap, c * MLP_WG_K, 0, bar);
     };
     if (t == 0) {
-        for (unsigned s = 0; s < stages; ++s)
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bars + 8 * s) : "memory");
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        mbar_init_ring(bars, stages);
         for (unsigned c = 0; c < chunks && c < stages; ++c) issue(c);
     }
     __syncthreads();
