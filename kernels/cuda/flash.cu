@@ -154,6 +154,36 @@ __device__ __forceinline__ void flash_softmax_tile(float (&s)[FLASH_BN / 8][4], 
     }
 }
 
+// A block's place in the attention and a thread's two rows: the key/value head's rows (G
+// query heads a key/value head, rows = G · Sq), the block's first row r0, its split's keys
+// [kbeg, klimit) (keys past klimit seen by none of its rows: klimit stops after the block's last
+// query under a causal mask), the valid length, and the thread's rows g and g + 8 of warp
+// `warp`'s 16: each row, whether it exists and its query.
+struct FlashRows {
+    unsigned G, rows, r0, kbeg, klimit;
+    int vl;
+    unsigned row[2], qi[2];
+    bool live[2];
+};
+__device__ __forceinline__ FlashRows flash_rows(const FlashArgs& a, unsigned warp, unsigned g) {
+    FlashRows b;
+    b.G = a.hq / a.hkv;
+    b.rows = b.G * a.sq_len;
+    b.r0 = blockIdx.x * FLASH_BM;
+    b.kbeg = blockIdx.z * a.keys_per_split;
+    const unsigned kend = min(a.sk_len, b.kbeg + a.keys_per_split);
+    b.vl = a.valid_len ? *a.valid_len : (int)a.sk_len;
+#pragma unroll
+    for (int x = 0; x < 2; ++x) {
+        b.row[x] = b.r0 + warp * 16 + g + 8 * x;
+        b.live[x] = b.row[x] < b.rows;
+        b.qi[x] = b.live[x] ? b.row[x] / b.G : 0;
+    }
+    const unsigned qmax = (min(b.rows, b.r0 + FLASH_BM) - 1) / b.G;
+    b.klimit = a.causal ? min(kend, qmax + a.causal_offset + 1) : kend;
+    return b;
+}
+
 template <typename T, int DP, int RES>
 __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                                 T* __restrict__ out, float* __restrict__ part, float* __restrict__ part_ml,
@@ -182,25 +212,13 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
     const unsigned warp = RES > 0 ? (threadIdx.x >> 5) & 3 : threadIdx.x >> 5;
     const unsigned half = RES > 0 ? threadIdx.x >> 7 : 0;
     const unsigned g = lane >> 2, t = lane & 3;
-    const unsigned G = a.hq / a.hkv, kh = batched ? blockIdx.y % a.hkv : blockIdx.y, rows = G * a.sq_len;
-    const unsigned r0 = blockIdx.x * FLASH_BM;
-    const unsigned split = blockIdx.z;
-    const unsigned kbeg = split * a.keys_per_split;
-    const unsigned kend = min(a.sk_len, kbeg + a.keys_per_split);
-    const int vl = a.valid_len ? *a.valid_len : (int)a.sk_len;
-
-    // This thread's two rows (g and g + 8 of the warp's 16).
-    unsigned row[2], qi[2];
-    bool live[2];
-#pragma unroll
-    for (int x = 0; x < 2; ++x) {
-        row[x] = r0 + warp * 16 + g + 8 * x;
-        live[x] = row[x] < rows;
-        qi[x] = live[x] ? row[x] / G : 0;
-    }
-    // The last query of the block: keys after qmax + offset are seen by none of its rows.
-    const unsigned qmax = (min(rows, r0 + FLASH_BM) - 1) / G;
-    const unsigned klimit = a.causal ? min(kend, qmax + a.causal_offset + 1) : kend;
+    const unsigned kh = batched ? blockIdx.y % a.hkv : blockIdx.y, split = blockIdx.z;
+    const FlashRows b = flash_rows(a, warp, g);
+    const unsigned G = b.G, rows = b.rows, r0 = b.r0, kbeg = b.kbeg, klimit = b.klimit;
+    const int vl = b.vl;
+    const unsigned(&row)[2] = b.row;
+    const unsigned(&qi)[2] = b.qi;
+    const bool(&live)[2] = b.live;
 
     // The block's queries, with the first tile's keys as one group and its values as the next.
     flash_stage_queries<T, DP, NT>(qs, q, a, G, kh, r0, rows);
@@ -395,23 +413,13 @@ __device__ void flash_attention_halves(const T* __restrict__ q, const T* __restr
 
     const unsigned lane = threadIdx.x & 31, w8 = threadIdx.x >> 5, warp = w8 & 3, half = w8 >> 2;
     const unsigned g = lane >> 2, t = lane & 3;
-    const unsigned G = a.hq / a.hkv, kh = blockIdx.y, rows = G * a.sq_len;
-    const unsigned r0 = blockIdx.x * FLASH_BM;
-    const unsigned split = blockIdx.z;
-    const unsigned kbeg = split * a.keys_per_split;
-    const unsigned kend = min(a.sk_len, kbeg + a.keys_per_split);
-    const int vl = a.valid_len ? *a.valid_len : (int)a.sk_len;
-
-    unsigned row[2], qi[2];
-    bool live[2];
-#pragma unroll
-    for (int x = 0; x < 2; ++x) {
-        row[x] = r0 + warp * 16 + g + 8 * x;
-        live[x] = row[x] < rows;
-        qi[x] = live[x] ? row[x] / G : 0;
-    }
-    const unsigned qmax = (min(rows, r0 + FLASH_BM) - 1) / G;
-    const unsigned klimit = a.causal ? min(kend, qmax + a.causal_offset + 1) : kend;
+    const unsigned kh = blockIdx.y, split = blockIdx.z;
+    const FlashRows b = flash_rows(a, warp, g);
+    const unsigned G = b.G, rows = b.rows, r0 = b.r0, kbeg = b.kbeg, klimit = b.klimit;
+    const int vl = b.vl;
+    const unsigned(&row)[2] = b.row;
+    const unsigned(&qi)[2] = b.qi;
+    const bool(&live)[2] = b.live;
 
     flash_stage_queries<T, DP, NT>(qs, q, a, G, kh, r0, rows);
     unsigned j0 = flash_next_tile(a, vl, kbeg, klimit);
