@@ -10,21 +10,31 @@ __device__ __forceinline__ float unary_f32(int op, float v, float alpha) {
     }
 }
 
-// vec8: n is a multiple of 8 and both pointers are 16-byte aligned.
+// vec8: n is a multiple of 8 and both pointers are 16-byte aligned. With `codes` (E4M3, n,
+// contiguous): also e4m3(stored out / code_scale[0]), the codes quantize_e4m3 of out gives, in
+// the same launch.
 template <typename T>
-__device__ void unary(const T* x, T* out, unsigned long long n, int op, float alpha, int vec8) {
+__device__ void unary(const T* x, T* out, unsigned long long n, int op, float alpha, int vec8,
+                      unsigned char* codes, const float* code_scale) {
     const unsigned long long start = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
     const unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
+    const float cs = codes ? *code_scale : 1.f;
     if (vec8) {
         for (unsigned long long g = start; g < n / 8; g += step) {
             float v[8];
             load8(x + g * 8, v);
             for (int k = 0; k < 8; ++k) v[k] = unary_f32(op, v[k], alpha);
             store8(out + g * 8, v);
+            if (codes)
+                for (int k = 0; k < 8; ++k) codes[g * 8 + k] = e4m3_from_f32(to_f32(from_f32<T>(v[k])) / cs);
         }
         return;
     }
-    for (unsigned long long i = start; i < n; i += step) out[i] = from_f32<T>(unary_f32(op, to_f32(x[i]), alpha));
+    for (unsigned long long i = start; i < n; i += step) {
+        const T v = from_f32<T>(unary_f32(op, to_f32(x[i]), alpha));
+        out[i] = v;
+        if (codes) codes[i] = e4m3_from_f32(to_f32(v) / cs);
+    }
 }
 
 // Binary ops over rows × cols with row strides (b's row stride 0 = one row broadcast):
@@ -185,8 +195,8 @@ __device__ void velocity_euler(const float* h, unsigned long long sh, const floa
 
 #define ELEMENTWISE(T, S)                                                                              \
     extern "C" __global__ void unary_##S(const T* x, T* out, unsigned long long n, int op, float alpha,  \
-                                         int vec8) {                                                   \
-        unary<T>(x, out, n, op, alpha, vec8);                                                          \
+                                         int vec8, unsigned char* codes, const float* code_scale) {     \
+        unary<T>(x, out, n, op, alpha, vec8, codes, code_scale);                                       \
     }                                                                                                  \
     extern "C" __global__ void binary_##S(const T* a, const T* b, T* out, unsigned rows, unsigned cols,  \
                                           unsigned long long sa, unsigned long long sb,                \

@@ -130,10 +130,13 @@ __device__ void rms_norm(T* x, const T* w, const T* mod, const T* y, const T* g,
     }
 }
 
-// LayerNorm: (x - mean) / sqrt(var + eps) * w + b (two passes over the row).
+// LayerNorm: (x - mean) / sqrt(var + eps) * w + b (two passes over the row). With codes (E4M3,
+// [rows, cols] contiguous) the stored values are also quantized with the scale code_scale[0]:
+// the same codes as quantize_e4m3 of out, in the same launch.
 template <typename T>
 __device__ void layer_norm(const T* x, const T* w, const T* b, T* out, unsigned cols, unsigned long long sx,
-                           unsigned long long so, float eps, int vec8) {
+                           unsigned long long so, float eps, int vec8, unsigned char* codes,
+                           const float* code_scale) {
     const unsigned long long row = blockIdx.x;
     const T* xr = x + row * sx;
     T* o = out + row * so;
@@ -143,6 +146,8 @@ __device__ void layer_norm(const T* x, const T* w, const T* b, T* out, unsigned 
     float var = 0.f;
     ROW_LOOP(xr, for (int k = 0; k < W; ++k) var += (v[k] - mean) * (v[k] - mean);)
     const float inv = rsqrtf(block_sum(var) / cols + eps);
+    unsigned char* cr = codes ? codes + row * cols : nullptr;
+    const float cs = codes ? *code_scale : 1.f;
     ROW_LOOP(xr, {
         float g[8];
         float bb[8];
@@ -150,6 +155,8 @@ __device__ void layer_norm(const T* x, const T* w, const T* b, T* out, unsigned 
         load_w(b + c, bb, W);
         for (int k = 0; k < W; ++k) v[k] = (v[k] - mean) * inv * g[k] + bb[k];
         store_w(o + c, v, W);
+        if (cr)
+            for (int k = 0; k < W; ++k) cr[c + k] = e4m3_from_f32(to_f32(from_f32<T>(v[k])) / cs);
     })
 }
 
@@ -184,8 +191,9 @@ __device__ void softmax(const T* x, T* out, unsigned cols, unsigned long long sx
     }                                                                                                  \
     extern "C" __global__ void layer_norm_##S(const T* x, const T* w, const T* b, T* out, unsigned cols, \
                                               unsigned long long sx, unsigned long long so, float eps,  \
-                                              int vec8) {                                               \
-        layer_norm<T>(x, w, b, out, cols, sx, so, eps, vec8);                                          \
+                                              int vec8, unsigned char* codes,                           \
+                                              const float* code_scale) {                                \
+        layer_norm<T>(x, w, b, out, cols, sx, so, eps, vec8, codes, code_scale);                       \
     }                                                                                                  \
     extern "C" __global__ void softmax_##S(const T* x, T* out, unsigned cols, unsigned long long sx,     \
                                            unsigned long long so, int vec8) {                          \

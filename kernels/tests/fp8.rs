@@ -409,9 +409,9 @@ fn rejects_bad_arguments(b: &Backend) {
     assert!(e.contains("codes"), "{e}");
 }
 
-/// The norms (Gemma's, adaptive, residual + adaptive) that also write E4M3 codes of their
-/// output give the codes `quantize_e4m3` gives of that output, and the same output as without
-/// them.
+/// The norms (Gemma's, adaptive, residual + adaptive, LayerNorm), the GEGLU and the GELU that
+/// also write E4M3 codes of their output give the codes `quantize_e4m3` gives of that output,
+/// and the same output as without them.
 fn norms_quantize_their_output_as_quantize_does(b: &Backend) {
     let mut rng = Rng::new(84);
     for (rows, cols, big) in [(3usize, 64usize, false), (5, 40, false), (50, 1024, true)] {
@@ -504,6 +504,39 @@ fn norms_quantize_their_output_as_quantize_does(b: &Backend) {
                 let (o1, o2, c1, c2) = (o("o1"), o("o2"), c("c1"), c("c2"));
                 b.k.geglu_e4m3(b.s, &g, &u, &o1, (&c1, &scale)).unwrap();
                 b.k.geglu(b.s, &g, &u, &o2).unwrap();
+                b.k.quantize_e4m3(b.s, &o2, &scale, &c2).unwrap();
+                assert_eq!(bits(&o1), bits(&o2), "{what}: outputs");
+                let (c1, c2) = (c1.read_bytes(b.s).unwrap(), c2.read_bytes(b.s).unwrap());
+                let differ = c1.iter().zip(&c2).filter(|(a, b)| a != b).count();
+                assert_eq!(differ, 0, "{what}: {differ} codes differ");
+                assert!(c1.iter().any(|&v| v != 0), "{what}: codes written");
+            }
+            // LayerNorm (SigLIP's), and GELU over a contiguous run of values: at a length of
+            // 8s (8 at a time on CUDA) and at one that is not.
+            let lb = t("b", dt, &[cols]);
+            lb.write_f32(b.s, &rng.vec(cols, 0.2)).unwrap();
+            x.write_f32(b.s, &xv).unwrap();
+            let what = format!("[{}] layer_norm {rows}x{cols} {dt:?}", b.name);
+            b.k.layer_norm_e4m3(b.s, &x, &w, &lb, &out, 1e-6, (&codes, &scale))
+                .unwrap();
+            b.k.layer_norm(b.s, &x, &w, &lb, &out2, 1e-6).unwrap();
+            b.k.quantize_e4m3(b.s, &out2, &scale, &codes2).unwrap();
+            assert_eq!(bits(&out), bits(&out2), "{what}: outputs");
+            let (c1, c2) = (
+                codes.read_bytes(b.s).unwrap(),
+                codes2.read_bytes(b.s).unwrap(),
+            );
+            let differ = c1.iter().zip(&c2).filter(|(a, b)| a != b).count();
+            assert_eq!(differ, 0, "{what}: {differ} codes differ");
+            assert!(c1.iter().any(|&v| v != 0), "{what}: codes written");
+            for n in [rows * cols, rows * cols - 3] {
+                let what = format!("[{}] gelu_tanh {n} {dt:?}", b.name);
+                let gx = t("gx", dt, &[n]);
+                gx.write_f32(b.s, &rng.vec(n, 3.0)).unwrap();
+                let (o1, o2) = (t("o1", dt, &[n]), t("o2", dt, &[n]));
+                let (c1, c2) = (t("c1", DType::E4M3, &[n]), t("c2", DType::E4M3, &[n]));
+                b.k.gelu_tanh_e4m3(b.s, &gx, &o1, (&c1, &scale)).unwrap();
+                b.k.gelu_tanh(b.s, &gx, &o2).unwrap();
                 b.k.quantize_e4m3(b.s, &o2, &scale, &c2).unwrap();
                 assert_eq!(bits(&o1), bits(&o2), "{what}: outputs");
                 let (c1, c2) = (c1.read_bytes(b.s).unwrap(), c2.read_bytes(b.s).unwrap());

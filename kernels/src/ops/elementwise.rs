@@ -47,6 +47,7 @@ fn binary_f32(op: Binary, a: f32, b: f32, alpha: f32) -> f32 {
 /// The row layout of `b` for a binary op with `a`: the same rows, or one row broadcast
 /// (row stride 0).
 impl Kernels {
+    #[allow(clippy::too_many_arguments)]
     fn unary(
         &self,
         s: Stream,
@@ -55,6 +56,7 @@ impl Kernels {
         alpha: f32,
         x: &Tensor,
         out: &Tensor,
+        codes: Option<(&Tensor, &Tensor)>,
     ) -> Result<()> {
         self.check_ctx(op, &[x, out])?;
         x.expect_float(op, "x")?;
@@ -68,6 +70,14 @@ impl Kernels {
             ));
         }
         let (dt, n) = (x.dtype(), x.numel());
+        if let Some(c) = codes {
+            let flat = super::Rows {
+                rows: 1,
+                cols: n,
+                stride: n,
+            };
+            super::check_codes(self, op, c, flat)?;
+        }
         match &self.cuda {
             Some(c) => {
                 let (xp, op_, n64, code, a) = (x.ptr(), out.ptr(), n as u64, kind as i32, alpha);
@@ -90,18 +100,29 @@ impl Kernels {
                             code.into(),
                             a.into(),
                             v8.into(),
+                            Param::opt(codes.map(|c| c.0)),
+                            Param::opt(codes.map(|c| c.1)),
                         ],
                     )
                 }
             }
             None => {
                 let (xp, op_, keep) = (P::of(x), P::of(out), (x.clone(), out.clone()));
+                let cp = codes.map(|(c, sc)| (P::of(c), P::of(sc), (c.clone(), sc.clone())));
                 self.host(s, move || {
                     let _ = &keep;
                     with_float!(dt, T, {
                         for i in 0..n {
-                            // SAFETY: `i < n`, the size of both tensors, of type T.
-                            unsafe { op_.st::<T>(i, unary_f32(kind, xp.ld::<T>(i), alpha)) };
+                            // SAFETY: `i < n`, the size of both tensors, of type T, and of
+                            // the codes (checked); one scale.
+                            unsafe {
+                                op_.st::<T>(i, unary_f32(kind, xp.ld::<T>(i), alpha));
+                                if let Some((codes, scale, _)) = &cp {
+                                    let stored: f32 = op_.ld::<T>(i);
+                                    *((codes.0 + i) as *mut u8) =
+                                        e4m3_from_f32(stored / scale.ld::<f32>(0));
+                                }
+                            }
                         }
                     })
                 })
@@ -230,22 +251,36 @@ impl Kernels {
 
     /// `out = silu(x) = x·sigmoid(x)`.
     pub fn silu(&self, s: Stream, x: &Tensor, out: &Tensor) -> Result<()> {
-        self.unary(s, "silu", Unary::Silu, 1.0, x, out)
+        self.unary(s, "silu", Unary::Silu, 1.0, x, out, None)
     }
 
     /// `out = gelu(x)` with the tanh approximation.
     pub fn gelu_tanh(&self, s: Stream, x: &Tensor, out: &Tensor) -> Result<()> {
-        self.unary(s, "gelu_tanh", Unary::GeluTanh, 1.0, x, out)
+        self.unary(s, "gelu_tanh", Unary::GeluTanh, 1.0, x, out, None)
+    }
+
+    /// [`gelu_tanh`](Self::gelu_tanh) that also quantizes its output into E4M3 `codes` (as
+    /// many values, contiguous) with the scale `scale[0]`: the codes
+    /// [`quantize_e4m3`](Self::quantize_e4m3) of `out` gives, in the same launch (an FP8
+    /// GEMM's input, such as SigLIP's fc2).
+    pub fn gelu_tanh_e4m3(
+        &self,
+        s: Stream,
+        x: &Tensor,
+        out: &Tensor,
+        codes: (&Tensor, &Tensor),
+    ) -> Result<()> {
+        self.unary(s, "gelu_tanh", Unary::GeluTanh, 1.0, x, out, Some(codes))
     }
 
     /// `out = gelu(x)`, exact (erf), as Whisper's MLP uses it.
     pub fn gelu(&self, s: Stream, x: &Tensor, out: &Tensor) -> Result<()> {
-        self.unary(s, "gelu", Unary::GeluErf, 1.0, x, out)
+        self.unary(s, "gelu", Unary::GeluErf, 1.0, x, out, None)
     }
 
     /// `out = alpha·x`.
     pub fn scale(&self, s: Stream, x: &Tensor, alpha: f32, out: &Tensor) -> Result<()> {
-        self.unary(s, "scale", Unary::Scale, alpha, x, out)
+        self.unary(s, "scale", Unary::Scale, alpha, x, out, None)
     }
 
     /// `out = a + b`, where `b` has `a`'s rows or is one row broadcast over them (a bias).

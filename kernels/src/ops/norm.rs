@@ -567,6 +567,36 @@ impl Kernels {
         out: &Tensor,
         eps: f32,
     ) -> Result<()> {
+        self.layer_norm_impl(s, x, (w, b), out, eps, None)
+    }
+
+    /// [`layer_norm`](Self::layer_norm) that also quantizes its output into E4M3 `codes`
+    /// (`[rows, cols]`, contiguous) with the scale `scale[0]`: the codes
+    /// [`quantize_e4m3`](Self::quantize_e4m3) of `out` gives, in the same launch (an FP8
+    /// GEMM's input).
+    #[allow(clippy::too_many_arguments)]
+    pub fn layer_norm_e4m3(
+        &self,
+        s: Stream,
+        x: &Tensor,
+        w: &Tensor,
+        b: &Tensor,
+        out: &Tensor,
+        eps: f32,
+        codes: (&Tensor, &Tensor),
+    ) -> Result<()> {
+        self.layer_norm_impl(s, x, (w, b), out, eps, Some(codes))
+    }
+
+    fn layer_norm_impl(
+        &self,
+        s: Stream,
+        x: &Tensor,
+        (w, b): (&Tensor, &Tensor),
+        out: &Tensor,
+        eps: f32,
+        codes: Option<(&Tensor, &Tensor)>,
+    ) -> Result<()> {
         let op = "layer_norm";
         self.check_ctx(op, &[x, w, b, out])?;
         x.expect_float(op, "x")?;
@@ -575,6 +605,9 @@ impl Kernels {
         out.expect_dtype(op, "out", x.dtype())?;
         Self::check_vector(op, "w", w, x, rx.cols)?;
         Self::check_vector(op, "b", b, x, rx.cols)?;
+        if let Some(c) = codes {
+            super::check_codes(self, op, c, ro)?;
+        }
         let (dt, cols) = (x.dtype(), rx.cols);
         match &self.cuda {
             Some(c) => {
@@ -600,6 +633,8 @@ impl Kernels {
                             so.into(),
                             e.into(),
                             v8.into(),
+                            Param::opt(codes.map(|c| c.0)),
+                            Param::opt(codes.map(|c| c.1)),
                         ],
                     )
                 }
@@ -607,6 +642,7 @@ impl Kernels {
             None => {
                 let (xp, wp, bp, op_) = (P::of(x), P::of(w), P::of(b), P::of(out));
                 let keep = (x.clone(), w.clone(), b.clone(), out.clone());
+                let cp = codes.map(|(c, sc)| (P::of(c), P::of(sc), (c.clone(), sc.clone())));
                 self.host(s, move || {
                     let _ = &keep;
                     with_float!(dt, T, {
@@ -619,10 +655,16 @@ impl Kernels {
                                     / cols as f32;
                                 let inv = 1.0 / (var + eps).sqrt();
                                 for c in 0..cols {
+                                    let i = r * ro.stride + c;
                                     op_.st::<T>(
-                                        r * ro.stride + c,
+                                        i,
                                         (at(c) - mean) * inv * wp.ld::<T>(c) + bp.ld::<T>(c),
                                     );
+                                    if let Some((codes, scale, _)) = &cp {
+                                        let stored: f32 = op_.ld::<T>(i);
+                                        *((codes.0 + r * cols + c) as *mut u8) =
+                                            crate::fp8::e4m3_from_f32(stored / scale.ld::<f32>(0));
+                                    }
                                 }
                             }
                         }

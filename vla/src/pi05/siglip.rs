@@ -319,39 +319,112 @@ impl Vision {
         Ok(())
     }
 
-    /// One encoder layer as `EncoderStack::record` runs it, each projection `g` (q/k/v,
-    /// attention out, fc1, fc2) first offered to `gemm(g, x, out, bias)`: `Ok(true)` when it
-    /// ran it (then fc1's GELU runs as its own op), `Ok(false)` to have the stack's 16-bit
-    /// GEMM run it (a probe only looks at `x`).
-    fn layer(
+    /// One encoder layer as `EncoderStack::record` runs it (16-bit GEMMs), each projection
+    /// `g`'s input (q/k/v, attention out, fc1, fc2) shown to `observe(g, x)` before the GEMM
+    /// (a calibration's probe).
+    fn layer_observed(
         &self,
         k: &Kernels,
         cs: Stream,
         p: &ViewPlan,
         l: &EncoderLayer,
-        gemm: &mut dyn FnMut(usize, &Tensor, &Tensor, &Tensor) -> Result<bool>,
+        observe: &mut dyn FnMut(usize, &Tensor) -> Result<()>,
     ) -> Result<()> {
         let a = p.stack.acts();
         let (g16, eps, act) = p.stack.gemms();
-        let mut project = |g: usize, x: &Tensor, w: &Linear, out: &Tensor| -> Result<bool> {
-            if gemm(g, x, out, &w.b)? {
-                return Ok(true);
-            }
+        let mut project = |g: usize, x: &Tensor, w: &Linear, out: &Tensor| -> Result<()> {
+            observe(g, x)?;
             g16[g].run(cs, x, &w.w, out, Some(&w.b))?;
-            Ok(false)
+            Ok(())
         };
         k.layer_norm(cs, &a.x, &l.ln1.g, &l.ln1.b, &a.ln, eps)?;
         project(0, &a.ln, &l.qkv, &a.qkv)?;
         p.stack.attention().run(k, cs)?;
         project(1, &a.attn, &l.out, &a.x)?;
         k.layer_norm(cs, &a.x, &l.ln2.g, &l.ln2.b, &a.ln, eps)?;
-        let fp8_fc1 = project(2, &a.ln, &l.fc1, &a.h)?;
-        match act {
-            Activation::GeluTanh if fp8_fc1 => k.gelu_tanh(cs, &a.h, &a.h)?,
-            Activation::Gelu => k.gelu(cs, &a.h, &a.h)?,
-            Activation::GeluTanh => {}
+        project(2, &a.ln, &l.fc1, &a.h)?;
+        // The tanh GELU rides on fc1's GEMM; the exact one runs after it.
+        if let Activation::Gelu = act {
+            k.gelu(cs, &a.h, &a.h)?;
         }
         project(3, &a.h, &l.fc2, &a.x)?;
+        Ok(())
+    }
+
+    /// Encoder layer `i` (`l`) with its GEMMs in FP8: the same ops as [`layer_observed`](Self::layer_observed)
+    /// with each GEMM input quantized by a static scale, where the two LayerNorms and fc1's
+    /// GELU write their outputs' codes themselves (the codes a `quantize_e4m3` of their
+    /// output would make) and the attention output is quantized by a launch of its own.
+    fn layer_fp8(
+        &self,
+        k: &Kernels,
+        cs: Stream,
+        p: &ViewPlan,
+        (l, i): (&EncoderLayer, usize),
+        f: &VisionFp8,
+        lin: &[Fp8Linear; 4],
+    ) -> Result<()> {
+        let a = p.stack.acts();
+        let (_, eps, act) = p.stack.gemms();
+        if !matches!(act, Activation::GeluTanh) {
+            return Err(Error::Config {
+                reason: "SigLIP's FP8 layers take the tanh GELU".into(),
+            });
+        }
+        let fl = &f.layers[i];
+        let rows = a.x.dim(0);
+        // GEMM input `g`'s codes (in `codes`) and its scale slot.
+        let input = |g: usize, codes: &Tensor| -> Result<(Tensor, Tensor)> {
+            let at = (i * FP8_INPUTS.len() + g) * f.per;
+            let scale = f.scales.narrow(0, at, lin[g].x_scale_elements())?;
+            Ok((codes.narrow(0, 0, rows)?, scale))
+        };
+        let first = |scale: &Tensor| scale.narrow(0, 0, 1);
+        let (c, sc) = input(0, &f.ln)?;
+        k.layer_norm_e4m3(cs, &a.x, &l.ln1.g, &l.ln1.b, &a.ln, eps, (&c, &first(&sc)?))?;
+        lin[0].run(
+            cs,
+            &c,
+            &sc,
+            &fl.qkv.codes,
+            &fl.qkv.scales,
+            &a.qkv,
+            Some(&l.qkv.b),
+        )?;
+        p.stack.attention().run(k, cs)?;
+        let (c, sc) = input(1, &f.attn)?;
+        k.quantize_e4m3(cs, &a.attn, &first(&sc)?, &c)?;
+        lin[1].run(
+            cs,
+            &c,
+            &sc,
+            &fl.out.codes,
+            &fl.out.scales,
+            &a.x,
+            Some(&l.out.b),
+        )?;
+        let (c, sc) = input(2, &f.ln)?;
+        k.layer_norm_e4m3(cs, &a.x, &l.ln2.g, &l.ln2.b, &a.ln, eps, (&c, &first(&sc)?))?;
+        lin[2].run(
+            cs,
+            &c,
+            &sc,
+            &fl.fc1.codes,
+            &fl.fc1.scales,
+            &a.h,
+            Some(&l.fc1.b),
+        )?;
+        let (c, sc) = input(3, &f.h)?;
+        k.gelu_tanh_e4m3(cs, &a.h, &a.h, (&c, &first(&sc)?))?;
+        lin[3].run(
+            cs,
+            &c,
+            &sc,
+            &fl.fc2.codes,
+            &fl.fc2.scales,
+            &a.x,
+            Some(&l.fc2.b),
+        )?;
         Ok(())
     }
 
@@ -426,29 +499,14 @@ impl Vision {
         match (&self.fp8, &p.fp8, probe.as_mut()) {
             (_, _, Some(probe)) => {
                 for (i, l) in self.layers.iter().enumerate() {
-                    self.layer(k, cs, p, l, &mut |g, x, _, _| {
-                        probe(&format!("vision.layers.{i}.{}", FP8_INPUTS[g]), x)?;
-                        Ok(false)
+                    self.layer_observed(k, cs, p, l, &mut |g, x| {
+                        probe(&format!("vision.layers.{i}.{}", FP8_INPUTS[g]), x)
                     })?;
                 }
             }
             (Some(f), Some(lin), None) => {
                 for (i, l) in self.layers.iter().enumerate() {
-                    self.layer(k, cs, p, l, &mut |g, x, out, bias| {
-                        let fl = &f.layers[i];
-                        let (codes, w) = match g {
-                            0 => (&f.ln, &fl.qkv),
-                            1 => (&f.attn, &fl.out),
-                            2 => (&f.ln, &fl.fc1),
-                            _ => (&f.h, &fl.fc2),
-                        };
-                        let codes = codes.narrow(0, 0, x.dim(0))?;
-                        let at = (i * FP8_INPUTS.len() + g) * f.per;
-                        let scale = f.scales.narrow(0, at, lin[g].x_scale_elements())?;
-                        k.quantize_e4m3(cs, x, &scale.narrow(0, 0, 1)?, &codes)?;
-                        lin[g].run(cs, &codes, &scale, &w.codes, &w.scales, out, Some(bias))?;
-                        Ok(true)
-                    })?;
+                    self.layer_fp8(k, cs, p, (l, i), f, lin)?;
                 }
             }
             _ => {
