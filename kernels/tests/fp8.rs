@@ -409,6 +409,31 @@ fn rejects_bad_arguments(b: &Backend) {
     assert!(e.contains("codes"), "{e}");
 }
 
+/// `fused` (an output and its codes from one launch) holds the bits of `apart` (the op alone,
+/// then `quantize_e4m3` of its output), and codes were written.
+fn assert_same_codes(
+    b: &Backend,
+    what: &str,
+    fused: (&Tensor, &Tensor),
+    apart: (&Tensor, &Tensor),
+) {
+    let bits = |t: &Tensor| -> Vec<u32> {
+        t.read_f32(b.s)
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect()
+    };
+    assert_eq!(bits(fused.0), bits(apart.0), "{what}: outputs");
+    let (c1, c2) = (
+        fused.1.read_bytes(b.s).unwrap(),
+        apart.1.read_bytes(b.s).unwrap(),
+    );
+    let differ = c1.iter().zip(&c2).filter(|(a, b)| a != b).count();
+    assert_eq!(differ, 0, "{what}: {differ} codes differ");
+    assert!(c1.iter().any(|&v| v != 0), "{what}: codes written");
+}
+
 /// The norms (Gemma's, adaptive, residual + adaptive, LayerNorm), the GEGLU and the GELU that
 /// also write E4M3 codes of their output give the codes `quantize_e4m3` gives of that output,
 /// and the same output as without them.
@@ -435,13 +460,6 @@ fn norms_quantize_their_output_as_quantize_does(b: &Backend) {
                 t("codes2", DType::E4M3, &[rows, cols]),
             );
             let scale = scalar(b, 0.011);
-            let bits = |t: &Tensor| {
-                t.read_f32(b.s)
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.to_bits())
-                    .collect::<Vec<_>>()
-            };
             let w = t("w", dt, &[cols]);
             w.write_f32(b.s, &rng.vec(cols, 0.3)).unwrap();
             for (residual, plain) in [(false, false), (true, false), (false, true)] {
@@ -481,13 +499,7 @@ fn norms_quantize_their_output_as_quantize_does(b: &Backend) {
                     b.k.ada_rms_norm(b.s, &x, &m, &out2, 1e-6).unwrap();
                 }
                 b.k.quantize_e4m3(b.s, &out2, &scale, &codes2).unwrap();
-                assert_eq!(bits(&out), bits(&out2), "{what}: outputs");
-                let (c1, c2) = (
-                    codes.read_bytes(b.s).unwrap(),
-                    codes2.read_bytes(b.s).unwrap(),
-                );
-                let differ = c1.iter().zip(&c2).filter(|(a, b)| a != b).count();
-                assert_eq!(differ, 0, "{what}: {differ} codes differ");
+                assert_same_codes(b, &what, (&out, &codes), (&out2, &codes2));
             }
             // GEGLU over the halves of one gate+up tensor (as an MLP has them), at the full
             // width (8 at a time on CUDA) and at a width that is not a multiple of 8.
@@ -505,11 +517,7 @@ fn norms_quantize_their_output_as_quantize_does(b: &Backend) {
                 b.k.geglu_e4m3(b.s, &g, &u, &o1, (&c1, &scale)).unwrap();
                 b.k.geglu(b.s, &g, &u, &o2).unwrap();
                 b.k.quantize_e4m3(b.s, &o2, &scale, &c2).unwrap();
-                assert_eq!(bits(&o1), bits(&o2), "{what}: outputs");
-                let (c1, c2) = (c1.read_bytes(b.s).unwrap(), c2.read_bytes(b.s).unwrap());
-                let differ = c1.iter().zip(&c2).filter(|(a, b)| a != b).count();
-                assert_eq!(differ, 0, "{what}: {differ} codes differ");
-                assert!(c1.iter().any(|&v| v != 0), "{what}: codes written");
+                assert_same_codes(b, &what, (&o1, &c1), (&o2, &c2));
             }
             // LayerNorm (SigLIP's), and GELU over a contiguous run of values: at a length of
             // 8s (8 at a time on CUDA) and at one that is not.
@@ -521,14 +529,7 @@ fn norms_quantize_their_output_as_quantize_does(b: &Backend) {
                 .unwrap();
             b.k.layer_norm(b.s, &x, &w, &lb, &out2, 1e-6).unwrap();
             b.k.quantize_e4m3(b.s, &out2, &scale, &codes2).unwrap();
-            assert_eq!(bits(&out), bits(&out2), "{what}: outputs");
-            let (c1, c2) = (
-                codes.read_bytes(b.s).unwrap(),
-                codes2.read_bytes(b.s).unwrap(),
-            );
-            let differ = c1.iter().zip(&c2).filter(|(a, b)| a != b).count();
-            assert_eq!(differ, 0, "{what}: {differ} codes differ");
-            assert!(c1.iter().any(|&v| v != 0), "{what}: codes written");
+            assert_same_codes(b, &what, (&out, &codes), (&out2, &codes2));
             for n in [rows * cols, rows * cols - 3] {
                 let what = format!("[{}] gelu_tanh {n} {dt:?}", b.name);
                 let gx = t("gx", dt, &[n]);
@@ -538,11 +539,7 @@ fn norms_quantize_their_output_as_quantize_does(b: &Backend) {
                 b.k.gelu_tanh_e4m3(b.s, &gx, &o1, (&c1, &scale)).unwrap();
                 b.k.gelu_tanh(b.s, &gx, &o2).unwrap();
                 b.k.quantize_e4m3(b.s, &o2, &scale, &c2).unwrap();
-                assert_eq!(bits(&o1), bits(&o2), "{what}: outputs");
-                let (c1, c2) = (c1.read_bytes(b.s).unwrap(), c2.read_bytes(b.s).unwrap());
-                let differ = c1.iter().zip(&c2).filter(|(a, b)| a != b).count();
-                assert_eq!(differ, 0, "{what}: {differ} codes differ");
-                assert!(c1.iter().any(|&v| v != 0), "{what}: codes written");
+                assert_same_codes(b, &what, (&o1, &c1), (&o2, &c2));
             }
         }
     }

@@ -1399,7 +1399,9 @@ fn velocity_euler(b: &Backend) {
             step(k, s, i, o, &i[4], EulerOut::InPlace)
         };
         let no_rows = |v: &Vals| update_ref(v, 0, 0.0);
-        let mut cases: Vec<(String, Box<dyn Fn(&Vals) -> Vec<f64>>, OpFn, DType)> = vec![
+        // Per case: its name, its reference, the op and the velocity's dtype.
+        type RefFn<'a> = Box<dyn Fn(&Vals) -> Vec<f64> + 'a>;
+        let mut cases: Vec<(String, RefFn<'_>, OpFn, DType)> = vec![
             (
                 "x in place".into(),
                 Box::new(no_rows),

@@ -373,58 +373,31 @@ impl Vision {
         }
         let fl = &f.layers[i];
         let rows = a.x.dim(0);
-        // GEMM input `g`'s codes (in `codes`) and its scale slot.
-        let input = |g: usize, codes: &Tensor| -> Result<(Tensor, Tensor)> {
+        // GEMM input `g`'s codes (in `codes`), its scale slot and the slot's first value (the
+        // scale its producer quantizes with).
+        let input = |g: usize, codes: &Tensor| -> Result<(Tensor, Tensor, Tensor)> {
             let at = (i * FP8_INPUTS.len() + g) * f.per;
             let scale = f.scales.narrow(0, at, lin[g].x_scale_elements())?;
-            Ok((codes.narrow(0, 0, rows)?, scale))
+            let first = scale.narrow(0, 0, 1)?;
+            Ok((codes.narrow(0, 0, rows)?, scale, first))
         };
-        let first = |scale: &Tensor| scale.narrow(0, 0, 1);
-        let (c, sc) = input(0, &f.ln)?;
-        k.layer_norm_e4m3(cs, &a.x, &l.ln1.g, &l.ln1.b, &a.ln, eps, (&c, &first(&sc)?))?;
-        lin[0].run(
-            cs,
-            &c,
-            &sc,
-            &fl.qkv.codes,
-            &fl.qkv.scales,
-            &a.qkv,
-            Some(&l.qkv.b),
-        )?;
+        // FP8 GEMM `g` of the codes `c` with the scale slot `sc`, its weight and bias.
+        let gemm = |g: usize, c, sc, w: &frt_nn::QuantizedWeight, out, b| {
+            lin[g].run(cs, c, sc, &w.codes, &w.scales, out, Some(b))
+        };
+        let (c, sc, s0) = input(0, &f.ln)?;
+        k.layer_norm_e4m3(cs, &a.x, &l.ln1.g, &l.ln1.b, &a.ln, eps, (&c, &s0))?;
+        gemm(0, &c, &sc, &fl.qkv, &a.qkv, &l.qkv.b)?;
         p.stack.attention().run(k, cs)?;
-        let (c, sc) = input(1, &f.attn)?;
-        k.quantize_e4m3(cs, &a.attn, &first(&sc)?, &c)?;
-        lin[1].run(
-            cs,
-            &c,
-            &sc,
-            &fl.out.codes,
-            &fl.out.scales,
-            &a.x,
-            Some(&l.out.b),
-        )?;
-        let (c, sc) = input(2, &f.ln)?;
-        k.layer_norm_e4m3(cs, &a.x, &l.ln2.g, &l.ln2.b, &a.ln, eps, (&c, &first(&sc)?))?;
-        lin[2].run(
-            cs,
-            &c,
-            &sc,
-            &fl.fc1.codes,
-            &fl.fc1.scales,
-            &a.h,
-            Some(&l.fc1.b),
-        )?;
-        let (c, sc) = input(3, &f.h)?;
-        k.gelu_tanh_e4m3(cs, &a.h, &a.h, (&c, &first(&sc)?))?;
-        lin[3].run(
-            cs,
-            &c,
-            &sc,
-            &fl.fc2.codes,
-            &fl.fc2.scales,
-            &a.x,
-            Some(&l.fc2.b),
-        )?;
+        let (c, sc, s0) = input(1, &f.attn)?;
+        k.quantize_e4m3(cs, &a.attn, &s0, &c)?;
+        gemm(1, &c, &sc, &fl.out, &a.x, &l.out.b)?;
+        let (c, sc, s0) = input(2, &f.ln)?;
+        k.layer_norm_e4m3(cs, &a.x, &l.ln2.g, &l.ln2.b, &a.ln, eps, (&c, &s0))?;
+        gemm(2, &c, &sc, &fl.fc1, &a.h, &l.fc1.b)?;
+        let (c, sc, s0) = input(3, &f.h)?;
+        k.gelu_tanh_e4m3(cs, &a.h, &a.h, (&c, &s0))?;
+        gemm(3, &c, &sc, &fl.fc2, &a.x, &l.fc2.b)?;
         Ok(())
     }
 
