@@ -397,6 +397,13 @@ fn other_encodings_and_compressed_frames_decode_to_the_same_pixels() {
     }
     decode_raw("bgr8", w, h, w * 3 + 2, &bgr, &mut got).unwrap();
     assert_eq!(got, want);
+    // bgr8 packed (converted whole, not a row at a time).
+    let packed: Vec<u8> = bgr
+        .chunks(w as usize * 3 + 2)
+        .flat_map(|row| row[..w as usize * 3].to_vec())
+        .collect();
+    decode_raw("bgr8", w, h, w * 3, &packed, &mut got).unwrap();
+    assert_eq!(got, want);
     let bgra: Vec<u8> = rgb
         .chunks(3)
         .flat_map(|p| [p[2], p[1], p[0], 255])
