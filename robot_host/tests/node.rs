@@ -410,6 +410,14 @@ fn other_encodings_and_compressed_frames_decode_to_the_same_pixels() {
         .collect();
     decode_raw("bgra8", w, h, w * 4, &bgra, &mut got).unwrap();
     assert_eq!(got, want);
+    // rgba8 with 3 bytes of row padding.
+    let mut rgba = Vec::new();
+    for row in rgb.chunks(15) {
+        rgba.extend(row.chunks(3).flat_map(|p| [p[0], p[1], p[2], 7]));
+        rgba.extend_from_slice(&[9, 9, 9]);
+    }
+    decode_raw("rgba8", w, h, w * 4 + 3, &rgba, &mut got).unwrap();
+    assert_eq!(got, want);
     let mono: Vec<u8> = (0..w * h).map(|i| i as u8).collect();
     decode_raw("mono8", w, h, w, &mono, &mut got).unwrap();
     assert_eq!(got.data[3..6], [1, 1, 1]);
