@@ -38,19 +38,20 @@ __device__ void unary(const T* x, T* out, unsigned long long n, int op, float al
 }
 
 // Binary ops over rows × cols with row strides (b's row stride 0 = one row broadcast):
-// 0: a + alpha * b, 1: a * b, 2: gelu_tanh(a) * b.
+// 0: a + alpha * b, 1: a * b, 2: gelu_tanh(a) * b, 3: gelu_tanh(a + b).
 __device__ __forceinline__ float binary_f32(int op, float x, float y, float alpha) {
     switch (op) {
         case 0: return x + alpha * y;
         case 1: return x * y;
-        default: return gelu_tanh(x) * y;
+        case 2: return gelu_tanh(x) * y;
+        default: return gelu_tanh(x + y);
     }
 }
 
 // vec8: cols and every row stride are multiples of 8, pointers 16-byte aligned. With `codes`
 // (E4M3, rows × cols, contiguous): also e4m3(stored out / code_scale[0]), the codes
-// quantize_e4m3 of out gives, in the same launch. With `a_scale` and `b_scale` (f32, one per
-// column, or null): a and b are first multiplied by their column's scale, in f32 (the
+// quantize_e4m3 of out gives, in the same launch. With `a_scale` or `b_scale` (f32, one per
+// column; either may be null): a or b is first multiplied by its column's scale, in f32 (the
 // per-feature weight scales an FP8 GEMM left to its consumer).
 template <typename T>
 __device__ void binary(const T* a, const T* b, T* out, unsigned rows, unsigned cols, unsigned long long sa,

@@ -133,15 +133,39 @@ __device__ void rms_norm(T* x, const T* w, const T* mod, const T* y, const T* g,
 // LayerNorm: (x - mean) / sqrt(var + eps) * w + b (two passes over the row). With codes (E4M3,
 // [rows, cols] contiguous) the stored values are also quantized with the scale code_scale[0]:
 // the same codes as quantize_e4m3 of out, in the same launch.
+// With a residual (y != 0, row stride sy) the row is first updated in place,
+// x = x + (y * y_scale[c] + y_bias[c]) in f32 (either may be null: 1, 0), and normalized as
+// stored: the residual of an FP8 GEMM that left its per-feature scales and bias to its reader.
 template <typename T>
-__device__ void layer_norm(const T* x, const T* w, const T* b, T* out, unsigned cols, unsigned long long sx,
+__device__ void layer_norm(T* x, const T* w, const T* b, T* out, unsigned cols, unsigned long long sx,
                            unsigned long long so, float eps, int vec8, unsigned char* codes,
-                           const float* code_scale) {
+                           const float* code_scale, const T* y, unsigned long long sy, const float* y_scale,
+                           const T* y_bias) {
     const unsigned long long row = blockIdx.x;
-    const T* xr = x + row * sx;
+    T* xr = x + row * sx;
     T* o = out + row * so;
     float s = 0.f;
-    ROW_LOOP(xr, for (int k = 0; k < W; ++k) s += v[k];)
+    if (y) {
+        const T* yr = y + row * sy;
+        // Each thread re-reads only the elements it stored itself.
+        ROW_LOOP(xr, {
+            float yv[8];
+            load_w(yr + c, yv, W);
+            if (y_scale)
+                for (int k = 0; k < W; ++k) yv[k] *= y_scale[c + k];
+            if (y_bias) {
+                float bv[8];
+                load_w(y_bias + c, bv, W);
+                for (int k = 0; k < W; ++k) yv[k] += bv[k];
+            }
+            for (int k = 0; k < W; ++k) v[k] += yv[k];
+            store_w(xr + c, v, W);
+            load_w(xr + c, v, W);
+            for (int k = 0; k < W; ++k) s += v[k];
+        })
+    } else {
+        ROW_LOOP(xr, for (int k = 0; k < W; ++k) s += v[k];)
+    }
     const float mean = block_sum(s) / cols;
     float var = 0.f;
     ROW_LOOP(xr, for (int k = 0; k < W; ++k) var += (v[k] - mean) * (v[k] - mean);)
@@ -189,11 +213,12 @@ __device__ void softmax(const T* x, T* out, unsigned cols, unsigned long long sx
         rms_norm<T>(x, w, mod, y, g, out, cols, sx, sm, sy, sg, so, eps, vec8, x32, out32, codes,       \
                     code_scale, yp, parts, sp);                                                        \
     }                                                                                                  \
-    extern "C" __global__ void layer_norm_##S(const T* x, const T* w, const T* b, T* out, unsigned cols, \
+    extern "C" __global__ void layer_norm_##S(T* x, const T* w, const T* b, T* out, unsigned cols,       \
                                               unsigned long long sx, unsigned long long so, float eps,  \
-                                              int vec8, unsigned char* codes,                           \
-                                              const float* code_scale) {                                \
-        layer_norm<T>(x, w, b, out, cols, sx, so, eps, vec8, codes, code_scale);                       \
+                                              int vec8, unsigned char* codes, const float* code_scale,  \
+                                              const T* y, unsigned long long sy, const float* y_scale,  \
+                                              const T* y_bias) {                                        \
+        layer_norm<T>(x, w, b, out, cols, sx, so, eps, vec8, codes, code_scale, y, sy, y_scale, y_bias); \
     }                                                                                                  \
     extern "C" __global__ void softmax_##S(const T* x, T* out, unsigned cols, unsigned long long sx,     \
                                            unsigned long long so, int vec8) {                          \

@@ -1022,7 +1022,204 @@ fn deferred_linear_and_scaled_geglu_match_the_reference(b: &Backend) {
     );
 }
 
+/// SigLIP's fc1 in FP8 with its feature scales deferred: `linear_e4m3_deferred`, then
+/// `gelu_tanh_scaled_e4m3` applying the scales and the bias before the GELU, against the f64
+/// GELU of the stored product scaled (within rounding of one value), its codes exactly
+/// `quantize_e4m3`'s of the stored output, and against the GELU of the per-feature-scaled GEMM
+/// with its bias (two roundings apart).
+fn deferred_linear_and_scaled_gelu_match_the_reference(b: &Backend) {
+    let mut rng = Rng::new(89);
+    let t =
+        |name: &str, dt: DType, shape: &[usize]| Tensor::alloc(b.k.ctx(), name, dt, shape).unwrap();
+    // (m, k, n, big): small and odd; SigLIP's fc1 for two views.
+    for (m, k, n, big) in [(3usize, 64usize, 24usize, false), (512, 1152, 4304, true)] {
+        if !size_ok(b, big) {
+            continue;
+        }
+        for dt in [DType::BF16, DType::F32] {
+            let what = format!("[{}] deferred GELU {m}x{k}x{n} {dt:?}", b.name);
+            let c = Fp8Case::new(&mut rng, m, k, n, false);
+            let ft = upload(b, &c, (m, k, n), dt);
+            let plan = b.k.linear_e4m3_deferred(&ft.x, &ft.w, &ft.out).unwrap();
+            let xs = x_scale(b, &plan, c.x_scale);
+            let ws = t("ws", DType::F32, &[n]);
+            ws.write_f32(b.s, &c.w_scale).unwrap();
+            plan.run(b.s, &ft.x, &xs, &ft.w, &ws, &ft.out, None)
+                .unwrap();
+            let product = ft.out.read_f32(b.s).unwrap();
+            let bias_v: Vec<f32> = rng.vec(n, 1.0).iter().map(|&v| stored(dt, v)).collect();
+            let bias = t("bias", dt, &[n]);
+            bias.write_f32(b.s, &bias_v).unwrap();
+            let h = t("h", dt, &[m, n]);
+            h.write_f32(b.s, &vec![f32::NAN; m * n]).unwrap();
+            let codes = t("codes", DType::E4M3, &[m, n]);
+            let h_scale = scalar(b, 0.01);
+            b.k.gelu_tanh_scaled_e4m3(b.s, &ft.out, (&ws, &bias), &h, (&codes, &h_scale))
+                .unwrap();
+            let got = h.read_f32(b.s).unwrap();
+            let want: Vec<f64> = (0..m * n)
+                .map(|i| {
+                    let j = i % n;
+                    gelu_tanh(product[i] as f64 * c.w_scale[j] as f64 + bias_v[j] as f64)
+                })
+                .collect();
+            if let Err(e) = check_elements(&got, &want, tol(dt, 1e-5)) {
+                panic!("{what}: gelu_tanh_scaled_e4m3: {e}");
+            }
+            let want_codes: Vec<u8> = got.iter().map(|v| e4m3_from_f32(v / 0.01)).collect();
+            assert_eq!(codes.read_bytes(b.s).unwrap(), want_codes, "{what}: codes");
+            let full = c.reference(m, k, n, dt);
+            let want_full: Vec<f64> = (0..m * n)
+                .map(|i| gelu_tanh(full[i] + bias_v[i % n] as f64))
+                .collect();
+            if let Err(e) = check_elements(&got, &want_full, tol(dt, 1e-4 * (k as f64).sqrt())) {
+                panic!("{what}: against the scaled GEMM's GELU: {e}");
+            }
+        }
+    }
+    // Scales or a bias of another length are refused.
+    let x = t("x", DType::BF16, &[2, 8]);
+    let (s7, s8) = (t("s7", DType::F32, &[7]), t("s8", DType::F32, &[8]));
+    let (b7, b8) = (t("b7", DType::BF16, &[7]), t("b8", DType::BF16, &[8]));
+    let codes = t("c", DType::E4M3, &[2, 8]);
+    let one = scalar(b, 1.0);
+    let e =
+        b.k.gelu_tanh_scaled_e4m3(b.s, &x, (&s7, &b8), &x, (&codes, &one));
+    assert!(e.unwrap_err().to_string().contains("a_scale"));
+    assert!(
+        b.k.gelu_tanh_scaled_e4m3(b.s, &x, (&s8, &b7), &x, (&codes, &one))
+            .is_err()
+    );
+    assert!(
+        b.k.gelu_tanh_scaled_e4m3(b.s, &x, (&s8, &b8), &x, (&codes, &one))
+            .is_ok()
+    );
+}
+
+/// SigLIP's residual projections in FP8 with their feature scales and bias deferred:
+/// `linear_e4m3_deferred`, then `residual_layer_norm_scaled` adding `y·y_scale + y_bias` to the
+/// residual in place and normalizing the stored row: the residual against f64 (within rounding
+/// of one value), the LayerNorm against the f64 LayerNorm of the stored residual, the codes
+/// exactly `quantize_e4m3`'s of the stored output, and the residual against the per-feature
+/// scaled GEMM's with its bias (two roundings apart). Without codes, the same output.
+fn deferred_linear_and_residual_layer_norm_match_the_reference(b: &Backend) {
+    let mut rng = Rng::new(90);
+    let t =
+        |name: &str, dt: DType, shape: &[usize]| Tensor::alloc(b.k.ctx(), name, dt, shape).unwrap();
+    // (m, k, n, big): small and odd; SigLIP's fc2 for two views.
+    for (m, k, n, big) in [(3usize, 64usize, 24usize, false), (512, 4304, 1152, true)] {
+        if !size_ok(b, big) {
+            continue;
+        }
+        for dt in [DType::BF16, DType::F32] {
+            let what = format!("[{}] residual LayerNorm {m}x{k}x{n} {dt:?}", b.name);
+            let c = Fp8Case::new(&mut rng, m, k, n, false);
+            let ft = upload(b, &c, (m, k, n), dt);
+            let plan = b.k.linear_e4m3_deferred(&ft.x, &ft.w, &ft.out).unwrap();
+            let xs = x_scale(b, &plan, c.x_scale);
+            let ws = t("ws", DType::F32, &[n]);
+            ws.write_f32(b.s, &c.w_scale).unwrap();
+            plan.run(b.s, &ft.x, &xs, &ft.w, &ws, &ft.out, None)
+                .unwrap();
+            let product = ft.out.read_f32(b.s).unwrap();
+            let vec = |rng: &mut Rng, len: usize, spread: f32, at: f32| -> Vec<f32> {
+                rng.vec(len, spread)
+                    .iter()
+                    .map(|&v| stored(dt, at + v))
+                    .collect()
+            };
+            let (before, bias_v) = (vec(&mut rng, m * n, 4.0, 0.0), vec(&mut rng, n, 1.0, 0.0));
+            let (g_v, b_v) = (vec(&mut rng, n, 1.0, 1.0), vec(&mut rng, n, 0.5, 0.0));
+            let up = |name: &str, shape: &[usize], v: &[f32]| {
+                let x = t(name, dt, shape);
+                x.write_f32(b.s, v).unwrap();
+                x
+            };
+            let (bias, g, beta) = (
+                up("bias", &[n], &bias_v),
+                up("g", &[n], &g_v),
+                up("b", &[n], &b_v),
+            );
+            let mut outs = Vec::new();
+            for with_codes in [true, false] {
+                let x = up("x", &[m, n], &before);
+                let out = up("out", &[m, n], &vec![f32::NAN; m * n]);
+                let codes = t("codes", DType::E4M3, &[m, n]);
+                let cs = scalar(b, 0.05);
+                b.k.residual_layer_norm_scaled(
+                    b.s,
+                    &x,
+                    (&ft.out, &ws, &bias),
+                    (&g, &beta),
+                    &out,
+                    1e-6,
+                    with_codes.then_some((&codes, &cs)),
+                )
+                .unwrap();
+                let xn = x.read_f32(b.s).unwrap();
+                let want_x: Vec<f64> = (0..m * n)
+                    .map(|i| {
+                        let j = i % n;
+                        before[i] as f64
+                            + product[i] as f64 * c.w_scale[j] as f64
+                            + bias_v[j] as f64
+                    })
+                    .collect();
+                if let Err(e) = check_elements(&xn, &want_x, tol(dt, 1e-6)) {
+                    panic!("{what}: residual: {e}");
+                }
+                let full = c.reference(m, k, n, dt);
+                let want_full: Vec<f64> = (0..m * n)
+                    .map(|i| before[i] as f64 + full[i] + bias_v[i % n] as f64)
+                    .collect();
+                if let Err(e) = check_elements(&xn, &want_full, tol(dt, 1e-4 * (k as f64).sqrt())) {
+                    panic!("{what}: residual against the scaled GEMM's: {e}");
+                }
+                let got = out.read_f32(b.s).unwrap();
+                let mut want = Vec::with_capacity(m * n);
+                for row in xn.chunks(n) {
+                    let mean = row.iter().map(|&v| v as f64).sum::<f64>() / n as f64;
+                    let var =
+                        row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n as f64;
+                    let inv = 1.0 / (var + 1e-6).sqrt();
+                    want.extend(
+                        row.iter()
+                            .enumerate()
+                            .map(|(j, &v)| (v as f64 - mean) * inv * g_v[j] as f64 + b_v[j] as f64),
+                    );
+                }
+                if let Err(e) = check_elements(&got, &want, tol(dt, 1e-5)) {
+                    panic!("{what}: LayerNorm: {e}");
+                }
+                if with_codes {
+                    let want_codes: Vec<u8> = got.iter().map(|v| e4m3_from_f32(v / 0.05)).collect();
+                    assert_eq!(codes.read_bytes(b.s).unwrap(), want_codes, "{what}: codes");
+                }
+                outs.push((bits_of(&xn), bits_of(&got)));
+            }
+            assert_eq!(outs[0], outs[1], "{what}: with and without codes");
+        }
+    }
+    // A residual of another shape, or scales of another length, are refused.
+    let x = t("x", DType::BF16, &[2, 8]);
+    let (s7, s8) = (t("s7", DType::F32, &[7]), t("s8", DType::F32, &[8]));
+    let v8 = t("v8", DType::BF16, &[8]);
+    let y3 = t("y3", DType::BF16, &[3, 8]);
+    let ln = |y: &Tensor, ys: &Tensor| {
+        b.k.residual_layer_norm_scaled(b.s, &x, (y, ys, &v8), (&v8, &v8), &x.clone(), 1e-6, None)
+    };
+    assert!(ln(&y3, &s8).is_err());
+    assert!(ln(&x, &s7).unwrap_err().to_string().contains("y_scale"));
+    assert!(ln(&x, &s8).is_ok());
+}
+
+fn bits_of(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
 backend_tests!(
+    deferred_linear_and_residual_layer_norm_match_the_reference,
+    deferred_linear_and_scaled_gelu_match_the_reference,
     deferred_linear_and_scaled_geglu_match_the_reference,
     linear_geglu_gives_the_codes_of_linear_then_geglu,
     attention_writes_the_codes_quantize_makes,

@@ -3,7 +3,8 @@
 //!
 //! `frt-kernels-bench [--iters N] [--only SECTIONS]`
 //!
-//! SECTIONS: a comma-separated subset of gemm, splitk, geglu, fp8, mem, attention, rope, conv
+//! SECTIONS: a comma-separated subset of gemm, splitk, geglu, fp8, launch, mem, attention, rope,
+//! conv
 //! (default: all).
 //!
 //! Each op is captured into a graph that repeats it back to back (as a model's graph runs its
@@ -207,6 +208,7 @@ fn main() {
         "splitk",
         "geglu",
         "fp8",
+        "launch",
         "mem",
         "attention",
         "rope",
@@ -435,6 +437,10 @@ fn main() {
             ("gemma qkv", 576, 2048, 2560),
             ("gemma gate+up", 576, 2048, 32768),
             ("gemma down", 576, 16384, 2048),
+            ("siglip qkv", 512, 1152, 3456),
+            ("siglip out", 512, 1152, 1152),
+            ("siglip fc1", 512, 1152, 4304),
+            ("siglip fc2", 512, 4304, 1152),
         ]) {
             let FromMemory { x, ws, out, g } = FromMemory::new(&mut b, m, kk, n);
             let next = std::cell::Cell::new(0usize);
@@ -498,6 +504,20 @@ fn main() {
                     f_med * 1e3,
                     f_p * 1e3,
                     (n * kk) as f64 / (f_med * 1e-3) / 1e9,
+                    fp8.implementation(),
+                    bf_med / f_med
+                ));
+            }
+            // cuBLASLt with the activation's scale alone (the weight's per-feature scales left
+            // to the output's reader: `linear_e4m3_deferred`), for the shapes it plans.
+            if let Ok(fp8) = b.k.linear_e4m3_deferred(&xq, &wq[0], &out) {
+                let (f_med, f_p) = b.time(what, &|s| {
+                    fp8.run(s, &xq, &xs, &wq[pick(wq.len())], &wsc, &out, None)
+                });
+                cells.push(format!(
+                    "e4m3 deferred {:>6.1} / {:>6.1} µs ({}) {:.2}×",
+                    f_med * 1e3,
+                    f_p * 1e3,
                     fp8.implementation(),
                     bf_med / f_med
                 ));
@@ -581,6 +601,21 @@ fn main() {
                 2.0 * (n * kk) as f64 / (bf_med * 1e-3) / 1e9,
                 cells.join(" | "),
             );
+        }
+    }
+    if b.wants("launch") {
+        // What a kernel boundary costs inside a replayed graph, as the models' graphs run their
+        // kernels: a cast repeated back to back, each launch waiting for the one before, over
+        // one element (one block) and over 132 · 256 (a block of 256 threads for each of an
+        // H100's SMs), next to no work either way.
+        println!();
+        println!("| launches in a graph, each after the one before | median µs | p99 µs |");
+        println!("|---|---|---|");
+        for n in [1usize, 132 * 256] {
+            let x = b.tensor("x", DType::F32, &[n]);
+            let y = b.tensor("y", DType::BF16, &[n]);
+            let (m, p) = b.time("launch", &|s| b.k.cast(s, &x, &y));
+            println!("| cast of {n} f32 | {:.2} | {:.2} |", m * 1e3, p * 1e3);
         }
     }
     if b.wants("mem") {

@@ -25,6 +25,8 @@ enum Binary {
     Mul = 1,
     /// `gelu_tanh(a) * b`
     Geglu = 2,
+    /// `gelu_tanh(a + b)`
+    GeluSum = 3,
 }
 
 fn unary_f32(op: Unary, v: f32, alpha: f32) -> f32 {
@@ -41,6 +43,7 @@ fn binary_f32(op: Binary, a: f32, b: f32, alpha: f32) -> f32 {
         Binary::AddScaled => a + alpha * b,
         Binary::Mul => a * b,
         Binary::Geglu => gelu_tanh(a) * b,
+        Binary::GeluSum => gelu_tanh(a + b),
     }
 }
 
@@ -141,7 +144,7 @@ impl Kernels {
         b: &Tensor,
         out: &Tensor,
         codes: Option<(&Tensor, &Tensor)>,
-        scales: Option<(&Tensor, &Tensor)>,
+        (a_scale, b_scale): (Option<&Tensor>, Option<&Tensor>),
     ) -> Result<()> {
         self.check_ctx(op, &[a, b, out])?;
         a.expect_float(op, "a")?;
@@ -154,17 +157,16 @@ impl Kernels {
         if let Some(c) = codes {
             super::check_codes(self, op, c, ro)?;
         }
-        if let Some((sa, sb)) = scales {
-            self.check_ctx(op, &[sa, sb])?;
-            for (t, name) in [(sa, "a_scale"), (sb, "b_scale")] {
-                t.expect_dtype(op, name, DType::F32)?;
-                t.expect_contiguous(op)?;
-                if t.numel() != ra.cols {
-                    return Err(Error::shape(
-                        op,
-                        format!("{name} {t:?} must have one scale per column ({})", ra.cols),
-                    ));
-                }
+        for (t, name) in [(a_scale, "a_scale"), (b_scale, "b_scale")] {
+            let Some(t) = t else { continue };
+            self.check_ctx(op, &[t])?;
+            t.expect_dtype(op, name, DType::F32)?;
+            t.expect_contiguous(op)?;
+            if t.numel() != ra.cols {
+                return Err(Error::shape(
+                    op,
+                    format!("{name} {t:?} must have one scale per column ({})", ra.cols),
+                ));
             }
         }
         let dt = a.dtype();
@@ -199,8 +201,8 @@ impl Kernels {
                             v8.into(),
                             Param::opt(codes.map(|c| c.0)),
                             Param::opt(codes.map(|c| c.1)),
-                            Param::opt(scales.map(|c| c.0)),
-                            Param::opt(scales.map(|c| c.1)),
+                            Param::opt(a_scale),
+                            Param::opt(b_scale),
                         ],
                     )
                 }
@@ -213,14 +215,15 @@ impl Kernels {
                     (a.clone(), b.clone(), out.clone()),
                 );
                 let cp = codes.map(|(c, sc)| (P::of(c), P::of(sc), (c.clone(), sc.clone())));
-                let scp = scales.map(|(sa, sb)| (P::of(sa), P::of(sb), (sa.clone(), sb.clone())));
+                let scp = [a_scale, b_scale].map(|t| t.map(|t| (P::of(t), t.clone())));
                 self.host(s, move || {
                     let _ = &keep;
                     // SAFETY: one f32 per column (checked).
-                    let col_scales = |c: usize| match &scp {
-                        Some((sa, sb, _)) => unsafe { (sa.ld::<f32>(c), sb.ld::<f32>(c)) },
-                        None => (1.0, 1.0),
+                    let scale = |i: usize, c: usize| match &scp[i] {
+                        Some((p, _)) => unsafe { p.ld::<f32>(c) },
+                        None => 1.0,
                     };
+                    let col_scales = |c: usize| (scale(0, c), scale(1, c));
                     with_float!(dt, T, {
                         for r in 0..ra.rows {
                             for c in 0..ra.cols {
@@ -285,18 +288,38 @@ impl Kernels {
 
     /// `out = a + b`, where `b` has `a`'s rows or is one row broadcast over them (a bias).
     pub fn add(&self, s: Stream, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<()> {
-        self.binary(s, "add", Binary::AddScaled, 1.0, a, b, out, None, None)
+        self.binary(
+            s,
+            "add",
+            Binary::AddScaled,
+            1.0,
+            a,
+            b,
+            out,
+            None,
+            (None, None),
+        )
     }
 
     /// `out = a·b` elementwise (`b` may be one broadcast row).
     pub fn mul(&self, s: Stream, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<()> {
-        self.binary(s, "mul", Binary::Mul, 1.0, a, b, out, None, None)
+        self.binary(s, "mul", Binary::Mul, 1.0, a, b, out, None, (None, None))
     }
 
     /// `out = gelu_tanh(gate)·up` (Gemma's MLP). Rows may be strided (halves of one GEMM
     /// output).
     pub fn geglu(&self, s: Stream, gate: &Tensor, up: &Tensor, out: &Tensor) -> Result<()> {
-        self.binary(s, "geglu", Binary::Geglu, 1.0, gate, up, out, None, None)
+        self.binary(
+            s,
+            "geglu",
+            Binary::Geglu,
+            1.0,
+            gate,
+            up,
+            out,
+            None,
+            (None, None),
+        )
     }
 
     /// [`geglu`](Self::geglu) that also quantizes its output into E4M3 `codes` (`[rows, cols]`,
@@ -319,7 +342,7 @@ impl Kernels {
             up,
             out,
             Some(codes),
-            None,
+            (None, None),
         )
     }
 
@@ -346,13 +369,52 @@ impl Kernels {
             up,
             out,
             Some(codes),
-            Some(scales),
+            (Some(scales.0), Some(scales.1)),
+        )
+    }
+
+    /// The tanh GELU after an FP8 GEMM that left the weight's per-feature scales out
+    /// ([`linear_e4m3_deferred`](Self::linear_e4m3_deferred)), with the layer's bias:
+    /// `out = gelu_tanh(x·scales[f] + bias[f])` (`x` `[rows, F]`, `scales` f32 `[F]`, `bias` `[F]`
+    /// of `x`'s dtype), in f32 and rounded once, and its E4M3 `codes` with the scale `scale[0]`
+    /// (the next GEMM's input, as [`gelu_tanh_e4m3`](Self::gelu_tanh_e4m3) writes them): SigLIP's
+    /// fc1 activation in FP8.
+    pub fn gelu_tanh_scaled_e4m3(
+        &self,
+        s: Stream,
+        x: &Tensor,
+        (scales, bias): (&Tensor, &Tensor),
+        out: &Tensor,
+        codes: (&Tensor, &Tensor),
+    ) -> Result<()> {
+        let op = "gelu_tanh_scaled_e4m3";
+        let bias = bias.reshape(&[1, bias.numel()])?;
+        self.binary(
+            s,
+            op,
+            Binary::GeluSum,
+            1.0,
+            x,
+            &bias,
+            out,
+            Some(codes),
+            (Some(scales), None),
         )
     }
 
     /// One Euler step of flow matching, in place: `x ← x + dt·v`.
     pub fn euler_step(&self, s: Stream, x: &Tensor, v: &Tensor, dt: f32) -> Result<()> {
-        self.binary(s, "euler_step", Binary::AddScaled, dt, x, v, x, None, None)
+        self.binary(
+            s,
+            "euler_step",
+            Binary::AddScaled,
+            dt,
+            x,
+            v,
+            x,
+            None,
+            (None, None),
+        )
     }
 
     /// One Euler step in f32 that also writes the new `x` in another dtype (the next step's

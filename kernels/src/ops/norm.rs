@@ -6,7 +6,7 @@ use super::{P, Rows, broadcast_rows, row_block, rows, same_rows, vec8};
 use crate::cuda::Param;
 use crate::dtype::{Float, with_float};
 use crate::error::{Error, Result};
-use crate::{Kernels, Tensor};
+use crate::{DType, Kernels, Tensor};
 use frt_exec::Stream;
 
 enum Affine {
@@ -567,7 +567,7 @@ impl Kernels {
         out: &Tensor,
         eps: f32,
     ) -> Result<()> {
-        self.layer_norm_impl(s, x, (w, b), out, eps, None)
+        self.layer_norm_impl(s, x, (w, b), out, eps, None, None)
     }
 
     /// [`layer_norm`](Self::layer_norm) that also quantizes its output into E4M3 `codes`
@@ -585,9 +585,31 @@ impl Kernels {
         eps: f32,
         codes: (&Tensor, &Tensor),
     ) -> Result<()> {
-        self.layer_norm_impl(s, x, (w, b), out, eps, Some(codes))
+        self.layer_norm_impl(s, x, (w, b), out, eps, Some(codes), None)
     }
 
+    /// The residual of an FP8 GEMM that left the weight's per-feature scales and its bias to
+    /// its reader ([`linear_e4m3_deferred`](Self::linear_e4m3_deferred)), then the LayerNorm
+    /// after it: `x ← x + (y·y_scale[c] + y_bias[c])` in f32, rounded, in place (`y` `x`'s
+    /// shape and dtype; `y_scale` f32 `[cols]`; `y_bias` `[cols]` of `x`'s dtype), then
+    /// [`layer_norm`](Self::layer_norm) of the stored `x` into `out`, and its E4M3 `codes` when
+    /// given (as [`layer_norm_e4m3`](Self::layer_norm_e4m3)), in one launch: SigLIP's attention
+    /// output and fc2 in FP8.
+    #[allow(clippy::too_many_arguments)]
+    pub fn residual_layer_norm_scaled(
+        &self,
+        s: Stream,
+        x: &Tensor,
+        (y, y_scale, y_bias): (&Tensor, &Tensor, &Tensor),
+        (w, b): (&Tensor, &Tensor),
+        out: &Tensor,
+        eps: f32,
+        codes: Option<(&Tensor, &Tensor)>,
+    ) -> Result<()> {
+        self.layer_norm_impl(s, x, (w, b), out, eps, codes, Some((y, y_scale, y_bias)))
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn layer_norm_impl(
         &self,
         s: Stream,
@@ -596,6 +618,7 @@ impl Kernels {
         out: &Tensor,
         eps: f32,
         codes: Option<(&Tensor, &Tensor)>,
+        residual: Option<(&Tensor, &Tensor, &Tensor)>,
     ) -> Result<()> {
         let op = "layer_norm";
         self.check_ctx(op, &[x, w, b, out])?;
@@ -608,12 +631,42 @@ impl Kernels {
         if let Some(c) = codes {
             super::check_codes(self, op, c, ro)?;
         }
+        let ry = match residual {
+            Some((y, ys, yb)) => {
+                self.check_ctx(op, &[y, ys, yb])?;
+                y.expect_dtype(op, "y", x.dtype())?;
+                let ry = rows(op, y)?;
+                same_rows(op, rx, ry, "x vs y")?;
+                Self::check_vector(op, "y_bias", yb, x, rx.cols)?;
+                ys.expect_dtype(op, "y_scale", DType::F32)?;
+                ys.expect_contiguous(op)?;
+                if ys.numel() != rx.cols {
+                    return Err(Error::shape(
+                        op,
+                        format!(
+                            "y_scale {ys:?} must have one scale per column ({})",
+                            rx.cols
+                        ),
+                    ));
+                }
+                Some(ry)
+            }
+            None => None,
+        };
         let (dt, cols) = (x.dtype(), rx.cols);
         match &self.cuda {
             Some(c) => {
                 let (xp, wp, bp, op_) = (x.ptr(), w.ptr(), b.ptr(), out.ptr());
                 let (n, sx, so, e) = (cols as u32, rx.stride as u64, ro.stride as u64, eps);
-                let v8 = vec8(&[xp, wp, bp, op_], cols, &[rx.stride, ro.stride]);
+                let (yp, sy) = match (residual, ry) {
+                    (Some((y, ..)), Some(ry)) => (y.ptr(), ry.stride),
+                    _ => (xp, rx.stride),
+                };
+                let v8 = vec8(&[xp, wp, bp, op_, yp], cols, &[rx.stride, ro.stride, sy]);
+                let (y, ys, yb) = match residual {
+                    Some((y, ys, yb)) => (Some(y), Some(ys), Some(yb)),
+                    None => (None, None, None),
+                };
                 // SAFETY: one block per checked row; `w`, `b` have `cols` elements.
                 unsafe {
                     c.launch(
@@ -635,6 +688,10 @@ impl Kernels {
                             v8.into(),
                             Param::opt(codes.map(|c| c.0)),
                             Param::opt(codes.map(|c| c.1)),
+                            Param::opt(y),
+                            (sy as u64).into(),
+                            Param::opt(ys),
+                            Param::opt(yb),
                         ],
                     )
                 }
@@ -643,12 +700,24 @@ impl Kernels {
                 let (xp, wp, bp, op_) = (P::of(x), P::of(w), P::of(b), P::of(out));
                 let keep = (x.clone(), w.clone(), b.clone(), out.clone());
                 let cp = codes.map(|(c, sc)| (P::of(c), P::of(sc), (c.clone(), sc.clone())));
+                let rp = residual.zip(ry).map(|((y, ys, yb), ry)| {
+                    let kept = (y.clone(), ys.clone(), yb.clone());
+                    (P::of(y), P::of(ys), P::of(yb), ry.stride, kept)
+                });
                 self.host(s, move || {
                     let _ = &keep;
                     with_float!(dt, T, {
                         for r in 0..rx.rows {
                             // SAFETY: indices inside the checked layouts.
                             unsafe {
+                                if let Some((yp, ysp, ybp, sy, _)) = &rp {
+                                    for c in 0..cols {
+                                        let y = yp.ld::<T>(r * sy + c) * ysp.ld::<f32>(c)
+                                            + ybp.ld::<T>(c);
+                                        let i = r * rx.stride + c;
+                                        xp.st::<T>(i, xp.ld::<T>(i) + y);
+                                    }
+                                }
                                 let at = |c: usize| xp.ld::<T>(r * rx.stride + c);
                                 let mean = (0..cols).map(at).sum::<f32>() / cols as f32;
                                 let var = (0..cols).map(|c| (at(c) - mean).powi(2)).sum::<f32>()

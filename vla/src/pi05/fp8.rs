@@ -150,6 +150,12 @@ impl Fp8Stack {
         Ok(k.linear_e4m3_deferred(&codes.narrow(0, 0, rows)?, &w.codes, out)?)
     }
 
+    /// Layer `i`'s weight's per-feature scales for input `g` (f32 `[N]`): what the reader of
+    /// a [`plan_deferred`](Self::plan_deferred) GEMM's output multiplies it by.
+    pub(crate) fn feature_scales(&self, i: usize, g: usize) -> &Tensor {
+        &self.operands(i, g).1.scales
+    }
+
     /// Layer `i`'s GEGLU after its gate+up GEMM of a [`plan_deferred`](Self::plan_deferred)
     /// plan: `gate_up` (`[rows, 2F]`) scaled by the weight's feature scales, into `h` and the
     /// down projection's codes (`Kernels::geglu_scaled_e4m3`).
@@ -162,7 +168,7 @@ impl Fp8Stack {
         h: &Tensor,
     ) -> Result<()> {
         let f = h.dim(1);
-        let ws = &self.operands(i, 2).1.scales;
+        let ws = self.feature_scales(i, 2);
         let (c, sc) = self.codes_for(i, 3, rows)?;
         k.geglu_scaled_e4m3(
             cs,
