@@ -1022,6 +1022,29 @@ fn deferred_linear_and_scaled_geglu_match_the_reference(b: &Backend) {
     );
 }
 
+/// A deferred FP8 GEMM's case, its tensors (the product in `ft.out`), the weight's feature
+/// scales as a tensor, and the product read back.
+struct Deferred {
+    c: Fp8Case,
+    ft: Fp8Tensors,
+    ws: Tensor,
+    product: Vec<f32>,
+}
+
+/// Runs `linear_e4m3_deferred` on a new random case of `m × k → n` into `dt`.
+fn deferred(b: &Backend, rng: &mut Rng, (m, k, n): (usize, usize, usize), dt: DType) -> Deferred {
+    let c = Fp8Case::new(rng, m, k, n, false);
+    let ft = upload(b, &c, (m, k, n), dt);
+    let plan = b.k.linear_e4m3_deferred(&ft.x, &ft.w, &ft.out).unwrap();
+    let xs = x_scale(b, &plan, c.x_scale);
+    let ws = Tensor::alloc(b.k.ctx(), "ws", DType::F32, &[n]).unwrap();
+    ws.write_f32(b.s, &c.w_scale).unwrap();
+    plan.run(b.s, &ft.x, &xs, &ft.w, &ws, &ft.out, None)
+        .unwrap();
+    let product = ft.out.read_f32(b.s).unwrap();
+    Deferred { c, ft, ws, product }
+}
+
 /// SigLIP's fc1 in FP8 with its feature scales deferred: `linear_e4m3_deferred`, then
 /// `gelu_tanh_scaled_e4m3` applying the scales and the bias before the GELU, against the f64
 /// GELU of the stored product scaled (within rounding of one value), its codes exactly
@@ -1038,15 +1061,7 @@ fn deferred_linear_and_scaled_gelu_match_the_reference(b: &Backend) {
         }
         for dt in [DType::BF16, DType::F32] {
             let what = format!("[{}] deferred GELU {m}x{k}x{n} {dt:?}", b.name);
-            let c = Fp8Case::new(&mut rng, m, k, n, false);
-            let ft = upload(b, &c, (m, k, n), dt);
-            let plan = b.k.linear_e4m3_deferred(&ft.x, &ft.w, &ft.out).unwrap();
-            let xs = x_scale(b, &plan, c.x_scale);
-            let ws = t("ws", DType::F32, &[n]);
-            ws.write_f32(b.s, &c.w_scale).unwrap();
-            plan.run(b.s, &ft.x, &xs, &ft.w, &ws, &ft.out, None)
-                .unwrap();
-            let product = ft.out.read_f32(b.s).unwrap();
+            let Deferred { c, ft, ws, product } = deferred(b, &mut rng, (m, k, n), dt);
             let bias_v: Vec<f32> = rng.vec(n, 1.0).iter().map(|&v| stored(dt, v)).collect();
             let bias = t("bias", dt, &[n]);
             bias.write_f32(b.s, &bias_v).unwrap();
@@ -1113,15 +1128,7 @@ fn deferred_linear_and_residual_layer_norm_match_the_reference(b: &Backend) {
         }
         for dt in [DType::BF16, DType::F32] {
             let what = format!("[{}] residual LayerNorm {m}x{k}x{n} {dt:?}", b.name);
-            let c = Fp8Case::new(&mut rng, m, k, n, false);
-            let ft = upload(b, &c, (m, k, n), dt);
-            let plan = b.k.linear_e4m3_deferred(&ft.x, &ft.w, &ft.out).unwrap();
-            let xs = x_scale(b, &plan, c.x_scale);
-            let ws = t("ws", DType::F32, &[n]);
-            ws.write_f32(b.s, &c.w_scale).unwrap();
-            plan.run(b.s, &ft.x, &xs, &ft.w, &ws, &ft.out, None)
-                .unwrap();
-            let product = ft.out.read_f32(b.s).unwrap();
+            let Deferred { c, ft, ws, product } = deferred(b, &mut rng, (m, k, n), dt);
             let vec = |rng: &mut Rng, len: usize, spread: f32, at: f32| -> Vec<f32> {
                 rng.vec(len, spread)
                     .iter()

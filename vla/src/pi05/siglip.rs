@@ -487,6 +487,19 @@ impl Vision {
         self.fp8.is_some()
     }
 
+    /// The patch embeddings (with the position embeddings) of plan `p`'s images into the
+    /// residual stream, the images first cast to the model's dtype.
+    fn embed(&self, k: &Kernels, cs: Stream, p: &ViewPlan) -> Result<()> {
+        if p.images_dt.dtype() != DType::F32 {
+            k.cast(cs, &p.images, &p.images_dt)?;
+        }
+        let (w, b) = (&self.patch.w, &self.patch.b);
+        let x = &p.stack.acts().x;
+        p.embed
+            .run(k, cs, &p.images_dt, &p.patches, w, b, &self.pos, x)?;
+        Ok(())
+    }
+
     fn record_with(
         &self,
         k: &Kernels,
@@ -495,20 +508,8 @@ impl Vision {
         mut probe: Option<Probe>,
     ) -> Result<()> {
         let p = self.plan(views);
-        if p.images_dt.dtype() != DType::F32 {
-            k.cast(cs, &p.images, &p.images_dt)?;
-        }
+        self.embed(k, cs, p)?;
         let a = p.stack.acts();
-        p.embed.run(
-            k,
-            cs,
-            &p.images_dt,
-            &p.patches,
-            &self.patch.w,
-            &self.patch.b,
-            &self.pos,
-            &a.x,
-        )?;
         // The last FP8 layer's fc2 product, which the post-LayerNorm adds to the residual.
         let fc2 = match (&self.fp8, &p.fp8, probe.as_mut()) {
             (_, _, Some(probe)) => {
@@ -563,16 +564,7 @@ mod tests {
             let a = p.stack.acts();
             let (_, eps, _) = p.stack.gemms();
             let rows = a.x.dim(0);
-            p.embed.run(
-                k,
-                cs,
-                &p.images_dt,
-                &p.patches,
-                &self.patch.w,
-                &self.patch.b,
-                &self.pos,
-                &a.x,
-            )?;
+            self.embed(k, cs, p)?;
             for (i, (l, fl)) in self.layers.iter().zip(&f.layers).enumerate() {
                 let input = |g: usize, codes: &Tensor| -> Result<(Tensor, Tensor)> {
                     let at = (i * FP8_INPUTS.len() + g) * f.per;
