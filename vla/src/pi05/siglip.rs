@@ -363,7 +363,7 @@ impl Vision {
     /// The attention output, fc1 and fc2 leave their weights' feature scales and biases to
     /// their readers: fc1's GELU, and the LayerNorm after each residual projection, which adds
     /// it to the residual first (fc2's is added by the next layer's first LayerNorm, or by the
-    /// post-LayerNorm after the last layer: see [`fc2_residual`](Self::fc2_residual)).
+    /// post-LayerNorm after the last layer: see [`fc2_affine`](Self::fc2_affine)).
     fn layer_fp8(
         &self,
         k: &Kernels,
@@ -398,9 +398,9 @@ impl Vision {
         let product = f.product.narrow(0, 0, rows)?;
         let (c, sc, s0) = input(0, &f.ln)?;
         let ln1 = (&l.ln1.g, &l.ln1.b);
-        match self.fc2_residual(f, i, rows)? {
-            Some((y, ys, yb)) => {
-                let y = (&y, ys, yb);
+        match self.fc2_affine(f, i) {
+            Some((ys, yb)) => {
+                let y = (&product, ys, yb);
                 k.residual_layer_norm_scaled(cs, &a.x, y, ln1, &a.ln, eps, Some((&c, &s0)))?
             }
             None => k.layer_norm_e4m3(cs, &a.x, ln1.0, ln1.1, &a.ln, eps, (&c, &s0))?,
@@ -421,24 +421,12 @@ impl Vision {
         Ok(())
     }
 
-    /// What the LayerNorm in front of FP8 layer `i` (the post-LayerNorm for `i` = depth) adds
-    /// to the residual first: layer `i − 1`'s fc2 product (its first `rows` rows) with its
-    /// feature scales and bias (none in front of the first layer).
-    fn fc2_residual<'a>(
-        &'a self,
-        f: &'a VisionFp8,
-        i: usize,
-        rows: usize,
-    ) -> Result<Option<(Tensor, &'a Tensor, &'a Tensor)>> {
-        let Some(last) = i.checked_sub(1) else {
-            return Ok(None);
-        };
-        let product = f.product.narrow(0, 0, rows)?;
-        Ok(Some((
-            product,
-            &f.layers[last].fc2.scales,
-            &self.layers[last].fc2.b,
-        )))
+    /// The feature scales and bias of the fc2 product that the LayerNorm in front of FP8 layer
+    /// `i` (the post-LayerNorm for `i` = depth) adds to the residual first: layer `i − 1`'s
+    /// (none in front of the first layer).
+    fn fc2_affine<'a>(&'a self, f: &'a VisionFp8, i: usize) -> Option<(&'a Tensor, &'a Tensor)> {
+        let last = i.checked_sub(1)?;
+        Some((&f.layers[last].fc2.scales, &self.layers[last].fc2.b))
     }
 
     fn plan(&self, views: usize) -> &ViewPlan {
@@ -510,7 +498,8 @@ impl Vision {
         let p = self.plan(views);
         self.embed(k, cs, p)?;
         let a = p.stack.acts();
-        // The last FP8 layer's fc2 product, which the post-LayerNorm adds to the residual.
+        // The last FP8 layer's fc2 product (its scales and bias), which the post-LayerNorm adds
+        // to the residual.
         let fc2 = match (&self.fp8, &p.fp8, probe.as_mut()) {
             (_, _, Some(probe)) => {
                 for (i, l) in self.layers.iter().enumerate() {
@@ -524,7 +513,9 @@ impl Vision {
                 for (i, l) in self.layers.iter().enumerate() {
                     self.layer_fp8(k, cs, p, (l, i), f, lin)?;
                 }
-                self.fc2_residual(f, self.layers.len(), a.x.dim(0))?
+                let product = f.product.narrow(0, 0, a.x.dim(0))?;
+                self.fc2_affine(f, self.layers.len())
+                    .map(|(ys, yb)| (product, ys, yb))
             }
             _ => {
                 for l in &self.layers {
