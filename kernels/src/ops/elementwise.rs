@@ -160,14 +160,7 @@ impl Kernels {
         for (t, name) in [(a_scale, "a_scale"), (b_scale, "b_scale")] {
             let Some(t) = t else { continue };
             self.check_ctx(op, &[t])?;
-            t.expect_dtype(op, name, DType::F32)?;
-            t.expect_contiguous(op)?;
-            if t.numel() != ra.cols {
-                return Err(Error::shape(
-                    op,
-                    format!("{name} {t:?} must have one scale per column ({})", ra.cols),
-                ));
-            }
+            super::check_column_scales(op, name, t, ra.cols)?;
         }
         let dt = a.dtype();
         match &self.cuda {

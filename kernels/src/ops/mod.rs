@@ -134,6 +134,25 @@ pub(crate) fn grid_1d(n: usize) -> u32 {
     n.div_ceil(256).clamp(1, 65_535 * 8) as u32
 }
 
+/// Per-column f32 scales (the weight's feature scales an FP8 GEMM left to the op reading its
+/// output): contiguous, one for each of `cols` columns.
+pub(crate) fn check_column_scales(
+    op: &'static str,
+    name: &'static str,
+    t: &Tensor,
+    cols: usize,
+) -> Result<()> {
+    t.expect_dtype(op, name, crate::DType::F32)?;
+    t.expect_contiguous(op)?;
+    if t.numel() != cols {
+        return Err(Error::shape(
+            op,
+            format!("{name} {t:?} must have one scale per column ({cols})"),
+        ));
+    }
+    Ok(())
+}
+
 /// E4M3 `codes` an op writes beside its output of `out` rows (`[rows, cols]`, contiguous) and
 /// the one-value f32 scale they are made with.
 pub(crate) fn check_codes(

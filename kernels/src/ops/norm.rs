@@ -6,7 +6,7 @@ use super::{P, Rows, broadcast_rows, row_block, rows, same_rows, vec8};
 use crate::cuda::Param;
 use crate::dtype::{Float, with_float};
 use crate::error::{Error, Result};
-use crate::{DType, Kernels, Tensor};
+use crate::{Kernels, Tensor};
 use frt_exec::Stream;
 
 enum Affine {
@@ -638,17 +638,7 @@ impl Kernels {
                 let ry = rows(op, y)?;
                 same_rows(op, rx, ry, "x vs y")?;
                 Self::check_vector(op, "y_bias", yb, x, rx.cols)?;
-                ys.expect_dtype(op, "y_scale", DType::F32)?;
-                ys.expect_contiguous(op)?;
-                if ys.numel() != rx.cols {
-                    return Err(Error::shape(
-                        op,
-                        format!(
-                            "y_scale {ys:?} must have one scale per column ({})",
-                            rx.cols
-                        ),
-                    ));
-                }
+                super::check_column_scales(op, "y_scale", ys, rx.cols)?;
                 Some(ry)
             }
             None => None,
@@ -667,7 +657,8 @@ impl Kernels {
                     Some((y, ys, yb)) => (Some(y), Some(ys), Some(yb)),
                     None => (None, None, None),
                 };
-                // SAFETY: one block per checked row; `w`, `b` have `cols` elements.
+                // SAFETY: one block per checked row; `w`, `b` (and `y_scale`, `y_bias`) have
+                // `cols` elements; `y` has `x`'s rows.
                 unsafe {
                     c.launch(
                         s,
