@@ -45,12 +45,14 @@ __device__ __forceinline__ void load_w(const T* p, float* v, int w) {
 // code_scale[0]: the same codes as quantize_e4m3 of out, in the same launch.
 // With yp (f32, y's row stride, `parts` blocks sp apart; y == 0) the residual's y is the sum of
 // those partial sums in part order, rounded to T: the value a GEMM writing T would have stored.
+// With y_scale (f32, [cols]; g unused) the residual is x = x + y * y_scale[c] in f32: the
+// product of an FP8 GEMM that left its weight's per-feature scales to its reader.
 template <typename T>
 __device__ void rms_norm(T* x, const T* w, const T* mod, const T* y, const T* g, T* out, unsigned cols,
                          unsigned long long sx, unsigned long long sm, unsigned long long sy, unsigned long long sg,
                          unsigned long long so, float eps, int vec8, const float* x32, float* out32,
                          unsigned char* codes, const float* code_scale, const float* yp, unsigned parts,
-                         unsigned long long sp) {
+                         unsigned long long sp, const float* y_scale) {
     const unsigned long long row = blockIdx.x;
     T* xr = x + row * sx;
     T* o = out + row * so;
@@ -58,7 +60,7 @@ __device__ void rms_norm(T* x, const T* w, const T* mod, const T* y, const T* g,
     if (y || yp) {
         const T* yr = y ? y + row * sy : nullptr;
         const float* ypr = yp ? yp + row * sy : nullptr;
-        const T* gr = g + row * sg;
+        const T* gr = g ? g + row * sg : nullptr;
         // Each thread re-reads only the elements it stored itself.
         ROW_LOOP(xr, {
             float yv[8];
@@ -80,7 +82,11 @@ __device__ void rms_norm(T* x, const T* w, const T* mod, const T* y, const T* g,
             } else {
                 load_w(yr + c, yv, W);
             }
-            load_w(gr + c, gv, W);
+            if (y_scale) {
+                for (int k = 0; k < W; ++k) gv[k] = y_scale[c + k];
+            } else {
+                load_w(gr + c, gv, W);
+            }
             for (int k = 0; k < W; ++k) v[k] += yv[k] * gv[k];
             store_w(xr + c, v, W);
             load_w(xr + c, v, W);
@@ -208,10 +214,11 @@ __device__ void softmax(const T* x, T* out, unsigned cols, unsigned long long sx
                                             unsigned long long sg, unsigned long long so, float eps,    \
                                             int vec8, const float* x32, float* out32,                   \
                                             unsigned char* codes, const float* code_scale,             \
-                                            const float* yp, unsigned parts, unsigned long long sp) {  \
+                                            const float* yp, unsigned parts, unsigned long long sp,    \
+                                            const float* y_scale) {                                    \
         pdl_trigger();                                                                                 \
         rms_norm<T>(x, w, mod, y, g, out, cols, sx, sm, sy, sg, so, eps, vec8, x32, out32, codes,       \
-                    code_scale, yp, parts, sp);                                                        \
+                    code_scale, yp, parts, sp, y_scale);                                               \
     }                                                                                                  \
     extern "C" __global__ void layer_norm_##S(T* x, const T* w, const T* b, T* out, unsigned cols,       \
                                               unsigned long long sx, unsigned long long so, float eps,  \

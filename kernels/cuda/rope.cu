@@ -59,11 +59,14 @@ __device__ __forceinline__ void rope_qkv_pair(X x, T* __restrict__ q, T* __restr
 // q and k; v heads are copied to v (each of those with its own row stride). A thread takes one
 // (token, pair) and the heads blockIdx.y, blockIdx.y + gridDim.y, ...: the angle is computed
 // once for all of them (the host spreads the heads over grid.y only where tokens are few).
+// With scale (f32, one per feature of a qkv row; may be null) each input value is first
+// multiplied by its feature's scale in f32 and rounded to T: the projection of an FP8 GEMM
+// that left its weight's per-feature scales to its reader.
 template <typename T>
 __device__ void rope_qkv(const T* __restrict__ qkv, const int* __restrict__ positions, T* __restrict__ q,
                          T* __restrict__ k, T* __restrict__ v, unsigned tokens, unsigned hq, unsigned hk,
                          unsigned dim, unsigned long long s_in, unsigned long long sq, unsigned long long sk,
-                         unsigned long long sv, float max_wavelength) {
+                         unsigned long long sv, float max_wavelength, const float* __restrict__ scale) {
     const unsigned half = dim / 2;
     const unsigned n = tokens * half;  // the host checks that it fits 32 bits
     for (unsigned idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += gridDim.x * blockDim.x) {
@@ -71,7 +74,13 @@ __device__ void rope_qkv(const T* __restrict__ qkv, const int* __restrict__ posi
         float sn, cs;
         rope_angle(positions[t], i, dim, max_wavelength, &sn, &cs);
         const T* row = qkv + t * s_in + i;
-        rope_qkv_pair<T>([=](unsigned o) { return row[o]; }, q, k, v, t, i, hq, hk, dim, sq, sk, sv, cs, sn);
+        if (scale) {
+            const float* sc = scale + i;
+            auto x = [=](unsigned o) { return from_f32<T>(to_f32(row[o]) * sc[o]); };
+            rope_qkv_pair<T>(x, q, k, v, t, i, hq, hk, dim, sq, sk, sv, cs, sn);
+        } else {
+            rope_qkv_pair<T>([=](unsigned o) { return row[o]; }, q, k, v, t, i, hq, hk, dim, sq, sk, sv, cs, sn);
+        }
     }
 }
 
@@ -167,8 +176,9 @@ __device__ void sinusoidal(const T* t, T* out, unsigned rows, unsigned half, flo
     extern "C" __global__ void rope_qkv_##S(const T* qkv, const int* p, T* q, T* k, T* v, unsigned tokens,  \
                                             unsigned hq, unsigned hk, unsigned dim,                      \
                                             unsigned long long s_in, unsigned long long sq,              \
-                                            unsigned long long sk, unsigned long long sv, float mw) {    \
-        rope_qkv<T>(qkv, p, q, k, v, tokens, hq, hk, dim, s_in, sq, sk, sv, mw);                         \
+                                            unsigned long long sk, unsigned long long sv, float mw,      \
+                                            const float* scale) {                                        \
+        rope_qkv<T>(qkv, p, q, k, v, tokens, hq, hk, dim, s_in, sq, sk, sv, mw, scale);                  \
     }                                                                                                   \
     extern "C" __global__ void rope_qkv_table_##S(const T* qkv, const float2* table, T* q, T* k, T* v,   \
                                                   unsigned tokens, unsigned hq, unsigned hk, unsigned dim, \

@@ -1111,23 +1111,41 @@ fn deferred_linear_and_scaled_gelu_match_the_reference(b: &Backend) {
     );
 }
 
-/// SigLIP's residual projections in FP8 with their feature scales and bias deferred:
-/// `linear_e4m3_deferred`, then `residual_layer_norm_scaled` adding `y·y_scale + y_bias` to the
-/// residual in place and normalizing the stored row: the residual against f64 (within rounding
-/// of one value), the LayerNorm against the f64 LayerNorm of the stored residual, the codes
-/// exactly `quantize_e4m3`'s of the stored output, and the residual against the per-feature
-/// scaled GEMM's with its bias (two roundings apart). Without codes, the same output.
-fn deferred_linear_and_residual_layer_norm_match_the_reference(b: &Backend) {
-    let mut rng = Rng::new(90);
+/// The norm a deferred residual test ends in: SigLIP's LayerNorm (the product's bias added
+/// too) or Gemma's RMSNorm.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum ResidualNorm {
+    Layer,
+    Rms,
+}
+
+/// A residual projection in FP8 with its feature scales (and bias) deferred:
+/// `linear_e4m3_deferred`, then the norm adding `y·y_scale (+ y_bias)` to the residual in place
+/// and normalizing the stored row: the residual against f64 (within rounding of one value)
+/// and against the per-feature scaled GEMM's with its bias (two roundings apart), the norm
+/// against the f64 norm of the stored residual, the codes exactly `quantize_e4m3`'s of the
+/// stored output. Without codes, the same output. Then arguments that must be refused.
+fn deferred_linear_and_residual_norm(b: &Backend, norm: ResidualNorm) {
+    let layer = norm == ResidualNorm::Layer;
+    let mut rng = Rng::new(if layer { 90 } else { 91 });
     let t =
         |name: &str, dt: DType, shape: &[usize]| Tensor::alloc(b.k.ctx(), name, dt, shape).unwrap();
-    // (m, k, n, big): small and odd; SigLIP's fc2 for two views.
-    for (m, k, n, big) in [(3usize, 64usize, 24usize, false), (512, 4304, 1152, true)] {
+    // (m, k, n, big): small and odd; SigLIP's fc2 for two views, or Gemma's attention output
+    // over 576 prefix rows.
+    let model = if layer {
+        (512, 4304, 1152)
+    } else {
+        (576, 2048, 2048)
+    };
+    for (m, k, n, big) in [
+        (3usize, 64usize, 24usize, false),
+        (model.0, model.1, model.2, true),
+    ] {
         if !size_ok(b, big) {
             continue;
         }
         for dt in [DType::BF16, DType::F32] {
-            let what = format!("[{}] residual LayerNorm {m}x{k}x{n} {dt:?}", b.name);
+            let what = format!("[{}] residual {norm:?} {m}x{k}x{n} {dt:?}", b.name);
             let Deferred { c, ft, ws, product } = deferred(b, &mut rng, (m, k, n), dt);
             let vec = |rng: &mut Rng, len: usize, spread: f32, at: f32| -> Vec<f32> {
                 rng.vec(len, spread)
@@ -1135,8 +1153,17 @@ fn deferred_linear_and_residual_layer_norm_match_the_reference(b: &Backend) {
                     .map(|&v| stored(dt, at + v))
                     .collect()
             };
-            let (before, bias_v) = (vec(&mut rng, m * n, 4.0, 0.0), vec(&mut rng, n, 1.0, 0.0));
-            let (g_v, b_v) = (vec(&mut rng, n, 1.0, 1.0), vec(&mut rng, n, 0.5, 0.0));
+            let before = vec(&mut rng, m * n, 4.0, 0.0);
+            let bias_v = if layer {
+                vec(&mut rng, n, 1.0, 0.0)
+            } else {
+                vec![0.0; n]
+            };
+            let (g_v, b_v) = if layer {
+                (vec(&mut rng, n, 1.0, 1.0), vec(&mut rng, n, 0.5, 0.0))
+            } else {
+                (vec(&mut rng, n, 0.5, 0.0), vec![0.0; n])
+            };
             let up = |name: &str, shape: &[usize], v: &[f32]| {
                 let x = t(name, dt, shape);
                 x.write_f32(b.s, v).unwrap();
@@ -1147,21 +1174,29 @@ fn deferred_linear_and_residual_layer_norm_match_the_reference(b: &Backend) {
                 up("g", &[n], &g_v),
                 up("b", &[n], &b_v),
             );
+            let full = c.reference(m, k, n, dt);
             let mut outs = Vec::new();
             for with_codes in [true, false] {
                 let x = up("x", &[m, n], &before);
                 let out = up("out", &[m, n], &vec![f32::NAN; m * n]);
                 let codes = t("codes", DType::E4M3, &[m, n]);
                 let cs = scalar(b, 0.05);
-                b.k.residual_layer_norm_scaled(
-                    b.s,
-                    &x,
-                    (&ft.out, &ws, &bias),
-                    (&g, &beta),
-                    &out,
-                    1e-6,
-                    with_codes.then_some((&codes, &cs)),
-                )
+                let codes_arg = with_codes.then_some((&codes, &cs));
+                match norm {
+                    ResidualNorm::Layer => b.k.residual_layer_norm_scaled(
+                        b.s,
+                        &x,
+                        (&ft.out, &ws, &bias),
+                        (&g, &beta),
+                        &out,
+                        1e-6,
+                        codes_arg,
+                    ),
+                    ResidualNorm::Rms => {
+                        let y = (&ft.out, &ws);
+                        b.k.residual_rms_norm_scaled(b.s, &x, y, &g, &out, 1e-6, codes_arg)
+                    }
+                }
                 .unwrap();
                 let xn = x.read_f32(b.s).unwrap();
                 let want_x: Vec<f64> = (0..m * n)
@@ -1175,7 +1210,6 @@ fn deferred_linear_and_residual_layer_norm_match_the_reference(b: &Backend) {
                 if let Err(e) = check_elements(&xn, &want_x, tol(dt, 1e-6)) {
                     panic!("{what}: residual: {e}");
                 }
-                let full = c.reference(m, k, n, dt);
                 let want_full: Vec<f64> = (0..m * n)
                     .map(|i| before[i] as f64 + full[i] + bias_v[i % n] as f64)
                     .collect();
@@ -1185,18 +1219,25 @@ fn deferred_linear_and_residual_layer_norm_match_the_reference(b: &Backend) {
                 let got = out.read_f32(b.s).unwrap();
                 let mut want = Vec::with_capacity(m * n);
                 for row in xn.chunks(n) {
-                    let mean = row.iter().map(|&v| v as f64).sum::<f64>() / n as f64;
-                    let var =
-                        row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n as f64;
+                    let row: Vec<f64> = row.iter().map(|&v| v as f64).collect();
+                    let mean = if layer {
+                        row.iter().sum::<f64>() / n as f64
+                    } else {
+                        0.0
+                    };
+                    let var = row.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n as f64;
                     let inv = 1.0 / (var + 1e-6).sqrt();
-                    want.extend(
-                        row.iter()
-                            .enumerate()
-                            .map(|(j, &v)| (v as f64 - mean) * inv * g_v[j] as f64 + b_v[j] as f64),
-                    );
+                    want.extend(row.iter().enumerate().map(|(j, v)| {
+                        let (g, beta) = (g_v[j] as f64, b_v[j] as f64);
+                        if layer {
+                            (v - mean) * inv * g + beta
+                        } else {
+                            v * inv * (1.0 + g)
+                        }
+                    }));
                 }
                 if let Err(e) = check_elements(&got, &want, tol(dt, 1e-5)) {
-                    panic!("{what}: LayerNorm: {e}");
+                    panic!("{what}: norm: {e}");
                 }
                 if with_codes {
                     let want_codes: Vec<u8> = got.iter().map(|v| e4m3_from_f32(v / 0.05)).collect();
@@ -1207,17 +1248,143 @@ fn deferred_linear_and_residual_layer_norm_match_the_reference(b: &Backend) {
             assert_eq!(outs[0], outs[1], "{what}: with and without codes");
         }
     }
-    // A residual of another shape, or scales of another length, are refused.
+    // A residual of another shape or dtype, or scales of another length, are refused.
     let x = t("x", DType::BF16, &[2, 8]);
     let (s7, s8) = (t("s7", DType::F32, &[7]), t("s8", DType::F32, &[8]));
     let v8 = t("v8", DType::BF16, &[8]);
-    let y3 = t("y3", DType::BF16, &[3, 8]);
-    let ln = |y: &Tensor, ys: &Tensor| {
-        b.k.residual_layer_norm_scaled(b.s, &x, (y, ys, &v8), (&v8, &v8), &x.clone(), 1e-6, None)
+    let (y3, y32) = (t("y3", DType::BF16, &[3, 8]), t("y32", DType::F32, &[2, 8]));
+    let run = |y: &Tensor, ys: &Tensor| match norm {
+        ResidualNorm::Layer => b.k.residual_layer_norm_scaled(
+            b.s,
+            &x,
+            (y, ys, &v8),
+            (&v8, &v8),
+            &x.clone(),
+            1e-6,
+            None,
+        ),
+        ResidualNorm::Rms => {
+            b.k.residual_rms_norm_scaled(b.s, &x, (y, ys), &v8, &x.clone(), 1e-6, None)
+        }
     };
-    assert!(ln(&y3, &s8).is_err());
-    assert!(ln(&x, &s7).unwrap_err().to_string().contains("y_scale"));
-    assert!(ln(&x, &s8).is_ok());
+    assert!(run(&y3, &s8).is_err());
+    assert!(run(&y32, &s8).is_err());
+    assert!(run(&x, &s7).unwrap_err().to_string().contains("y_scale"));
+    assert!(run(&x, &s8).is_ok());
+}
+
+/// SigLIP's residual projections in FP8 (attention output, fc2): `residual_layer_norm_scaled`
+/// applies the deferred feature scales and the bias.
+fn deferred_linear_and_residual_layer_norm_match_the_reference(b: &Backend) {
+    deferred_linear_and_residual_norm(b, ResidualNorm::Layer);
+}
+
+/// The language model's residual projections in FP8 (attention output, down):
+/// `residual_rms_norm_scaled` applies the deferred feature scales.
+fn deferred_linear_and_residual_rms_norm_match_the_reference(b: &Backend) {
+    deferred_linear_and_residual_norm(b, ResidualNorm::Rms);
+}
+
+/// The language model's q/k/v in FP8 with its feature scales deferred: `linear_e4m3_deferred`,
+/// then `rope_qkv_scaled` multiplying each value by its feature's scale (rounded to the
+/// outputs' type) before rotating: exactly the bits of `rope_qkv` on those scaled values, and
+/// against the f64 rotation of the per-feature scaled GEMM's output (two roundings apart).
+fn deferred_linear_and_scaled_rope_match_the_reference(b: &Backend) {
+    let mut rng = Rng::new(92);
+    let t =
+        |name: &str, dt: DType, shape: &[usize]| Tensor::alloc(b.k.ctx(), name, dt, shape).unwrap();
+    let bits = |x: &Tensor| bits_of(&x.read_f32(b.s).unwrap());
+    // (m, k, q heads, kv heads, head dim, big): small; Gemma's over 576 prefix rows.
+    for (m, k, hq, hk, d, big) in [
+        (3usize, 64usize, 2usize, 1usize, 8usize, false),
+        (576, 2048, 8, 1, 256, true),
+    ] {
+        if !size_ok(b, big) {
+            continue;
+        }
+        let n = (hq + 2 * hk) * d;
+        let pos_v: Vec<i32> = (0..m).map(|i| (i * 7 % 23) as i32 + 3).collect();
+        let pos = t("pos", DType::I32, &[m]);
+        pos.write_i32(b.s, &pos_v).unwrap();
+        for dt in [DType::BF16, DType::F32] {
+            let what = format!("[{}] scaled RoPE {m}x{k}x{n} {dt:?}", b.name);
+            let Deferred { c, ft, ws, product } = deferred(b, &mut rng, (m, k, n), dt);
+            let outs = || {
+                let o = |name, heads: usize| {
+                    let x = t(name, dt, &[m, heads * d]);
+                    x.write_f32(b.s, &vec![f32::NAN; m * heads * d]).unwrap();
+                    x
+                };
+                [o("q", hq), o("k", hk), o("v", hk)]
+            };
+            let [q, kk, v] = outs();
+            b.k.rope_qkv_scaled(b.s, &ft.out, &ws, &pos, &q, &kk, &v, d, 10_000.0)
+                .unwrap();
+            // The scaled values as a tensor of dt, then rope_qkv: the same bits.
+            let scaled: Vec<f32> = (0..m * n)
+                .map(|i| stored(dt, product[i] * c.w_scale[i % n]))
+                .collect();
+            let qkv = t("qkv", dt, &[m, n]);
+            qkv.write_f32(b.s, &scaled).unwrap();
+            let [q2, k2, v2] = outs();
+            b.k.rope_qkv(b.s, &qkv, &pos, &q2, &k2, &v2, d, 10_000.0)
+                .unwrap();
+            for (name, got, want) in [("q", &q, &q2), ("k", &kk, &k2), ("v", &v, &v2)] {
+                assert_eq!(bits(got), bits(want), "{what}: {name} against rope_qkv");
+            }
+            // Against the f64 rotation of the per-feature scaled GEMM.
+            let full = c.reference(m, k, n, dt);
+            let half = d / 2;
+            let rotated = |first: usize, heads: usize, rotate: bool| -> Vec<f64> {
+                let mut o = vec![0f64; m * heads * d];
+                for (r, &p) in pos_v.iter().enumerate() {
+                    for h in 0..heads {
+                        let src = r * n + (first + h) * d;
+                        let dst = r * heads * d + h * d;
+                        for i in 0..half {
+                            let (x1, x2) = (full[src + i], full[src + half + i]);
+                            let ts = 10_000f64.powf(2.0 * i as f64 / d as f64);
+                            let (sn, cs) = (p as f64 / ts).sin_cos();
+                            let (y1, y2) = if rotate {
+                                (x1 * cs - x2 * sn, x2 * cs + x1 * sn)
+                            } else {
+                                (x1, x2)
+                            };
+                            (o[dst + i], o[dst + half + i]) = (y1, y2);
+                        }
+                    }
+                }
+                o
+            };
+            let tl = tol(dt, 1e-4 * (k as f64).sqrt());
+            for (name, got, want) in [
+                ("q", &q, rotated(0, hq, true)),
+                ("k", &kk, rotated(hq, hk, true)),
+                ("v", &v, rotated(hq + hk, hk, false)),
+            ] {
+                if let Err(e) = check_elements(&got.read_f32(b.s).unwrap(), &want, tl) {
+                    panic!("{what}: {name} against the scaled GEMM's: {e}");
+                }
+            }
+        }
+    }
+    // Scales of another length, or of another dtype, are refused.
+    let (qkv, q, kv) = (
+        t("qkv", DType::BF16, &[2, 32]),
+        t("q", DType::BF16, &[2, 16]),
+        t("kv", DType::BF16, &[2, 8]),
+    );
+    let pos = t("pos", DType::I32, &[2]);
+    let rope = |sc: &Tensor| {
+        b.k.rope_qkv_scaled(b.s, &qkv, sc, &pos, &q, &kv, &kv.clone(), 8, 10_000.0)
+    };
+    let e = rope(&t("s31", DType::F32, &[31])).unwrap_err().to_string();
+    assert!(
+        e.contains("scales") && e.contains("one scale per column"),
+        "{e}"
+    );
+    assert!(rope(&t("s16", DType::BF16, &[32])).is_err());
+    assert!(rope(&t("s32", DType::F32, &[32])).is_ok());
 }
 
 fn bits_of(v: &[f32]) -> Vec<u32> {
@@ -1225,6 +1392,8 @@ fn bits_of(v: &[f32]) -> Vec<u32> {
 }
 
 backend_tests!(
+    deferred_linear_and_residual_rms_norm_match_the_reference,
+    deferred_linear_and_scaled_rope_match_the_reference,
     deferred_linear_and_residual_layer_norm_match_the_reference,
     deferred_linear_and_scaled_gelu_match_the_reference,
     deferred_linear_and_scaled_geglu_match_the_reference,

@@ -16,15 +16,21 @@ enum Affine {
     Modulation(Tensor, Rows),
 }
 
-/// A residual added into `x` before it is normalized: `x ← x + y ⊙ gate`. With `parts`, `y`
+/// A residual added into `x` before it is normalized: `x ← x + y ⊙ by`. With `parts`, `y`
 /// is that many f32 partial sums (`parts.1` elements apart), added in order and rounded to
 /// `x`'s dtype.
 struct Residual {
     y: Tensor,
     ry: Rows,
-    gate: Tensor,
-    rg: Rows,
+    by: Multiplier,
     parts: Option<(usize, usize)>,
+}
+
+/// What a residual's `y` is multiplied by: a gate of `x`'s dtype (one row, or one per row), or
+/// f32 scales, one per column (an FP8 GEMM's deferred feature scales).
+enum Multiplier {
+    Gate(Tensor, Rows),
+    Scales(Tensor),
 }
 
 /// f32 twins of a norm's input and output (see [`Kernels::ada_rms_norm_from`] and
@@ -128,13 +134,16 @@ impl Kernels {
                 }
                 let (mut yp, mut gp, mut sy, mut sg) = (0u64, 0u64, 0u64, 0u64);
                 if let Some(r) = &residual {
-                    (yp, gp, sy, sg) = (
-                        r.y.ptr(),
-                        r.gate.ptr(),
-                        r.ry.stride as u64,
-                        r.rg.stride as u64,
-                    );
+                    (yp, sy) = (r.y.ptr(), r.ry.stride as u64);
+                    if let Multiplier::Gate(g, rg) = &r.by {
+                        (gp, sg) = (g.ptr(), rg.stride as u64);
+                    }
                 }
+                let (gate, y_scale) = match residual.as_ref().map(|r| &r.by) {
+                    Some(Multiplier::Gate(g, _)) => (Some(g), None),
+                    Some(Multiplier::Scales(t)) => (None, Some(t)),
+                    None => (None, None),
+                };
                 let (parts, part_stride) = residual
                     .as_ref()
                     .and_then(|r| r.parts)
@@ -199,7 +208,7 @@ impl Kernels {
                                     .filter(|r| r.parts.is_none())
                                     .map(|r| &r.y),
                             ),
-                            Param::opt(residual.as_ref().map(|r| &r.gate)),
+                            Param::opt(gate),
                             Param::Mem(out, op_),
                             n.into(),
                             sx.into(),
@@ -216,6 +225,7 @@ impl Kernels {
                             Param::opt(partials),
                             parts.into(),
                             part_stride.into(),
+                            Param::opt(y_scale),
                         ],
                     )
                 }
@@ -237,7 +247,7 @@ impl Kernels {
                                     }
                                 }
                                 if let Some(res) = &residual {
-                                    let (yp, gp) = (P::of(&res.y), P::of(&res.gate));
+                                    let yp = P::of(&res.y);
                                     for c in 0..cols {
                                         let i = r * rx.stride + c;
                                         let j = r * res.ry.stride + c;
@@ -250,9 +260,13 @@ impl Kernels {
                                             }
                                             None => yp.ld::<T>(j),
                                         };
-                                        let v =
-                                            xp.ld::<T>(i) + y * gp.ld::<T>(r * res.rg.stride + c);
-                                        xp.st::<T>(i, v);
+                                        let by = match &res.by {
+                                            Multiplier::Gate(g, rg) => {
+                                                P::of(g).ld::<T>(r * rg.stride + c)
+                                            }
+                                            Multiplier::Scales(t) => P::of(t).ld::<f32>(c),
+                                        };
+                                        xp.st::<T>(i, xp.ld::<T>(i) + y * by);
                                     }
                                 }
                                 let ss: f32 = (0..cols)
@@ -298,7 +312,7 @@ impl Kernels {
         out: &Tensor,
         eps: f32,
     ) -> Result<()> {
-        self.rms_impl(s, x, w, out, eps, Wide::default())
+        self.rms_impl(s, x, w, None, out, eps, Wide::default())
     }
 
     /// [`rms_norm`](Self::rms_norm) that also quantizes its output into E4M3 `codes`
@@ -317,14 +331,53 @@ impl Kernels {
             codes: Some((codes.clone(), scale.clone())),
             ..Wide::default()
         };
-        self.rms_impl(s, x, w, out, eps, wide)
+        self.rms_impl(s, x, w, None, out, eps, wide)
     }
 
+    /// The residual of an FP8 GEMM that left its weight's per-feature scales to its reader
+    /// ([`linear_e4m3_deferred`](Self::linear_e4m3_deferred)), then Gemma's RMSNorm after it:
+    /// `x ← x + y·y_scale[c]` in f32, rounded, in place (`y` of `x`'s rows and dtype, `y_scale`
+    /// f32 `[cols]`), then [`rms_norm`](Self::rms_norm) of the stored `x` into `out`, and its
+    /// E4M3 `codes` when given (as [`rms_norm_e4m3`](Self::rms_norm_e4m3)), in one launch: the
+    /// language model's attention output and down projection in FP8.
+    #[allow(clippy::too_many_arguments)]
+    pub fn residual_rms_norm_scaled(
+        &self,
+        s: Stream,
+        x: &Tensor,
+        (y, y_scale): (&Tensor, &Tensor),
+        w: &Tensor,
+        out: &Tensor,
+        eps: f32,
+        codes: Option<(&Tensor, &Tensor)>,
+    ) -> Result<()> {
+        let op = "rms_norm";
+        self.check_ctx(op, &[y, y_scale])?;
+        let rx = rows(op, x)?;
+        y.expect_dtype(op, "y", x.dtype())?;
+        let ry = rows(op, y)?;
+        same_rows(op, rx, ry, "x vs y")?;
+        super::check_column_scales(op, "y_scale", y_scale, rx.cols)?;
+        let residual = Residual {
+            y: y.clone(),
+            ry,
+            by: Multiplier::Scales(y_scale.clone()),
+            parts: None,
+        };
+        let wide = Wide {
+            codes: codes.map(|(c, sc)| (c.clone(), sc.clone())),
+            ..Wide::default()
+        };
+        self.rms_impl(s, x, w, Some(residual), out, eps, wide)
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn rms_impl(
         &self,
         s: Stream,
         x: &Tensor,
         w: &Tensor,
+        residual: Option<Residual>,
         out: &Tensor,
         eps: f32,
         wide: Wide,
@@ -333,7 +386,8 @@ impl Kernels {
         self.check_ctx(op, &[x, w, out])?;
         x.expect_float(op, "x")?;
         Self::check_vector(op, "w", w, x, rows(op, x)?.cols)?;
-        self.rms_common(s, op, x, Affine::OnePlusW(w.clone()), None, out, eps, wide)
+        let affine = Affine::OnePlusW(w.clone());
+        self.rms_common(s, op, x, affine, residual, out, eps, wide)
     }
 
     /// Adaptive RMSNorm (pi05's action expert): `out = norm(x)·(1 + scale) + shift`, where
@@ -540,8 +594,7 @@ impl Kernels {
         let residual = Residual {
             y: y.clone(),
             ry,
-            gate: gate.clone(),
-            rg,
+            by: Multiplier::Gate(gate.clone(), rg),
             parts,
         };
         self.rms_common(

@@ -16,6 +16,8 @@ use frt_exec::Stream;
 enum QkvIn<'a> {
     Rows(&'a Tensor),
     Parts(&'a Tensor),
+    /// Rows, each feature multiplied by its f32 scale and rounded to the outputs' type first.
+    Scaled(&'a Tensor, &'a Tensor),
 }
 
 /// The host's sine and cosine of pair `i` of a head of `dim` at `position`: `position /
@@ -140,6 +142,28 @@ impl Kernels {
         self.rope_qkv_at(s, qkv, positions, None, q, k, v, head_dim, max_wavelength)
     }
 
+    /// [`rope_qkv`](Self::rope_qkv) of the projection of an FP8 GEMM that left its weight's
+    /// per-feature scales to its reader ([`linear_e4m3_deferred`](Self::linear_e4m3_deferred)):
+    /// each value of `qkv` is first multiplied by its feature's scale (`scales` f32, one per
+    /// column of `qkv`) in f32 and rounded to the outputs' type, then rotated or copied as
+    /// `rope_qkv` does: the language model's q/k/v in FP8. No launch of its own for the scales.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rope_qkv_scaled(
+        &self,
+        s: Stream,
+        qkv: &Tensor,
+        scales: &Tensor,
+        positions: &Tensor,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        head_dim: usize,
+        max_wavelength: f32,
+    ) -> Result<()> {
+        let qkv = QkvIn::Scaled(qkv, scales);
+        self.rope_qkv_at(s, qkv, positions, None, q, k, v, head_dim, max_wavelength)
+    }
+
     /// [`rope_qkv`](Self::rope_qkv) at `table`'s positions, head dim and wavelength, the same
     /// bits, with the angles read from the table on CUDA (computed once for many rotations:
     /// [`RopeTable::compute`] since its positions last changed) rather than computed per
@@ -194,13 +218,13 @@ impl Kernels {
     ) -> Result<()> {
         let op = "rope_qkv";
         let (qkv, nparts) = match input {
-            QkvIn::Rows(t) => (t, 1),
+            QkvIn::Rows(t) | QkvIn::Scaled(t, _) => (t, 1),
             QkvIn::Parts(t) => (t, if t.rank() == 3 { t.dim(0) } else { 0 }),
         };
         self.check_ctx(op, &[qkv, positions, q, k, v])?;
         let dt = q.dtype();
         let ri = match input {
-            QkvIn::Rows(qkv) => {
+            QkvIn::Rows(qkv) | QkvIn::Scaled(qkv, _) => {
                 qkv.expect_float(op, "qkv")?;
                 rows(op, qkv)?
             }
@@ -225,8 +249,12 @@ impl Kernels {
         for (t, n) in [(q, "q"), (k, "k"), (v, "v")] {
             t.expect_dtype(op, n, dt)?;
         }
-        if let QkvIn::Rows(qkv) = input {
+        if let QkvIn::Rows(qkv) | QkvIn::Scaled(qkv, _) = input {
             qkv.expect_dtype(op, "qkv", dt)?;
+        }
+        if let QkvIn::Scaled(_, scales) = input {
+            self.check_ctx(op, &[scales])?;
+            super::check_column_scales(op, "scales", scales, ri.cols)?;
         }
         positions.expect_dtype(op, "positions", DType::I32)?;
         positions.expect_contiguous(op)?;
@@ -302,6 +330,10 @@ impl Kernels {
                             op,
                             "parts are taken with a RoPE table only (rope_qkv_table_parts)",
                         )),
+                        (Some(_), QkvIn::Scaled(..)) => Err(Error::shape(
+                            op,
+                            "scales are taken without a RoPE table only (rope_qkv_scaled)",
+                        )),
                         (Some(tb), QkvIn::Rows(_)) => {
                             let tt = tb.table();
                             #[rustfmt::skip]
@@ -310,11 +342,16 @@ impl Kernels {
                                 si.into(), sq.into(), sk.into(), sv.into()];
                             c.launch(s, "rope_qkv_table", Some(dt), grid, (256, 1, 1), 0, &params)
                         }
-                        (None, QkvIn::Rows(_)) => {
+                        (None, QkvIn::Rows(_) | QkvIn::Scaled(..)) => {
+                            let scales = match input {
+                                QkvIn::Scaled(_, sc) => Some(sc),
+                                _ => None,
+                            };
                             #[rustfmt::skip]
                             let params = [qkv_p, Param::Mem(positions, pp), q_p, k_p, v_p,
                                 t.into(), a.into(), b.into(), d.into(),
-                                si.into(), sq.into(), sk.into(), sv.into(), mw.into()];
+                                si.into(), sq.into(), sk.into(), sv.into(), mw.into(),
+                                Param::opt(scales)];
                             c.launch(s, "rope_qkv", Some(dt), grid, (256, 1, 1), 0, &params)
                         }
                     }
@@ -322,6 +359,10 @@ impl Kernels {
             }
             None => {
                 let parts_in = matches!(input, QkvIn::Parts(_));
+                let scales = match input {
+                    QkvIn::Scaled(_, sc) => Some((P::of(sc), sc.clone())),
+                    _ => None,
+                };
                 let (ip, pp) = (P::of(qkv), P::of(positions));
                 let (qp, kp, vp) = (P::of(q), P::of(k), P::of(v));
                 let keep = (
@@ -335,14 +376,17 @@ impl Kernels {
                     let _ = &keep;
                     let half = head_dim / 2;
                     with_float!(dt, T, {
-                        // Element e of the projection: rows of T, or the parts' sum (in part
-                        // order) rounded to T.
+                        // Element e of the projection: rows of T, the parts' sum (in part order)
+                        // rounded to T, or a row's value times its feature's scale rounded to T
+                        // (a row's features are its first `cols` elements: e % stride).
                         // SAFETY: e inside the checked layouts (`part` floats a part).
                         let x = |e: usize| unsafe {
                             if parts_in {
                                 let sum = (1..nparts)
                                     .fold(ip.ld::<f32>(e), |a, p| a + ip.ld::<f32>(p * part + e));
                                 T::from_f32(sum).to_f32()
+                            } else if let Some((sc, _)) = &scales {
+                                T::from_f32(ip.ld::<T>(e) * sc.ld::<f32>(e % ri.stride)).to_f32()
                             } else {
                                 ip.ld::<T>(e)
                             }

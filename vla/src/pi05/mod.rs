@@ -34,6 +34,100 @@ mod pi0;
 mod prefix;
 mod siglip;
 
+/// What the FP8 layers' tests share: the cosine of two vectors, and a tiny f16 model on the
+/// host with one observation (every view) to calibrate FP8 models of its weights on.
+#[cfg(test)]
+mod fp8_fixture {
+    use super::{Observation, Pi05, Pi05Options, ViewImage};
+    use crate::{ModelImage, Pi05Config, Pi05Weights};
+    use frt_exec::{Ctx, Stream};
+    use frt_kernels::DType;
+
+    pub(crate) fn cosine(a: &[f32], b: &[f32]) -> f64 {
+        let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
+        let n = |v: &[f32]| v.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+        dot / (n(a) * n(b))
+    }
+
+    pub(crate) struct Fp8Fixture {
+        pub(crate) ctx: Ctx,
+        pub(crate) s: Stream,
+        pub(crate) c: Pi05Config,
+        /// The 16-bit model (f16: its rounding, and the E4M3 codes it flips downstream, stay
+        /// small).
+        pub(crate) base: Pi05,
+        w: Pi05Weights,
+        images: Vec<ModelImage>,
+        noise: Vec<f32>,
+    }
+
+    impl Fp8Fixture {
+        pub(crate) fn new() -> Fp8Fixture {
+            let ctx = Ctx::host().unwrap();
+            let s = ctx.stream(0).unwrap();
+            let c = Pi05Config::tiny();
+            let w = Pi05Weights::random(&c, 5);
+            let base = Pi05::build(&ctx, s, &w, &Pi05Options::new(DType::F16)).unwrap();
+            let px = c.siglip.image_size * c.siglip.image_size * 3;
+            let image = |seed: usize| {
+                let v: Vec<f32> = (0..px)
+                    .map(|i| ((i * 37 + seed * 101) % 255) as f32 / 127.5 - 1.0)
+                    .collect();
+                ModelImage::new(v).unwrap()
+            };
+            let images = (0..c.views).map(image).collect();
+            let noise = vec![0.5f32; c.action_horizon * c.action_dim];
+            Fp8Fixture {
+                ctx,
+                s,
+                c,
+                base,
+                w,
+                images,
+                noise,
+            }
+        }
+
+        /// `f` of the observation.
+        pub(crate) fn with_obs<R>(&self, f: impl FnOnce(&Observation) -> R) -> R {
+            let views: Vec<Option<ViewImage>> = self
+                .images
+                .iter()
+                .map(|i| Some(ViewImage::Pixels(i)))
+                .collect();
+            f(&Observation {
+                state: &[],
+                images: &views,
+                tokens: &[2, 17, 99, 301, 5],
+                noise: &self.noise,
+            })
+        }
+
+        /// An f16 model of the weights in FP8 (calibrated on the observation at `percentile`,
+        /// `options` set as `set` leaves them), its inputs set to the observation; the 16-bit
+        /// model's inputs too.
+        pub(crate) fn fp8_model(
+            &self,
+            percentile: f64,
+            set: impl FnOnce(&mut Pi05Options),
+        ) -> Pi05 {
+            let cal =
+                self.with_obs(|obs| self.base.calibrate(std::slice::from_ref(obs), percentile));
+            let mut o = Pi05Options::new(DType::F16);
+            o.fp8 = Some(cal.unwrap());
+            set(&mut o);
+            let m = Pi05::build(&self.ctx, self.s, &self.w, &o).unwrap();
+            self.with_obs(|obs| {
+                m.set_inputs(obs).unwrap();
+                self.base.set_inputs(obs).unwrap();
+            });
+            m
+        }
+    }
+}
+#[cfg(test)]
+use fp8_fixture::{Fp8Fixture, cosine};
+
 use crate::config::{Pi05Config, Variant};
 use crate::error::{Error, Result};
 use crate::inputs::ModelImage;
@@ -594,6 +688,15 @@ impl Pi05 {
             )?),
             _ => None,
         };
+        let product = match prefix_fp8 {
+            Some(_) => Some(Tensor::alloc(
+                ctx,
+                "prefix.product",
+                dt,
+                &[p_len, lg.width],
+            )?),
+            None => None,
+        };
         let prefix_parts = PrefixParts {
             layers: ll.clone(),
             embed,
@@ -613,6 +716,7 @@ impl Pi05 {
             kv_heads: kvh,
             head_dim: hd,
             fp8: prefix_fp8,
+            product,
         };
         let prefix = Graph::new(
             ctx,

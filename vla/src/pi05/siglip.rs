@@ -540,8 +540,7 @@ impl Vision {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pi05::{Observation, Pi05, Pi05Options, Stage, StageOutput, ViewImage};
-    use crate::{ModelImage, Pi05Config, Pi05Weights};
+    use crate::pi05::{Fp8Fixture, Stage, StageOutput, cosine};
 
     impl Vision {
         /// SigLIP's FP8 layers with every GEMM applying its weight's feature scales and bias
@@ -598,12 +597,6 @@ mod tests {
         }
     }
 
-    fn cosine(a: &[f32], b: &[f32]) -> f64 {
-        let dot: f64 = a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum();
-        let n = |v: &[f32]| v.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
-        dot / (n(a) * n(b))
-    }
-
     /// SigLIP's FP8 layers, whose attention output, fc1 and fc2 leave their feature scales and
     /// biases to the ops that read them, compute what the GEMMs applying both themselves
     /// compute, within the rounding of the deferred products (tiny f16 model, host backend;
@@ -612,45 +605,17 @@ mod tests {
     /// or one left out, shows.
     #[test]
     fn fp8_layers_with_deferred_scales_match_the_per_feature_gemms() {
-        let ctx = frt_exec::Ctx::host().unwrap();
-        let s = ctx.stream(0).unwrap();
-        let c = Pi05Config::tiny();
-        let w = Pi05Weights::random(&c, 5);
-        let dt = DType::F16;
-        let base = Pi05::build(&ctx, s, &w, &Pi05Options::new(dt)).unwrap();
-        let px = c.siglip.image_size * c.siglip.image_size * 3;
-        let image = |seed: usize| {
-            let v: Vec<f32> = (0..px)
-                .map(|i| ((i * 37 + seed * 101) % 255) as f32 / 127.5 - 1.0)
-                .collect();
-            ModelImage::new(v).unwrap()
-        };
-        let images: Vec<ModelImage> = (0..c.views).map(image).collect();
-        let views: Vec<Option<ViewImage>> =
-            images.iter().map(|i| Some(ViewImage::Pixels(i))).collect();
-        let noise = vec![0.5f32; c.action_horizon * c.action_dim];
-        let obs = Observation {
-            state: &[],
-            images: &views,
-            tokens: &[2, 17, 99, 301, 5],
-            noise: &noise,
-        };
-        let cal = base.calibrate(std::slice::from_ref(&obs), 99.9).unwrap();
-        let mut o = Pi05Options::new(dt);
-        o.fp8 = Some(cal);
-        o.fp8_vision = true;
-        let m = Pi05::build(&ctx, s, &w, &o).unwrap();
+        let f = Fp8Fixture::new();
+        let m = f.fp8_model(99.9, |o| o.fp8_vision = true);
         assert!(m.fp8_vision());
-        m.set_inputs(&obs).unwrap();
         m.replay(Stage::Vision).unwrap();
         let got = m.read_stage_output(StageOutput::Vision).unwrap();
         m.vision_model
-            .record_fp8_per_feature(&m.k, s, m.encoded())
+            .record_fp8_per_feature(&m.k, f.s, m.encoded())
             .unwrap();
         let want = m.read_stage_output(StageOutput::Vision).unwrap();
-        base.set_inputs(&obs).unwrap();
-        base.replay(Stage::Vision).unwrap();
-        let v16 = base.read_stage_output(StageOutput::Vision).unwrap();
+        f.base.replay(Stage::Vision).unwrap();
+        let v16 = f.base.read_stage_output(StageOutput::Vision).unwrap();
         let (cos, cos16) = (cosine(&got, &want), cosine(&got, &v16));
         eprintln!("deferred against per-feature: cosine {cos:.8}; against 16 bits {cos16:.8}");
         // Seen: 1 − cos 2.4e-4 against 2.6e-3 to the 16-bit output; with fc1's bias left out
