@@ -52,7 +52,8 @@ __device__ __forceinline__ float binary_f32(int op, float x, float y, float alph
 // (E4M3, rows × cols, contiguous): also e4m3(stored out / code_scale[0]), the codes
 // quantize_e4m3 of out gives, in the same launch. With `a_scale` or `b_scale` (f32, one per
 // column; either may be null): a or b is first multiplied by its column's scale, in f32 (the
-// per-feature weight scales an FP8 GEMM left to its consumer).
+// per-feature weight scales an FP8 GEMM left to its consumer). `out` may be null when codes are
+// given: the codes are then all that is written (of the values out would have stored).
 template <typename T>
 __device__ void binary(const T* a, const T* b, T* out, unsigned rows, unsigned cols, unsigned long long sa,
                        unsigned long long sb, unsigned long long so, int op, float alpha, int vec8,
@@ -74,7 +75,7 @@ __device__ void binary(const T* a, const T* b, T* out, unsigned rows, unsigned c
             if (b_scale)
                 for (int k = 0; k < 8; ++k) y[k] *= b_scale[c + k];
             for (int k = 0; k < 8; ++k) x[k] = binary_f32(op, x[k], y[k], alpha);
-            store8(out + r * so + c, x);
+            if (out) store8(out + r * so + c, x);
             if (codes)
                 for (int k = 0; k < 8; ++k)
                     codes[r * cols + c + k] = e4m3_from_f32(to_f32(from_f32<T>(x[k])) / cs);
@@ -87,7 +88,7 @@ __device__ void binary(const T* a, const T* b, T* out, unsigned rows, unsigned c
         const float x = to_f32(a[r * sa + c]) * (a_scale ? a_scale[c] : 1.f);
         const float y = to_f32(b[r * sb + c]) * (b_scale ? b_scale[c] : 1.f);
         const T v = from_f32<T>(binary_f32(op, x, y, alpha));
-        out[r * so + c] = v;
+        if (out) out[r * so + c] = v;
         if (codes) codes[i] = e4m3_from_f32(to_f32(v) / cs);
     }
 }

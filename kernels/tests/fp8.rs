@@ -979,8 +979,18 @@ fn deferred_linear_and_scaled_geglu_match_the_reference(b: &Backend) {
                 ft.out.narrow(1, 0, f).unwrap(),
                 ft.out.narrow(1, f, f).unwrap(),
             );
-            b.k.geglu_scaled_e4m3(b.s, (&gate, &up), (&sg, &su), &h, (&codes, &h_scale))
+            b.k.geglu_scaled_e4m3(b.s, (&gate, &up), (&sg, &su), Some(&h), (&codes, &h_scale))
                 .unwrap();
+            // Without an output: the same codes, nothing else written.
+            let codes_only = t("codes_only", DType::E4M3, &[m, f]);
+            b.k.geglu_scaled_e4m3(b.s, (&gate, &up), (&sg, &su), None, (&codes_only, &h_scale))
+                .unwrap();
+            let want_codes = codes.read_bytes(b.s).unwrap();
+            assert_eq!(
+                codes_only.read_bytes(b.s).unwrap(),
+                want_codes,
+                "{what}: codes only"
+            );
             let got = h.read_f32(b.s).unwrap();
             let want_h: Vec<f64> = (0..m * f)
                 .map(|i| {
@@ -993,8 +1003,8 @@ fn deferred_linear_and_scaled_geglu_match_the_reference(b: &Backend) {
             if let Err(e) = check_elements(&got, &want_h, tol(dt, 1e-5)) {
                 panic!("{what}: geglu_scaled_e4m3: {e}");
             }
-            let want_codes: Vec<u8> = got.iter().map(|v| e4m3_from_f32(v / 0.02)).collect();
-            assert_eq!(codes.read_bytes(b.s).unwrap(), want_codes, "{what}: codes");
+            let from_h: Vec<u8> = got.iter().map(|v| e4m3_from_f32(v / 0.02)).collect();
+            assert_eq!(want_codes, from_h, "{what}: codes");
             // Against the GEGLU of the per-feature-scaled GEMM (two roundings apart in dt).
             let full: Vec<f64> = c.reference(m, k, n, dt);
             let want_full: Vec<f64> = (0..m * f)
@@ -1013,9 +1023,15 @@ fn deferred_linear_and_scaled_geglu_match_the_reference(b: &Backend) {
     let (s7, s8) = (t("s7", DType::F32, &[7]), t("s8", DType::F32, &[8]));
     let codes = t("c", DType::E4M3, &[2, 8]);
     let e =
-        b.k.geglu_scaled_e4m3(b.s, (&x, &x), (&s8, &s7), &x, (&codes, &scalar(b, 1.0)))
-            .unwrap_err()
-            .to_string();
+        b.k.geglu_scaled_e4m3(
+            b.s,
+            (&x, &x),
+            (&s8, &s7),
+            Some(&x),
+            (&codes, &scalar(b, 1.0)),
+        )
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("b_scale") && e.contains("one scale per column"),
         "{e}"
@@ -1069,8 +1085,26 @@ fn deferred_linear_and_scaled_gelu_match_the_reference(b: &Backend) {
             h.write_f32(b.s, &vec![f32::NAN; m * n]).unwrap();
             let codes = t("codes", DType::E4M3, &[m, n]);
             let h_scale = scalar(b, 0.01);
-            b.k.gelu_tanh_scaled_e4m3(b.s, &ft.out, (&ws, &bias), &h, (&codes, &h_scale))
+            // Codes only first (in place, as SigLIP runs it), then with the output: the same
+            // codes, and nothing else written in place.
+            let x = t("x", dt, &[m, n]);
+            x.write_f32(b.s, &product).unwrap();
+            let codes_only = t("codes_only", DType::E4M3, &[m, n]);
+            b.k.gelu_tanh_scaled_e4m3(b.s, &x, (&ws, &bias), None, (&codes_only, &h_scale))
                 .unwrap();
+            assert_eq!(
+                bits_of(&x.read_f32(b.s).unwrap()),
+                bits_of(&product),
+                "{what}: in place"
+            );
+            b.k.gelu_tanh_scaled_e4m3(b.s, &ft.out, (&ws, &bias), Some(&h), (&codes, &h_scale))
+                .unwrap();
+            let codes_v = codes.read_bytes(b.s).unwrap();
+            assert_eq!(
+                codes_only.read_bytes(b.s).unwrap(),
+                codes_v,
+                "{what}: codes only"
+            );
             let got = h.read_f32(b.s).unwrap();
             let want: Vec<f64> = (0..m * n)
                 .map(|i| {
@@ -1082,7 +1116,7 @@ fn deferred_linear_and_scaled_gelu_match_the_reference(b: &Backend) {
                 panic!("{what}: gelu_tanh_scaled_e4m3: {e}");
             }
             let want_codes: Vec<u8> = got.iter().map(|v| e4m3_from_f32(v / 0.01)).collect();
-            assert_eq!(codes.read_bytes(b.s).unwrap(), want_codes, "{what}: codes");
+            assert_eq!(codes_v, want_codes, "{what}: codes");
             let full = c.reference(m, k, n, dt);
             let want_full: Vec<f64> = (0..m * n)
                 .map(|i| gelu_tanh(full[i] + bias_v[i % n] as f64))
@@ -1099,14 +1133,14 @@ fn deferred_linear_and_scaled_gelu_match_the_reference(b: &Backend) {
     let codes = t("c", DType::E4M3, &[2, 8]);
     let one = scalar(b, 1.0);
     let e =
-        b.k.gelu_tanh_scaled_e4m3(b.s, &x, (&s7, &b8), &x, (&codes, &one));
+        b.k.gelu_tanh_scaled_e4m3(b.s, &x, (&s7, &b8), Some(&x), (&codes, &one));
     assert!(e.unwrap_err().to_string().contains("a_scale"));
     assert!(
-        b.k.gelu_tanh_scaled_e4m3(b.s, &x, (&s8, &b7), &x, (&codes, &one))
+        b.k.gelu_tanh_scaled_e4m3(b.s, &x, (&s8, &b7), Some(&x), (&codes, &one))
             .is_err()
     );
     assert!(
-        b.k.gelu_tanh_scaled_e4m3(b.s, &x, (&s8, &b8), &x, (&codes, &one))
+        b.k.gelu_tanh_scaled_e4m3(b.s, &x, (&s8, &b8), Some(&x), (&codes, &one))
             .is_ok()
     );
 }

@@ -4,7 +4,7 @@
 
 use super::{P, broadcast_rows, gelu_tanh, grid_1d, rows, same_rows, vec8};
 use crate::cuda::Param;
-use crate::dtype::with_float;
+use crate::dtype::{Float, with_float};
 use crate::error::{Error, Result};
 use crate::fp8::e4m3_from_f32;
 use crate::{DType, Kernels, Tensor};
@@ -142,18 +142,27 @@ impl Kernels {
         alpha: f32,
         a: &Tensor,
         b: &Tensor,
-        out: &Tensor,
+        out: Option<&Tensor>,
         codes: Option<(&Tensor, &Tensor)>,
         (a_scale, b_scale): (Option<&Tensor>, Option<&Tensor>),
     ) -> Result<()> {
-        self.check_ctx(op, &[a, b, out])?;
+        self.check_ctx(op, &[a, b])?;
         a.expect_float(op, "a")?;
         b.expect_dtype(op, "b", a.dtype())?;
-        out.expect_dtype(op, "out", a.dtype())?;
         let ra = rows(op, a)?;
         let rb = broadcast_rows(op, ra, b)?;
-        let ro = rows(op, out)?;
-        same_rows(op, ra, ro, "a vs out")?;
+        // Without `out` the codes are all that is written (of the values `out` would hold).
+        let ro = match out {
+            Some(out) => {
+                self.check_ctx(op, &[out])?;
+                out.expect_dtype(op, "out", a.dtype())?;
+                let ro = rows(op, out)?;
+                same_rows(op, ra, ro, "a vs out")?;
+                ro
+            }
+            None if codes.is_some() => super::Rows { stride: 0, ..ra },
+            None => return Err(Error::shape(op, "neither an output nor codes")),
+        };
         if let Some(c) = codes {
             super::check_codes(self, op, c, ro)?;
         }
@@ -165,7 +174,7 @@ impl Kernels {
         let dt = a.dtype();
         match &self.cuda {
             Some(c) => {
-                let (ap, bp, op_) = (a.ptr(), b.ptr(), out.ptr());
+                let (ap, bp, op_) = (a.ptr(), b.ptr(), out.map_or(0, |o| o.ptr()));
                 let (r, cols) = (ra.rows as u32, ra.cols as u32);
                 let (sa, sb, so) = (ra.stride as u64, rb.stride as u64, ro.stride as u64);
                 let (code, al) = (kind as i32, alpha);
@@ -183,7 +192,7 @@ impl Kernels {
                         &[
                             Param::Mem(a, ap),
                             Param::Mem(b, bp),
-                            Param::Mem(out, op_),
+                            Param::opt(out),
                             r.into(),
                             cols.into(),
                             sa.into(),
@@ -201,12 +210,8 @@ impl Kernels {
                 }
             }
             None => {
-                let (ap, bp, op_, keep) = (
-                    P::of(a),
-                    P::of(b),
-                    P::of(out),
-                    (a.clone(), b.clone(), out.clone()),
-                );
+                let (ap, bp, keep) = (P::of(a), P::of(b), (a.clone(), b.clone()));
+                let op_ = out.map(|o| (P::of(o), o.clone()));
                 let cp = codes.map(|(c, sc)| (P::of(c), P::of(sc), (c.clone(), sc.clone())));
                 let scp = [a_scale, b_scale].map(|t| t.map(|t| (P::of(t), t.clone())));
                 self.host(s, move || {
@@ -230,9 +235,11 @@ impl Kernels {
                                         bp.ld::<T>(r * rb.stride + c) * fb,
                                         alpha,
                                     );
-                                    op_.st::<T>(r * ro.stride + c, v);
+                                    if let Some((o, _)) = &op_ {
+                                        o.st::<T>(r * ro.stride + c, v);
+                                    }
                                     if let Some((codes, scale, _)) = &cp {
-                                        let stored: f32 = op_.ld::<T>(r * ro.stride + c);
+                                        let stored = T::from_f32(v).to_f32();
                                         *((codes.0 + r * ra.cols + c) as *mut u8) =
                                             e4m3_from_f32(stored / scale.ld::<f32>(0));
                                     }
@@ -288,7 +295,7 @@ impl Kernels {
             1.0,
             a,
             b,
-            out,
+            Some(out),
             None,
             (None, None),
         )
@@ -296,7 +303,17 @@ impl Kernels {
 
     /// `out = a·b` elementwise (`b` may be one broadcast row).
     pub fn mul(&self, s: Stream, a: &Tensor, b: &Tensor, out: &Tensor) -> Result<()> {
-        self.binary(s, "mul", Binary::Mul, 1.0, a, b, out, None, (None, None))
+        self.binary(
+            s,
+            "mul",
+            Binary::Mul,
+            1.0,
+            a,
+            b,
+            Some(out),
+            None,
+            (None, None),
+        )
     }
 
     /// `out = gelu_tanh(gate)·up` (Gemma's MLP). Rows may be strided (halves of one GEMM
@@ -309,7 +326,7 @@ impl Kernels {
             1.0,
             gate,
             up,
-            out,
+            Some(out),
             None,
             (None, None),
         )
@@ -333,7 +350,7 @@ impl Kernels {
             1.0,
             gate,
             up,
-            out,
+            Some(out),
             Some(codes),
             (None, None),
         )
@@ -343,13 +360,14 @@ impl Kernels {
     /// weight scales their FP8 GEMM left out ([`linear_e4m3_deferred`](Self::linear_e4m3_deferred)):
     /// `out = gelu_tanh(gate·gate_scale[c])·(up·up_scale[c])`, the products in f32 (`scales`:
     /// f32, one per column of `gate` and of `up`, contiguous), `out` rounded to its dtype and
-    /// quantized into `codes` as `geglu_e4m3` does.
+    /// quantized into `codes` as `geglu_e4m3` does. Without `out` only the codes are written
+    /// (an FP8 down projection reads nothing else).
     pub fn geglu_scaled_e4m3(
         &self,
         s: Stream,
         (gate, up): (&Tensor, &Tensor),
         scales: (&Tensor, &Tensor),
-        out: &Tensor,
+        out: Option<&Tensor>,
         codes: (&Tensor, &Tensor),
     ) -> Result<()> {
         let op = "geglu_scaled_e4m3";
@@ -371,13 +389,13 @@ impl Kernels {
     /// `out = gelu_tanh(x·scales[f] + bias[f])` (`x` `[rows, F]`, `scales` f32 `[F]`, `bias` `[F]`
     /// of `x`'s dtype), in f32 and rounded once, and its E4M3 `codes` with the scale `scale[0]`
     /// (the next GEMM's input, as [`gelu_tanh_e4m3`](Self::gelu_tanh_e4m3) writes them): SigLIP's
-    /// fc1 activation in FP8.
+    /// fc1 activation in FP8. Without `out` only the codes are written.
     pub fn gelu_tanh_scaled_e4m3(
         &self,
         s: Stream,
         x: &Tensor,
         (scales, bias): (&Tensor, &Tensor),
-        out: &Tensor,
+        out: Option<&Tensor>,
         codes: (&Tensor, &Tensor),
     ) -> Result<()> {
         let op = "gelu_tanh_scaled_e4m3";
@@ -404,7 +422,7 @@ impl Kernels {
             dt,
             x,
             v,
-            x,
+            Some(x),
             None,
             (None, None),
         )

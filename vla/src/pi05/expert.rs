@@ -558,7 +558,7 @@ impl Expert {
                         f.stack.linear_quantized(cs, (j, 2), lin, s_len, gu)?;
                         // The GEGLU applies the weight's feature scales (the GEMM left them
                         // out) and writes the down projection's codes too.
-                        f.stack.geglu(k, cs, (j, s_len), gu, &self.sh)?;
+                        f.stack.geglu(k, cs, (j, s_len), gu)?;
                     }
                 },
                 None => {

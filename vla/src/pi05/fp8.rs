@@ -157,24 +157,24 @@ impl Fp8Stack {
     }
 
     /// Layer `i`'s GEGLU after its gate+up GEMM of a [`plan_deferred`](Self::plan_deferred)
-    /// plan: `gate_up` (`[rows, 2F]`) scaled by the weight's feature scales, into `h` and the
-    /// down projection's codes (`Kernels::geglu_scaled_e4m3`).
+    /// plan: `gate_up` (`[rows, 2F]`) scaled by the weight's feature scales, into the down
+    /// projection's codes only (`Kernels::geglu_scaled_e4m3`: the down GEMM reads nothing
+    /// else).
     pub(crate) fn geglu(
         &self,
         k: &Kernels,
         cs: Stream,
         (i, rows): (usize, usize),
         gate_up: &Tensor,
-        h: &Tensor,
     ) -> Result<()> {
-        let f = h.dim(1);
+        let f = gate_up.dim(1) / 2;
         let ws = self.feature_scales(i, 2);
         let (c, sc) = self.codes_for(i, 3, rows)?;
         k.geglu_scaled_e4m3(
             cs,
             (&gate_up.narrow(1, 0, f)?, &gate_up.narrow(1, f, f)?),
             (&ws.narrow(0, 0, f)?, &ws.narrow(0, f, f)?),
-            h,
+            None,
             (&c, &sc),
         )?;
         Ok(())

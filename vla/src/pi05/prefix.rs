@@ -310,7 +310,7 @@ impl PrefixParts {
             let (gate, up) = (gu.narrow(1, 0, mw)?, gu.narrow(1, mw, mw)?);
             match fp8 {
                 // The gate+up GEMM left the weight's feature scales to the GEGLU.
-                Some((f, ..)) => f.geglu(k, cs, (i, rows), gu, h)?,
+                Some((f, ..)) => f.geglu(k, cs, (i, rows), gu)?,
                 None => k.geglu(cs, &gate, &up, h)?,
             }
             see(i, 3, h)?;
@@ -341,7 +341,7 @@ mod tests {
             let p = self.plan(k, image_rows, prompt_rows)?;
             let f = self.fp8.as_ref().expect("built with FP8");
             let rows = p.rows;
-            let [x, ln, q, qkv, attn, gu, h] = &p.views;
+            let [x, ln, q, qkv, attn, gu, _] = &p.views;
             let lin = [
                 f.plan(k, 0, rows, qkv, false)?,
                 f.plan(k, 1, rows, x, true)?,
@@ -366,7 +366,7 @@ mod tests {
                 f.linear(k, cs, (i, 1), &lin[1], attn, x)?;
                 norm(i, 2, l.ln2.as_ref().expect("norms"))?;
                 f.linear_quantized(cs, (i, 2), &lin[2], rows, gu)?;
-                f.geglu(k, cs, (i, rows), gu, h)?;
+                f.geglu(k, cs, (i, rows), gu)?;
                 f.linear_quantized(cs, (i, 3), &lin[3], rows, x)?;
             }
             Ok(())

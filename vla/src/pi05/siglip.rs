@@ -416,7 +416,7 @@ impl Vision {
         k.residual_layer_norm_scaled(cs, &a.x, y, ln2, &a.ln, eps, Some((&c, &s0)))?;
         gemm(2, &c, &sc, &fl.fc1, &a.h, None)?;
         let (c, sc, s0) = input(3, &f.h)?;
-        k.gelu_tanh_scaled_e4m3(cs, &a.h, (&fl.fc1.scales, &l.fc1.b), &a.h, (&c, &s0))?;
+        k.gelu_tanh_scaled_e4m3(cs, &a.h, (&fl.fc1.scales, &l.fc1.b), None, (&c, &s0))?;
         gemm(3, &c, &sc, &fl.fc2, &product, None)?;
         Ok(())
     }
