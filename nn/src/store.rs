@@ -583,6 +583,11 @@ impl<'a> View<'a> {
         &self.name
     }
 
+    /// The tensor's stored size, in bytes (what an upload of it reads: [`bytes_read`]).
+    pub fn stored_len(&self) -> usize {
+        self.bytes.len()
+    }
+
     pub fn shape(&self) -> &'a [usize] {
         self.shape
     }

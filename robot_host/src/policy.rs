@@ -284,8 +284,8 @@ pub fn source_name(cfg: &Config) -> String {
     }
 }
 
-/// The checkpoint's weights (checked against the configuration), or generated ones.
-/// Logs how much of the checkpoint the build has uploaded, every 3 s until `done`.
+/// Logs how much of the `total` bytes the build reads of the checkpoint it has read, every 3 s
+/// until `done`.
 fn upload_progress(done: &std::sync::atomic::AtomicBool, before: u64, total: u64) {
     let every = std::time::Duration::from_secs(3);
     let mut next = std::time::Instant::now() + every;
@@ -295,7 +295,7 @@ fn upload_progress(done: &std::sync::atomic::AtomicBool, before: u64, total: u64
             next += every;
             let read = frt_vla::checkpoint_bytes_read().saturating_sub(before);
             tracing::info!(
-                "building: {} of {} MB of weights uploaded ({:.0} %); then GEMM tuning and \
+                "building: {} of {} MB of weights read ({:.0} %); then GEMM tuning and \
                  graph captures",
                 read / 1_000_000,
                 total / 1_000_000,
@@ -305,6 +305,7 @@ fn upload_progress(done: &std::sync::atomic::AtomicBool, before: u64, total: u64
     }
 }
 
+/// The checkpoint's weights (checked against the configuration), or generated ones.
 fn load_weights(cfg: &Config, mc: &Pi05Config) -> Result<Pi05Weights> {
     Ok(match &cfg.model.source() {
         ModelSource::Checkpoint(dir) => Pi05Weights::load(dir, mc)?,
@@ -386,41 +387,38 @@ impl Policy {
             (Some(path), Precision::Fp8) => Some(frt_vla::calibration::Calibration::read(path)?),
             _ => None,
         };
+        let options = Pi05Options {
+            dtype,
+            prompt_mode: cfg.model.prompt_mode,
+            inpaint_prefix: cfg.execution.inpaint_prefix,
+            kernels: cfg.kernels,
+            compact_views: true,
+            run_variants_once: true,
+            fp8: fp8_expert,
+            fp8_prefix: cfg.model.fp8_prefix.unwrap_or(true),
+            fp8_vision: cfg.model.fp8_vision.unwrap_or(true),
+            // A node records calibrations on a 16-bit model (`calibrate`), so its FP8 stacks
+            // load only their FP8 weights.
+            fp8_keep_16bit: false,
+        };
         // Pi0.5 and Pi0 are one model type; `mc.variant` (from `model.kind`) picks. While it
-        // builds, the uploads' progress is logged every few seconds.
-        let total = weights.stored_bytes();
+        // builds, the reads' progress is logged every few seconds, against what this build
+        // reads (with SigLIP in FP8 its projections twice).
+        let total = weights.bytes_a_build_reads(&options);
         let read_before = frt_vla::checkpoint_bytes_read();
         let built = std::sync::atomic::AtomicBool::new(false);
         let model: Box<dyn frt_vla::Policy> = std::thread::scope(|sc| {
             sc.spawn(|| upload_progress(&built, read_before, total));
             let r = match cfg.model.kind {
-                ModelKind::Pi05 | ModelKind::Pi0 => Pi05::build(
-                    &ctx,
-                    s,
-                    &weights,
-                    &Pi05Options {
-                        dtype,
-                        prompt_mode: cfg.model.prompt_mode,
-                        inpaint_prefix: cfg.execution.inpaint_prefix,
-                        kernels: cfg.kernels,
-                        compact_views: true,
-                        run_variants_once: true,
-                        fp8: fp8_expert,
-                        fp8_prefix: cfg.model.fp8_prefix.unwrap_or(true),
-                        fp8_vision: cfg.model.fp8_vision.unwrap_or(true),
-                        // A node records calibrations on a 16-bit model (`calibrate`), so
-                        // its FP8 stacks load only their FP8 weights.
-                        fp8_keep_16bit: false,
-                    },
-                ),
+                ModelKind::Pi05 | ModelKind::Pi0 => Pi05::build(&ctx, s, &weights, &options),
             };
             built.store(true, std::sync::atomic::Ordering::SeqCst);
             r.map(|m| Box::new(m) as Box<dyn frt_vla::Policy>)
         })?;
         let mb = |b: u64| format!("{:.1}", b as f64 / 1e6);
         tracing::info!(
-            uploaded_mb = mb(frt_vla::checkpoint_bytes_read() - read_before),
-            checkpoint_mb = mb(total),
+            read_mb = mb(frt_vla::checkpoint_bytes_read() - read_before),
+            checkpoint_mb = mb(weights.stored_bytes()),
             "weights uploaded"
         );
         drop(weights);

@@ -483,6 +483,25 @@ impl Pi05Weights {
         self.store.stored_bytes()
     }
 
+    /// The bytes a [`Pi05::build`](crate::Pi05::build) with `options` reads of the stored
+    /// tensors: each once but the language model's final norm (the prefix's output, which it
+    /// would normalize, is read by nothing), and with SigLIP in FP8 its projections' weights
+    /// twice (it keeps their 16-bit copies beside the E4M3 codes quantized from the stored
+    /// values). What a build's progress counts up to ([`frt_nn::bytes_read`]).
+    pub fn bytes_a_build_reads(&self, options: &crate::Pi05Options) -> u64 {
+        let stored = |name: &str| self.get(name).map_or(0, |v| v.stored_len() as u64);
+        let mut total = self.stored_bytes() - stored(&format!("{LLM}.norm.weight"));
+        if options.fp8.is_some() && options.fp8_vision {
+            let n = &frt_nn::blocks::encoder::EncoderNames::SIGLIP;
+            for i in 0..self.config.siglip.depth {
+                for proj in [n.q, n.k, n.v, n.out, n.fc1, n.fc2] {
+                    total += stored(&format!("{VISION}.encoder.layers.{i}.{proj}.weight"));
+                }
+            }
+        }
+        total
+    }
+
     /// Deterministic random weights for any configuration (tests, benchmarks; see
     /// [`random_tensors`]), held in memory in f32.
     pub fn random(config: &Pi05Config, seed: u64) -> Pi05Weights {
