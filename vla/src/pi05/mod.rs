@@ -675,27 +675,21 @@ impl Pi05 {
         let pgu = Tensor::alloc(ctx, "prefix.gate_up", dt, &[p_len, 2 * lg.mlp])?;
         let ph = Tensor::alloc(ctx, "prefix.mlp", dt, &[p_len, lg.mlp])?;
         let prefix_fp8 = match (&options.fp8, options.fp8_prefix, c.variant) {
-            (Some(cal), true, Variant::Pi05) => Some(fp8::Fp8Stack::load(
-                &k,
-                s,
-                w,
-                ("prefix", LLM),
-                &dims(lg),
-                lg.depth,
-                2,
-                p_len,
-                cal,
-            )?),
+            (Some(cal), true, Variant::Pi05) => Some(prefix::PrefixFp8 {
+                stack: fp8::Fp8Stack::load(
+                    &k,
+                    s,
+                    w,
+                    ("prefix", LLM),
+                    &dims(lg),
+                    lg.depth,
+                    2,
+                    p_len,
+                    cal,
+                )?,
+                product: Tensor::alloc(ctx, "prefix.product", dt, &[p_len, lg.width])?,
+            }),
             _ => None,
-        };
-        let product = match prefix_fp8 {
-            Some(_) => Some(Tensor::alloc(
-                ctx,
-                "prefix.product",
-                dt,
-                &[p_len, lg.width],
-            )?),
-            None => None,
         };
         let prefix_parts = PrefixParts {
             layers: ll.clone(),
@@ -716,7 +710,6 @@ impl Pi05 {
             kv_heads: kvh,
             head_dim: hd,
             fp8: prefix_fp8,
-            product,
         };
         let prefix = Graph::new(
             ctx,
@@ -1365,7 +1358,7 @@ impl Pi05 {
             }
         }
         if let Some(f) = prefix {
-            f.set_scales(self.s, cal)?;
+            f.stack.set_scales(self.s, cal)?;
         }
         if vision {
             self.vision_model.set_calibration(self.s, cal)?;

@@ -85,11 +85,15 @@ pub(crate) struct PrefixParts {
     pub(crate) heads: usize,
     pub(crate) kv_heads: usize,
     pub(crate) head_dim: usize,
-    /// The FP8 GEMMs, when built with them.
-    pub(crate) fp8: Option<Fp8Stack>,
-    /// In FP8, the residual projections' products (`[rows, width]`), which the next norm
-    /// scales and adds to the residual.
-    pub(crate) product: Option<Tensor>,
+    /// The FP8 GEMMs and their buffers, when built with them.
+    pub(crate) fp8: Option<PrefixFp8>,
+}
+
+/// The language model in FP8: its GEMMs, and the residual projections' products
+/// (`[rows, width]`), which the next norm scales and adds to the residual.
+pub(crate) struct PrefixFp8 {
+    pub(crate) stack: Fp8Stack,
+    pub(crate) product: Tensor,
 }
 
 impl PrefixParts {
@@ -170,8 +174,8 @@ impl PrefixParts {
             ]),
             None => None,
         };
-        let fp8 = match (&self.fp8, &self.product) {
-            (Some(f), Some(product)) => {
+        let fp8 = match &self.fp8 {
+            Some(PrefixFp8 { stack: f, product }) => {
                 let product = first(product)?;
                 let lin = [
                     f.plan_deferred(k, 0, rows, &qkv)?,
@@ -222,7 +226,7 @@ impl PrefixParts {
         let [x, ln, q, qkv, attn, gu, h] = &p.views;
         let pos = first(&self.pos)?;
         let fp8 = match (&self.fp8, &p.fp8, probe.is_some()) {
-            (Some(f), Some((lin, product)), false) => Some((f, lin, product)),
+            (Some(f), Some((lin, product)), false) => Some((&f.stack, lin, product)),
             _ => None,
         };
         // GEMM `g` of layer `i`: `out (+)= x · w` in the precision the model runs. In FP8 the
@@ -339,7 +343,7 @@ mod tests {
             prompt_rows: usize,
         ) -> Result<()> {
             let p = self.plan(k, image_rows, prompt_rows)?;
-            let f = self.fp8.as_ref().expect("built with FP8");
+            let f = &self.fp8.as_ref().expect("built with FP8").stack;
             let rows = p.rows;
             let [x, ln, q, qkv, attn, gu, _] = &p.views;
             let lin = [
@@ -383,7 +387,7 @@ mod tests {
     fn fp8_layers_with_deferred_scales_match_the_per_feature_gemms() {
         let f = Fp8Fixture::new();
         let m = f.fp8_model(100.0, |_| ());
-        assert!(m.prefix_parts.fp8.is_some() && m.prefix_parts.product.is_some());
+        assert!(m.prefix_parts.fp8.is_some());
         m.replay(Stage::Vision).unwrap();
         m.replay(Stage::Prefix).unwrap();
         let got = m.read_stage_output(StageOutput::PrefixKv).unwrap();
