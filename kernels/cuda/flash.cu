@@ -642,6 +642,7 @@ __device__ void flash_combine(const float* __restrict__ part, const float* __res
 #define FLASH_ATTENTION(T, S, DP)                                                                        \
     extern "C" __global__ void __launch_bounds__(FLASH_THREADS) flash_attention_d##DP##_##S(             \
         const T* q, const T* k, const T* v, T* out, float* part, float* part_ml, const FlashArgs a) {    \
+        if (gridDim.z > 1) pdl_trigger();                                                                \
         flash_attention<T, DP, 0>(q, k, v, out, part, part_ml, a);                                      \
     }
 // flash_attention_res_dDP_S: FLASH_RES tiles resident (head dims up to 128).
@@ -649,17 +650,20 @@ __device__ void flash_combine(const float* __restrict__ part, const float* __res
 #define FLASH_ATTENTION_RES(T, S, DP)                                                                    \
     extern "C" __global__ void __launch_bounds__(2 * FLASH_THREADS) flash_attention_res_d##DP##_##S(     \
         const T* q, const T* k, const T* v, T* out, float* part, float* part_ml, const FlashArgs a) {    \
+        if (gridDim.z > 1) pdl_trigger();                                                                \
         flash_attention<T, DP, FLASH_RES>(q, k, v, out, part, part_ml, a);                              \
     }
 #define FLASH_ATTENTION_HALVES(T, S)                                                                     \
     extern "C" __global__ void __launch_bounds__(FLASH_HALVES_THREADS) flash_attention_halves_d256_##S(  \
         const T* q, const T* k, const T* v, T* out, float* part, float* part_ml, const FlashArgs a) {    \
+        if (gridDim.z > 1) pdl_trigger();                                                                \
         flash_attention_halves<T>(q, k, v, out, part, part_ml, a);                                      \
     }
 // flash_combine_S (any number of splits) and flash_combine{4,8,16}_S (at most that many).
 #define FLASH_COMBINE(T, S, SUFFIX, N)                                                                   \
     extern "C" __global__ void flash_combine##SUFFIX##_##S(const float* part, const float* part_ml,      \
                                                            T* out, const FlashArgs a, unsigned splits) { \
+        pdl_wait();                                                                                      \
         pdl_trigger();                                                                                   \
         flash_combine<T, N>(part, part_ml, out, a, splits);                                              \
     }

@@ -57,8 +57,9 @@ pub struct KernelOptions {
     /// gated-MLP input) are launched with programmatic dependent launch: each starts while the
     /// kernel before it in the stream still runs (the norms, the attention merge and the FP8
     /// gate+up+GEGLU kernel let it),
-    /// copies its weight tiles, and waits for that kernel before it reads its input (`false`:
-    /// plain launches; the same bits either way).
+    /// copies its weight tiles, and waits for that kernel before it reads its input; so is the
+    /// tensor-core attention's merge of its key splits, which waits before it reads anything
+    /// (`false`: plain launches; the same bits either way).
     pub pdl: bool,
     /// The tensor-core attention at head dim 256 (Gemma's) runs its halves form: two warps
     /// for every 16 rows, each multiplying half of the head dim (`false`: one warp for every

@@ -2529,6 +2529,77 @@ fn the_tma_ring_probe_copies_the_weights() {
     assert!(k.tma_ring_probe(s, &odd, None, 32, 8, &sink).is_err());
 }
 
+/// On Hopper the tensor-core attention's merge of its key splits is launched dependent
+/// (`KernelOptions::pdl`): the attention kernel lets it start at once, so it must wait for
+/// that kernel's partial rows. The action expert's attention (50 tokens of 8 heads over 626
+/// keys, 10 splits), in both the halves and the one-warp form, runs rounds of new queries into
+/// a poisoned output, reading each back, and every round must give the bits of plain launches:
+/// a merge that read before the attention finished would merge the round before's rows.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_attention_merge_waits_for_the_splits() {
+    let ctx = frt_exec::Ctx::cuda(0).expect("CUDA device 0 (this test needs a CUDA GPU)");
+    let s = ctx.stream(0).unwrap();
+    let (sq, sk, hq, d, prefix, valid) = (50, 626, 8, 256, 576, 552);
+    let rounds = 12;
+    let mut rng = Rng::new(83);
+    let queries: Vec<Vec<f32>> = (0..rounds).map(|_| rng.vec(sq * hq * d, 2.0)).collect();
+    let (kv, vv) = (rng.vec(sk * d, 1.0), rng.vec(sk * d, 1.0));
+    for halves in [true, false] {
+        let mut results: Vec<Vec<Vec<u32>>> = Vec::new();
+        for pdl in [false, true] {
+            let k = Kernels::with_options(
+                &ctx,
+                KernelOptions {
+                    pdl,
+                    flash_halves: halves,
+                    ..KernelOptions::from_env().unwrap()
+                },
+            )
+            .unwrap();
+            if k.target() != "sm_90" {
+                eprintln!(
+                    "not a Hopper GPU ({}): nothing launched dependent",
+                    k.target()
+                );
+                return;
+            }
+            let t = |name: &str, shape: &[usize]| {
+                Tensor::alloc(&ctx, name, DType::BF16, shape).unwrap()
+            };
+            let (q, o) = (t("q", &[sq, hq, d]), t("o", &[sq, hq, d]));
+            let (kt, vt) = (t("k", &[sk, 1, d]), t("v", &[sk, 1, d]));
+            kt.write_f32(s, &kv).unwrap();
+            vt.write_f32(s, &vv).unwrap();
+            let len = Tensor::alloc(&ctx, "len", DType::I32, &[1]).unwrap();
+            len.write_i32(s, &[valid]).unwrap();
+            let mask = AttentionMask::prefix_suffix(&len, prefix);
+            let plan = k
+                .attention_plan_flash_splits(&q, &kt, &vt, &o, &mask, 0.0625, 10)
+                .unwrap();
+            assert_eq!(plan.flash_splits(), Some(10));
+            assert_eq!(plan.flash_halves(), halves);
+            let mut got = Vec::new();
+            for qv in &queries {
+                q.write_f32(s, qv).unwrap();
+                o.write_f32(s, &vec![f32::NAN; sq * hq * d]).unwrap();
+                plan.run(&k, s).unwrap();
+                got.push(bits(&o, s));
+            }
+            results.push(got);
+        }
+        for (r, (plain, dependent)) in results[0].iter().zip(&results[1]).enumerate() {
+            let differ = plain.iter().zip(dependent).filter(|(a, b)| a != b).count();
+            assert_eq!(
+                differ,
+                0,
+                "halves {halves}, round {r}: {differ} of {} outputs differ from plain launches",
+                plain.len()
+            );
+        }
+    }
+}
+
 #[test]
 fn the_tma_ring_probe_is_refused_off_hopper() {
     let b = common::host();

@@ -1267,6 +1267,9 @@ impl AttentionPlan {
                     9..=16 => "flash_combine16",
                     _ => "flash_combine",
                 };
+                // Launched dependent (`pdl`): the attention kernel lets it start at once, and
+                // its blocks wait (`pdl_wait`, before they read a partial row) until that
+                // kernel has finished, so the merge's launch overlaps the attention.
                 c.launch_raw(
                     s,
                     name,
@@ -1276,7 +1279,7 @@ impl AttentionPlan {
                     (128, 1, 1),
                     0,
                     &mut args!(pp, mp, op, args, n),
-                    false,
+                    k.options.pdl,
                 )?;
             }
         }
