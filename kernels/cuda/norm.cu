@@ -42,7 +42,8 @@ __device__ __forceinline__ void load_w(const T* p, float* v, int w) {
 // same values as a cast into x followed by rms_norm. With out32 (f32, out's row stride) the
 // output is also written widened from its stored (rounded) values: as a cast of out. With codes
 // (E4M3, [rows, cols] contiguous) the stored values are also quantized with the scale
-// code_scale[0]: the same codes as quantize_e4m3 of out, in the same launch.
+// code_scale[0]: the same codes as quantize_e4m3 of out, in the same launch. With codes, out
+// may be null: only the codes are written (of the values out would hold).
 // With yp (f32, y's row stride, `parts` blocks sp apart; y == 0) the residual's y is the sum of
 // those partial sums in part order, rounded to T: the value a GEMM writing T would have stored.
 // With y_scale (f32, [cols]; g unused) the residual is x = x + y * y_scale[c] in f32: the
@@ -55,7 +56,7 @@ __device__ void rms_norm(T* x, const T* w, const T* mod, const T* y, const T* g,
                          unsigned long long sp, const float* y_scale) {
     const unsigned long long row = blockIdx.x;
     T* xr = x + row * sx;
-    T* o = out + row * so;
+    T* o = out ? out + row * so : nullptr;
     float ss = 0.f;
     if (y || yp) {
         const T* yr = y ? y + row * sy : nullptr;
@@ -111,9 +112,10 @@ __device__ void rms_norm(T* x, const T* w, const T* mod, const T* y, const T* g,
             float g8[8];
             load_w(w + c, g8, W);
             for (int k = 0; k < W; ++k) v[k] = v[k] * inv * (1.f + g8[k]);
-            store_w(o + c, v, W);
+            if (o) store_w(o + c, v, W);
             if (o32 || cr) {
-                load_w(o + c, v, W);
+                // The values out holds (rounded to T).
+                for (int k = 0; k < W; ++k) v[k] = to_f32(from_f32<T>(v[k]));
                 if (o32) store_w(o32 + c, v, W);
                 if (cr) for (int k = 0; k < W; ++k) cr[c + k] = e4m3_from_f32(v[k] / cs);
             }
@@ -126,9 +128,10 @@ __device__ void rms_norm(T* x, const T* w, const T* mod, const T* y, const T* g,
             load_w(m + c, sc, W);
             load_w(m + cols + c, sh, W);
             for (int k = 0; k < W; ++k) v[k] = v[k] * inv * (1.f + sc[k]) + sh[k];
-            store_w(o + c, v, W);
+            if (o) store_w(o + c, v, W);
             if (o32 || cr) {
-                load_w(o + c, v, W);
+                // The values out holds (rounded to T).
+                for (int k = 0; k < W; ++k) v[k] = to_f32(from_f32<T>(v[k]));
                 if (o32) store_w(o32 + c, v, W);
                 if (cr) for (int k = 0; k < W; ++k) cr[c + k] = e4m3_from_f32(v[k] / cs);
             }
@@ -138,7 +141,8 @@ __device__ void rms_norm(T* x, const T* w, const T* mod, const T* y, const T* g,
 
 // LayerNorm: (x - mean) / sqrt(var + eps) * w + b (two passes over the row). With codes (E4M3,
 // [rows, cols] contiguous) the stored values are also quantized with the scale code_scale[0]:
-// the same codes as quantize_e4m3 of out, in the same launch.
+// the same codes as quantize_e4m3 of out, in the same launch; out may then be null (only the
+// codes are written).
 // With a residual (y != 0, row stride sy) the row is first updated in place,
 // x = x + (y * y_scale[c] + y_bias[c]) in f32 (either may be null: 1, 0), and normalized as
 // stored: the residual of an FP8 GEMM that left its per-feature scales and bias to its reader.
@@ -149,7 +153,7 @@ __device__ void layer_norm(T* x, const T* w, const T* b, T* out, unsigned cols, 
                            const T* y_bias) {
     const unsigned long long row = blockIdx.x;
     T* xr = x + row * sx;
-    T* o = out + row * so;
+    T* o = out ? out + row * so : nullptr;
     float s = 0.f;
     if (y) {
         const T* yr = y + row * sy;
@@ -184,7 +188,7 @@ __device__ void layer_norm(T* x, const T* w, const T* b, T* out, unsigned cols, 
         load_w(w + c, g, W);
         load_w(b + c, bb, W);
         for (int k = 0; k < W; ++k) v[k] = (v[k] - mean) * inv * g[k] + bb[k];
-        store_w(o + c, v, W);
+        if (o) store_w(o + c, v, W);
         if (cr)
             for (int k = 0; k < W; ++k) cr[c + k] = e4m3_from_f32(to_f32(from_f32<T>(v[k])) / cs);
     })

@@ -434,6 +434,18 @@ fn assert_same_codes(
     assert!(c1.iter().any(|&v| v != 0), "{what}: codes written");
 }
 
+/// A norm run for its codes alone wrote `want`'s codes and left `out` (poisoned) as it was.
+fn assert_codes_only(b: &Backend, what: &str, out: &Tensor, codes: &Tensor, want: &Tensor) {
+    let untouched = out.read_f32(b.s).unwrap().iter().all(|v| v.is_nan());
+    assert!(untouched, "{what}, codes only: the output written");
+    let (c1, c2) = (
+        codes.read_bytes(b.s).unwrap(),
+        want.read_bytes(b.s).unwrap(),
+    );
+    let differ = c1.iter().zip(&c2).filter(|(a, b)| a != b).count();
+    assert_eq!(differ, 0, "{what}, codes only: {differ} codes differ");
+}
+
 /// The norms (Gemma's, adaptive, residual + adaptive, LayerNorm), the GEGLU and the GELU that
 /// also write E4M3 codes of their output give the codes `quantize_e4m3` gives of that output,
 /// and the same output as without them.
@@ -470,7 +482,7 @@ fn norms_quantize_their_output_as_quantize_does(b: &Backend) {
                 // Fused: norm (after the residual) and codes in one launch.
                 x.write_f32(b.s, &xv).unwrap();
                 if plain {
-                    b.k.rms_norm_e4m3(b.s, &x, &w, &out, 1e-6, (&codes, &scale))
+                    b.k.rms_norm_e4m3(b.s, &x, &w, Some(&out), 1e-6, (&codes, &scale))
                         .unwrap();
                 } else if residual {
                     b.k.residual_ada_rms_norm_e4m3(
@@ -500,6 +512,15 @@ fn norms_quantize_their_output_as_quantize_does(b: &Backend) {
                 }
                 b.k.quantize_e4m3(b.s, &out2, &scale, &codes2).unwrap();
                 assert_same_codes(b, &what, (&out, &codes), (&out2, &codes2));
+                if plain {
+                    // Codes only: the same codes, nothing else written but them.
+                    x.write_f32(b.s, &xv).unwrap();
+                    out.write_f32(b.s, &vec![f32::NAN; rows * cols]).unwrap();
+                    codes.write_bytes(b.s, &vec![0x7f; rows * cols]).unwrap();
+                    b.k.rms_norm_e4m3(b.s, &x, &w, None, 1e-6, (&codes, &scale))
+                        .unwrap();
+                    assert_codes_only(b, &what, &out, &codes, &codes2);
+                }
             }
             // GEGLU over the halves of one gate+up tensor (as an MLP has them), at the full
             // width (8 at a time on CUDA) and at a width that is not a multiple of 8.
@@ -525,11 +546,16 @@ fn norms_quantize_their_output_as_quantize_does(b: &Backend) {
             lb.write_f32(b.s, &rng.vec(cols, 0.2)).unwrap();
             x.write_f32(b.s, &xv).unwrap();
             let what = format!("[{}] layer_norm {rows}x{cols} {dt:?}", b.name);
-            b.k.layer_norm_e4m3(b.s, &x, &w, &lb, &out, 1e-6, (&codes, &scale))
+            b.k.layer_norm_e4m3(b.s, &x, &w, &lb, Some(&out), 1e-6, (&codes, &scale))
                 .unwrap();
             b.k.layer_norm(b.s, &x, &w, &lb, &out2, 1e-6).unwrap();
             b.k.quantize_e4m3(b.s, &out2, &scale, &codes2).unwrap();
             assert_same_codes(b, &what, (&out, &codes), (&out2, &codes2));
+            out.write_f32(b.s, &vec![f32::NAN; rows * cols]).unwrap();
+            codes.write_bytes(b.s, &vec![0x7f; rows * cols]).unwrap();
+            b.k.layer_norm_e4m3(b.s, &x, &w, &lb, None, 1e-6, (&codes, &scale))
+                .unwrap();
+            assert_codes_only(b, &what, &out, &codes, &codes2);
             for n in [rows * cols, rows * cols - 3] {
                 let what = format!("[{}] gelu_tanh {n} {dt:?}", b.name);
                 let gx = t("gx", dt, &[n]);
@@ -1209,30 +1235,46 @@ fn deferred_linear_and_residual_norm(b: &Backend, norm: ResidualNorm) {
                 up("b", &[n], &b_v),
             );
             let full = c.reference(m, k, n, dt);
-            let mut outs = Vec::new();
-            for with_codes in [true, false] {
+            let mut outs: Vec<(Vec<u32>, Vec<u32>)> = Vec::new();
+            let mut first_codes: Vec<u8> = Vec::new();
+            // With the output and codes, the output alone, the codes alone (an FP8 model's).
+            for (with_out, with_codes) in [(true, true), (true, false), (false, true)] {
                 let x = up("x", &[m, n], &before);
                 let out = up("out", &[m, n], &vec![f32::NAN; m * n]);
                 let codes = t("codes", DType::E4M3, &[m, n]);
+                codes.write_bytes(b.s, &vec![0x7f; m * n]).unwrap();
                 let cs = scalar(b, 0.05);
                 let codes_arg = with_codes.then_some((&codes, &cs));
+                let out_arg = with_out.then_some(&out);
                 match norm {
                     ResidualNorm::Layer => b.k.residual_layer_norm_scaled(
                         b.s,
                         &x,
                         (&ft.out, &ws, &bias),
                         (&g, &beta),
-                        &out,
+                        out_arg,
                         1e-6,
                         codes_arg,
                     ),
                     ResidualNorm::Rms => {
                         let y = (&ft.out, &ws);
-                        b.k.residual_rms_norm_scaled(b.s, &x, y, &g, &out, 1e-6, codes_arg)
+                        b.k.residual_rms_norm_scaled(b.s, &x, y, &g, out_arg, 1e-6, codes_arg)
                     }
                 }
                 .unwrap();
                 let xn = x.read_f32(b.s).unwrap();
+                if !with_out {
+                    let untouched = out.read_f32(b.s).unwrap().iter().all(|v| v.is_nan());
+                    assert!(untouched, "{what}: the output written without it");
+                    let codes = codes.read_bytes(b.s).unwrap();
+                    assert_eq!(codes, first_codes, "{what}: the codes without the output");
+                    assert_eq!(
+                        bits_of(&xn),
+                        outs[0].0,
+                        "{what}: the residual without the output"
+                    );
+                    continue;
+                }
                 let want_x: Vec<f64> = (0..m * n)
                     .map(|i| {
                         let j = i % n;
@@ -1275,7 +1317,8 @@ fn deferred_linear_and_residual_norm(b: &Backend, norm: ResidualNorm) {
                 }
                 if with_codes {
                     let want_codes: Vec<u8> = got.iter().map(|v| e4m3_from_f32(v / 0.05)).collect();
-                    assert_eq!(codes.read_bytes(b.s).unwrap(), want_codes, "{what}: codes");
+                    first_codes = codes.read_bytes(b.s).unwrap();
+                    assert_eq!(first_codes, want_codes, "{what}: codes");
                 }
                 outs.push((bits_of(&xn), bits_of(&got)));
             }
@@ -1287,24 +1330,23 @@ fn deferred_linear_and_residual_norm(b: &Backend, norm: ResidualNorm) {
     let (s7, s8) = (t("s7", DType::F32, &[7]), t("s8", DType::F32, &[8]));
     let v8 = t("v8", DType::BF16, &[8]);
     let (y3, y32) = (t("y3", DType::BF16, &[3, 8]), t("y32", DType::F32, &[2, 8]));
-    let run = |y: &Tensor, ys: &Tensor| match norm {
-        ResidualNorm::Layer => b.k.residual_layer_norm_scaled(
-            b.s,
-            &x,
-            (y, ys, &v8),
-            (&v8, &v8),
-            &x.clone(),
-            1e-6,
-            None,
-        ),
+    let x2 = x.clone();
+    let run_to = |y: &Tensor, ys: &Tensor, out: Option<&Tensor>| match norm {
+        ResidualNorm::Layer => {
+            b.k.residual_layer_norm_scaled(b.s, &x, (y, ys, &v8), (&v8, &v8), out, 1e-6, None)
+        }
         ResidualNorm::Rms => {
-            b.k.residual_rms_norm_scaled(b.s, &x, (y, ys), &v8, &x.clone(), 1e-6, None)
+            b.k.residual_rms_norm_scaled(b.s, &x, (y, ys), &v8, out, 1e-6, None)
         }
     };
+    let run = |y: &Tensor, ys: &Tensor| run_to(y, ys, Some(&x2));
     assert!(run(&y3, &s8).is_err());
     assert!(run(&y32, &s8).is_err());
     assert!(run(&x, &s7).unwrap_err().to_string().contains("y_scale"));
     assert!(run(&x, &s8).is_ok());
+    // Neither an output nor codes.
+    let e = run_to(&x, &s8, None).unwrap_err().to_string();
+    assert!(e.contains("no output"), "{e}");
 }
 
 /// SigLIP's residual projections in FP8 (attention output, fc2): `residual_layer_norm_scaled`
@@ -1521,7 +1563,7 @@ fn dependent_launches_wait_for_the_kernel_before() {
             parts.write_f32(s, &vec![f32::NAN; 8 * m * n]).unwrap();
             kern.rms_norm(s, &yt, &nwt, &normed, 1e-6).unwrap();
             geglu.run(&kern, s, &normed, &w16t, &h).unwrap();
-            kern.rms_norm_e4m3(s, &yt, &nwt, &normed, 1e-6, (&codes, &x_scale))
+            kern.rms_norm_e4m3(s, &yt, &nwt, Some(&normed), 1e-6, (&codes, &x_scale))
                 .unwrap();
             fused
                 .run(s, &codes, &x_scale, &wgut, &wgus, &hcodes, &h_scale)

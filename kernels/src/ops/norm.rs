@@ -84,6 +84,33 @@ impl Kernels {
         Ok(())
     }
 
+    /// The rows a norm of `x` (rows `rx`) writes: `out`'s, checked against `x`; without `out`
+    /// (where `codes_only` allows it: only the codes are written) contiguous rows of `x`'s
+    /// width, the codes' layout.
+    fn out_rows(
+        &self,
+        op: &'static str,
+        x: &Tensor,
+        rx: Rows,
+        out: Option<&Tensor>,
+        codes_only: bool,
+    ) -> Result<Rows> {
+        match out {
+            Some(out) => {
+                self.check_ctx(op, &[out])?;
+                let ro = rows(op, out)?;
+                same_rows(op, rx, ro, "x vs out")?;
+                out.expect_dtype(op, "out", x.dtype())?;
+                Ok(ro)
+            }
+            None if codes_only => Ok(Rows {
+                stride: rx.cols,
+                ..rx
+            }),
+            None => Err(Error::shape(op, "no output: neither `out` nor codes")),
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn rms_common(
         &self,
@@ -92,25 +119,26 @@ impl Kernels {
         x: &Tensor,
         affine: Affine,
         residual: Option<Residual>,
-        out: &Tensor,
+        out: Option<&Tensor>,
         eps: f32,
         wide: Wide,
     ) -> Result<()> {
-        let (rx, ro) = (rows(op, x)?, rows(op, out)?);
-        same_rows(op, rx, ro, "x vs out")?;
-        out.expect_dtype(op, "out", x.dtype())?;
-        for (t, partner, name) in [(&wide.x32, x, "x32"), (&wide.out32, out, "out32")] {
-            if let Some(t) = t {
-                t.expect_dtype(op, name, crate::DType::F32)?;
-                let (rt, rp) = (rows(op, t)?, rows(op, partner)?);
-                if (rt.rows, rt.cols, rt.stride) != (rp.rows, rp.cols, rp.stride) {
-                    return Err(Error::shape(
-                        op,
-                        format!("`{name}` {t:?} must have the row layout of {partner:?}"),
-                    ));
-                }
-                self.check_ctx(op, &[t])?;
+        let rx = rows(op, x)?;
+        let codes_only = wide.codes.is_some() && wide.out32.is_none();
+        let ro = self.out_rows(op, x, rx, out, codes_only)?;
+        for (t, partner, name) in [(&wide.x32, Some(x), "x32"), (&wide.out32, out, "out32")] {
+            let (Some(t), Some(partner)) = (t, partner) else {
+                continue;
+            };
+            t.expect_dtype(op, name, crate::DType::F32)?;
+            let (rt, rp) = (rows(op, t)?, rows(op, partner)?);
+            if (rt.rows, rt.cols, rt.stride) != (rp.rows, rp.cols, rp.stride) {
+                return Err(Error::shape(
+                    op,
+                    format!("`{name}` {t:?} must have the row layout of {partner:?}"),
+                ));
             }
+            self.check_ctx(op, &[t])?;
         }
         if wide.x32.is_some() && residual.is_some() {
             return Err(Error::shape(op, "x32 with a residual"));
@@ -154,7 +182,7 @@ impl Kernels {
                     .map(|r| &r.y);
                 let (xp, op_, n, sx, so, e) = (
                     x.ptr(),
-                    out.ptr(),
+                    out.map_or(0, |o| o.ptr()),
                     cols as u32,
                     rx.stride as u64,
                     ro.stride as u64,
@@ -209,7 +237,7 @@ impl Kernels {
                                     .map(|r| &r.y),
                             ),
                             Param::opt(gate),
-                            Param::Mem(out, op_),
+                            Param::opt(out),
                             n.into(),
                             sx.into(),
                             sm.into(),
@@ -231,8 +259,8 @@ impl Kernels {
                 }
             }
             None => {
-                let (xp, op_) = (P::of(x), P::of(out));
-                let keep = (x.clone(), out.clone());
+                let (xp, op_) = (P::of(x), out.map(P::of));
+                let keep = (x.clone(), out.cloned());
                 self.host(s, move || {
                     let _ = &keep;
                     with_float!(dt, T, {
@@ -284,13 +312,17 @@ impl Kernels {
                                         }
                                     };
                                     let i = r * ro.stride + c;
-                                    op_.st::<T>(i, y);
+                                    // The value `out` holds (whether or not it is written).
+                                    let stored = T::from_f32(y).to_f32();
+                                    if let Some(op_) = op_ {
+                                        op_.st::<T>(i, y);
+                                    }
                                     if let Some(o32) = &wide.out32 {
-                                        P::of(o32).st::<f32>(i, op_.ld::<T>(i));
+                                        P::of(o32).st::<f32>(i, stored);
                                     }
                                     if let Some((codes, scale)) = &wide.codes {
                                         let code = crate::fp8::e4m3_from_f32(
-                                            op_.ld::<T>(i) / P::of(scale).ld::<f32>(0),
+                                            stored / P::of(scale).ld::<f32>(0),
                                         );
                                         *((P::of(codes).0 + r * cols + c) as *mut u8) = code;
                                     }
@@ -312,18 +344,19 @@ impl Kernels {
         out: &Tensor,
         eps: f32,
     ) -> Result<()> {
-        self.rms_impl(s, x, w, None, out, eps, Wide::default())
+        self.rms_impl(s, x, w, None, Some(out), eps, Wide::default())
     }
 
     /// [`rms_norm`](Self::rms_norm) that also quantizes its output into E4M3 `codes`
     /// (`[rows, cols]`) with the scale `scale[0]`: the codes
-    /// [`quantize_e4m3`](Self::quantize_e4m3) of `out` gives, in the same launch.
+    /// [`quantize_e4m3`](Self::quantize_e4m3) of `out` gives, in the same launch. Without
+    /// `out` only the codes are written (those of the values `out` would hold).
     pub fn rms_norm_e4m3(
         &self,
         s: Stream,
         x: &Tensor,
         w: &Tensor,
-        out: &Tensor,
+        out: Option<&Tensor>,
         eps: f32,
         (codes, scale): (&Tensor, &Tensor),
     ) -> Result<()> {
@@ -339,7 +372,8 @@ impl Kernels {
     /// `x ← x + y·y_scale[c]` in f32, rounded, in place (`y` of `x`'s rows and dtype, `y_scale`
     /// f32 `[cols]`), then [`rms_norm`](Self::rms_norm) of the stored `x` into `out`, and its
     /// E4M3 `codes` when given (as [`rms_norm_e4m3`](Self::rms_norm_e4m3)), in one launch: the
-    /// language model's attention output and down projection in FP8.
+    /// language model's attention output and down projection in FP8. One of `out` and `codes`
+    /// must be given.
     #[allow(clippy::too_many_arguments)]
     pub fn residual_rms_norm_scaled(
         &self,
@@ -347,7 +381,7 @@ impl Kernels {
         x: &Tensor,
         (y, y_scale): (&Tensor, &Tensor),
         w: &Tensor,
-        out: &Tensor,
+        out: Option<&Tensor>,
         eps: f32,
         codes: Option<(&Tensor, &Tensor)>,
     ) -> Result<()> {
@@ -378,12 +412,12 @@ impl Kernels {
         x: &Tensor,
         w: &Tensor,
         residual: Option<Residual>,
-        out: &Tensor,
+        out: Option<&Tensor>,
         eps: f32,
         wide: Wide,
     ) -> Result<()> {
         let op = "rms_norm";
-        self.check_ctx(op, &[x, w, out])?;
+        self.check_ctx(op, &[x, w])?;
         x.expect_float(op, "x")?;
         Self::check_vector(op, "w", w, x, rows(op, x)?.cols)?;
         let affine = Affine::OnePlusW(w.clone());
@@ -444,7 +478,7 @@ impl Kernels {
             x,
             Affine::Modulation(modulation.clone(), rm),
             None,
-            out,
+            Some(out),
             eps,
             wide,
         )?;
@@ -603,7 +637,7 @@ impl Kernels {
             x,
             Affine::Modulation(modulation.clone(), rm),
             Some(residual),
-            out,
+            Some(out),
             eps,
             wide,
         )?;
@@ -620,13 +654,14 @@ impl Kernels {
         out: &Tensor,
         eps: f32,
     ) -> Result<()> {
-        self.layer_norm_impl(s, x, (w, b), out, eps, None, None)
+        self.layer_norm_impl(s, x, (w, b), Some(out), eps, None, None)
     }
 
     /// [`layer_norm`](Self::layer_norm) that also quantizes its output into E4M3 `codes`
     /// (`[rows, cols]`, contiguous) with the scale `scale[0]`: the codes
     /// [`quantize_e4m3`](Self::quantize_e4m3) of `out` gives, in the same launch (an FP8
-    /// GEMM's input).
+    /// GEMM's input). Without `out` only the codes are written (those of the values `out`
+    /// would hold).
     #[allow(clippy::too_many_arguments)]
     pub fn layer_norm_e4m3(
         &self,
@@ -634,7 +669,7 @@ impl Kernels {
         x: &Tensor,
         w: &Tensor,
         b: &Tensor,
-        out: &Tensor,
+        out: Option<&Tensor>,
         eps: f32,
         codes: (&Tensor, &Tensor),
     ) -> Result<()> {
@@ -647,7 +682,7 @@ impl Kernels {
     /// shape and dtype; `y_scale` f32 `[cols]`; `y_bias` `[cols]` of `x`'s dtype), then
     /// [`layer_norm`](Self::layer_norm) of the stored `x` into `out`, and its E4M3 `codes` when
     /// given (as [`layer_norm_e4m3`](Self::layer_norm_e4m3)), in one launch: SigLIP's attention
-    /// output and fc2 in FP8.
+    /// output and fc2 in FP8. One of `out` and `codes` must be given.
     #[allow(clippy::too_many_arguments)]
     pub fn residual_layer_norm_scaled(
         &self,
@@ -655,7 +690,7 @@ impl Kernels {
         x: &Tensor,
         (y, y_scale, y_bias): (&Tensor, &Tensor, &Tensor),
         (w, b): (&Tensor, &Tensor),
-        out: &Tensor,
+        out: Option<&Tensor>,
         eps: f32,
         codes: Option<(&Tensor, &Tensor)>,
     ) -> Result<()> {
@@ -668,17 +703,16 @@ impl Kernels {
         s: Stream,
         x: &Tensor,
         (w, b): (&Tensor, &Tensor),
-        out: &Tensor,
+        out: Option<&Tensor>,
         eps: f32,
         codes: Option<(&Tensor, &Tensor)>,
         residual: Option<(&Tensor, &Tensor, &Tensor)>,
     ) -> Result<()> {
         let op = "layer_norm";
-        self.check_ctx(op, &[x, w, b, out])?;
+        self.check_ctx(op, &[x, w, b])?;
         x.expect_float(op, "x")?;
-        let (rx, ro) = (rows(op, x)?, rows(op, out)?);
-        same_rows(op, rx, ro, "x vs out")?;
-        out.expect_dtype(op, "out", x.dtype())?;
+        let rx = rows(op, x)?;
+        let ro = self.out_rows(op, x, rx, out, codes.is_some())?;
         Self::check_vector(op, "w", w, x, rx.cols)?;
         Self::check_vector(op, "b", b, x, rx.cols)?;
         if let Some(c) = codes {
@@ -699,7 +733,7 @@ impl Kernels {
         let (dt, cols) = (x.dtype(), rx.cols);
         match &self.cuda {
             Some(c) => {
-                let (xp, wp, bp, op_) = (x.ptr(), w.ptr(), b.ptr(), out.ptr());
+                let (xp, wp, bp, op_) = (x.ptr(), w.ptr(), b.ptr(), out.map_or(0, |o| o.ptr()));
                 let (n, sx, so, e) = (cols as u32, rx.stride as u64, ro.stride as u64, eps);
                 let (yp, sy) = match (residual, ry) {
                     (Some((y, ..)), Some(ry)) => (y.ptr(), ry.stride),
@@ -724,7 +758,7 @@ impl Kernels {
                             Param::Mem(x, xp),
                             Param::Mem(w, wp),
                             Param::Mem(b, bp),
-                            Param::Mem(out, op_),
+                            Param::opt(out),
                             n.into(),
                             sx.into(),
                             so.into(),
@@ -741,8 +775,8 @@ impl Kernels {
                 }
             }
             None => {
-                let (xp, wp, bp, op_) = (P::of(x), P::of(w), P::of(b), P::of(out));
-                let keep = (x.clone(), w.clone(), b.clone(), out.clone());
+                let (xp, wp, bp, op_) = (P::of(x), P::of(w), P::of(b), out.map(P::of));
+                let keep = (x.clone(), w.clone(), b.clone(), out.cloned());
                 let cp = codes.map(|(c, sc)| (P::of(c), P::of(sc), (c.clone(), sc.clone())));
                 let rp = residual.zip(ry).map(|((y, ys, yb), ry)| {
                     let kept = (y.clone(), ys.clone(), yb.clone());
@@ -769,12 +803,13 @@ impl Kernels {
                                 let inv = 1.0 / (var + eps).sqrt();
                                 for c in 0..cols {
                                     let i = r * ro.stride + c;
-                                    op_.st::<T>(
-                                        i,
-                                        (at(c) - mean) * inv * wp.ld::<T>(c) + bp.ld::<T>(c),
-                                    );
+                                    let y = (at(c) - mean) * inv * wp.ld::<T>(c) + bp.ld::<T>(c);
+                                    if let Some(op_) = op_ {
+                                        op_.st::<T>(i, y);
+                                    }
                                     if let Some((codes, scale, _)) = &cp {
-                                        let stored: f32 = op_.ld::<T>(i);
+                                        // The value `out` holds (whether or not it is written).
+                                        let stored = T::from_f32(y).to_f32();
                                         *((codes.0 + r * cols + c) as *mut u8) =
                                             crate::fp8::e4m3_from_f32(stored / scale.ld::<f32>(0));
                                     }

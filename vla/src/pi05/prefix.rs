@@ -259,8 +259,8 @@ impl PrefixParts {
         };
         self.embed_prompt(k, cs, p.image_rows, p.prompt_rows)?;
         // Gemma's norm of the residual before GEMM input `g` of layer `i`. In FP8 it writes
-        // that input's codes too, and first adds the product of GEMM `from` (layer, input),
-        // scaled by its weight's feature scales, to the residual.
+        // only that input's codes (the GEMM reads nothing else), and first adds the product of
+        // GEMM `from` (layer, input), scaled by its weight's feature scales, to the residual.
         let norm = |i: usize, g: usize, w: &Tensor, from: Option<(usize, usize)>| -> Result<()> {
             match fp8 {
                 Some((f, _, product)) => {
@@ -269,9 +269,9 @@ impl PrefixParts {
                     match from {
                         Some((j, h)) => {
                             let y = (product, f.feature_scales(j, h));
-                            k.residual_rms_norm_scaled(cs, x, y, w, ln, GEMMA_EPS, codes)?
+                            k.residual_rms_norm_scaled(cs, x, y, w, None, GEMMA_EPS, codes)?
                         }
-                        None => k.rms_norm_e4m3(cs, x, w, ln, GEMMA_EPS, (&c, &sc))?,
+                        None => k.rms_norm_e4m3(cs, x, w, None, GEMMA_EPS, (&c, &sc))?,
                     }
                 }
                 None => k.rms_norm(cs, x, w, ln, GEMMA_EPS)?,
@@ -356,7 +356,7 @@ mod tests {
             self.embed_prompt(k, cs, image_rows, prompt_rows)?;
             let norm = |i: usize, g: usize, w: &Tensor| -> Result<()> {
                 let (c, sc) = f.codes_for(i, g, rows)?;
-                Ok(k.rms_norm_e4m3(cs, x, w, ln, GEMMA_EPS, (&c, &sc))?)
+                Ok(k.rms_norm_e4m3(cs, x, w, Some(ln), GEMMA_EPS, (&c, &sc))?)
             };
             for (i, (l, plan)) in self.layers.iter().zip(&p.attention).enumerate() {
                 let (kc, vc) = (self.first(&l.k_cache, rows)?, self.first(&l.v_cache, rows)?);

@@ -396,14 +396,15 @@ impl Vision {
             lin[g].run(cs, c, sc, &w.codes, &w.scales, out, b)
         };
         let product = f.product.narrow(0, 0, rows)?;
+        // The LayerNorms write only their GEMM's codes: nothing reads their 16-bit output.
         let (c, sc, s0) = input(0, &f.ln)?;
         let ln1 = (&l.ln1.g, &l.ln1.b);
         match self.fc2_affine(f, i) {
             Some((ys, yb)) => {
                 let y = (&product, ys, yb);
-                k.residual_layer_norm_scaled(cs, &a.x, y, ln1, &a.ln, eps, Some((&c, &s0)))?
+                k.residual_layer_norm_scaled(cs, &a.x, y, ln1, None, eps, Some((&c, &s0)))?
             }
-            None => k.layer_norm_e4m3(cs, &a.x, ln1.0, ln1.1, &a.ln, eps, (&c, &s0))?,
+            None => k.layer_norm_e4m3(cs, &a.x, ln1.0, ln1.1, None, eps, (&c, &s0))?,
         }
         gemm(0, &c, &sc, &fl.qkv, &a.qkv, Some(&l.qkv.b))?;
         p.stack.attention().run(k, cs)?;
@@ -413,7 +414,7 @@ impl Vision {
         let (c, sc, s0) = input(2, &f.ln)?;
         let y = (&product, &fl.out.scales, &l.out.b);
         let ln2 = (&l.ln2.g, &l.ln2.b);
-        k.residual_layer_norm_scaled(cs, &a.x, y, ln2, &a.ln, eps, Some((&c, &s0)))?;
+        k.residual_layer_norm_scaled(cs, &a.x, y, ln2, None, eps, Some((&c, &s0)))?;
         gemm(2, &c, &sc, &fl.fc1, &a.h, None)?;
         let (c, sc, s0) = input(3, &f.h)?;
         k.gelu_tanh_scaled_e4m3(cs, &a.h, (&fl.fc1.scales, &l.fc1.b), None, (&c, &s0))?;
@@ -527,7 +528,15 @@ impl Vision {
         let post = (&self.post.g, &self.post.b);
         match fc2 {
             Some((product, ws, b)) => {
-                k.residual_layer_norm_scaled(cs, &a.x, (&product, ws, b), post, &a.ln, EPS, None)?;
+                k.residual_layer_norm_scaled(
+                    cs,
+                    &a.x,
+                    (&product, ws, b),
+                    post,
+                    Some(&a.ln),
+                    EPS,
+                    None,
+                )?;
             }
             None => k.layer_norm(cs, &a.x, post.0, post.1, &a.ln, EPS)?,
         }
@@ -577,14 +586,14 @@ mod tests {
                     Ok::<_, Error>(())
                 };
                 let (c, s0) = input(0, &f.ln)?;
-                k.layer_norm_e4m3(cs, &a.x, &l.ln1.g, &l.ln1.b, &a.ln, eps, (&c, &s0))?;
+                k.layer_norm_e4m3(cs, &a.x, &l.ln1.g, &l.ln1.b, Some(&a.ln), eps, (&c, &s0))?;
                 gemm(&c, &s0, &fl.qkv, &a.qkv, &l.qkv.b, false)?;
                 p.stack.attention().run(k, cs)?;
                 let (c, s0) = input(1, &f.attn)?;
                 k.quantize_e4m3(cs, &a.attn, &s0, &c)?;
                 gemm(&c, &s0, &fl.out, &a.x, &l.out.b, true)?;
                 let (c, s0) = input(2, &f.ln)?;
-                k.layer_norm_e4m3(cs, &a.x, &l.ln2.g, &l.ln2.b, &a.ln, eps, (&c, &s0))?;
+                k.layer_norm_e4m3(cs, &a.x, &l.ln2.g, &l.ln2.b, Some(&a.ln), eps, (&c, &s0))?;
                 gemm(&c, &s0, &fl.fc1, &a.h, &l.fc1.b, false)?;
                 let (c, s0) = input(3, &f.h)?;
                 k.gelu_tanh_e4m3(cs, &a.h, &a.h, (&c, &s0))?;
