@@ -15,11 +15,23 @@ const HOST_ALIGN: usize = 256;
 
 static NEXT_BUFFER_ID: AtomicU64 = AtomicU64::new(1);
 
-/// Host staging memory of a buffer (pinned on CUDA), allocated on first upload or download,
-/// and the event that marks the end of its last copy.
+/// Host staging memory of a buffer (pinned on CUDA), allocated on first use, the event that
+/// marks the end of its last copy, and (the read-back area's) the range an enqueued download
+/// copied into it that is not collected yet.
 struct Staging {
     ptr: *mut u8,
     last_copy: Option<Event>,
+    download: Option<(usize, usize)>,
+}
+
+impl Default for Staging {
+    fn default() -> Self {
+        Staging {
+            ptr: std::ptr::null_mut(),
+            last_copy: None,
+            download: None,
+        }
+    }
 }
 
 pub(crate) struct BufferInner {
@@ -29,7 +41,12 @@ pub(crate) struct BufferInner {
     ptr: u64,
     bytes: usize,
     owned: bool,
+    /// Uploads' and blocking downloads' staging memory.
     staging: Mutex<Staging>,
+    /// Enqueued downloads' ([`Buffer::download_async`]): apart, so that neither kind of copy
+    /// waits for the other's (a blocking download on another stream never waits behind work
+    /// that an enqueued one is queued after).
+    readback: Mutex<Staging>,
 }
 
 // SAFETY: the buffer's memory is only reached through stream-ordered operations or through
@@ -93,6 +110,13 @@ fn as_bytes<T: Pod>(v: &[T]) -> &[u8] {
 fn as_bytes_mut<T: Pod>(v: &mut [T]) -> &mut [u8] {
     // SAFETY: `Pod` types are valid for every byte pattern.
     unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, std::mem::size_of_val(v)) }
+}
+
+/// The byte range of `n` values of `T` from element `at`.
+fn typed_range<T>(op: &'static str, at: usize, n: usize) -> Result<(usize, usize)> {
+    at.checked_mul(size_of::<T>())
+        .zip(n.checked_mul(size_of::<T>()))
+        .ok_or_else(|| Error::invalid(op, "range overflows"))
 }
 
 pub(crate) fn check_range(op: &'static str, b: &Buffer, offset: usize, bytes: usize) -> Result<()> {
@@ -163,10 +187,8 @@ impl Buffer {
             ptr,
             bytes,
             owned,
-            staging: Mutex::new(Staging {
-                ptr: std::ptr::null_mut(),
-                last_copy: None,
-            }),
+            staging: Mutex::new(Staging::default()),
+            readback: Mutex::new(Staging::default()),
         }))
     }
 
@@ -353,7 +375,62 @@ impl Buffer {
     /// Copies `self[offset..offset + out.len()]` to the host after the work enqueued on `s`;
     /// blocks until the data is there.
     pub fn download(&self, s: Stream, offset: usize, out: &mut [u8]) -> Result<()> {
-        check_range("download", self, offset, out.len())?;
+        let raw = self.check_download(s, offset, out.len())?;
+        if out.is_empty() {
+            return Ok(());
+        }
+        let mut st = self.staging()?;
+        self.enqueue_download(&mut st, s, raw, offset, out.len())?;
+        Self::collect_staged(&mut st, offset, out)
+    }
+
+    /// Enqueues a copy of `self[offset..offset + len]` to the host after the work enqueued on
+    /// `s`, into host memory of this buffer's kept for such copies (pinned on CUDA; apart from
+    /// the memory uploads and [`download`](Self::download) stage through, so neither waits
+    /// for the other), and returns at once: the copy runs in stream order, and
+    /// [`collect_download`](Self::collect_download) reads it (waiting for it if it has not run
+    /// yet), so a thread that collects once it knows the stream's work done pays no wait for
+    /// the copy. The next `download_async` replaces one not collected yet (after waiting for
+    /// its copy). Not capturable.
+    pub fn download_async(&self, s: Stream, offset: usize, len: usize) -> Result<()> {
+        let raw = self.check_download(s, offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let mut st = self.area(&self.0.readback, "read-back")?;
+        self.enqueue_download(&mut st, s, raw, offset, len)
+    }
+
+    /// Copies the data of the download enqueued last ([`download_async`](Self::download_async)
+    /// of `offset..offset + out.len()`) into `out`, once its copy has run (waits for it). Each
+    /// download is collected once; none pending for that range (none enqueued, collected
+    /// already, or one of another range enqueued since) is an error, and `out` is left as it
+    /// was.
+    pub fn collect_download(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        if out.is_empty() {
+            return check_range("download", self, offset, 0);
+        }
+        let mut st = self.0.readback.lock().unwrap_or_else(|p| p.into_inner());
+        if st.download != Some((offset, out.len())) {
+            let pending = match st.download {
+                Some((o, n)) => format!("the download pending is of {n} bytes at {o}"),
+                None => "none is pending (never enqueued, or collected already)".to_string(),
+            };
+            return Err(Error::invalid(
+                "Buffer::collect_download",
+                format!(
+                    "`{}`: no download of {} bytes at {offset} to collect: {pending}",
+                    self.0.name,
+                    out.len()
+                ),
+            ));
+        }
+        Self::collect_staged(&mut st, offset, out)
+    }
+
+    /// A download's checks (range, stream, not capturing); the stream's handle.
+    fn check_download(&self, s: Stream, offset: usize, len: usize) -> Result<usize> {
+        check_range("download", self, offset, len)?;
         let ctx = &self.0.ctx;
         let raw = ctx.inner.raw_stream(s)?;
         if ctx.is_capturing(s) {
@@ -362,38 +439,56 @@ impl Buffer {
                 "downloads cannot be captured",
             ));
         }
-        if out.is_empty() {
-            return Ok(());
-        }
-        let mut st = self.staging()?;
+        Ok(raw)
+    }
+
+    /// Enqueues the copy of a checked, non-empty range into the staging area `st` on `s` and
+    /// marks it as the download pending there.
+    fn enqueue_download(
+        &self,
+        st: &mut Staging,
+        s: Stream,
+        raw: usize,
+        offset: usize,
+        len: usize,
+    ) -> Result<()> {
         if let Some(ev) = &st.last_copy {
             ev.synchronize()?;
         }
+        st.download = None;
         let stage = st.ptr as u64 + offset as u64;
-        match &ctx.inner.device {
+        match &self.0.ctx.inner.device {
             Device::Host(h) => h.enqueue(
                 s,
                 HostOp::Memcpy {
                     dst: stage as usize,
                     src: (self.0.ptr + offset as u64) as usize,
-                    bytes: out.len(),
+                    bytes: len,
                     _keep: [Some(self.clone()), None],
                     _host: None,
                 },
             )?,
-            // SAFETY: the staging memory is not read until `last_copy` completes (below).
+            // SAFETY: the range was checked; the staging area is not read until `last_copy`
+            // (marked next) completes, nor written before it (every copy into it waits for
+            // the one before first), and lives as long as this buffer, whose drop waits for it.
             Device::Cuda(c) => unsafe {
-                c.copy_dtoh(
-                    stage as *mut u8,
-                    self.0.ptr + offset as u64,
-                    out.len(),
-                    raw as _,
-                )?
+                c.copy_dtoh(stage as *mut u8, self.0.ptr + offset as u64, len, raw as _)?
             },
         }
-        self.mark_staging(&mut st, s)?;
-        st.last_copy.as_ref().expect("marked above").synchronize()?;
-        // SAFETY: the copy into staging has completed; the range was checked.
+        self.mark_staging(st, s)?;
+        st.download = Some((offset, len));
+        Ok(())
+    }
+
+    /// Waits for the pending download's copy and copies its bytes out of the staging memory.
+    fn collect_staged(st: &mut Staging, offset: usize, out: &mut [u8]) -> Result<()> {
+        st.last_copy
+            .as_ref()
+            .expect("a download marks the staging")
+            .synchronize()?;
+        st.download = None;
+        // SAFETY: the copy into the staging memory has completed; the range was checked when
+        // it was enqueued.
         unsafe {
             std::ptr::copy_nonoverlapping(
                 st.ptr.add(offset) as *const u8,
@@ -420,6 +515,20 @@ impl Buffer {
         self.download(s, offset, as_bytes_mut(out))
     }
 
+    /// [`download_async`](Self::download_async) of `n` values of `T` from element offset `at`,
+    /// for [`collect`](Self::collect).
+    pub fn read_async<T: Pod>(&self, s: Stream, at: usize, n: usize) -> Result<()> {
+        let (offset, len) = typed_range::<T>("Buffer::read_async", at, n)?;
+        self.download_async(s, offset, len)
+    }
+
+    /// [`collect_download`](Self::collect_download) into a typed slice from element offset
+    /// `at`: the values a [`read_async`](Self::read_async) of the same range copied.
+    pub fn collect<T: Pod>(&self, at: usize, out: &mut [T]) -> Result<()> {
+        let (offset, _) = typed_range::<T>("Buffer::collect", at, out.len())?;
+        self.collect_download(offset, as_bytes_mut(out))
+    }
+
     /// Downloads the whole buffer as `T`s (allocates; for tests and tools).
     pub fn to_vec<T: Pod + Default>(&self, s: Stream) -> Result<Vec<T>> {
         let mut v = vec![T::default(); self.0.bytes / size_of::<T>()];
@@ -433,9 +542,18 @@ impl Buffer {
     }
 
     fn staging(&self) -> Result<std::sync::MutexGuard<'_, Staging>> {
-        let mut st = self.0.staging.lock().unwrap_or_else(|p| p.into_inner());
+        self.area(&self.0.staging, "staging")
+    }
+
+    /// A staging area of this buffer, locked, its memory allocated on first use.
+    fn area<'a>(
+        &'a self,
+        area: &'a Mutex<Staging>,
+        what: &str,
+    ) -> Result<std::sync::MutexGuard<'a, Staging>> {
+        let mut st = area.lock().unwrap_or_else(|p| p.into_inner());
         if st.ptr.is_null() {
-            let name = format!("{} (staging)", self.0.name);
+            let name = format!("{} ({what})", self.0.name);
             st.ptr = crate::host_buffer::alloc_host(&self.0.ctx, &name, self.0.bytes)?;
         }
         Ok(st)
@@ -451,22 +569,24 @@ impl Buffer {
 
 impl Drop for BufferInner {
     fn drop(&mut self) {
-        let staging = self.staging.get_mut().unwrap_or_else(|p| p.into_inner());
-        let last_copy = staging.last_copy.take();
-        // On the host backend every pending copy holds a handle, so none is left here. On
-        // CUDA the pinned staging memory must not be freed under a running copy.
-        if let (Device::Cuda(_), Some(ev)) = (&self.ctx.inner.device, last_copy) {
-            if let Err(e) = ev.synchronize() {
-                self.ctx.inner.defer_error(e);
+        for area in [&mut self.staging, &mut self.readback] {
+            let staging = area.get_mut().unwrap_or_else(|p| p.into_inner());
+            let last_copy = staging.last_copy.take();
+            // On the host backend every pending copy holds a handle, so none is left here. On
+            // CUDA the pinned staging memory must not be freed under a running copy.
+            if let (Device::Cuda(_), Some(ev)) = (&self.ctx.inner.device, last_copy) {
+                if let Err(e) = ev.synchronize() {
+                    self.ctx.inner.defer_error(e);
+                }
             }
-        }
-        if !staging.ptr.is_null() {
-            // SAFETY: from `alloc_host` in `staging()`; its last copy completed (synchronized
-            // above on CUDA; on the host backend every pending copy holds a handle).
-            if let Err(e) =
-                unsafe { crate::host_buffer::free_host(&self.ctx, staging.ptr, self.bytes) }
-            {
-                self.ctx.inner.defer_error(e);
+            if !staging.ptr.is_null() {
+                // SAFETY: from `alloc_host` in `area()`; its last copy completed (synchronized
+                // above on CUDA; on the host backend every pending copy holds a handle).
+                if let Err(e) =
+                    unsafe { crate::host_buffer::free_host(&self.ctx, staging.ptr, self.bytes) }
+                {
+                    self.ctx.inner.defer_error(e);
+                }
             }
         }
         if !self.owned {

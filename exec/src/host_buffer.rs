@@ -61,9 +61,10 @@ pub(crate) struct HostBufferInner {
     name: String,
     ptr: *mut u8,
     bytes: usize,
-    /// Marks the end of the last device copy out of the memory, once there was one (made
-    /// with the memory: an upload allocates nothing).
-    last_copy: Mutex<(Event, bool)>,
+    /// Marks the end of the last device copy out of the memory, and the stream it was
+    /// recorded on, once there was one (the event is made with the memory: an upload
+    /// allocates nothing).
+    last_copy: Mutex<(Event, Option<Stream>)>,
 }
 
 // SAFETY: the memory is written only through `&mut HostBuffer` after its copies completed,
@@ -108,7 +109,7 @@ impl HostBuffer {
             name: name.to_string(),
             ptr,
             bytes,
-            last_copy: Mutex::new((ctx.event()?, false)),
+            last_copy: Mutex::new((ctx.event()?, None)),
         };
         Ok(HostBuffer(Arc::new(inner)))
     }
@@ -135,7 +136,7 @@ impl HostBuffer {
     /// finished (waits for them).
     pub fn write(&mut self) -> Result<&mut [u8]> {
         let last = self.0.last_copy.lock().unwrap_or_else(|p| p.into_inner());
-        if last.1 {
+        if last.1.is_some() {
             last.0.synchronize()?;
         }
         drop(last);
@@ -190,14 +191,11 @@ impl Buffer {
         ctx.inner.raw_stream(s)?; // an unknown stream is refused before any work
         let mut last = src.0.last_copy.lock().unwrap_or_else(|p| p.into_inner());
         // A copy still pending on another stream: this one is ordered after it, so that the
-        // event recorded below marks the end of every copy out of the memory.
-        if last.1 {
+        // event recorded below marks the end of every copy out of the memory (on the same
+        // stream, the stream's order does that already).
+        if last.1.is_some_and(|prev| prev != s) {
             last.0.wait_on(s)?;
         }
-        // SAFETY (both arms): the destination range was checked against this live buffer and
-        // the source range against the host buffer; the host buffer is not written until the
-        // event recorded below completes (`write` waits), and outlives the copy: on the host
-        // backend the enqueued operation holds it, on CUDA dropping it waits for the event.
         // SAFETY: both ranges were checked; the host buffer is not written until the event
         // recorded below completes (`write` waits), and outlives the copy: on the host backend
         // the enqueued operation holds it, on CUDA dropping it waits for the event.
@@ -210,7 +208,7 @@ impl Buffer {
                 Some(src.0.clone()),
             )?
         };
-        last.1 = true;
+        last.1 = Some(s);
         last.0.record(s)
     }
 }
@@ -220,7 +218,7 @@ impl Drop for HostBuffer {
         // On the host backend a pending copy holds the memory; on CUDA it must not be freed
         // under a running copy.
         let last = self.0.last_copy.lock().unwrap_or_else(|p| p.into_inner());
-        if let (Device::Cuda(_), (ev, true)) = (&self.0.ctx.inner.device, &*last) {
+        if let (Device::Cuda(_), (ev, Some(_))) = (&self.0.ctx.inner.device, &*last) {
             if let Err(e) = ev.synchronize() {
                 self.0.ctx.inner.defer_error(e);
                 // Leaked rather than freed under a copy that may still run.

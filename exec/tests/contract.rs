@@ -95,6 +95,99 @@ fn buffer_upload_download(b: &Backend) {
     ));
 }
 
+/// An enqueued download runs in stream order and is collected once; a collection waits for
+/// its copy; uploads and blocking downloads of the same buffer neither disturb it nor wait
+/// for it.
+fn downloads_enqueued_then_collected(b: &Backend) {
+    let ctx = &b.ctx;
+    let s = ctx.stream(0).unwrap();
+    let x = Buffer::alloc(ctx, "actions", 40).unwrap();
+    let data: Vec<f32> = (0..10).map(|i| i as f32 - 4.5).collect();
+    x.write(s, 0, &data).unwrap();
+    // The copy is ordered before the fill enqueued after it.
+    x.read_async::<f32>(s, 2, 4).unwrap();
+    b.k.fill(ctx, s, &x, 7.0).unwrap();
+    let mut got = [0f32; 4];
+    x.collect(2, &mut got).unwrap();
+    assert_eq!(got, [data[2], data[3], data[4], data[5]]);
+    assert_eq!(vals(b, &x, s), vec![7.0; 10]);
+    // Collected once.
+    let e = x.collect(2, &mut got).unwrap_err();
+    assert!(
+        matches!(&e, Error::Invalid { .. }) && e.to_string().contains("none is pending"),
+        "{e}"
+    );
+    // Another range than the one pending: refused, nothing written, the pending one still
+    // collectable; a second enqueue replaces the first.
+    x.read_async::<f32>(s, 0, 10).unwrap();
+    let mut two = [-1f32; 2];
+    let e = x.collect(0, &mut two).unwrap_err();
+    assert!(e.to_string().contains("40 bytes at 0"), "{e}");
+    assert_eq!(two, [-1.0; 2]);
+    x.write(s, 0, &data).unwrap();
+    x.read_async::<f32>(s, 8, 2).unwrap();
+    assert!(x.collect(0, &mut [0f32; 10]).is_err());
+    x.collect(8, &mut two).unwrap();
+    assert_eq!(two, [data[8], data[9]]);
+    // An upload and a blocking download in between leave it as it was copied.
+    x.read_async::<f32>(s, 0, 10).unwrap();
+    x.write(s, 0, &[0.5f32; 10]).unwrap();
+    let mut part = [0f32; 2];
+    x.read(s, 4, &mut part).unwrap();
+    assert_eq!(part, [0.5; 2]);
+    let mut all = [0f32; 10];
+    x.collect(0, &mut all).unwrap();
+    assert_eq!(all.to_vec(), data);
+    // A blocking download on another stream does not wait behind the stream an enqueued
+    // one is queued on (CUDA: the host backend's one executor runs every stream's work in
+    // turn, so there the download waits for the work running anyway).
+    if b.name == "cuda" {
+        let other = ctx.stream(0).unwrap();
+        b.k.spin(ctx, s, 300_000).unwrap();
+        x.read_async::<f32>(s, 0, 10).unwrap();
+        let behind = ctx.event().unwrap();
+        behind.record(s).unwrap();
+        x.read(other, 4, &mut part).unwrap();
+        assert!(
+            !behind.query().unwrap(),
+            "the blocking download waited for the enqueued one's stream"
+        );
+        x.collect(0, &mut all).unwrap();
+        assert!(behind.query().unwrap());
+        assert_eq!(all, [0.5; 10]);
+    }
+    // The collection waits for a copy behind long work: a 16 MiB fill, then its tail.
+    let big = Buffer::alloc(ctx, "big", 1 << 24).unwrap();
+    for round in 0..3 {
+        let v = 2.0 + round as f32;
+        b.k.fill(ctx, s, &big, v).unwrap();
+        big.read_async::<f32>(s, (1 << 22) - 4, 4).unwrap();
+        let mut tail = [0f32; 4];
+        big.collect((1 << 22) - 4, &mut tail).unwrap();
+        assert_eq!(tail, [v; 4], "round {round}");
+    }
+    // Range, stream and capture checks as for a download.
+    assert!(matches!(
+        x.download_async(s, 36, 8),
+        Err(Error::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        x.download_async(Stream(777), 0, 4),
+        Err(Error::UnknownStream(_))
+    ));
+    let g = Graph::new(ctx, "g", 0);
+    let e = g
+        .capture(ShapeKey(1), |cs| x.download_async(cs, 0, 4))
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::Capture { source: Some(inner), .. } if matches!(**inner, Error::Invalid { .. })),
+        "{e}"
+    );
+    // Empty ranges need nothing pending.
+    x.download_async(s, 40, 0).unwrap();
+    x.collect_download(40, &mut []).unwrap();
+}
+
 fn copies_with_offsets(b: &Backend) {
     let ctx = &b.ctx;
     let s = ctx.stream(0).unwrap();
@@ -962,6 +1055,7 @@ backend_tests!(
     capture_knows_its_graph,
     streams_and_priorities,
     buffer_upload_download,
+    downloads_enqueued_then_collected,
     copies_with_offsets,
     capture_and_replay,
     capture_errors,

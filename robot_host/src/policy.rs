@@ -99,6 +99,8 @@ pub struct Policy {
     noise_buf: Vec<f32>,
     /// `noise_buf` holds a draw no tick has used yet (see [`Policy::draw_noise`]).
     noise_ready: bool,
+    /// This tick's chunk copy is enqueued behind its last stage ([`Policy::enqueue_read`]).
+    read_enqueued: bool,
     raw: Vec<f32>,
     /// The last chunk published (`keep_chunk`) and the last one read, in the model's
     /// normalized units (frozen-prefix denoising takes the published one's rows), and the
@@ -445,6 +447,7 @@ impl Policy {
             noise: Noise::new(cfg.control.noise_seed),
             noise_buf: vec![0.0; mc.action_horizon * mc.action_dim],
             noise_ready: false,
+            read_enqueued: false,
             raw: vec![0.0; mc.action_horizon * mc.action_dim],
             last_raw: vec![0.0; mc.action_horizon * mc.action_dim],
             read_raw: vec![0.0; mc.action_horizon * mc.action_dim],
@@ -568,6 +571,8 @@ impl Policy {
                 format!("{} for {views} views", frames.len()),
             ));
         }
+        // A copy enqueued by a tick that did not finish is not this tick's chunk.
+        self.read_enqueued = false;
         let t0 = std::time::Instant::now();
         match tokens {
             Some(ids) => {
@@ -665,11 +670,24 @@ impl Policy {
         Ok(self.model.set_calibration(cal)?)
     }
 
+    /// Enqueues the copy of this tick's chunk to the host behind the stages replayed so far
+    /// (the node calls it after the last one): [`Policy::finish`] then only collects it.
+    pub fn enqueue_read(&mut self) -> Result<()> {
+        self.model.enqueue_read_actions(self.model.stream())?;
+        self.read_enqueued = true;
+        Ok(())
+    }
+
     /// Waits for the policy stream and writes the chunk, in the robot's units, into `out`
-    /// (`horizon × robot_dim`, the first `robot_dim` of the model's action dimensions).
+    /// (`horizon × robot_dim`, the first `robot_dim` of the model's action dimensions): the
+    /// copy [`Policy::enqueue_read`] enqueued this tick, else a copy made now.
     pub fn finish(&mut self, out: &mut [f32], robot_dim: usize) -> Result<()> {
-        self.model
-            .read_actions(self.model.stream(), &mut self.raw)?;
+        if std::mem::take(&mut self.read_enqueued) {
+            self.model.collect_actions(&mut self.raw)?;
+        } else {
+            self.model
+                .read_actions(self.model.stream(), &mut self.raw)?;
+        }
         self.read_raw.copy_from_slice(&self.raw);
         self.unnormalize_into(out, robot_dim)
     }
@@ -776,5 +794,57 @@ mod tests {
         let last = ahead.noise_buf.clone();
         ahead.draw_noise();
         assert_ne!(ahead.noise_buf, last);
+    }
+
+    /// A tick's chunk is its own: the copy a tick enqueued behind its last stage is the one
+    /// `finish` reads, and a copy left by a tick that did not finish (a stop after its last
+    /// replay) is never read by the next one, which reads its own chunk even when it enqueued
+    /// none (a calibration tick).
+    #[test]
+    fn finish_reads_this_ticks_chunk() {
+        let (mut p, _) = tiny_policy();
+        let views = p.spec().views;
+        let size = p.spec().image_size;
+        let d = p.spec().action_dim;
+        let n = p.spec().action_horizon * d;
+        let state = [0.1, -0.2, 0.3, 0.0, 0.05, -0.1, 0.2, 0.0];
+        let tick = |p: &mut Policy, shade: f32, enqueue: bool, finish: bool| {
+            let image = frt_vla::ModelImage::new(vec![shade; size * size * 3]).unwrap();
+            let mut frames: Vec<Option<ViewImage>> = vec![None; views];
+            frames[0] = Some(ViewImage::Pixels(&image));
+            p.prepare(&frames, &state, "pick up the cup", None).unwrap();
+            for st in p.stages().to_vec() {
+                p.replay(st).unwrap();
+            }
+            if enqueue {
+                p.enqueue_read().unwrap();
+            }
+            let mut out = vec![0.0f32; n];
+            finish.then(|| {
+                p.finish(&mut out, d).unwrap();
+                out
+            })
+        };
+        // A reference policy (the same noise seed) reads every chunk after the stream's work.
+        let (mut r, _) = tiny_policy();
+        // Per tick: shade, whether `p` enqueues the copy, whether the tick finishes.
+        let ticks = [
+            (-0.5, true, true),
+            (0.5, true, true),
+            // A copies its chunk and never finishes; B, enqueuing nothing, reads its own.
+            (-0.5, true, false),
+            (0.5, false, true),
+            (-0.5, true, true),
+        ];
+        let mut last = None;
+        for (i, (shade, enqueue, finish)) in ticks.into_iter().enumerate() {
+            let want = tick(&mut r, shade, false, finish);
+            let got = tick(&mut p, shade, enqueue, finish);
+            assert!(got == want, "tick {i}: another chunk than this tick's");
+            if let Some(c) = got {
+                assert!(last.as_ref() != Some(&c), "tick {i}: the chunk before");
+                last = Some(c);
+            }
+        }
     }
 }

@@ -71,6 +71,18 @@ pub trait Policy: Send + Sync {
     /// Reads the output chunk after the work on `s`.
     fn read_actions(&self, s: Stream, out: &mut [f32]) -> Result<()>;
 
+    /// Enqueues a copy of the output chunk to the host after the work on `s` and returns at
+    /// once; [`collect_actions`](Self::collect_actions) reads it. Enqueued behind the last
+    /// stage, the copy is done by the time the host sees that stage finished, so collecting
+    /// costs the host no wait for a copy.
+    fn enqueue_read_actions(&self, s: Stream) -> Result<()>;
+
+    /// The chunk the last [`enqueue_read_actions`](Self::enqueue_read_actions) copied, once
+    /// the copy has run (waits for it). Each copy is collected once; none pending (none
+    /// enqueued, collected already, or discarded by a [`read_actions`](Self::read_actions)
+    /// since) is an error.
+    fn collect_actions(&self, out: &mut [f32]) -> Result<()>;
+
     /// Sets the chunk the halt writes (normalized units), in order on `s`.
     fn set_hold(&self, s: Stream, chunk: &[f32]) -> Result<()>;
 

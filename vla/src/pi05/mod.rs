@@ -1255,6 +1255,19 @@ impl Pi05 {
         Ok(self.out.buffer().read(s, 0, out)?)
     }
 
+    /// See [`Policy::enqueue_read_actions`].
+    pub fn enqueue_read_actions(&self, s: Stream) -> Result<()> {
+        Ok(self
+            .out
+            .buffer()
+            .read_async::<f32>(s, 0, self.out.numel())?)
+    }
+
+    /// See [`Policy::collect_actions`].
+    pub fn collect_actions(&self, out: &mut [f32]) -> Result<()> {
+        Ok(self.out.buffer().collect(0, out)?)
+    }
+
     /// Whether the action expert runs its GEMMs in FP8 ([`Pi05Options::fp8`]).
     pub fn fp8_expert(&self) -> bool {
         matches!(&self.step_model, StepModel::Pi05(e) if e.is_fp8())
@@ -1467,6 +1480,12 @@ impl Policy for Pi05 {
     }
     fn read_actions(&self, s: Stream, out: &mut [f32]) -> Result<()> {
         Pi05::read_actions(self, s, out)
+    }
+    fn enqueue_read_actions(&self, s: Stream) -> Result<()> {
+        Pi05::enqueue_read_actions(self, s)
+    }
+    fn collect_actions(&self, out: &mut [f32]) -> Result<()> {
+        Pi05::collect_actions(self, out)
     }
     fn set_hold(&self, s: Stream, chunk: &[f32]) -> Result<()> {
         Pi05::set_hold(self, s, chunk)
