@@ -208,6 +208,10 @@ pub struct BenchOptions {
     /// `precision: fp8`, with a calibration the bench records first on its own inputs (the
     /// model in bf16, [`FP8_CALIBRATION_TICKS`] ticks).
     pub fp8: bool,
+    /// The node's real-time settings (`control.cpu`, `control.realtime`) applied to the bench
+    /// thread, which runs the ticks as the control thread does, once the model is built.
+    pub cpu: Option<usize>,
+    pub realtime: bool,
 }
 
 /// The ticks an `fp8` bench records its calibration on.
@@ -344,6 +348,11 @@ pub fn run(o: &BenchOptions, tokenizer: Option<&Path>) -> Result<String> {
     }
     let (mut node, inputs, out) = built?;
     let build_s = t_build.elapsed().as_secs_f64();
+    // What of the real-time settings asked for applied (none asked: nothing said).
+    let realtime: Vec<String> = crate::realtime::apply(o.cpu, o.realtime)
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|why| format!("NOT applied: {why}")))
+        .collect();
     let ctx = node.policy().ctx().clone();
     let (lo, hi) = ctx.priority_range();
     let (policy_priority, _, asr_priority) = cfg.streams.resolve((lo, hi));
@@ -508,6 +517,9 @@ pub fn run(o: &BenchOptions, tokenizer: Option<&Path>) -> Result<String> {
         },
         o.iters,
     );
+    if !realtime.is_empty() {
+        r += &format!("Ticking thread: {}.\n\n", realtime.join("; "));
+    }
     r += "| measure | p50 | p99 |\n|---|---|---|\n";
     r += &format!(
         "| tick (frames in → chunk out), ms | {:.3} | {:.3} |\n",

