@@ -79,8 +79,8 @@ pub trait Policy: Send + Sync {
 
     /// The chunk the last [`enqueue_read_actions`](Self::enqueue_read_actions) copied, once
     /// the copy has run (waits for it). Each copy is collected once; none pending (none
-    /// enqueued, collected already, or discarded by a [`read_actions`](Self::read_actions)
-    /// since) is an error.
+    /// enqueued, or collected already) is an error. A [`read_actions`](Self::read_actions)
+    /// meanwhile (a halt's, on another stream) neither disturbs it nor waits for it.
     fn collect_actions(&self, out: &mut [f32]) -> Result<()>;
 
     /// Sets the chunk the halt writes (normalized units), in order on `s`.
