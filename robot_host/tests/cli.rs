@@ -545,5 +545,8 @@ fn bench_reports_the_ticking_threads_settings() {
         text.contains("Ticking thread: NOT applied: could not pin to CPU 4096"),
         "{text}"
     );
-    assert!(text.contains("| tick (frames in → chunk out), ms |"), "{text}");
+    assert!(
+        text.contains("| tick (frames in → chunk out), ms |"),
+        "{text}"
+    );
 }
