@@ -120,9 +120,8 @@ struct TickSample {
     frames_cpu: f64,
     frames_switches: (i64, i64),
     device: f64,
-    host: f64,
-    /// The host time's two parts: the inputs written (before the replays) and the chunk
-    /// read, guarded and published (after them).
+    /// The control thread's host time in two parts: the inputs written (before the replays)
+    /// and the chunk read, guarded and published (after them).
     inputs: f64,
     chunk: f64,
     total: f64,
@@ -130,6 +129,13 @@ struct TickSample {
     faults: i64,
     /// [`core_probe`] right after the tick, µs.
     probe: f64,
+}
+
+impl TickSample {
+    /// The control thread's host time: both parts.
+    fn host(&self) -> f64 {
+        self.inputs + self.chunk
+    }
 }
 
 /// The slowest 1 % of `ticks` (by total) against the median tick, field by field (means over
@@ -160,7 +166,7 @@ fn tail_rows(ticks: &[TickSample]) -> String {
         ("device (replays enqueued → last finished), ms", &|t| {
             t.device
         }),
-        ("host time on the control thread, ms", &|t| t.host),
+        ("host time on the control thread, ms", &|t| t.host()),
         ("the bench thread's CPU time over the tick, ms", &|t| {
             t.total_cpu
         }),
@@ -179,7 +185,7 @@ fn tail_rows(ticks: &[TickSample]) -> String {
     for (what, f) in fields {
         r += &format!("| {what} | {:.3} | {:.3} |\n", median(f), mean(f));
     }
-    let rest = |t: &TickSample| t.total - t.frames_wall - t.device - t.host;
+    let rest = |t: &TickSample| t.total - t.frames_wall - t.device - t.host();
     r += &format!(
         "| rest of the tick (state, waits, bookkeeping), ms | {:.3} | {:.3} |\n",
         median(&rest),
@@ -386,7 +392,6 @@ pub fn run(o: &BenchOptions, tokenizer: Option<&Path>) -> Result<String> {
         }
         let tm = node.last_timings();
         sample.total = ms(total) + sample.frames_wall;
-        sample.host = ms(tm.prepare + tm.finish);
         (sample.inputs, sample.chunk) = (ms(tm.prepare), ms(tm.finish));
         sample.device = ms(tm.device);
         // The chunk is taken as the node's publisher takes it, so that its buffer goes back
@@ -401,7 +406,7 @@ pub fn run(o: &BenchOptions, tokenizer: Option<&Path>) -> Result<String> {
     }
     let stolen = steal_ms().zip(steal0).map(|(b, a)| b - a);
     let alone: Vec<f64> = ticks.iter().map(|t| t.total).collect();
-    let host: Vec<f64> = ticks.iter().map(|t| t.host).collect();
+    let host: Vec<f64> = ticks.iter().map(TickSample::host).collect();
     let inputs: Vec<f64> = ticks.iter().map(|t| t.inputs).collect();
     let chunk: Vec<f64> = ticks.iter().map(|t| t.chunk).collect();
     let frames_in: Vec<f64> = ticks.iter().map(|t| t.frames_wall).collect();
@@ -607,7 +612,7 @@ mod tests {
                 frames_cpu: 0.4,
                 frames_switches: (0, i64::from(i > 198)),
                 device: 10.0,
-                host: 0.1,
+                inputs: 0.1,
                 total_cpu: if i > 198 { 4.0 } else { 1.0 },
                 faults: i64::from(i > 198) * 6,
                 probe: 2.0,
