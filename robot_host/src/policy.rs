@@ -744,7 +744,7 @@ impl Policy {
     /// wrote (robot units) into `out`.
     pub fn halt(&mut self, out: &mut [f32], robot_dim: usize) -> Result<()> {
         self.model.halt(self.halt_stream)?;
-        self.model.read_actions(self.halt_stream, &mut self.raw)?;
+        self.model.read_halt(self.halt_stream, &mut self.raw)?;
         self.unnormalize_into(out, robot_dim)
     }
 }

@@ -86,8 +86,13 @@ pub trait Policy: Send + Sync {
     /// Sets the chunk the halt writes (normalized units), in order on `s`.
     fn set_hold(&self, s: Stream, chunk: &[f32]) -> Result<()>;
 
-    /// Enqueues the halt on `s`: the output becomes the hold chunk.
+    /// Enqueues the halt on `s`: the halt output ([`read_halt`](Self::read_halt)) becomes the
+    /// hold chunk. It has a buffer of its own: a stage still running on the policy stream
+    /// neither overwrites it nor is read as it.
     fn halt(&self, s: Stream) -> Result<()>;
+
+    /// Reads the halt output after the work on `s`.
+    fn read_halt(&self, s: Stream, out: &mut [f32]) -> Result<()>;
 
     /// Whether the model denoises with a frozen prefix.
     fn inpaints(&self) -> bool;

@@ -193,6 +193,52 @@ fn frozen_prefix_on_cuda_matches_the_host() {
     }
 }
 
+/// A halt on the highest-priority stream while an inference runs on the policy stream: the
+/// halt's output is the hold chunk however the two interleave (read at once, and again after
+/// the inference finished), and the inference's output is its own actions.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_halt_during_an_inference_keeps_both_outputs_on_cuda() {
+    let c = Pi05Config::tiny();
+    let w = Pi05Weights::random(&c, 5);
+    let px = c.siglip.image_size * c.siglip.image_size * 3;
+    let images: Vec<ModelImage> = (0..c.views as u32)
+        .map(|v| ModelImage::new(rand(30 + v, px, 1.0)).unwrap())
+        .collect();
+    let imgs: Vec<Option<ViewImage>> = images.iter().map(|i| Some(ViewImage::Pixels(i))).collect();
+    let tokens = [2u32, 17, 99, 301, 5, 42, 7, 108];
+    let noise = rand(6, c.action_horizon * c.action_dim, 1.7);
+    let obs = Observation {
+        state: &[],
+        images: &imgs,
+        tokens: &tokens,
+        noise: &noise,
+    };
+    let ctx = Ctx::cuda(0).unwrap();
+    let s = ctx.stream(ctx.priority_range().0).unwrap();
+    let hi = ctx.stream(ctx.priority_range().1).unwrap();
+    let m = Pi05::build(&ctx, s, &w, &Pi05Options::new(DType::F32)).unwrap();
+    let actions = m.infer(&obs).unwrap();
+    let hold: Vec<f32> = (0..actions.len()).map(|n| n as f32 * 0.001 - 0.3).collect();
+    m.set_hold(hi, &hold).unwrap();
+    let mut out = vec![0f32; actions.len()];
+    for round in 0..20 {
+        // Every stage queued (the last ones still to run), then the halt ahead of them.
+        m.set_inputs(&obs).unwrap();
+        m.run().unwrap();
+        m.halt(hi).unwrap();
+        m.read_halt(hi, &mut out).unwrap();
+        assert_eq!(out, hold, "round {round}: the halt's output, read at once");
+        m.read_actions(s, &mut out).unwrap();
+        assert_eq!(out, actions, "round {round}: the inference's output");
+        m.read_halt(hi, &mut out).unwrap();
+        assert_eq!(
+            out, hold,
+            "round {round}: the halt's output after the inference"
+        );
+    }
+}
+
 /// Absent views left out (packed, the default) against every slot encoded and absent ones
 /// masked, on CUDA: within tolerance of each other (tiny f32 and full-size bf16), for each
 /// pattern of present views of three slots.

@@ -167,14 +167,35 @@ fn stages_replay_one_by_one_and_halt_overrides() {
     let mut one_by_one = vec![0f32; whole.len()];
     m.read_actions(s, &mut one_by_one).unwrap();
     assert_eq!(one_by_one, whole);
-    // Halt on a higher-priority stream: the output becomes the hold chunk.
+    // Halt on a higher-priority stream: the halt output becomes the hold chunk.
     let hi = ctx.stream(ctx.priority_range().1).unwrap();
     let hold: Vec<f32> = (0..whole.len()).map(|n| n as f32 * 0.001).collect();
     m.set_hold(hi, &hold).unwrap();
     m.halt(hi).unwrap();
     let mut out = vec![0f32; whole.len()];
-    m.read_actions(hi, &mut out).unwrap();
+    m.read_halt(hi, &mut out).unwrap();
     assert_eq!(out, hold);
+    // The halt leaves the inference's output alone, and stages that finish after it (a step
+    // still running on the policy stream when a stop came) leave the halt's output alone.
+    m.read_actions(s, &mut out).unwrap();
+    assert!(out == whole, "the halt wrote the inference's output");
+    m.set_inputs(&Observation {
+        state: &[],
+        images: &imgs,
+        tokens: &i.tokens,
+        noise: &i.noise,
+    })
+    .unwrap();
+    for st in stages {
+        m.replay(*st).unwrap();
+    }
+    m.read_actions(s, &mut out).unwrap();
+    assert!(out == whole, "the inference after the halt");
+    m.read_halt(hi, &mut out).unwrap();
+    assert!(
+        out == hold,
+        "a step after the halt changed the halt's output"
+    );
 }
 
 #[test]
@@ -448,7 +469,7 @@ fn pi0_stages_state_input_and_precision() {
     m.set_hold(hi, &hold).unwrap();
     m.halt(hi).unwrap();
     let mut out = vec![0f32; whole.len()];
-    m.read_actions(hi, &mut out).unwrap();
+    m.read_halt(hi, &mut out).unwrap();
     assert_eq!(out, hold);
     // bf16 against f32.
     let b = Pi05::new(&ctx, s, &w, DType::BF16).unwrap();

@@ -18,8 +18,10 @@
 //!   built. The noisy actions, the input and output projections and the update stay in f32
 //!   (`flow.rs`), and after the last step the update also writes the output chunk; so the
 //!   steps of one inference run in order;
-//! * **halt** (key 0): writes the configured hold chunk into the output, for the
-//!   highest-priority stream.
+//! * **halt** (key 0): writes the configured hold chunk into the halt output, for the
+//!   highest-priority stream: a buffer of its own, which no step writes, so a step still
+//!   running on the policy stream when the halt runs can neither overwrite it nor be read
+//!   as it.
 //!
 //! Everything that changes between inferences lives in buffers written before a replay:
 //! images (f32; the vision graph casts them to the model's precision), the prompt buffer
@@ -278,6 +280,8 @@ pub struct Pi05 {
     x: Tensor,
     out: Tensor,
     hold: Tensor,
+    /// What the halt graph writes (the hold chunk); apart from `out`.
+    halt_out: Tensor,
     vision: Graph,
     prefix: Graph,
     step: Graph,
@@ -583,6 +587,7 @@ impl Pi05 {
         let out = Tensor::alloc(ctx, "actions", DType::F32, &[horizon, c.action_dim])?;
         let hold = Tensor::alloc(ctx, "hold", DType::F32, &[horizon, c.action_dim])?;
         hold.write_f32(s, &vec![0.0; chunk_n])?;
+        let halt_out = Tensor::alloc(ctx, "halt", DType::F32, &[horizon, c.action_dim])?;
         let prefix_x = Tensor::alloc(ctx, "prefix.x", dt, &[p_len, lg.width])?;
 
         // ---- vision: SigLIP over the encoded views at once, then the projector; one variant
@@ -760,7 +765,8 @@ impl Pi05 {
         }
         let halt = Graph::new(ctx, "pi05.halt", 1);
         halt.capture(ShapeKey(0), |cs| {
-            Buffer::copy(out.buffer(), 0, hold.buffer(), 0, hold.buffer().bytes(), cs)
+            let b = hold.buffer().bytes();
+            Buffer::copy(halt_out.buffer(), 0, hold.buffer(), 0, b, cs)
         })?;
         // The variants for fewer views.
         for keys in fewer {
@@ -809,6 +815,7 @@ impl Pi05 {
             x,
             out,
             hold,
+            halt_out,
             vision,
             prefix,
             step,
@@ -1239,10 +1246,16 @@ impl Pi05 {
         Ok(())
     }
 
-    /// Replays the halt graph on `s` (the highest-priority stream): the output becomes the
-    /// hold chunk.
+    /// Replays the halt graph on `s` (the highest-priority stream): the halt output becomes
+    /// the hold chunk ([`read_halt`](Self::read_halt)). It neither waits for nor touches the
+    /// inference's output.
     pub fn halt(&self, s: Stream) -> Result<()> {
         Ok(self.halt.replay(ShapeKey(0), s)?)
+    }
+
+    /// Reads the halt output (`action_horizon × action_dim`) after the work on `s`.
+    pub fn read_halt(&self, s: Stream, out: &mut [f32]) -> Result<()> {
+        Ok(self.halt_out.buffer().read(s, 0, out)?)
     }
 
     /// The prompt-token buffer (`max_token_len` i32; entries past the prompt are masked).
@@ -1492,6 +1505,9 @@ impl Policy for Pi05 {
     }
     fn halt(&self, s: Stream) -> Result<()> {
         Pi05::halt(self, s)
+    }
+    fn read_halt(&self, s: Stream, out: &mut [f32]) -> Result<()> {
+        Pi05::read_halt(self, s, out)
     }
     fn inpaints(&self) -> bool {
         Pi05::inpaints(self)
