@@ -39,6 +39,7 @@ pub mod messages;
 pub mod node;
 pub mod observations;
 pub mod observe;
+pub mod outbox;
 pub mod params;
 pub mod policy;
 pub mod realtime;

@@ -161,7 +161,7 @@ impl Lockstep {
                     if let Some(s) = &mut self.commands {
                         self.next_command += s.period();
                         if let Some(c) = s.poll(now) {
-                            let _ = self.node.output_sender().try_send(Outbound::Command(c));
+                            self.node.output_sender().send(Outbound::Command(c));
                         }
                     }
                 }

@@ -152,8 +152,12 @@ pub struct Status {
     /// Chunks refused because a joint was measured further outside its limits than one step
     /// can bring back (no command is within both).
     pub outside_limits: u64,
-    /// Fixed-rate commands skipped because the command thread came late.
+    /// Fixed-rate commands skipped because the command thread came late (or the output
+    /// channel held their share).
     pub missed_commands: u64,
+    /// Messages the output channel had no room for (a consumer behind), commands past their
+    /// share included; halt chunks keep room of their own ([`crate::outbox`]).
+    pub dropped_outputs: u64,
     /// The sequence number of the last policy chunk published before the latest stop was
     /// latched (0: none). Chunks numbered above it and below that stop's halt chunk never
     /// exist: a stop withholds every chunk that was not out when it arrived.
@@ -201,6 +205,7 @@ impl Status {
             late_chunks,
             outside_limits,
             missed_commands,
+            dropped_outputs,
             last_chunk_before_stop,
             last_error,
             latency: _,
@@ -230,6 +235,7 @@ impl Status {
         self.late_chunks = *late_chunks;
         self.outside_limits = *outside_limits;
         self.missed_commands = *missed_commands;
+        self.dropped_outputs = *dropped_outputs;
         self.last_chunk_before_stop = *last_chunk_before_stop;
         if self.last_error != *last_error {
             self.last_error.clone_from(last_error);

@@ -16,6 +16,7 @@ use crate::config::{ActionDim, ActionKind, Config, MissingCamera, PastRows};
 use crate::error::{Error, Result};
 use crate::frame::{CameraFrame, FramePool, RawImage, Rgb8, decode_compressed_limited};
 use crate::messages::*;
+use crate::outbox::Outbox;
 use crate::policy::{Policy, PromptMaker};
 use crate::safety::{Fault, Hold, StopLatch, Watchdog, fresh, panic_message};
 use crate::timeline::{CommandClock, Handover, Timeline, first_due_row, guard_chunk};
@@ -134,13 +135,6 @@ pub const SUBGOAL_QUEUE: usize = 64;
 /// ticks allocate).
 const CHUNK_POOL: usize = 8;
 
-/// Capacity of the node's output channel.
-const OUTPUT_CHANNEL: usize = 1024;
-
-/// The most fixed-rate commands the output channel may hold (a consumer that stops draining
-/// loses commands before it could lose a chunk).
-const COMMAND_SHARE: usize = OUTPUT_CHANNEL / 4;
-
 /// Recent chunks whose observation-to-publication delay sets the frozen prefix.
 const DELAYS: usize = 8;
 
@@ -231,6 +225,8 @@ pub struct Inputs {
     audio: Option<Sender<Audio>>,
     clock: Arc<dyn Clock>,
     counters: Arc<Counters>,
+    /// The output channel (the fault halt and the status count what it dropped).
+    out: Outbox,
     /// Each input's accepted messages and newest stamp: the cameras in configured order, the
     /// state, then the microphone when one is configured.
     meters: Arc<crate::status::Meters>,
@@ -552,6 +548,7 @@ impl Inputs {
         s.bad_commands = c.bad_commands.load(Ordering::Relaxed);
         s.bad_clock = c.bad_clock.load(Ordering::Relaxed);
         s.missed_commands = c.missed_commands.load(Ordering::Relaxed);
+        s.dropped_outputs = self.out.dropped();
         s.last_chunk_before_stop = self.latch.last_chunk_before_stop();
         s.inputs = self
             .meters
@@ -764,7 +761,7 @@ impl Shape {
 #[derive(Clone)]
 pub struct FaultHalt {
     inputs: Inputs,
-    out: Sender<Outbound>,
+    out: Outbox,
     seq: Arc<AtomicU64>,
     shape: Shape,
 }
@@ -785,9 +782,9 @@ impl FaultHalt {
             (Arc::from(text), id),
             now,
         );
-        let _ = self.out.try_send(Outbound::Chunk(c));
+        self.out.send(Outbound::Chunk(c));
         if self.shape.plans {
-            let _ = self.out.try_send(Outbound::Plan(plan));
+            self.out.send(Outbound::Plan(plan));
         }
     }
 }
@@ -868,7 +865,7 @@ pub struct Node {
     /// Configurations with changed live fields ([`Inputs::reconfigure`]).
     reconfigured: Receiver<(Config, Option<frt_vla::calibration::Calibration>)>,
     wake: Receiver<()>,
-    out: Sender<Outbound>,
+    out: Outbox,
     /// Completion markers of the last two replays (one replay stays queued ahead).
     done: [frt_exec::Event; 2],
     /// Counters and state; the subgoal and the counters of refused inputs are filled in by
@@ -967,7 +964,7 @@ impl Node {
         )));
         let (stx, srx) = crossbeam_channel::bounded(SUBGOAL_QUEUE);
         let (wtx, wrx) = crossbeam_channel::bounded(1);
-        let (otx, orx) = crossbeam_channel::bounded(OUTPUT_CHANNEL);
+        let (otx, orx) = Outbox::new();
         let (ctx, crx) = crossbeam_channel::bounded(2);
         let s = &cfg.safety;
         let inputs = Inputs {
@@ -1001,6 +998,7 @@ impl Node {
             audio,
             clock: clock.clone(),
             counters: Arc::default(),
+            out: otx.clone(),
             meters: Arc::new(crate::status::Meters::new(
                 cfg.cameras
                     .iter()
@@ -1133,7 +1131,7 @@ impl Node {
     }
 
     /// A sender into the node's output channel (the speech thread publishes transcripts).
-    pub fn output_sender(&self) -> Sender<Outbound> {
+    pub fn output_sender(&self) -> Outbox {
         self.out.clone()
     }
 
@@ -1213,7 +1211,7 @@ impl Node {
                     s.stamp = inputs.clock.now();
                     inputs.fill_status(&mut s);
                     window.observe(now, &mut s);
-                    let _ = out.try_send(Outbound::Status(Box::new(s)));
+                    out.send(Outbound::Status(Box::new(s)));
                 }
             })
             .ok()
@@ -1221,7 +1219,7 @@ impl Node {
 
     /// Publishes a status snapshot.
     pub fn publish_status(&self) {
-        let _ = self.out.try_send(Outbound::Status(Box::new(self.status())));
+        self.out.send(Outbound::Status(Box::new(self.status())));
     }
 
     /// Acts on what arrived: a stop halts (after a resume that came after it, the node runs
@@ -1410,8 +1408,9 @@ impl Node {
     }
 
     fn publish(&self, o: Outbound) {
-        // A consumer that does not keep up loses messages; the loop never blocks on it.
-        let _ = self.out.try_send(o);
+        // A consumer that does not keep up loses messages (counted), halts last; the loop
+        // never blocks on it.
+        self.out.send(o);
     }
 
     /// Forgets every observation (the clock jumped backwards: their stamps mean nothing now).
@@ -1622,11 +1621,11 @@ impl Node {
         let mut changed = 0;
         if !self.inputs.latch.publish(|| {
             seq_counter.store(seq, Ordering::SeqCst);
-            let _ = out.try_send(chunk);
+            out.send(chunk);
             let mut tl = timeline.lock().unwrap_or_else(|p| p.into_inner());
             changed = tl.merge(rows, t_due, oldest, anchor, &dims);
             if plans {
-                let _ = out.try_send(Outbound::Plan(Plan {
+                out.send(Outbound::Plan(Plan {
                     stamp: tl.start(),
                     dt,
                     action_dim: d as u32,
@@ -1812,9 +1811,7 @@ impl Node {
                         let _span = tracing::trace_span!("command").entered();
                         // Commands never fill more than their share of the output channel:
                         // the rest stays free for chunks, halt chunks above all.
-                        if out.len() < COMMAND_SHARE {
-                            let _ = out.try_send(Outbound::Command(c));
-                        } else {
+                        if !out.send(Outbound::Command(c)) {
                             stream
                                 .inputs
                                 .counters

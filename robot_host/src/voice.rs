@@ -9,7 +9,7 @@
 use crate::config::{AsrConfig, normalize_words};
 use crate::messages::{Audio, Command, Outbound, Source, Transcript};
 use crate::node::{Clock, Inputs};
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Receiver;
 use frt_asr::stream::{Segmenter, Transcriber, VadConfig};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -114,7 +114,7 @@ pub fn run(
     transcriber: Transcriber,
     cfg: AsrConfig,
     inputs: Inputs,
-    out: Sender<Outbound>,
+    out: crate::outbox::Outbox,
     clock: Arc<dyn Clock>,
     stop: &std::sync::atomic::AtomicBool,
     progress: &Progress,
@@ -125,7 +125,7 @@ pub fn run(
         let tr = match t.result {
             Ok(tr) => tr,
             Err(e) => {
-                let _ = out.try_send(Outbound::Transcript(Transcript {
+                out.send(Outbound::Transcript(Transcript {
                     stamp: clock.now(),
                     text: String::new(),
                     avg_logprob: f32::NEG_INFINITY,
@@ -152,7 +152,7 @@ pub fn run(
         if let Some(c) = c {
             let _ = inputs.command(c, Source::Voice);
         }
-        let _ = out.try_send(Outbound::Transcript(Transcript {
+        out.send(Outbound::Transcript(Transcript {
             stamp: clock.now(),
             text: tr.text.trim().to_string(),
             avg_logprob: tr.avg_logprob,

@@ -254,6 +254,42 @@ fn stop_between_two_replays_publishes_only_the_halt_chunk() {
     assert_eq!(r.node.tick(), TickOutcome::Published);
 }
 
+/// A consumer that fell behind: with the output channel filled up to the room kept for
+/// halts, a tick's chunk is dropped (and counted, as every dropped message is), and a stop's
+/// halt chunk still gets in: the last chunk the consumer sees once it catches up.
+#[test]
+fn a_stop_gets_through_a_full_output_channel() {
+    let mut r = rig("pick up the red block", "");
+    let out = r.node.output_sender();
+    let filler = Outbound::Transcript(frt_robot_host::messages::Transcript {
+        stamp: 0.0,
+        text: "filler".into(),
+        avg_logprob: 0.0,
+        no_speech_prob: 0.0,
+        decision: "ignored: test".into(),
+    });
+    while out.send(filler.clone()) {}
+    let dropped = r.node.status().dropped_outputs;
+    assert_eq!(dropped, 1, "the filler that did not fit");
+    r.observe(1.0, 0);
+    assert_eq!(r.node.tick(), TickOutcome::Published);
+    assert_eq!(
+        r.node.status().dropped_outputs,
+        dropped + 1,
+        "the tick's chunk, dropped"
+    );
+    r.inputs.command(Command::Stop, Source::Typed).unwrap();
+    r.observe(1.1, 1);
+    assert_eq!(r.node.tick(), TickOutcome::Idle);
+    let c = r.chunks();
+    assert_eq!(c.len(), 1, "only the halt chunk got in");
+    assert!(c[0].halt);
+    assert_eq!(c[0].seq, 2);
+    let s = r.node.status();
+    assert!(s.halted && s.halts == 1);
+    assert_eq!(s.dropped_outputs, dropped + 1);
+}
+
 #[test]
 fn subgoal_mid_tick_abandons_the_tick() {
     let mut r = rig("pick up the red block", "");

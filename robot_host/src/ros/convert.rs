@@ -376,6 +376,7 @@ pub fn diagnostics(s: &m::Status, node: &str) -> msg::DiagnosticArray {
         kv("withheld (window)", r.withheld.to_string()),
         kv("clamped", s.clamped.to_string()),
         kv("missed_commands", s.missed_commands.to_string()),
+        kv("dropped_outputs", s.dropped_outputs.to_string()),
         kv("holds_without_target", s.holds_without_target.to_string()),
     ];
     for (name, p50, p99, _) in &s.latency {
