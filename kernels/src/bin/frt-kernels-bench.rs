@@ -336,6 +336,58 @@ fn main() {
                 cells.join(" | ")
             );
         }
+        // SigLIP's projections for two views (512 rows), each as the encoder plans it (bias;
+        // the attention output and fc2 added into the residual stream), against its
+        // reduction split into parts of a multiple of 8 (16-byte aligned) as one batched GEMM
+        // writing f32 partial sums, which the LayerNorm after it would add.
+        for (what, m, kk, n, acc) in [
+            ("siglip qkv", 512, 1152, 3456, false),
+            ("siglip attn out", 512, 1152, 1152, true),
+            ("siglip fc1", 512, 1152, 4304, false),
+            ("siglip fc2", 512, 4304, 1152, true),
+        ] {
+            let FromMemory { x, ws, out, .. } = FromMemory::new(&mut b, m, kk, n);
+            let bf = DType::BF16;
+            let bias = b.tensor("bias", bf, &[n]);
+            let g = b.k.linear(&x, &ws[0], &out, true, acc).unwrap();
+            let next = std::cell::Cell::new(0usize);
+            let pick = |len: usize| {
+                next.set((next.get() + 1) % len);
+                next.get()
+            };
+            let (med, _) = b.time(what, &|s| {
+                g.run(s, &x, &ws[pick(ws.len())], &out, Some(&bias))
+            });
+            let flops = 2.0 * (m * kk * n) as f64;
+            let mut cells = vec![format!(
+                "plan {:>5.1} µs ({:>3.0} TFLOP/s)",
+                med * 1e3,
+                flops / (med * 1e-3) / 1e12
+            )];
+            for splits in [2usize, 3, 4, 6, 8] {
+                let part = kk / splits;
+                if kk % splits != 0 || part % 8 != 0 {
+                    continue;
+                }
+                let view = |t: &Tensor, rows: usize| {
+                    Tensor::with_layout(t.buffer(), bf, &[splits, rows, part], &[part, kk, 1], 0)
+                        .unwrap()
+                };
+                let acc = b.tensor("partials", DType::F32, &[splits, m, n]);
+                let g =
+                    b.k.linear(&view(&x, m), &view(&ws[0], n), &acc, false, false)
+                        .unwrap();
+                let (med, _) = b.time(what, &|s| {
+                    g.run(s, &view(&x, m), &view(&ws[pick(ws.len())], n), &acc, None)
+                });
+                cells.push(format!("{splits}-way {:>5.1} µs", med * 1e3));
+            }
+            println!(
+                "| {what:<16} | {:<16} | {} |",
+                format!("{m}x{kk}x{n}"),
+                cells.join(" | ")
+            );
+        }
     }
     if b.wants("geglu") {
         // The action expert's MLP gate and up projections with GEGLU: cuBLASLt's GEMM then the
