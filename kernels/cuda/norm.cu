@@ -48,7 +48,9 @@ __device__ __forceinline__ void load_w(const T* p, float* v, int w) {
 // those partial sums in part order, rounded to T: the value a GEMM writing T would have stored.
 // With y_scale (f32, [cols]; g unused) the residual is x = x + y * y_scale[c] in f32: the
 // product of an FP8 GEMM that left its weight's per-feature scales to its reader.
-template <typename T>
+// PARTS: whether the kernel reads partial sums (yp); without, its registers (and with them how
+// many rows an SM holds at once) are only what the other forms need.
+template <typename T, bool PARTS>
 __device__ void rms_norm(T* x, const T* w, const T* mod, const T* y, const T* g, T* out, unsigned cols,
                          unsigned long long sx, unsigned long long sm, unsigned long long sy, unsigned long long sg,
                          unsigned long long so, float eps, int vec8, const float* x32, float* out32,
@@ -58,15 +60,15 @@ __device__ void rms_norm(T* x, const T* w, const T* mod, const T* y, const T* g,
     T* xr = x + row * sx;
     T* o = out ? out + row * so : nullptr;
     float ss = 0.f;
-    if (y || yp) {
+    if (y || (PARTS && yp)) {
         const T* yr = y ? y + row * sy : nullptr;
-        const float* ypr = yp ? yp + row * sy : nullptr;
+        const float* ypr = PARTS && yp ? yp + row * sy : nullptr;
         const T* gr = g ? g + row * sg : nullptr;
         // Each thread re-reads only the elements it stored itself.
         ROW_LOOP(xr, {
             float yv[8];
             float gv[8];
-            if (yp) {
+            if (PARTS && yp) {
                 load_w(ypr + c, yv, W);
                 // Up to 8 parts' loads in flight at once, then added in part order.
                 for (unsigned p0 = 1; p0 < parts; p0 += 8) {
@@ -221,8 +223,21 @@ __device__ void softmax(const T* x, T* out, unsigned cols, unsigned long long sx
                                             const float* yp, unsigned parts, unsigned long long sp,    \
                                             const float* y_scale) {                                    \
         pdl_trigger();                                                                                 \
-        rms_norm<T>(x, w, mod, y, g, out, cols, sx, sm, sy, sg, so, eps, vec8, x32, out32, codes,       \
-                    code_scale, yp, parts, sp, y_scale);                                               \
+        rms_norm<T, true>(x, w, mod, y, g, out, cols, sx, sm, sy, sg, so, eps, vec8, x32, out32, codes, \
+                          code_scale, yp, parts, sp, y_scale);                                         \
+    }                                                                                                  \
+    extern "C" __global__ void rms_norm_plain_##S(T* x, const T* w, const T* mod, const T* y,           \
+                                                  const T* g, T* out, unsigned cols,                   \
+                                                  unsigned long long sx, unsigned long long sm,         \
+                                                  unsigned long long sy, unsigned long long sg,         \
+                                                  unsigned long long so, float eps, int vec8,           \
+                                                  const float* x32, float* out32,                       \
+                                                  unsigned char* codes, const float* code_scale,       \
+                                                  const float* yp, unsigned parts,                      \
+                                                  unsigned long long sp, const float* y_scale) {        \
+        pdl_trigger();                                                                                 \
+        rms_norm<T, false>(x, w, mod, y, g, out, cols, sx, sm, sy, sg, so, eps, vec8, x32, out32,      \
+                           codes, code_scale, nullptr, 0, 0, y_scale);                                 \
     }                                                                                                  \
     extern "C" __global__ void layer_norm_##S(T* x, const T* w, const T* b, T* out, unsigned cols,       \
                                               unsigned long long sx, unsigned long long so, float eps,  \

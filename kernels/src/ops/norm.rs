@@ -215,7 +215,12 @@ impl Kernels {
                 unsafe {
                     c.launch(
                         s,
-                        "rms_norm",
+                        // Without partial sums, the kernel without their code (fewer registers).
+                        if partials.is_some() {
+                            "rms_norm"
+                        } else {
+                            "rms_norm_plain"
+                        },
                         Some(dt),
                         (rx.rows as u32, 1, 1),
                         (row_block(cols, v8), 1, 1),
