@@ -78,8 +78,11 @@ FOR_FLOATS(ATTENTION)
 // registers, longer ones are read three times. With vec8 (sk_len a multiple of 8 and at most
 // 32 * SOFTMAX_REGS, scores and probs 16-byte aligned) each lane moves 8 consecutive keys per
 // access: a lane's share of the row is then chunks of 8 keys, 256 keys apart.
+// masked_softmax_vec3: the vec8 form alone for rows of at most 768 keys (3 chunks a lane: e.g.
+// Gemma's prefix, 576), with only the registers that needs; the same arithmetic, so the same
+// bits (the chunks it leaves out would only add zeros).
 #define SOFTMAX_REGS 32
-template <typename T>
+template <typename T, int C = SOFTMAX_REGS / 8, bool ANY = true>
 __device__ void masked_softmax(const float* scores, T* probs, unsigned rows, unsigned sq_len, unsigned sk_len, unsigned heads_inner, const int* valid_len, const unsigned char* key_mask,
                                unsigned always_from, int causal, unsigned causal_offset, float scale, int vec8) {
     const unsigned lane = threadIdx.x & 31;
@@ -92,8 +95,8 @@ __device__ void masked_softmax(const float* scores, T* probs, unsigned rows, uns
     T* pr = probs + row * sk_len;
 #define VISIBLE(j) (((int)(j) < vl || (j) >= always_from) && (!causal || (j) <= i + causal_offset) && (!key_mask || key_mask[j]))
     float m = -INFINITY;
-    if (vec8) {
-        constexpr int C = SOFTMAX_REGS / 8;  // chunks of 8 keys a lane
+    if (!ANY || vec8) {
+        // C chunks of 8 keys a lane.
         float v[C][8];
         // As below, the scores' loads come first, independent of the masks'.
 #pragma unroll
@@ -133,6 +136,7 @@ __device__ void masked_softmax(const float* scores, T* probs, unsigned rows, uns
         }
         return;
     }
+    if (!ANY) return;
     if (sk_len <= 32 * SOFTMAX_REGS) {
         float v[SOFTMAX_REGS];
         // The scores are loaded whatever the mask says (the product wrote every one), so
@@ -184,5 +188,14 @@ __device__ void masked_softmax(const float* scores, T* probs, unsigned rows, uns
                                                   unsigned always_from, int causal,                    \
                                                   unsigned causal_offset, float scale, int vec8) {     \
         masked_softmax<T>(scores, probs, rows, sq_len, sk_len, heads_inner, valid_len, key_mask, always_from, causal, causal_offset, scale, vec8); \
+    }                                                                                                 \
+    extern "C" __global__ void masked_softmax_vec3_##S(const float* scores, T* probs, unsigned rows,    \
+                                                       unsigned sq_len, unsigned sk_len,              \
+                                                       unsigned heads_inner, const int* valid_len,    \
+                                                       const unsigned char* key_mask,                 \
+                                                       unsigned always_from, int causal,              \
+                                                       unsigned causal_offset, float scale, int vec8) { \
+        masked_softmax<T, 3, false>(scores, probs, rows, sq_len, sk_len, heads_inner, valid_len,      \
+                                    key_mask, always_from, causal, causal_offset, scale, vec8);       \
     }
 FOR_FLOATS(MASKED_SOFTMAX)

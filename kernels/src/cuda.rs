@@ -530,6 +530,29 @@ impl CudaOps {
         Ok(*self.tuning.get_or_init(|| s))
     }
 
+    /// The registers a thread of kernel `name_{dtype}` takes (as loaded on this device).
+    pub fn registers(&self, name: &'static str, dt: Option<DType>) -> Result<u32> {
+        let f = self.func(name, dt)?;
+        self.ctx.bind_to_thread()?;
+        let mut n = 0i32;
+        // SAFETY: `f` is a loaded function of this context; `n` outlives the call.
+        let r = unsafe {
+            sys::cuFuncGetAttribute(
+                &mut n,
+                sys::CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_NUM_REGS,
+                f,
+            )
+        };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            return Err(frt_exec::Error::Driver {
+                call: "cuFuncGetAttribute",
+                code: frt_exec::DriverCode(r),
+            }
+            .into());
+        }
+        Ok(n as u32)
+    }
+
     fn func(&self, name: &'static str, dt: Option<DType>) -> Result<sys::CUfunction> {
         self.funcs
             .get(&(name, dt))

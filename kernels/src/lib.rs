@@ -99,6 +99,15 @@ impl Kernels {
     }
 
     /// `"host"` or the CUDA architecture the kernels were built for (e.g. `"sm_90"`).
+    /// The registers a thread of kernel `name` (for `dt`, when the kernel has a version per
+    /// dtype) takes on this device; `None` on the host backend. For benchmarks.
+    pub fn kernel_registers(&self, name: &'static str, dt: Option<DType>) -> Result<Option<u32>> {
+        self.cuda
+            .as_ref()
+            .map(|c| c.registers(name, dt))
+            .transpose()
+    }
+
     pub fn target(&self) -> String {
         self.cuda
             .as_ref()

@@ -671,6 +671,25 @@ fn main() {
         }
     }
     if b.wants("mem") {
+        // What a thread of each row kernel takes in registers (with the block size, how many
+        // rows an SM holds at once).
+        let regs: Vec<String> = [
+            "rms_norm",
+            "rms_norm_plain",
+            "layer_norm",
+            "softmax",
+            "masked_softmax",
+            "masked_softmax_vec3",
+            "binary",
+        ]
+        .iter()
+        .map(|n| match b.k.kernel_registers(n, Some(dt)) {
+            Ok(Some(r)) => format!("{n} {r}"),
+            Ok(None) => format!("{n} -"),
+            Err(e) => format!("{n}: {e}"),
+        })
+        .collect();
+        println!("registers a thread ({}): {}", dt.name(), regs.join(", "));
         // Memory-bound ops.
         for (rows, cols, tag) in [
             (800usize, 2048usize, "gemma"),

@@ -1386,7 +1386,12 @@ impl AttentionPlan {
                 unsafe {
                     c.launch(
                         s,
-                        "masked_softmax",
+                        // Rows of at most 768 keys a vec8 form of their own (fewer registers).
+                        if vec8 != 0 && d.sk_len <= 768 {
+                            "masked_softmax_vec3"
+                        } else {
+                            "masked_softmax"
+                        },
                         Some(probs.dtype()),
                         // One warp per row, 8 rows a block.
                         (n_rows.div_ceil(8) as u32, 1, 1),
