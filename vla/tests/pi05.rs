@@ -148,13 +148,13 @@ fn stages_replay_one_by_one_and_halt_overrides() {
         Some(ViewImage::Pixels(&i.images[1])),
         None,
     ];
-    m.set_inputs(&Observation {
+    let obs = Observation {
         state: &[],
         images: &imgs,
         tokens: &i.tokens,
         noise: &i.noise,
-    })
-    .unwrap();
+    };
+    m.set_inputs(&obs).unwrap();
     let stages = m.stages();
     assert_eq!(stages.len(), 2 + c.steps);
     assert_eq!(
@@ -179,13 +179,7 @@ fn stages_replay_one_by_one_and_halt_overrides() {
     // still running on the policy stream when a stop came) leave the halt's output alone.
     m.read_actions(s, &mut out).unwrap();
     assert!(out == whole, "the halt wrote the inference's output");
-    m.set_inputs(&Observation {
-        state: &[],
-        images: &imgs,
-        tokens: &i.tokens,
-        noise: &i.noise,
-    })
-    .unwrap();
+    m.set_inputs(&obs).unwrap();
     for st in stages {
         m.replay(*st).unwrap();
     }

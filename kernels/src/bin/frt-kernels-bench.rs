@@ -171,6 +171,41 @@ impl FromMemory {
         let g = b.k.linear(&x, &ws[0], &out, false, false).unwrap();
         FromMemory { x, ws, out, g }
     }
+
+    /// The median of the product with its reduction split `splits` ways as one batched GEMM
+    /// writing f32 partial sums (what the op that consumes them would add), the weights
+    /// cycled as for the plan.
+    fn split(&self, b: &mut Bench, what: &str, splits: usize) -> f64 {
+        let (m, kk) = (self.x.shape()[0], self.x.shape()[1]);
+        let n = self.ws[0].shape()[0];
+        let part = kk / splits;
+        let view = |t: &Tensor, rows: usize| {
+            Tensor::with_layout(
+                t.buffer(),
+                DType::BF16,
+                &[splits, rows, part],
+                &[part, kk, 1],
+                0,
+            )
+            .unwrap()
+        };
+        let acc = b.tensor("partials", DType::F32, &[splits, m, n]);
+        let g =
+            b.k.linear(&view(&self.x, m), &view(&self.ws[0], n), &acc, false, false)
+                .unwrap();
+        let next = std::cell::Cell::new(0usize);
+        let (med, _) = b.time(what, &|s| {
+            next.set((next.get() + 1) % self.ws.len());
+            g.run(
+                s,
+                &view(&self.x, m),
+                &view(&self.ws[next.get()], n),
+                &acc,
+                None,
+            )
+        });
+        med
+    }
 }
 
 fn main() {
@@ -296,14 +331,14 @@ fn main() {
         // weight in L2.
         println!();
         for (what, m, kk, n) in EXPERT_GEMMS {
-            let FromMemory { x, ws, out, g } = FromMemory::new(&mut b, m, kk, n);
-            let bf = DType::BF16;
+            let fm = FromMemory::new(&mut b, m, kk, n);
+            let FromMemory { x, ws, out, g } = &fm;
             let next = std::cell::Cell::new(0usize);
             let pick = |len: usize| {
                 next.set((next.get() + 1) % len);
                 next.get()
             };
-            let (med, p) = b.time(what, &|s| g.run(s, &x, &ws[pick(ws.len())], &out, None));
+            let (med, p) = b.time(what, &|s| g.run(s, x, &ws[pick(ws.len())], out, None));
             let mut cells = vec![format!(
                 "plan {:>5.1} / {:>5.1} µs ({:>4.0} GB/s, ws {} B)",
                 med * 1e3,
@@ -313,21 +348,10 @@ fn main() {
             )];
             // The same plan with one weight, which stays in L2 between the repeats: what the
             // GEMM would take were its weight fetched ahead of it.
-            let (med, _) = b.time(what, &|s| g.run(s, &x, &ws[0], &out, None));
+            let (med, _) = b.time(what, &|s| g.run(s, x, &ws[0], out, None));
             cells.push(format!("in L2 {:>5.1} µs", med * 1e3));
             for splits in [2usize, 4, 8] {
-                let part = kk / splits;
-                let view = |t: &Tensor, rows: usize| {
-                    Tensor::with_layout(t.buffer(), bf, &[splits, rows, part], &[part, kk, 1], 0)
-                        .unwrap()
-                };
-                let acc = b.tensor("partials", DType::F32, &[splits, m, n]);
-                let g =
-                    b.k.linear(&view(&x, m), &view(&ws[0], n), &acc, false, false)
-                        .unwrap();
-                let (med, _) = b.time(what, &|s| {
-                    g.run(s, &view(&x, m), &view(&ws[pick(ws.len())], n), &acc, None)
-                });
+                let med = fm.split(&mut b, what, splits);
                 cells.push(format!("{splits}-way {:>5.1} µs", med * 1e3));
             }
             println!(
@@ -346,17 +370,17 @@ fn main() {
             ("siglip fc1", 512, 1152, 4304, false),
             ("siglip fc2", 512, 4304, 1152, true),
         ] {
-            let FromMemory { x, ws, out, .. } = FromMemory::new(&mut b, m, kk, n);
-            let bf = DType::BF16;
-            let bias = b.tensor("bias", bf, &[n]);
-            let g = b.k.linear(&x, &ws[0], &out, true, acc).unwrap();
+            let fm = FromMemory::new(&mut b, m, kk, n);
+            let FromMemory { x, ws, out, .. } = &fm;
+            let bias = b.tensor("bias", DType::BF16, &[n]);
+            let g = b.k.linear(x, &ws[0], out, true, acc).unwrap();
             let next = std::cell::Cell::new(0usize);
             let pick = |len: usize| {
                 next.set((next.get() + 1) % len);
                 next.get()
             };
             let (med, _) = b.time(what, &|s| {
-                g.run(s, &x, &ws[pick(ws.len())], &out, Some(&bias))
+                g.run(s, x, &ws[pick(ws.len())], out, Some(&bias))
             });
             let flops = 2.0 * (m * kk * n) as f64;
             let mut cells = vec![format!(
@@ -365,21 +389,10 @@ fn main() {
                 flops / (med * 1e-3) / 1e12
             )];
             for splits in [2usize, 3, 4, 6, 8] {
-                let part = kk / splits;
-                if kk % splits != 0 || part % 8 != 0 {
+                if kk % splits != 0 || (kk / splits) % 8 != 0 {
                     continue;
                 }
-                let view = |t: &Tensor, rows: usize| {
-                    Tensor::with_layout(t.buffer(), bf, &[splits, rows, part], &[part, kk, 1], 0)
-                        .unwrap()
-                };
-                let acc = b.tensor("partials", DType::F32, &[splits, m, n]);
-                let g =
-                    b.k.linear(&view(&x, m), &view(&ws[0], n), &acc, false, false)
-                        .unwrap();
-                let (med, _) = b.time(what, &|s| {
-                    g.run(s, &view(&x, m), &view(&ws[pick(ws.len())], n), &acc, None)
-                });
+                let med = fm.split(&mut b, what, splits);
                 cells.push(format!("{splits}-way {:>5.1} µs", med * 1e3));
             }
             println!(
