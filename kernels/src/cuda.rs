@@ -208,8 +208,14 @@ unsafe fn program_log(prog: nv::nvrtcProgram) -> String {
 }
 
 /// Compiles one source for `arch`: its cubin and NVRTC's log (ptxas's notes, e.g. where it
-/// serializes `wgmma`s; empty when it has none).
-fn compile(file: &'static str, source: &str, arch: &str) -> Result<(Vec<u8>, String)> {
+/// serializes `wgmma`s; empty when it has none). `verbose`: ptxas also reports each kernel's
+/// registers, spills and shared memory (the cubin is the same).
+fn compile(
+    file: &'static str,
+    source: &str,
+    arch: &str,
+    verbose: bool,
+) -> Result<(Vec<u8>, String)> {
     let src = CString::new(source).expect("sources have no NUL");
     let name = CString::new(file).expect("file names have no NUL");
     let opts: Vec<CString> = [
@@ -218,6 +224,7 @@ fn compile(file: &'static str, source: &str, arch: &str) -> Result<(Vec<u8>, Str
         "-default-device".into(),
     ]
     .into_iter()
+    .chain(verbose.then(|| "--ptxas-options=-v".to_string()))
     .map(|o| CString::new(o).unwrap())
     .collect();
     let opt_ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
@@ -268,8 +275,53 @@ fn compile(file: &'static str, source: &str, arch: &str) -> Result<(Vec<u8>, Str
 pub struct Compiled {
     pub file: &'static str,
     pub bytes: usize,
-    /// NVRTC's log of a successful compile: warnings and ptxas's notes (empty when none).
+    /// NVRTC's log of a successful compile: warnings and ptxas's notes, with its report of
+    /// every kernel ([`kernel_resources`]).
     pub log: String,
+}
+
+/// What ptxas reports of one kernel ([`kernel_resources`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelResources {
+    pub name: String,
+    /// Registers a thread.
+    pub registers: u32,
+    /// Bytes a thread spills to local memory (stores).
+    pub spill_stores: u32,
+}
+
+/// Each kernel's registers and spills as a verbose ptxas log of one source states them
+/// (`Compiling entry function 'k'`, then `N bytes spill stores` and `Used N registers`).
+pub fn kernel_resources(log: &str) -> Vec<KernelResources> {
+    let number_before = |line: &str, what: &str| -> Option<u32> {
+        let head = &line[..line.find(what)?];
+        head.split(|c: char| !c.is_ascii_digit())
+            .rfind(|w| !w.is_empty())?
+            .parse()
+            .ok()
+    };
+    let mut out: Vec<KernelResources> = Vec::new();
+    let mut current: Option<KernelResources> = None;
+    for line in log.lines() {
+        if let Some(i) = line.find("Compiling entry function '") {
+            let rest = &line[i + "Compiling entry function '".len()..];
+            out.extend(current.take());
+            current = rest.split('\'').next().map(|n| KernelResources {
+                name: n.to_string(),
+                registers: 0,
+                spill_stores: 0,
+            });
+        } else if let Some(k) = current.as_mut() {
+            if let Some(n) = number_before(line, "bytes spill stores") {
+                k.spill_stores = n;
+            }
+            if let Some(n) = number_before(line, "registers") {
+                k.registers = n;
+            }
+        }
+    }
+    out.extend(current);
+    out
 }
 
 /// Compiles every kernel source for `arch` (e.g. `sm_110`, Jetson AGX Thor) with this
@@ -280,7 +332,7 @@ pub fn compile_for(arch: &str) -> Result<Vec<Compiled>> {
     SOURCES
         .iter()
         .map(|&(file, source)| {
-            let (bin, log) = compile(file, &format!("{COMMON}\n{source}"), arch)?;
+            let (bin, log) = compile(file, &format!("{COMMON}\n{source}"), arch, true)?;
             Ok(Compiled {
                 file,
                 bytes: bin.len(),
@@ -330,7 +382,7 @@ fn cubin(
             }
         }
     }
-    let (bin, _) = compile(file, &full, arch)?;
+    let (bin, _) = compile(file, &full, arch, false)?;
     if let Some(p) = &path {
         // Best effort: a read-only cache directory only costs a compile next time.
         write_whole(p, &bin);

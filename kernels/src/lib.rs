@@ -41,8 +41,9 @@ mod tensor;
 
 pub use cuda::cache_dir as cuda_cache_dir;
 pub use cuda::{
-    Compiled as CudaCompiled, SOURCE_COUNT as CUDA_SOURCE_COUNT, compile_for as cuda_compile_for,
-    nvrtc_target,
+    Compiled as CudaCompiled, KernelResources as CudaKernelResources,
+    SOURCE_COUNT as CUDA_SOURCE_COUNT, compile_for as cuda_compile_for,
+    kernel_resources as cuda_kernel_resources, nvrtc_target,
 };
 pub use dtype::DType;
 pub use error::{Error, Result};

@@ -2,7 +2,8 @@
 //! `kernels/cuda/*.cu` compiled by the machine's NVRTC for Ampere (sm_80), Jetson Orin
 //! (sm_87), Ada (sm_89), Hopper (sm_90, and sm_90a, as a Hopper device builds them: `wgmma`),
 //! Blackwell (sm_100, sm_120) and Jetson AGX Thor (sm_110), without ptxas serializing any
-//! `wgmma` kernel's MMAs. Needs NVRTC (a CUDA install, or NVIDIA's `nvidia-cuda-nvrtc` wheel, which
+//! `wgmma` kernel's MMAs, and with the row kernels (norms, softmax, elementwise) within a
+//! register budget on Hopper. Needs NVRTC (a CUDA install, or NVIDIA's `nvidia-cuda-nvrtc` wheel, which
 //! `scripts/test.sh` installs for CI), not a GPU of any kind:
 //! `cargo test -p frt-kernels --test targets -- --ignored --nocapture`.
 
@@ -22,9 +23,13 @@ fn kernels_compile_for_every_target_architecture() {
     });
     let mut failed = Vec::new();
     let mut serialized = Vec::new();
+    let mut heavy = Vec::new();
     for (arch, result) in results {
         match result {
             Ok(files) => {
+                if arch == "sm_90a" {
+                    heavy = heavy_row_kernels(&files);
+                }
                 assert_eq!(files.len(), frt_kernels::CUDA_SOURCE_COUNT);
                 let sizes: Vec<String> = files
                     .iter()
@@ -44,11 +49,86 @@ fn kernels_compile_for_every_target_architecture() {
     // not) when something may read their sums while they are in flight: a slow kernel that
     // still computes the right numbers, which only its log tells.
     assert!(serialized.is_empty(), "{}", serialized.join("\n"));
+    assert!(heavy.is_empty(), "{}", heavy.join("\n"));
     // An architecture NVRTC does not know is an error naming it, not a crash.
     let e = frt_kernels::cuda_compile_for("sm_1")
         .unwrap_err()
         .to_string();
     assert!(e.contains("sm_1"), "{e}");
+}
+
+/// Kernels launched with a block per row (or a thread per few elements) over many rows: with
+/// the block sizes they launch with, more registers than this would leave an SM fewer rows in
+/// flight than it can hold (a rarely used form compiled into the same kernel once took
+/// `rms_norm` to 96).
+const ROW_KERNEL_REGISTERS: u32 = 64;
+const ROW_KERNELS: [&str; 13] = [
+    "rms_norm_plain_bf16",
+    "layer_norm_bf16",
+    "softmax_bf16",
+    "masked_softmax_vec3_bf16",
+    "binary_bf16",
+    "unary_bf16",
+    "gated_residual_bf16",
+    "rope_qkv_bf16",
+    "rope_qkv_table_bf16",
+    "cast_f32_bf16",
+    "embedding_bf16",
+    "quantize_e4m3_bf16",
+    "resize_pad_pixels",
+];
+
+/// The row kernels of [`ROW_KERNELS`] that take more than [`ROW_KERNEL_REGISTERS`] registers
+/// or spill, or that the compiled sources lack; printing every kernel's registers.
+fn heavy_row_kernels(files: &[frt_kernels::CudaCompiled]) -> Vec<String> {
+    let all: Vec<_> = files
+        .iter()
+        .flat_map(|c| frt_kernels::cuda_kernel_resources(&c.log))
+        .collect();
+    let listed: Vec<String> = all
+        .iter()
+        .filter(|k| k.name.ends_with("_bf16") || !k.name.contains("_f"))
+        .map(|k| format!("{} {}", k.name, k.registers))
+        .collect();
+    println!("sm_90a registers a thread: {}", listed.join(", "));
+    ROW_KERNELS
+        .iter()
+        .filter_map(|&name| match all.iter().find(|k| k.name == name) {
+            None => Some(format!("{name}: not in any source's ptxas report")),
+            Some(k) if k.registers > ROW_KERNEL_REGISTERS || k.spill_stores > 0 => Some(format!(
+                "{name}: {} registers, {} bytes spilled (at most {ROW_KERNEL_REGISTERS}, none)",
+                k.registers, k.spill_stores
+            )),
+            Some(_) => None,
+        })
+        .collect()
+}
+
+/// What ptxas reports of each kernel is read from its verbose log, the last kernel included.
+#[test]
+fn kernel_resources_are_read_from_a_log() {
+    let log = "ptxas info    : 0 bytes gmem\n\
+               ptxas info    : Compiling entry function 'rms_norm_bf16' for 'sm_90a'\n\
+               ptxas info    : Function properties for rms_norm_bf16\n\
+               ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n\
+               ptxas info    : Used 96 registers, used 1 barriers, 128 bytes smem\n\
+               ptxas info    : Compiling entry function 'flash_attention_d256_bf16' for 'sm_90a'\n\
+               ptxas info    : Function properties for flash_attention_d256_bf16\n\
+               ptxas         .     40 bytes stack frame, 36 bytes spill stores, 36 bytes spill loads\n\
+               ptxas info    : Used 254 registers, used 1 barriers, 40 bytes cumulative stack size";
+    let found = frt_kernels::cuda_kernel_resources(log);
+    let want = |name: &str, registers, spill_stores| frt_kernels::CudaKernelResources {
+        name: name.into(),
+        registers,
+        spill_stores,
+    };
+    assert_eq!(
+        found,
+        [
+            want("rms_norm_bf16", 96, 0),
+            want("flash_attention_d256_bf16", 254, 36)
+        ]
+    );
 }
 
 /// ptxas's notes in `c`'s log that it serialized `wgmma`s or added a wait for them (C7514 to
