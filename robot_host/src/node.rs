@@ -1619,9 +1619,16 @@ impl Node {
             (&self.inputs.timeline, &self.anchor, &self.chunk[due * d..]);
         let (plan_pool, plans) = (&mut self.plan_pool, self.shape.plans);
         let mut changed = 0;
+        let mut sent = false;
         if !self.inputs.latch.publish(|| {
             seq_counter.store(seq, Ordering::SeqCst);
-            out.send(chunk);
+            // A chunk the output channel had no room for (a consumer behind) never reaches
+            // the robot: it does not become the timeline either, so that the commands and the
+            // next chunk's first row follow what the robot was given.
+            sent = out.send(chunk);
+            if !sent {
+                return seq;
+            }
             let mut tl = timeline.lock().unwrap_or_else(|p| p.into_inner());
             changed = tl.merge(rows, t_due, oldest, anchor, &dims);
             if plans {
@@ -1637,6 +1644,14 @@ impl Node {
         }) {
             self.status.abandoned += 1;
             return self.service().unwrap_or(TickOutcome::Halted);
+        }
+        if !sent {
+            let e = format!(
+                "chunk {seq} dropped: the output channel is full (a consumer behind; {} outputs dropped)",
+                self.out.dropped()
+            );
+            self.status.last_error = e.clone();
+            return TickOutcome::Refused(e);
         }
         self.status.clamped += changed;
         self.status.chunks += 1;

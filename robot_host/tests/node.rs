@@ -272,11 +272,19 @@ fn a_stop_gets_through_a_full_output_channel() {
     let dropped = r.node.status().dropped_outputs;
     assert_eq!(dropped, 1, "the filler that did not fit");
     r.observe(1.0, 0);
-    assert_eq!(r.node.tick(), TickOutcome::Published);
+    match r.node.tick() {
+        TickOutcome::Refused(e) => assert!(e.contains("output channel is full"), "{e}"),
+        o => panic!("the tick's chunk had no room: {o:?}"),
+    }
+    let s = r.node.status();
+    assert_eq!(s.dropped_outputs, dropped + 1, "the tick's chunk, dropped");
+    assert_eq!(s.chunks, 0, "a dropped chunk is not counted as published");
+    assert!(s.last_error.contains("dropped"), "{}", s.last_error);
+    // Nor does it become the timeline: there is still no command to execute.
     assert_eq!(
-        r.node.status().dropped_outputs,
-        dropped + 1,
-        "the tick's chunk, dropped"
+        r.inputs.command_at(1.0),
+        None,
+        "a dropped chunk's rows commanded"
     );
     r.inputs.command(Command::Stop, Source::Typed).unwrap();
     r.observe(1.1, 1);
