@@ -16,7 +16,7 @@ use crate::config::{ActionDim, ActionKind, Config, MissingCamera, PastRows};
 use crate::error::{Error, Result};
 use crate::frame::{CameraFrame, FramePool, RawImage, Rgb8, decode_compressed_limited};
 use crate::messages::*;
-use crate::outbox::Outbox;
+use crate::outbox::{DroppedCount, Outbox};
 use crate::policy::{Policy, PromptMaker};
 use crate::safety::{Fault, Hold, StopLatch, Watchdog, fresh, panic_message};
 use crate::timeline::{CommandClock, Handover, Timeline, first_due_row, guard_chunk};
@@ -225,8 +225,8 @@ pub struct Inputs {
     audio: Option<Sender<Audio>>,
     clock: Arc<dyn Clock>,
     counters: Arc<Counters>,
-    /// The output channel (the fault halt and the status count what it dropped).
-    out: Outbox,
+    /// What the output channel dropped (for the status).
+    dropped_outputs: DroppedCount,
     /// Each input's accepted messages and newest stamp: the cameras in configured order, the
     /// state, then the microphone when one is configured.
     meters: Arc<crate::status::Meters>,
@@ -548,7 +548,7 @@ impl Inputs {
         s.bad_commands = c.bad_commands.load(Ordering::Relaxed);
         s.bad_clock = c.bad_clock.load(Ordering::Relaxed);
         s.missed_commands = c.missed_commands.load(Ordering::Relaxed);
-        s.dropped_outputs = self.out.dropped();
+        s.dropped_outputs = self.dropped_outputs.get();
         s.last_chunk_before_stop = self.latch.last_chunk_before_stop();
         s.inputs = self
             .meters
@@ -998,7 +998,7 @@ impl Node {
             audio,
             clock: clock.clone(),
             counters: Arc::default(),
-            out: otx.clone(),
+            dropped_outputs: otx.dropped_count(),
             meters: Arc::new(crate::status::Meters::new(
                 cfg.cameras
                     .iter()

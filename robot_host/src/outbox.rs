@@ -66,6 +66,12 @@ impl Outbox {
         self.dropped.load(Ordering::Relaxed)
     }
 
+    /// A handle that reads the dropped count and holds no sender (the channel still
+    /// disconnects once every sender is gone).
+    pub fn dropped_count(&self) -> DroppedCount {
+        DroppedCount(self.dropped.clone())
+    }
+
     /// Messages queued now.
     pub fn len(&self) -> usize {
         self.tx.len()
@@ -74,6 +80,16 @@ impl Outbox {
     /// Whether nothing is queued.
     pub fn is_empty(&self) -> bool {
         self.tx.is_empty()
+    }
+}
+
+/// The dropped count of an [`Outbox`], apart from its sender.
+#[derive(Clone)]
+pub struct DroppedCount(Arc<AtomicU64>);
+
+impl DroppedCount {
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
     }
 }
 
