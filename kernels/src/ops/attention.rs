@@ -74,6 +74,8 @@ const MAX_SHARED_FLOATS: usize = 12 * 1024;
 /// The longest rows `masked_softmax` holds in registers as chunks of 8 keys (its
 /// `32 * SOFTMAX_REGS`).
 const SOFTMAX_VEC8_KEYS: usize = 1024;
+/// The longest rows `masked_softmax_vec3` takes (3 chunks of 8 keys a lane).
+const SOFTMAX_VEC3_KEYS: usize = 3 * 8 * 32;
 
 #[derive(Copy, Clone, PartialEq)]
 struct Dims {
@@ -1386,8 +1388,8 @@ impl AttentionPlan {
                 unsafe {
                     c.launch(
                         s,
-                        // Rows of at most 768 keys a vec8 form of their own (fewer registers).
-                        if vec8 != 0 && d.sk_len <= 768 {
+                        // Shorter rows: a vec8 form of their own (fewer registers).
+                        if vec8 != 0 && d.sk_len <= SOFTMAX_VEC3_KEYS {
                             "masked_softmax_vec3"
                         } else {
                             "masked_softmax"
