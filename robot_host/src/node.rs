@@ -896,6 +896,8 @@ pub struct Node {
     made_ids: Vec<u32>,
     prompts_made: u64,
     seq: Arc<AtomicU64>,
+    /// The sequence number of the last policy chunk that went out (0: none).
+    last_sent: u64,
     /// The clock at the last tick (a jump backwards resets the observations).
     last_now: Stamp,
     /// Where a live node records the start of each tick (`--record`).
@@ -1056,6 +1058,7 @@ impl Node {
             made_ids: Vec::with_capacity(made_ids),
             prompts_made: 0,
             seq: Arc::default(),
+            last_sent: 0,
             last_now: f64::NEG_INFINITY,
             tap: None,
             watchdog: Arc::default(),
@@ -1620,14 +1623,16 @@ impl Node {
         let (plan_pool, plans) = (&mut self.plan_pool, self.shape.plans);
         let mut changed = 0;
         let mut sent = false;
+        let last_sent = self.last_sent;
         if !self.inputs.latch.publish(|| {
             seq_counter.store(seq, Ordering::SeqCst);
             // A chunk the output channel had no room for (a consumer behind) never reaches
             // the robot: it does not become the timeline either, so that the commands and the
-            // next chunk's first row follow what the robot was given.
+            // next chunk's first row follow what the robot was given, and the latch keeps the
+            // last chunk that did go out.
             sent = out.send(chunk);
             if !sent {
-                return seq;
+                return last_sent;
             }
             let mut tl = timeline.lock().unwrap_or_else(|p| p.into_inner());
             changed = tl.merge(rows, t_due, oldest, anchor, &dims);
@@ -1653,6 +1658,7 @@ impl Node {
             self.status.last_error = e.clone();
             return TickOutcome::Refused(e);
         }
+        self.last_sent = seq;
         self.status.clamped += changed;
         self.status.chunks += 1;
         if self.status.chunks == 1 {

@@ -296,6 +296,7 @@ fn a_stop_gets_through_a_full_output_channel() {
     let s = r.node.status();
     assert!(s.halted && s.halts == 1);
     assert_eq!(s.dropped_outputs, dropped + 1);
+    assert_eq!(s.last_chunk_before_stop, 0, "chunk 1 never went out");
 }
 
 #[test]
