@@ -119,6 +119,44 @@ fn full_size_pi0_cuda_bf16_matches_host_f32() {
     compare(&c, DType::BF16, 0.999, 0.05);
 }
 
+/// The tiny model's inputs: every view a random image (seed `image_seed` + its slot), a fixed
+/// prompt and random noise (seed `noise_seed`).
+struct TinyInputs {
+    images: Vec<ModelImage>,
+    tokens: [u32; 8],
+    noise: Vec<f32>,
+}
+
+impl TinyInputs {
+    fn new(c: &Pi05Config, image_seed: u32, noise_seed: u32) -> TinyInputs {
+        let px = c.siglip.image_size * c.siglip.image_size * 3;
+        TinyInputs {
+            images: (0..c.views as u32)
+                .map(|v| ModelImage::new(rand(image_seed + v, px, 1.0)).unwrap())
+                .collect(),
+            tokens: [2, 17, 99, 301, 5, 42, 7, 108],
+            noise: rand(noise_seed, c.action_horizon * c.action_dim, 1.7),
+        }
+    }
+
+    /// Every view present.
+    fn views(&self) -> Vec<Option<ViewImage<'_>>> {
+        self.images
+            .iter()
+            .map(|i| Some(ViewImage::Pixels(i)))
+            .collect()
+    }
+
+    fn observation<'a>(&'a self, views: &'a [Option<ViewImage<'a>>]) -> Observation<'a> {
+        Observation {
+            state: &[],
+            images: views,
+            tokens: &self.tokens,
+            noise: &self.noise,
+        }
+    }
+}
+
 /// Frozen-prefix denoising on CUDA: with 0 frozen rows bit-identical to the model built
 /// without it, the frozen rows equal to the given actions, and the whole chunk as the host
 /// computes it (tiny model, f32; bf16 with its rounding).
@@ -127,19 +165,9 @@ fn full_size_pi0_cuda_bf16_matches_host_f32() {
 fn frozen_prefix_on_cuda_matches_the_host() {
     let c = Pi05Config::tiny();
     let w = Pi05Weights::random(&c, 9);
-    let px = c.siglip.image_size * c.siglip.image_size * 3;
-    let images: Vec<ModelImage> = (0..c.views as u32)
-        .map(|v| ModelImage::new(rand(20 + v, px, 1.0)).unwrap())
-        .collect();
-    let imgs: Vec<Option<ViewImage>> = images.iter().map(|i| Some(ViewImage::Pixels(i))).collect();
-    let tokens = [2u32, 17, 99, 301, 5, 42, 7, 108];
-    let noise = rand(8, c.action_horizon * c.action_dim, 1.7);
-    let obs = Observation {
-        state: &[],
-        images: &imgs,
-        tokens: &tokens,
-        noise: &noise,
-    };
+    let inputs = TinyInputs::new(&c, 20, 8);
+    let imgs = inputs.views();
+    let obs = inputs.observation(&imgs);
     let frozen = rand(77, c.action_horizon * c.action_dim, 0.9);
     let (k, d) = (7, c.action_dim);
     let run = |ctx: Ctx, dt: DType, inpaint: bool, rows: usize| -> Vec<f32> {
@@ -201,19 +229,9 @@ fn frozen_prefix_on_cuda_matches_the_host() {
 fn a_halt_during_an_inference_keeps_both_outputs_on_cuda() {
     let c = Pi05Config::tiny();
     let w = Pi05Weights::random(&c, 5);
-    let px = c.siglip.image_size * c.siglip.image_size * 3;
-    let images: Vec<ModelImage> = (0..c.views as u32)
-        .map(|v| ModelImage::new(rand(30 + v, px, 1.0)).unwrap())
-        .collect();
-    let imgs: Vec<Option<ViewImage>> = images.iter().map(|i| Some(ViewImage::Pixels(i))).collect();
-    let tokens = [2u32, 17, 99, 301, 5, 42, 7, 108];
-    let noise = rand(6, c.action_horizon * c.action_dim, 1.7);
-    let obs = Observation {
-        state: &[],
-        images: &imgs,
-        tokens: &tokens,
-        noise: &noise,
-    };
+    let inputs = TinyInputs::new(&c, 30, 6);
+    let imgs = inputs.views();
+    let obs = inputs.observation(&imgs);
     let ctx = Ctx::cuda(0).unwrap();
     let s = ctx.stream(ctx.priority_range().0).unwrap();
     let hi = ctx.stream(ctx.priority_range().1).unwrap();
