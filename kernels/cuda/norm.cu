@@ -73,11 +73,10 @@ __device__ void rms_norm(T* x, const T* w, const T* mod, const T* y, const T* g,
                 // Up to 8 parts' loads in flight at once, then added in part order.
                 for (unsigned p0 = 1; p0 < parts; p0 += 8) {
                     float pv[8][8];
-#pragma unroll
-                    for (unsigned q = 0; q < 8; ++q)
+                    // _Pragma: a directive may not stand inside ROW_LOOP's argument.
+                    _Pragma("unroll") for (unsigned q = 0; q < 8; ++q)
                         if (p0 + q < parts) load_w(ypr + (p0 + q) * sp + c, pv[q], W);
-#pragma unroll
-                    for (unsigned q = 0; q < 8; ++q)
+                    _Pragma("unroll") for (unsigned q = 0; q < 8; ++q)
                         if (p0 + q < parts)
                             for (int k = 0; k < W; ++k) yv[k] += pv[q][k];
                 }

@@ -1,9 +1,9 @@
 //! The CUDA kernels build for the GPUs this project targets but that are not at hand: every
 //! `kernels/cuda/*.cu` compiled by the machine's NVRTC for Ampere (sm_80), Jetson Orin
 //! (sm_87), Ada (sm_89), Hopper (sm_90, and sm_90a, as a Hopper device builds them: `wgmma`),
-//! Blackwell (sm_100, sm_120) and Jetson AGX Thor (sm_110), without ptxas serializing any
-//! `wgmma` kernel's MMAs, and with the row kernels (norms, softmax, elementwise) within a
-//! register budget on Hopper. Needs NVRTC (a CUDA install, or NVIDIA's `nvidia-cuda-nvrtc` wheel, which
+//! Blackwell (sm_100, sm_120) and Jetson AGX Thor (sm_110), without a warning, without ptxas
+//! serializing any `wgmma` kernel's MMAs, and with the row kernels (norms, softmax,
+//! elementwise) within a register budget on Hopper. Needs NVRTC (a CUDA install, or NVIDIA's `nvidia-cuda-nvrtc` wheel, which
 //! `scripts/test.sh` installs for CI), not a GPU of any kind:
 //! `cargo test -p frt-kernels --test targets -- --ignored --nocapture`.
 
@@ -24,6 +24,7 @@ fn kernels_compile_for_every_target_architecture() {
     let mut failed = Vec::new();
     let mut serialized = Vec::new();
     let mut heavy = Vec::new();
+    let mut warned = Vec::new();
     for (arch, result) in results {
         match result {
             Ok(files) => {
@@ -37,6 +38,7 @@ fn kernels_compile_for_every_target_architecture() {
                     .collect();
                 println!("{arch}: {}", sizes.join(", "));
                 serialized.extend(files.iter().flat_map(|c| wgmma_losses(arch, c)));
+                warned.extend(files.iter().flat_map(|c| compiler_warnings(arch, c)));
             }
             Err(e) => {
                 println!("{arch}: {e}");
@@ -50,6 +52,9 @@ fn kernels_compile_for_every_target_architecture() {
     // still computes the right numbers, which only its log tells.
     assert!(serialized.is_empty(), "{}", serialized.join("\n"));
     assert!(heavy.is_empty(), "{}", heavy.join("\n"));
+    // A warning is a source the compiler reads otherwise than written (a `#pragma` inside a
+    // macro's argument is dropped, say): none is let through.
+    assert!(warned.is_empty(), "{}", warned.join("\n"));
     // An architecture NVRTC does not know is an error naming it, not a crash.
     let e = frt_kernels::cuda_compile_for("sm_1")
         .unwrap_err()
@@ -142,6 +147,15 @@ fn wgmma_losses(arch: &str, c: &frt_kernels::CudaCompiled) -> Vec<String> {
         .collect()
 }
 
+/// The compiler's and ptxas's warnings in `c`'s log, each naming the architecture and file.
+fn compiler_warnings(arch: &str, c: &frt_kernels::CudaCompiled) -> Vec<String> {
+    c.log
+        .lines()
+        .filter(|l| l.to_ascii_lowercase().contains("warning"))
+        .map(|l| format!("{arch} {}: {}", c.file, l.trim()))
+        .collect()
+}
+
 /// The check above finds what ptxas says of a `wgmma` loop that reads its sum while an MMA is
 /// in flight, and nothing in a log without such a note.
 #[test]
@@ -165,4 +179,7 @@ fn wgmma_losses_are_found_in_a_log() {
         log: "mlp.cu(414): warning #1556-D: name linkage conflicts".into(),
     };
     assert!(wgmma_losses("sm_90a", &plain).is_empty());
+    // The same log is a warning to the warnings check, and a log of ptxas's reports is not.
+    assert_eq!(compiler_warnings("sm_90a", &plain).len(), 1);
+    assert!(compiler_warnings("sm_90a", &noted).is_empty());
 }
