@@ -3,8 +3,8 @@
 //! (sm_87), Ada (sm_89), Hopper (sm_90, and sm_90a, as a Hopper device builds them: `wgmma`),
 //! Blackwell (sm_100, sm_120) and Jetson AGX Thor (sm_110), without a warning, without ptxas
 //! serializing any `wgmma` kernel's MMAs, and with the row kernels (norms, softmax,
-//! elementwise) within a register budget on Hopper. Needs NVRTC (a CUDA install, or NVIDIA's `nvidia-cuda-nvrtc` wheel, which
-//! `scripts/test.sh` installs for CI), not a GPU of any kind:
+//! elementwise) within a register budget on Hopper. Needs NVRTC (a CUDA install, or NVIDIA's
+//! `nvidia-cuda-nvrtc` wheel, which `scripts/test.sh` installs for CI), not a GPU of any kind:
 //! `cargo test -p frt-kernels --test targets -- --ignored --nocapture`.
 
 #[test]
@@ -156,10 +156,10 @@ fn compiler_warnings(arch: &str, c: &frt_kernels::CudaCompiled) -> Vec<String> {
         .collect()
 }
 
-/// The check above finds what ptxas says of a `wgmma` loop that reads its sum while an MMA is
-/// in flight, and nothing in a log without such a note.
+/// The checks above find what ptxas says of a `wgmma` loop that reads its sum while an MMA is
+/// in flight, and nothing in a log without such a note; and a warning, but not ptxas's notes.
 #[test]
-fn wgmma_losses_are_found_in_a_log() {
+fn wgmma_losses_and_warnings_are_found_in_a_log() {
     let noted = frt_kernels::CudaCompiled {
         file: "mlp.cu",
         bytes: 1,
