@@ -292,6 +292,28 @@ extern "C" __global__ void __launch_bounds__(128)
 #endif
 }
 
+// grid_barrier_probe: what a barrier of the whole grid costs, for a persistent kernel's phases
+// (frt-kernels-bench). Each block runs `rounds` barriers on the counter `sync` (a u64 that
+// only grows, a multiple of the grid between launches): the block's threads meet at its
+// barrier, then thread 0 reads the counter (before its block arrives it lies in [grid·r,
+// grid·r + grid) for this round's r), arrives with a release that needs no reply, and waits
+// (acquire) until every block has arrived, i.e. until grid·(r + 1).
+extern "C" __global__ void __launch_bounds__(256) grid_barrier_probe(unsigned long long* sync, unsigned rounds) {
+    for (unsigned r = 0; r < rounds; ++r) {
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            unsigned long long now;
+            asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];\n" : "=l"(now) : "l"(sync) : "memory");
+            const unsigned long long target = (now / gridDim.x + 1) * gridDim.x;
+            asm volatile("red.release.gpu.global.add.u64 [%0], 1;\n" ::"l"(sync) : "memory");
+            do {
+                asm volatile("ld.acquire.gpu.global.u64 %0, [%1];\n" : "=l"(now) : "l"(sync) : "memory");
+            } while (now < target);
+        }
+        __syncthreads();
+    }
+}
+
 #define GEGLU_LINEAR_WG(T, S)                                                                               \
     extern "C" __global__ void __launch_bounds__(MLP_WG_THREADS)                                            \
         geglu_linear_wg_##S(const __grid_constant__ TmaMap wmap, const __grid_constant__ TmaMap xmap, T* h,  \

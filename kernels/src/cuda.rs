@@ -680,6 +680,7 @@ impl CudaOps {
                 shared,
                 &mut ptrs[..params.len()],
                 false,
+                false,
             )
         }
     }
@@ -689,7 +690,9 @@ impl CudaOps {
     /// launched with programmatic stream serialization (sm_90 and later; elsewhere a plain
     /// launch), so that it may start while the kernel before it in the stream still runs, once
     /// that kernel has executed `griddepcontrol.launch_dependents` (`pdl_trigger` in
-    /// `cuda/common.cuh`).
+    /// `cuda/common.cuh`). `cooperative`: a cooperative launch, which the driver refuses (an
+    /// error, never a hang) unless every block of the grid can be resident at once, as a kernel
+    /// whose blocks wait for each other needs.
     ///
     /// # Safety
     /// `params` match the kernel's signature and every pointer in them is a live device
@@ -708,6 +711,7 @@ impl CudaOps {
         shared: u32,
         params: &mut [*mut c_void],
         dependent: bool,
+        cooperative: bool,
     ) -> Result<()> {
         let f = self.func(name, dt)?;
         self.ctx.bind_to_thread()?;
@@ -728,7 +732,8 @@ impl CudaOps {
             })?;
         }
         let raw = self.ctx.raw_stream(s)? as sys::CUstream;
-        if !(dependent && self.major >= 9) {
+        let dependent = dependent && self.major >= 9;
+        if !dependent && !cooperative {
             // SAFETY: the caller's contract.
             return unsafe { dr::launch_kernel(f, grid, block, shared, raw, params) }.map_err(
                 |e| {
@@ -740,14 +745,31 @@ impl CudaOps {
                 },
             );
         }
-        // SAFETY: a plain-data C union; zeroes are a valid value.
-        let mut value: sys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
-        value.programmaticStreamSerializationAllowed = 1;
-        let mut attr = sys::CUlaunchAttribute {
-            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
-            pad: [0; 4],
-            value,
+        let attr = |id, set: fn(&mut sys::CUlaunchAttributeValue)| {
+            // SAFETY: a plain-data C union; zeroes are a valid value.
+            let mut value: sys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
+            set(&mut value);
+            sys::CUlaunchAttribute {
+                id,
+                pad: [0; 4],
+                value,
+            }
         };
+        // The attributes asked for, first in the array (no allocation per launch).
+        let mut attrs = [
+            attr(
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                |v| v.programmaticStreamSerializationAllowed = 1,
+            ),
+            attr(
+                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE,
+                |v| v.cooperative = 1,
+            ),
+        ];
+        if !dependent {
+            attrs.swap(0, 1);
+        }
+        let used = usize::from(dependent) + usize::from(cooperative);
         let config = sys::CUlaunchConfig {
             gridDimX: grid.0,
             gridDimY: grid.1,
@@ -757,8 +779,8 @@ impl CudaOps {
             blockDimZ: block.2,
             sharedMemBytes: shared,
             hStream: raw,
-            attrs: &mut attr,
-            numAttrs: 1,
+            attrs: attrs.as_mut_ptr(),
+            numAttrs: used as u32,
         };
         // SAFETY: the caller's contract; `config` and its attribute outlive the call.
         let r =

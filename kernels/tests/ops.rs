@@ -2438,6 +2438,75 @@ backend_tests!(
     rejects_bad_arguments
 );
 
+/// `Kernels::grid_barrier_probe` (a benchmark's probe of a persistent kernel's phase boundary):
+/// every block arrives once a round, so after launches (plain and cooperative, eager and
+/// replayed from a captured graph) the counter holds launches × rounds × blocks; a grid wider
+/// than the SMs, no rounds and a short counter are refused, and the host backend refuses it
+/// by name.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_grid_barrier_probe_counts_every_arrival() {
+    let b = common::cuda();
+    let (k, s) = (&b.k, b.s);
+    let sync = Tensor::alloc(k.ctx(), "sync", DType::I32, &[2]).unwrap();
+    let count = || {
+        let v = sync.read_i32(s).unwrap();
+        u64::from(v[0] as u32) | (u64::from(v[1] as u32) << 32)
+    };
+    // 128 blocks where the GPU has the SMs for them (H100 SXM, H200: 132), else 64 (the
+    // counter must start at a multiple of the grid: zero).
+    sync.write_i32(s, &[0, 0]).unwrap();
+    let wide = if k.grid_barrier_probe(s, &sync, 128, 1, false).is_ok() {
+        128
+    } else {
+        64
+    };
+    for (blocks, cooperative) in [(1, false), (7, true), (wide, false), (wide, true)] {
+        sync.write_i32(s, &[0, 0]).unwrap();
+        for _ in 0..3 {
+            k.grid_barrier_probe(s, &sync, blocks, 5, cooperative)
+                .unwrap();
+        }
+        assert_eq!(
+            count(),
+            3 * 5 * blocks as u64,
+            "{blocks} blocks, cooperative {cooperative}"
+        );
+        let g = frt_exec::Graph::new(k.ctx(), "barriers", 1);
+        g.capture(frt_exec::ShapeKey(0), |cs| {
+            k.grid_barrier_probe(cs, &sync, blocks, 2, cooperative)
+                .map_err(|e| frt_exec::Error::Invalid {
+                    op: "capture",
+                    reason: e.to_string(),
+                })
+        })
+        .unwrap();
+        for _ in 0..4 {
+            g.replay(frt_exec::ShapeKey(0), s).unwrap();
+        }
+        assert_eq!(
+            count(),
+            (15 + 8) * blocks as u64,
+            "{blocks} blocks replayed"
+        );
+    }
+    assert!(k.grid_barrier_probe(s, &sync, 100_000, 1, true).is_err());
+    assert!(k.grid_barrier_probe(s, &sync, 4, 0, false).is_err());
+    let short = Tensor::alloc(k.ctx(), "short", DType::I32, &[1]).unwrap();
+    assert!(k.grid_barrier_probe(s, &short, 4, 1, false).is_err());
+    let host = common::host();
+    let hs = Tensor::alloc(host.k.ctx(), "sync", DType::I32, &[2]).unwrap();
+    let e = host
+        .k
+        .grid_barrier_probe(host.s, &hs, 1, 1, false)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("grid_barrier_probe") && e.contains("CUDA"),
+        "{e}"
+    );
+}
+
 /// The comparison the op tests make sees an error in a small entry that a check normalised
 /// by the largest entry lets through, and passes what is within tolerance.
 #[test]

@@ -682,6 +682,34 @@ fn main() {
             let (m, p) = b.time("launch", &|s| b.k.cast(s, &x, &y));
             println!("| cast of {n} f32 | {:.2} | {:.2} |", m * 1e3, p * 1e3);
         }
+        // A barrier of the whole grid inside one launch (a persistent kernel's phase
+        // boundary): one launch of 1 and of 17 barriers, plain and cooperative, over a block
+        // of 256 threads for each of 128 SMs; the difference over 16 is one barrier.
+        let sync = b.tensor("sync", DType::I32, &[2]);
+        sync.write_i32(b.s, &[0, 0]).unwrap();
+        let blocks = 128;
+        for cooperative in [false, true] {
+            if let Err(e) = b.k.grid_barrier_probe(b.s, &sync, blocks, 1, cooperative) {
+                println!("| grid barrier | not run: {e} | |");
+                break;
+            }
+            let time = |rounds: usize| {
+                b.time("grid barrier", &|s| {
+                    b.k.grid_barrier_probe(s, &sync, blocks, rounds, cooperative)
+                })
+            };
+            let ((m1, p1), (m17, _)) = (time(1), time(17));
+            let form = if cooperative { "cooperative" } else { "plain" };
+            println!(
+                "| {form} launch of {blocks} blocks, 1 grid barrier | {:.2} | {:.2} |",
+                m1 * 1e3,
+                p1 * 1e3
+            );
+            println!(
+                "| one grid barrier of {blocks} blocks ({form} launch, 17 against 1) | {:.2} | |",
+                (m17 - m1) / 16.0 * 1e3
+            );
+        }
     }
     if b.wants("mem") {
         // What a thread of each row kernel takes in registers (with the block size, how many

@@ -1257,6 +1257,7 @@ impl AttentionPlan {
                 shared,
                 &mut args!(qp, kp, vp, op, pp, mp, args),
                 false,
+                false,
             )?;
             if splits > 1 {
                 let mut n = splits as u32;
@@ -1282,6 +1283,7 @@ impl AttentionPlan {
                     0,
                     &mut args!(pp, mp, op, args, n),
                     k.options.pdl,
+                    false,
                 )?;
             }
         }

@@ -460,6 +460,7 @@ unsafe fn wg_launch(
             wg_shared(kc) as u32,
             &mut params,
             k.options.pdl,
+            false,
         )
     }
 }

@@ -197,6 +197,7 @@ impl Fp8GegluLinear {
                         geglu_shared(kk) as u32,
                         &mut params,
                         k.options.pdl,
+                        false,
                     )
                 }
             }

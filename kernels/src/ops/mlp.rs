@@ -227,6 +227,7 @@ impl GegluLinear {
                         WG_SHARED as u32,
                         &mut params,
                         k.options.pdl,
+                        false,
                     )
                 }
             }
@@ -270,6 +271,68 @@ impl GegluLinear {
 }
 
 impl Kernels {
+    /// A measurement for benchmarks (CUDA): `rounds` barriers of the whole grid of `blocks`
+    /// blocks (256 threads each) in one launch (`mlp.cu`'s `grid_barrier_probe`), on the
+    /// counter `sync` (i32 `[2]`, one u64, zero before the first launch and left a multiple of
+    /// the grid by each). With `cooperative` the launch is cooperative (the driver refuses a
+    /// grid that cannot be resident at once); without, `blocks` must not exceed the SMs. What a
+    /// launch takes over the rounds tells a persistent kernel's cost of a phase boundary
+    /// against a kernel boundary (the `launch` rows).
+    pub fn grid_barrier_probe(
+        &self,
+        s: Stream,
+        sync: &Tensor,
+        blocks: usize,
+        rounds: usize,
+        cooperative: bool,
+    ) -> Result<()> {
+        let op = "grid_barrier_probe";
+        let c = match &self.cuda {
+            Some(c) => c,
+            None => {
+                return Err(Error::shape(
+                    op,
+                    format!("needs a CUDA GPU; this is {}", self.target()),
+                ));
+            }
+        };
+        self.check_ctx(op, &[sync])?;
+        sync.expect_dtype(op, "sync", DType::I32)?;
+        if sync.numel() < 2
+            || sync.ptr() % 8 != 0
+            || blocks == 0
+            || blocks > c.sms as usize
+            || rounds == 0
+            || rounds > u32::MAX as usize
+        {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "sync {sync:?}, {blocks} blocks, {rounds} rounds: need an 8-byte aligned i32 [2], 1 to {} blocks (one an SM) and at least one round",
+                    c.sms
+                ),
+            ));
+        }
+        self.retain(s, &[sync]);
+        let (mut sp, mut r) = (sync.ptr(), rounds as u32);
+        let mut params = args!(sp, r);
+        // SAFETY: `sync` holds the u64 the kernel reads and adds to (checked above; retained for
+        // a capture); at most one block an SM, each needing little, and cooperative where asked.
+        unsafe {
+            c.launch_raw(
+                s,
+                op,
+                None,
+                (blocks as u32, 1, 1),
+                (256, 1, 1),
+                0,
+                &mut params,
+                false,
+                cooperative,
+            )
+        }
+    }
+
     /// A measurement for benchmarks, Hopper only: the copies of `geglu_linear_wg`'s TMA ring
     /// without its MMAs (`mlp.cu`'s `tma_ring_probe`). One block per 64 rows of `w` (`[N, K]`,
     /// bf16/f16, N and K multiples of 64) copies its rows in boxes of `box_rows` rows (8, 16,
@@ -355,6 +418,7 @@ impl Kernels {
                 (128, 1, 1),
                 shared as u32,
                 &mut params,
+                false,
                 false,
             )
         }
