@@ -30,6 +30,17 @@ pub(crate) const SOURCES: &[(&str, &str)] = &[
 /// How many CUDA C sources there are (`kernels/cuda/*.cu`): one cubin each.
 pub const SOURCE_COUNT: usize = SOURCES.len();
 
+/// How a launch's blocks are placed ([`CudaOps::launch_raw`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Grouping {
+    /// As the scheduler finds room.
+    Plain,
+    /// A cooperative launch: the driver refuses it (an error, never a hang) unless every block
+    /// of the grid can be resident at once, as a kernel whose blocks all wait for each other
+    /// needs.
+    Cooperative,
+}
+
 pub(crate) struct CudaOps {
     /// Keeps the primary context (and so the modules) alive.
     ctx: Ctx,
@@ -680,7 +691,7 @@ impl CudaOps {
                 shared,
                 &mut ptrs[..params.len()],
                 false,
-                false,
+                Grouping::Plain,
             )
         }
     }
@@ -690,9 +701,7 @@ impl CudaOps {
     /// launched with programmatic stream serialization (sm_90 and later; elsewhere a plain
     /// launch), so that it may start while the kernel before it in the stream still runs, once
     /// that kernel has executed `griddepcontrol.launch_dependents` (`pdl_trigger` in
-    /// `cuda/common.cuh`). `cooperative`: a cooperative launch, which the driver refuses (an
-    /// error, never a hang) unless every block of the grid can be resident at once, as a kernel
-    /// whose blocks wait for each other needs.
+    /// `cuda/common.cuh`). `grouping`: how the blocks are placed (see [`Grouping`]).
     ///
     /// # Safety
     /// `params` match the kernel's signature and every pointer in them is a live device
@@ -711,7 +720,7 @@ impl CudaOps {
         shared: u32,
         params: &mut [*mut c_void],
         dependent: bool,
-        cooperative: bool,
+        grouping: Grouping,
     ) -> Result<()> {
         let f = self.func(name, dt)?;
         self.ctx.bind_to_thread()?;
@@ -733,7 +742,7 @@ impl CudaOps {
         }
         let raw = self.ctx.raw_stream(s)? as sys::CUstream;
         let dependent = dependent && self.major >= 9;
-        if !dependent && !cooperative {
+        if !dependent && grouping == Grouping::Plain {
             // SAFETY: the caller's contract.
             return unsafe { dr::launch_kernel(f, grid, block, shared, raw, params) }.map_err(
                 |e| {
@@ -745,31 +754,33 @@ impl CudaOps {
                 },
             );
         }
-        let attr = |id, set: fn(&mut sys::CUlaunchAttributeValue)| {
-            // SAFETY: a plain-data C union; zeroes are a valid value.
-            let mut value: sys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
-            set(&mut value);
-            sys::CUlaunchAttribute {
+        use sys::CUlaunchAttributeID as Id;
+        // SAFETY: a plain-data C struct (with a union); zeroes are a valid value.
+        let none: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        // The attributes asked for, in a fixed array (no allocation per launch).
+        let mut attrs = [none, none];
+        let mut used = 0;
+        let mut push = |id, value: sys::CUlaunchAttributeValue| {
+            attrs[used] = sys::CUlaunchAttribute {
                 id,
                 pad: [0; 4],
                 value,
-            }
+            };
+            used += 1;
         };
-        // The attributes asked for, first in the array (no allocation per launch).
-        let mut attrs = [
-            attr(
-                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
-                |v| v.programmaticStreamSerializationAllowed = 1,
-            ),
-            attr(
-                sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE,
-                |v| v.cooperative = 1,
-            ),
-        ];
-        if !dependent {
-            attrs.swap(0, 1);
+        if dependent {
+            let mut v = none.value;
+            v.programmaticStreamSerializationAllowed = 1;
+            push(Id::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, v);
         }
-        let used = usize::from(dependent) + usize::from(cooperative);
+        match grouping {
+            Grouping::Plain => {}
+            Grouping::Cooperative => {
+                let mut v = none.value;
+                v.cooperative = 1;
+                push(Id::CU_LAUNCH_ATTRIBUTE_COOPERATIVE, v);
+            }
+        }
         let config = sys::CUlaunchConfig {
             gridDimX: grid.0,
             gridDimY: grid.1,

@@ -5,7 +5,7 @@
 //! CUDA twin: `kernels/cuda/attention.cu`.
 
 use super::P;
-use crate::cuda::{Param, args};
+use crate::cuda::{Grouping, Param, args};
 use crate::dtype::with_float;
 use crate::error::{Error, Result};
 use crate::pool::Pool;
@@ -1257,7 +1257,7 @@ impl AttentionPlan {
                 shared,
                 &mut args!(qp, kp, vp, op, pp, mp, args),
                 false,
-                false,
+                Grouping::Plain,
             )?;
             if splits > 1 {
                 let mut n = splits as u32;
@@ -1283,7 +1283,7 @@ impl AttentionPlan {
                     0,
                     &mut args!(pp, mp, op, args, n),
                     k.options.pdl,
-                    false,
+                    Grouping::Plain,
                 )?;
             }
         }

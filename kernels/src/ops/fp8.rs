@@ -16,7 +16,7 @@ use super::gemm::{
     scratch, weight_copies,
 };
 use super::{P, Rows, rows};
-use crate::cuda::{Param, args};
+use crate::cuda::{Grouping, Param, args};
 use crate::dtype::with_float;
 use crate::error::{Error, Result};
 use crate::fp8::{e4m3_from_f32, e4m3_to_f32};
@@ -460,7 +460,7 @@ unsafe fn wg_launch(
             wg_shared(kc) as u32,
             &mut params,
             k.options.pdl,
-            false,
+            Grouping::Plain,
         )
     }
 }

@@ -6,7 +6,7 @@
 
 use super::fp8::{Fp8Spec, WG_STAGE, host_linear, tma_map, wg_takes};
 use super::{P, Rows, gelu_tanh, rows};
-use crate::cuda::args;
+use crate::cuda::{Grouping, args};
 use crate::dtype::{Float, with_float};
 use crate::error::{Error, Result};
 use crate::fp8::e4m3_from_f32;
@@ -197,7 +197,7 @@ impl Fp8GegluLinear {
                         geglu_shared(kk) as u32,
                         &mut params,
                         k.options.pdl,
-                        false,
+                        Grouping::Plain,
                     )
                 }
             }

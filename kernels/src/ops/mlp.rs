@@ -18,7 +18,7 @@
 
 use super::fp8::tma_map;
 use super::{Rows, rows};
-use crate::cuda::{Param, args};
+use crate::cuda::{Grouping, Param, args};
 use crate::error::{Error, Result};
 use crate::{DType, Gemm, Kernels, Tensor};
 use frt_exec::Stream;
@@ -227,7 +227,7 @@ impl GegluLinear {
                         WG_SHARED as u32,
                         &mut params,
                         k.options.pdl,
-                        false,
+                        Grouping::Plain,
                     )
                 }
             }
@@ -328,7 +328,11 @@ impl Kernels {
                 0,
                 &mut params,
                 false,
-                cooperative,
+                if cooperative {
+                    Grouping::Cooperative
+                } else {
+                    Grouping::Plain
+                },
             )
         }
     }
@@ -419,7 +423,7 @@ impl Kernels {
                 shared as u32,
                 &mut params,
                 false,
-                false,
+                Grouping::Plain,
             )
         }
     }
