@@ -275,8 +275,9 @@ impl Kernels {
     /// blocks (256 threads each) in one launch (`mlp.cu`'s `grid_barrier_probe`), on the
     /// counter `sync` (i32 `[2]`, one u64, zero before the first launch and left a multiple of
     /// the grid by each). With `cooperative` the launch is cooperative (the driver refuses a
-    /// grid that cannot be resident at once); without, `blocks` must not exceed the SMs. What a
-    /// launch takes over the rounds tells a persistent kernel's cost of a phase boundary
+    /// grid that cannot be resident at once); without, `blocks` must not exceed the SMs, and
+    /// blocks already resident wait for those that other work on the GPU keeps from an SM. What
+    /// a launch takes over the rounds tells a persistent kernel's cost of a phase boundary
     /// against a kernel boundary (the `launch` rows).
     pub fn grid_barrier_probe(
         &self,
@@ -317,7 +318,8 @@ impl Kernels {
         let (mut sp, mut r) = (sync.ptr(), rounds as u32);
         let mut params = args!(sp, r);
         // SAFETY: `sync` holds the u64 the kernel reads and adds to (checked above; retained for
-        // a capture); at most one block an SM, each needing little, and cooperative where asked.
+        // a capture); no more blocks than SMs, each small, so the grid fits at once on the GPU
+        // (cooperative where asked, which the driver checks).
         unsafe {
             c.launch_raw(
                 s,
