@@ -221,6 +221,54 @@ fn frozen_prefix_on_cuda_matches_the_host() {
     }
 }
 
+/// The action tokens' RoPE angles are computed once an inference, in its first step, from the
+/// positions the prompt wrote: a CUDA model that ran one prompt and then a shorter one (its
+/// action tokens three positions earlier) gives for the second the bits of a model that only
+/// ran that one, and the host's actions (tiny model, f32).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_new_prompt_moves_the_action_tokens_on_cuda() {
+    let c = Pi05Config::tiny();
+    let w = Pi05Weights::random(&c, 13);
+    let inputs = TinyInputs::new(&c, 40, 11);
+    let imgs = inputs.views();
+    let (long, short) = (&inputs.tokens[..], &inputs.tokens[..5]);
+    let run = |ctx: Ctx, prompts: &[&[u32]]| -> Vec<f32> {
+        let s = ctx.stream(0).unwrap();
+        let options = Pi05Options {
+            // cuBLASLt's first choice of algorithm for every GEMM: two builds compared bit for
+            // bit must not time candidates.
+            kernels: KernelOptions {
+                gemm_tuning: false,
+                ..KernelOptions::default()
+            },
+            ..Pi05Options::new(DType::F32)
+        };
+        let m = Pi05::build(&ctx, s, &w, &options).unwrap();
+        let mut actions = Vec::new();
+        for tokens in prompts {
+            let obs = Observation {
+                tokens,
+                ..inputs.observation(&imgs)
+            };
+            actions = m.infer(&obs).unwrap();
+        }
+        actions
+    };
+    let host = run(Ctx::host().unwrap(), &[short]);
+    let fresh = run(Ctx::cuda(0).unwrap(), &[short]);
+    let after = run(Ctx::cuda(0).unwrap(), &[long, short]);
+    assert_eq!(after, fresh, "the shorter prompt after the longer one");
+    let cos = cosine(&host, &after);
+    println!("after a longer prompt: cosine to the host {cos:.8}");
+    assert!(cos >= 0.9999, "cosine {cos}");
+    assert_ne!(
+        run(Ctx::cuda(0).unwrap(), &[long]),
+        after,
+        "the prompts give other actions"
+    );
+}
+
 /// A halt on the highest-priority stream while an inference runs on the policy stream: the
 /// halt's output is the hold chunk however the two interleave (read at once, and again after
 /// the inference finished), and the inference's output is its own actions.

@@ -473,9 +473,12 @@ impl Expert {
             prefix_rows, plans, ..
         } = variant_for(&self.variants, views);
         self.flow.record_in(cs, i)?;
-        // The RoPE angles of this step's tokens, once for every layer (the prompt, and with it
-        // their positions, may have changed since the last step).
-        self.rope.compute(k, cs)?;
+        // The RoPE angles of the steps' tokens, once an inference for every step and layer:
+        // their positions are written with the prompt (and the views present), before the
+        // prefix that every inference runs ahead of its first step.
+        if i == 0 {
+            self.rope.compute(k, cs)?;
+        }
         // Each residual is fused with the norm that follows it (the next layer's input norm,
         // or the final norm); the first norm also rounds the f32 tokens into the residual
         // stream, the final one also widens its output for the f32 output projection.
