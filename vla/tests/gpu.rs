@@ -157,6 +157,19 @@ impl TinyInputs {
     }
 }
 
+/// Options in `dt` with cuBLASLt's first choice of algorithm for every GEMM: builds compared bit
+/// for bit must not time candidates, which tests running beside them on the GPU can make
+/// another one win (seen with the suite on several threads).
+fn untuned(dt: DType) -> Pi05Options {
+    Pi05Options {
+        kernels: KernelOptions {
+            gemm_tuning: false,
+            ..KernelOptions::default()
+        },
+        ..Pi05Options::new(dt)
+    }
+}
+
 /// Frozen-prefix denoising on CUDA: with 0 frozen rows bit-identical to the model built
 /// without it, the frozen rows equal to the given actions, and the whole chunk as the host
 /// computes it (tiny model, f32; bf16 with its rounding).
@@ -176,17 +189,10 @@ fn frozen_prefix_on_cuda_matches_the_host() {
             &ctx,
             s,
             &w,
-            &frt_vla::Pi05Options {
+            &Pi05Options {
                 prompt_mode: PromptMode::Fixed,
                 inpaint_prefix: inpaint,
-                // cuBLASLt's first choice of algorithm for every GEMM: the two builds compared
-                // bit for bit below must not time candidates, which tests running beside them
-                // on the GPU can make another one win (seen with the suite on several threads).
-                kernels: KernelOptions {
-                    gemm_tuning: false,
-                    ..KernelOptions::default()
-                },
-                ..frt_vla::Pi05Options::new(dt)
+                ..untuned(dt)
             },
         )
         .unwrap();
@@ -235,16 +241,7 @@ fn a_new_prompt_moves_the_action_tokens_on_cuda() {
     let (long, short) = (&inputs.tokens[..], &inputs.tokens[..5]);
     let run = |ctx: Ctx, prompts: &[&[u32]]| -> Vec<f32> {
         let s = ctx.stream(0).unwrap();
-        let options = Pi05Options {
-            // cuBLASLt's first choice of algorithm for every GEMM: two builds compared bit for
-            // bit must not time candidates.
-            kernels: KernelOptions {
-                gemm_tuning: false,
-                ..KernelOptions::default()
-            },
-            ..Pi05Options::new(DType::F32)
-        };
-        let m = Pi05::build(&ctx, s, &w, &options).unwrap();
+        let m = Pi05::build(&ctx, s, &w, &untuned(DType::F32)).unwrap();
         let mut actions = Vec::new();
         for tokens in prompts {
             let obs = Observation {
