@@ -596,8 +596,10 @@ impl Kernels {
 /// table of `(cos, sin)` of `position / max_wavelength^(2i/dim)`, made by
 /// [`compute`](Self::compute) from what `positions` holds when it runs (on CUDA with the
 /// arithmetic of [`Kernels::rope_qkv`]'s kernel, so the rotation gives the same bits). Made
-/// once, computed wherever the positions may have changed since (e.g. at the start of each
-/// captured step that uses it).
+/// once, computed wherever the positions may have changed since (a policy's action steps: in
+/// the first step of each inference, after the prompt that wrote them). Only CUDA reads the
+/// table: the host backend rotates with angles from the positions themselves, so a stale table
+/// shows only on CUDA.
 pub struct RopeTable {
     positions: Tensor,
     table: Tensor,

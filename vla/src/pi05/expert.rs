@@ -123,7 +123,7 @@ pub(crate) struct Expert {
     mods: Tensor,
     narrow: bool,
     flow: Flow,
-    /// The RoPE angles of the step's tokens (at `io.suffix_pos`).
+    /// The RoPE angles of the steps' tokens (at `io.suffix_pos`), computed by step 0.
     rope: RopeTable,
     a32: Tensor,
     a: Tensor,
