@@ -69,39 +69,56 @@ __device__ __forceinline__ unsigned long long flash_tile_keys(const FlashArgs& a
 // Stages FLASH_BN rows of keys (or values) from j0 on: DP / 8 chunks of 16 bytes a row; chunks
 // past the head dim and keys outside `keys` (see flash_tile_keys) are zeros (a cache row past
 // the causal horizon may hold anything, and 0 · NaN would poison the sum).
-// NT: the block's threads.
+// NT: the block's threads. Each thread copies one chunk column c of the rows r, r + RP, ...
+// (RP = NT / CH rows a pass; the NT % CH threads past a pass's last whole row copy nothing), so
+// that its addresses are computed once and advanced by a stride.
 template <typename T, int DP, int NT = FLASH_THREADS>
 __device__ __forceinline__ void flash_stage(unsigned short* dst, const T* src, unsigned long long stride,
                                             const FlashArgs& a, unsigned kh, unsigned j0,
                                             unsigned long long keys) {
-    constexpr int CH = DP / 8, DS = DP + 8;
-    const unsigned dch = a.d / 8;
-    constexpr int TOTAL = FLASH_BN * CH;
+    constexpr int CH = DP / 8, DS = DP + 8, RP = NT / CH, PASSES = (FLASH_BN + RP - 1) / RP;
+    const unsigned c = threadIdx.x % CH, r = threadIdx.x / CH;
+    if (r >= RP) return;
+    const bool col = c < a.d / 8;
+    const T* p = src + (unsigned long long)(j0 + r) * stride + (unsigned long long)kh * a.d + c * 8;
+    unsigned short* d = dst + r * DS + c * 8;
+    const unsigned long long kr = keys >> r;
 #pragma unroll
-    for (int it = 0; it < (TOTAL + NT - 1) / NT; ++it) {
-        const unsigned idx = it * NT + threadIdx.x;
-        if (TOTAL % NT != 0 && idx >= TOTAL) break;
-        const unsigned rr = idx / CH, c = idx % CH;
-        const bool ok = c < dch && ((keys >> rr) & 1);
-        const T* p = ok ? src + (unsigned long long)(j0 + rr) * stride + (unsigned long long)kh * a.d + c * 8 : src;
-        cp_async16(dst + rr * DS + c * 8, p, ok);
+    for (int it = 0; it < PASSES; ++it) {
+        if (FLASH_BN % RP != 0 && r + it * RP >= FLASH_BN) break;
+        const bool ok = col && ((kr >> (it * RP)) & 1);
+        cp_async16(d + it * RP * DS, ok ? p + (unsigned long long)(it * RP) * stride : src, ok);
     }
 }
 
 // Stages the block's FLASH_BM rows of queries from r0 on (rows past the last and columns past
-// the head dim are zeros); G query heads share a key/value head. NT: the block's threads.
+// the head dim are zeros); G query heads share a key/value head. NT: the block's threads, one
+// chunk column each as in flash_stage.
 template <typename T, int DP, int NT>
 __device__ __forceinline__ void flash_stage_queries(unsigned short* qs, const T* q, const FlashArgs& a, unsigned G,
                                                     unsigned kh, unsigned r0, unsigned rows) {
-    constexpr int CH = DP / 8, DS = DP + 8, TOTAL = FLASH_BM * CH;
-    const unsigned dch = a.d / 8;
+    constexpr int CH = DP / 8, DS = DP + 8, RP = NT / CH, PASSES = (FLASH_BM + RP - 1) / RP;
+    const unsigned c = threadIdx.x % CH, r = threadIdx.x / CH;
+    if (r >= RP) return;
+    const bool col = c < a.d / 8;
+    // A power-of-two group (every model's here) takes a shift and a mask, not a division.
+    const bool pow2 = (G & (G - 1)) == 0;
+    const unsigned gs = __ffs(G) - 1;
+    const T* base = q + (unsigned long long)kh * G * a.d + c * 8;
 #pragma unroll
-    for (int it = 0; it < (TOTAL + NT - 1) / NT; ++it) {
-        const unsigned idx = it * NT + threadIdx.x;
-        if (TOTAL % NT != 0 && idx >= TOTAL) break;
-        const unsigned rr = idx / CH, c = idx % CH, r = r0 + rr;
-        const bool ok = c < dch && r < rows;
-        const T* p = ok ? q + (unsigned long long)(r / G) * a.sq + (unsigned long long)(kh * G + r % G) * a.d + c * 8 : q;
+    for (int it = 0; it < PASSES; ++it) {
+        const unsigned rr = r + it * RP, row = r0 + rr;
+        if (FLASH_BM % RP != 0 && rr >= FLASH_BM) break;
+        const bool ok = col && row < rows;
+        unsigned qi, h;
+        if (pow2) {
+            qi = row >> gs;
+            h = row & (G - 1);
+        } else {
+            qi = row / G;
+            h = row - qi * G;
+        }
+        const T* p = ok ? base + (unsigned long long)qi * a.sq + (unsigned long long)h * a.d : q;
         cp_async16(qs + rr * DS + c * 8, p, ok);
     }
 }
@@ -116,14 +133,29 @@ __device__ __forceinline__ void flash_softmax_tile(float (&s)[FLASH_BN / 8][4], 
                                                    const bool (&live)[2], const unsigned (&qi)[2], unsigned j0,
                                                    unsigned t) {
     float mt[2] = {-INFINITY, -INFINITY};
+    if (keys == ~0ull && !a.causal && live[0] && live[1]) {
+        // Every score visible (most tiles): no per-score mask.
 #pragma unroll
-    for (int n = 0; n < FLASH_BN / 8; ++n) {
+        for (int n = 0; n < FLASH_BN / 8; ++n) {
 #pragma unroll
-        for (int x = 0; x < 4; ++x) {
-            const unsigned rr = x >> 1, jj = n * 8 + 2 * t + (x & 1);
-            const bool vis = live[rr] && ((keys >> jj) & 1) && (!a.causal || j0 + jj <= qi[rr] + a.causal_offset);
-            s[n][x] = vis ? s[n][x] * a.scale_log2 : -INFINITY;
-            mt[rr] = fmaxf(mt[rr], s[n][x]);
+            for (int x = 0; x < 4; ++x) {
+                s[n][x] *= a.scale_log2;
+                mt[x >> 1] = fmaxf(mt[x >> 1], s[n][x]);
+            }
+        }
+    } else {
+        // The thread's keys are 2t, 2t + 1 of every 8: their bits, shifted once.
+        const unsigned long long kt = keys >> (2 * t);
+#pragma unroll
+        for (int n = 0; n < FLASH_BN / 8; ++n) {
+#pragma unroll
+            for (int x = 0; x < 4; ++x) {
+                const unsigned rr = x >> 1, jj = n * 8 + 2 * t + (x & 1);
+                const bool vis = live[rr] && ((kt >> (n * 8 + (x & 1))) & 1) &&
+                                 (!a.causal || j0 + jj <= qi[rr] + a.causal_offset);
+                s[n][x] = vis ? s[n][x] * a.scale_log2 : -INFINITY;
+                mt[rr] = fmaxf(mt[rr], s[n][x]);
+            }
         }
     }
     float corr[2];
@@ -151,6 +183,50 @@ __device__ __forceinline__ void flash_softmax_tile(float (&s)[FLASH_BN / 8][4], 
         o[n][1] *= corr[0];
         o[n][2] *= corr[1];
         o[n][3] *= corr[1];
+    }
+}
+
+// A warp's 16 rows of one tile's scores over DN columns of the head dim: its queries (ldmatrix
+// address qa) against the 64 keys staged at kb (both per lane, see below; DS elements a staged
+// row).
+template <typename T, int DN, int DS>
+__device__ __forceinline__ void flash_scores(float (&s)[FLASH_BN / 8][4], unsigned qa, unsigned kb) {
+#pragma unroll
+    for (int n = 0; n < FLASH_BN / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+    for (int c = 0; c < DN / 16; ++c) {
+        unsigned af[4];
+        ldmatrix_x4(af, qa + c * 32);
+#pragma unroll
+        for (int nb = 0; nb < FLASH_BN / 16; ++nb) {
+            unsigned bf[4];
+            ldmatrix_x4(bf, kb + (nb * 16 * DS + c * 16) * 2);
+            Mma<T>::run(s[2 * nb], af, bf[0], bf[1]);
+            Mma<T>::run(s[2 * nb + 1], af, bf[2], bf[3]);
+        }
+    }
+}
+
+// o += P · V for one tile, 16 keys at a time: the probabilities s (C fragments of the scores)
+// against DN columns of the values staged at vb (per lane, transposed by ldmatrix; DS elements
+// a staged row).
+template <typename T, int DN, int DS>
+__device__ __forceinline__ void flash_pv(float (&o)[DN / 8][4], const float (&s)[FLASH_BN / 8][4], unsigned vb) {
+#pragma unroll
+    for (int kk = 0; kk < FLASH_BN / 16; ++kk) {
+        const unsigned pa[4] = {
+            Mma<T>::pack(s[2 * kk][0], s[2 * kk][1]),
+            Mma<T>::pack(s[2 * kk][2], s[2 * kk][3]),
+            Mma<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+            Mma<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]),
+        };
+#pragma unroll
+        for (int nd = 0; nd < DN / 16; ++nd) {
+            unsigned bf[4];
+            ldmatrix_x4_trans(bf, vb + (kk * 16 * DS + nd * 16) * 2);
+            Mma<T>::run(o[2 * nd], pa, bf[0], bf[1]);
+            Mma<T>::run(o[2 * nd + 1], pa, bf[2], bf[3]);
+        }
     }
 }
 
@@ -199,7 +275,9 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
         out += entry * a.bo;
     }
     constexpr int DS = DP + 8;  // shared row stride (elements)
-    constexpr int NT = RES > 0 ? 2 * FLASH_THREADS : FLASH_THREADS;  // threads
+    // Resident, the warps of every 16 rows split the tiles in PARTS shares.
+    constexpr int PARTS = 2;
+    constexpr int NT = RES > 0 ? PARTS * FLASH_THREADS : FLASH_THREADS;  // threads
     extern __shared__ __align__(16) unsigned char flash_smem[];
     unsigned short* qs = (unsigned short*)flash_smem;
     // Streaming: one tile of keys and one of values. Resident (RES > 0): RES tiles of each.
@@ -207,10 +285,10 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
     unsigned short* ks = qs + FLASH_BM * DS;
     unsigned short* vs = ks + TILES * FLASH_BN * DS;
 
-    // The warp's 16 rows (of the block's 64) and, resident, which half of the tiles it takes.
+    // The warp's 16 rows (of the block's 64) and, resident, which of every PARTS tiles it takes (its share).
     const unsigned lane = threadIdx.x & 31;
     const unsigned warp = RES > 0 ? (threadIdx.x >> 5) & 3 : threadIdx.x >> 5;
-    const unsigned half = RES > 0 ? threadIdx.x >> 7 : 0;
+    const unsigned share = RES > 0 ? threadIdx.x >> 7 : 0;
     const unsigned g = lane >> 2, t = lane & 3;
     const unsigned kh = batched ? blockIdx.y % a.hkv : blockIdx.y, split = blockIdx.z;
     const FlashRows b = flash_rows(a, warp, g);
@@ -223,23 +301,6 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
     // The block's queries, with the first tile's keys as one group and its values as the next.
     flash_stage_queries<T, DP, NT>(qs, q, a, G, kh, r0, rows);
     unsigned j0 = flash_next_tile(a, vl, kbeg, klimit);
-    unsigned long long keys = j0 < klimit ? flash_tile_keys(a, vl, j0, klimit) : 0ull;
-    if constexpr (RES > 0) {
-        // Every tile of the block's keys (the host plans at most RES), each in its own slot.
-        for (unsigned jt = j0, slot = 0; jt < klimit && slot < RES; jt = flash_next_tile(a, vl, jt + FLASH_BN, klimit), ++slot) {
-            const unsigned long long tk = flash_tile_keys(a, vl, jt, klimit);
-            flash_stage<T, DP, NT>(ks + slot * FLASH_BN * DS, k, a.sk, a, kh, jt, tk);
-            flash_stage<T, DP, NT>(vs + slot * FLASH_BN * DS, v, a.sv, a, kh, jt, tk);
-        }
-        cp_async_commit();
-        cp_async_wait<0>();
-        __syncthreads();
-    } else {
-        if (j0 < klimit) flash_stage<T, DP>(ks, k, a.sk, a, kh, j0, keys);
-        cp_async_commit();
-        if (j0 < klimit) flash_stage<T, DP>(vs, v, a.sv, a, kh, j0, keys);
-        cp_async_commit();
-    }
 
     float o[DP / 8][4];
 #pragma unroll
@@ -252,72 +313,75 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
     const unsigned kb = smem_addr(ks + ((lane & 7) + ((lane >> 4) << 3)) * DS + ((lane >> 3) & 1) * 8);
     const unsigned vb = smem_addr(vs + ((lane & 7) + (((lane >> 3) & 1) << 3)) * DS + (lane >> 4) * 8);
 
-    for (unsigned slot = 0; j0 < klimit && (RES == 0 || slot < RES); ++slot) {
-        const unsigned jn = flash_next_tile(a, vl, j0 + FLASH_BN, klimit);
-        // This tile's keys and values: the slot's, resident; the one staged tile, streaming.
-        const unsigned at = RES > 0 ? slot * FLASH_BN * DS * 2 : 0;
-        if constexpr (RES == 0) {
-            cp_async_wait1();  // the queries and this tile's keys
-            __syncthreads();
+    if constexpr (RES > 0) {
+        // Every tile of the block's keys (the host plans at most RES), each in its own slot:
+        // slot i's first key js[i] (klimit past the last tile) and its key bits.
+        unsigned js[RES];
+        unsigned long long tk[RES];
+#pragma unroll
+        for (int i = 0; i < RES; ++i) {
+            js[i] = j0;
+            tk[i] = j0 < klimit ? flash_tile_keys(a, vl, j0, klimit) : 0ull;
+            if (j0 < klimit) j0 = flash_next_tile(a, vl, j0 + FLASH_BN, klimit);
         }
-        // Resident, each half of the warps takes every other tile.
-        const bool mine = RES == 0 || (slot & 1) == half;
-        float s[FLASH_BN / 8][4];
+        constexpr int TILE = FLASH_BN * DS;  // elements
 #pragma unroll
-        for (int n = 0; n < FLASH_BN / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-        if (mine) {
-#pragma unroll
-            for (int c = 0; c < DP / 16; ++c) {
-                unsigned af[4];
-                ldmatrix_x4(af, qa + c * 32);
-#pragma unroll
-                for (int nb = 0; nb < FLASH_BN / 16; ++nb) {
-                    unsigned bf[4];
-                    ldmatrix_x4(bf, kb + at + (nb * 16 * DS + c * 16) * 2);
-                    Mma<T>::run(s[2 * nb], af, bf[0], bf[1]);
-                    Mma<T>::run(s[2 * nb + 1], af, bf[2], bf[3]);
-                }
+        for (int i = 0; i < RES; ++i) {
+            if (js[i] < klimit) {
+                flash_stage<T, DP, NT>(ks + i * TILE, k, a.sk, a, kh, js[i], tk[i]);
+                flash_stage<T, DP, NT>(vs + i * TILE, v, a.sv, a, kh, js[i], tk[i]);
             }
         }
-        const unsigned long long next_keys = jn < klimit ? flash_tile_keys(a, vl, jn, klimit) : 0ull;
-        if constexpr (RES == 0) {
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+        // The warp's tiles: slots share, share + PARTS, ...
+#pragma unroll
+        for (int r = 0; r < RES / PARTS; ++r) {
+            unsigned jt = klimit, i = 0;
+            unsigned long long tkeys = 0;
+#pragma unroll
+            for (int c = 0; c < PARTS; ++c) {
+                if (c == (int)share) {
+                    i = r * PARTS + c;
+                    jt = js[r * PARTS + c];
+                    tkeys = tk[r * PARTS + c];
+                }
+            }
+            if (jt < klimit) {
+                float s[FLASH_BN / 8][4];
+                flash_scores<T, DP, DS>(s, qa, kb + i * TILE * 2);
+                flash_softmax_tile<DP / 8>(s, o, m, l, a, tkeys, live, qi, jt, t);
+                flash_pv<T, DP, DS>(o, s, vb + i * TILE * 2);
+            }
+        }
+    } else {
+        unsigned long long keys = j0 < klimit ? flash_tile_keys(a, vl, j0, klimit) : 0ull;
+        if (j0 < klimit) flash_stage<T, DP>(ks, k, a.sk, a, kh, j0, keys);
+        cp_async_commit();
+        if (j0 < klimit) flash_stage<T, DP>(vs, v, a.sv, a, kh, j0, keys);
+        cp_async_commit();
+        while (j0 < klimit) {
+            const unsigned jn = flash_next_tile(a, vl, j0 + FLASH_BN, klimit);
+            cp_async_wait1();  // the queries and this tile's keys
+            __syncthreads();
+            float s[FLASH_BN / 8][4];
+            flash_scores<T, DP, DS>(s, qa, kb);
+            const unsigned long long next_keys = jn < klimit ? flash_tile_keys(a, vl, jn, klimit) : 0ull;
             __syncthreads();  // every warp is done with the keys: the next tile's may come in
             if (jn < klimit) flash_stage<T, DP>(ks, k, a.sk, a, kh, jn, next_keys);
             cp_async_commit();
-        }
 
-        if (mine) {
             flash_softmax_tile<DP / 8>(s, o, m, l, a, keys, live, qi, j0, t);
-
-            if constexpr (RES == 0) {
-                cp_async_wait1();  // this tile's values (the next tile's keys may still be in flight)
-                __syncthreads();
-            }
-            // out += P · V, 16 keys at a time.
-#pragma unroll
-            for (int kk = 0; kk < FLASH_BN / 16; ++kk) {
-                const unsigned pa[4] = {
-                    Mma<T>::pack(s[2 * kk][0], s[2 * kk][1]),
-                    Mma<T>::pack(s[2 * kk][2], s[2 * kk][3]),
-                    Mma<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                    Mma<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]),
-                };
-#pragma unroll
-                for (int nd = 0; nd < DP / 16; ++nd) {
-                    unsigned bf[4];
-                    ldmatrix_x4_trans(bf, vb + at + (kk * 16 * DS + nd * 16) * 2);
-                    Mma<T>::run(o[2 * nd], pa, bf[0], bf[1]);
-                    Mma<T>::run(o[2 * nd + 1], pa, bf[2], bf[3]);
-                }
-            }
-        }
-        if constexpr (RES == 0) {
+            cp_async_wait1();  // this tile's values (the next tile's keys may still be in flight)
+            __syncthreads();
+            flash_pv<T, DP, DS>(o, s, vb);
             __syncthreads();  // every warp is done with the values
             if (jn < klimit) flash_stage<T, DP>(vs, v, a.sv, a, kh, jn, next_keys);
             cp_async_commit();
+            j0 = jn;
+            keys = next_keys;
         }
-        j0 = jn;
-        keys = next_keys;
     }
 
 #pragma unroll
@@ -326,37 +390,44 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
         l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 2);
     }
     if constexpr (RES > 0) {
-        // The odd tiles' warps hand their unnormalized rows and (max, sum) to the even tiles'
-        // warps of the same rows (through the staged keys' memory, no longer read), which
-        // merge them into theirs and go on alone.
+        // The other shares' warps hand their unnormalized rows and (max, sum) to share 0's warps
+        // of the same rows (through the staged keys' memory, no longer read), which merge them
+        // into theirs in share order and go on alone.
         __syncthreads();
-        float* xo = (float*)ks;                  // [FLASH_BM][DP]
-        float2* xml = (float2*)(xo + FLASH_BM * DP);  // [FLASH_BM]
-        if (half == 1) {
+        float* xo = (float*)ks;                                 // [PARTS - 1][FLASH_BM][DP]
+        float2* xml = (float2*)(xo + (PARTS - 1) * FLASH_BM * DP);  // [PARTS - 1][FLASH_BM]
+        if (share > 0) {
+            float* po = xo + (share - 1) * FLASH_BM * DP;
+            float2* pml = xml + (share - 1) * FLASH_BM;
 #pragma unroll
             for (int rr = 0; rr < 2; ++rr) {
                 const unsigned r = warp * 16 + g + 8 * rr;
 #pragma unroll
-                for (int n = 0; n < DP / 8; ++n) *(float2*)(xo + r * DP + n * 8 + 2 * t) = make_float2(o[n][2 * rr], o[n][2 * rr + 1]);
-                if (t == 0) xml[r] = make_float2(m[rr], l[rr]);
+                for (int n = 0; n < DP / 8; ++n) *(float2*)(po + r * DP + n * 8 + 2 * t) = make_float2(o[n][2 * rr], o[n][2 * rr + 1]);
+                if (t == 0) pml[r] = make_float2(m[rr], l[rr]);
             }
         }
         __syncthreads();
-        if (half == 1) return;
+        if (share > 0) return;
 #pragma unroll
-        for (int rr = 0; rr < 2; ++rr) {
-            const unsigned r = warp * 16 + g + 8 * rr;
-            const float2 e = xml[r];
-            const float mx = fmaxf(m[rr], e.x);
-            const float w0 = m[rr] == -INFINITY ? 0.f : exp2f(m[rr] - mx);
-            const float w1 = e.x == -INFINITY ? 0.f : exp2f(e.x - mx);
-            m[rr] = mx;
-            l[rr] = l[rr] * w0 + e.y * w1;
+        for (int p = 1; p < PARTS; ++p) {
+            const float* po = xo + (p - 1) * FLASH_BM * DP;
+            const float2* pml = xml + (p - 1) * FLASH_BM;
 #pragma unroll
-            for (int n = 0; n < DP / 8; ++n) {
-                const float2 x = *(const float2*)(xo + r * DP + n * 8 + 2 * t);
-                o[n][2 * rr] = o[n][2 * rr] * w0 + x.x * w1;
-                o[n][2 * rr + 1] = o[n][2 * rr + 1] * w0 + x.y * w1;
+            for (int rr = 0; rr < 2; ++rr) {
+                const unsigned r = warp * 16 + g + 8 * rr;
+                const float2 e = pml[r];
+                const float mx = fmaxf(m[rr], e.x);
+                const float w0 = m[rr] == -INFINITY ? 0.f : exp2f(m[rr] - mx);
+                const float w1 = e.x == -INFINITY ? 0.f : exp2f(e.x - mx);
+                m[rr] = mx;
+                l[rr] = l[rr] * w0 + e.y * w1;
+#pragma unroll
+                for (int n = 0; n < DP / 8; ++n) {
+                    const float2 x = *(const float2*)(po + r * DP + n * 8 + 2 * t);
+                    o[n][2 * rr] = o[n][2 * rr] * w0 + x.x * w1;
+                    o[n][2 * rr + 1] = o[n][2 * rr + 1] * w0 + x.y * w1;
+                }
             }
         }
     }
@@ -446,20 +517,7 @@ __device__ void flash_attention_halves(const T* __restrict__ q, const T* __restr
         cp_async_wait1();  // the queries and this tile's keys
         __syncthreads();
         float s[FLASH_BN / 8][4];
-#pragma unroll
-        for (int n = 0; n < FLASH_BN / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-#pragma unroll
-        for (int c = 0; c < DH / 16; ++c) {
-            unsigned af[4];
-            ldmatrix_x4(af, qa + c * 32);
-#pragma unroll
-            for (int nb = 0; nb < FLASH_BN / 16; ++nb) {
-                unsigned bf[4];
-                ldmatrix_x4(bf, kb + (nb * 16 * DS + c * 16) * 2);
-                Mma<T>::run(s[2 * nb], af, bf[0], bf[1]);
-                Mma<T>::run(s[2 * nb + 1], af, bf[2], bf[3]);
-            }
-        }
+        flash_scores<T, DH, DS>(s, qa, kb);
 #pragma unroll
         for (int n = 0; n < FLASH_BN / 8; ++n)
 #pragma unroll
@@ -482,22 +540,7 @@ __device__ void flash_attention_halves(const T* __restrict__ q, const T* __restr
         flash_softmax_tile<DH / 8>(s, o, m, l, a, keys, live, qi, j0, t);
         cp_async_wait1();  // this tile's values
         __syncthreads();
-#pragma unroll
-        for (int kk = 0; kk < FLASH_BN / 16; ++kk) {
-            const unsigned pa[4] = {
-                Mma<T>::pack(s[2 * kk][0], s[2 * kk][1]),
-                Mma<T>::pack(s[2 * kk][2], s[2 * kk][3]),
-                Mma<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                Mma<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]),
-            };
-#pragma unroll
-            for (int nd = 0; nd < DH / 16; ++nd) {
-                unsigned bf[4];
-                ldmatrix_x4_trans(bf, vb + (kk * 16 * DS + nd * 16) * 2);
-                Mma<T>::run(o[2 * nd], pa, bf[0], bf[1]);
-                Mma<T>::run(o[2 * nd + 1], pa, bf[2], bf[3]);
-            }
-        }
+        flash_pv<T, DH, DS>(o, s, vb);
         __syncthreads();  // every warp is done with the values
         if (jn < klimit) flash_stage<T, DP, NT>(vs, v, a.sv, a, kh, jn, next_keys);
         cp_async_commit();

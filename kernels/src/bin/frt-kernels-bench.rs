@@ -3,8 +3,8 @@
 //!
 //! `frt-kernels-bench [--iters N] [--only SECTIONS]`
 //!
-//! SECTIONS: a comma-separated subset of gemm, splitk, geglu, fp8, launch, mem, attention, rope,
-//! conv
+//! SECTIONS: a comma-separated subset of gemm, splitk, geglu, fp8, launch, mem, attention,
+//! siglip (SigLIP's two views' attention as one launch; also part of attention), rope, conv
 //! (default: all).
 //!
 //! Each op is captured into a graph that repeats it back to back (as a model's graph runs its
@@ -14,7 +14,7 @@
 //! large-GEMM rate; attention both, with its FLOP and byte floors.
 
 use frt_exec::{Buffer, Ctx, Graph, ShapeKey, Stream};
-use frt_kernels::{AttentionMask, DType, Kernels, PatchEmbed, Result, Tensor};
+use frt_kernels::{AttentionMask, AttentionPlan, DType, Kernels, PatchEmbed, Result, Tensor};
 
 struct Bench {
     k: Kernels,
@@ -246,6 +246,7 @@ fn main() {
         "launch",
         "mem",
         "attention",
+        "siglip",
         "rope",
         "conv",
     ];
@@ -1000,6 +1001,57 @@ fn main() {
                     bytes / (b.copy_gbs * 1e9) * 1e6
                 );
             }
+        }
+    }
+    if b.wants("attention") || b.wants("siglip") {
+        // SigLIP's two views as the model runs them: one launch over the fused q|k|v rows
+        // (512 × 3456, 16 heads of 72 a view).
+        let (vt, heads, hd, views) = (256usize, 16usize, 72usize, 2usize);
+        let width = heads * hd;
+        let qkv = b.tensor("qkv", dt, &[views * vt, 3 * width]);
+        let attn = b.tensor("attn", dt, &[views * vt, width]);
+        let rows = |t: &Tensor, view: usize, col: usize| {
+            let w = t.shape()[1];
+            Tensor::with_layout(
+                t.buffer(),
+                dt,
+                &[vt, heads, hd],
+                &[w, hd, 1],
+                t.offset() + view * vt * w + col,
+            )
+            .unwrap()
+        };
+        let mask = AttentionMask::full();
+        let scale = 1.0 / (hd as f32).sqrt();
+        let mut plans: Vec<AttentionPlan> = Vec::new();
+        for view in 0..views {
+            let p =
+                b.k.attention_plan_sharing(
+                    &rows(&qkv, view, 0),
+                    &rows(&qkv, view, width),
+                    &rows(&qkv, view, 2 * width),
+                    &rows(&attn, view, 0),
+                    &mask,
+                    scale,
+                    plans.first(),
+                )
+                .unwrap();
+            plans.push(p);
+        }
+        if let Some(batch) = b.k.attention_plan_batch(&plans).unwrap() {
+            let (m, p) = b.time("siglip 2 views", &|s| batch.run(&b.k, s));
+            println!("\n| siglip, 2 views as one launch | median µs | p99 µs |\n|---|---|---|");
+            let form = if batch.flash_resident() {
+                "resident"
+            } else {
+                "streaming"
+            };
+            println!(
+                "| {form}, {} split(s) | {:.1} | {:.1} |",
+                batch.flash_splits().unwrap_or(1),
+                m * 1e3,
+                p * 1e3
+            );
         }
     }
     if b.wants("rope") {
