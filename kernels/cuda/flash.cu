@@ -78,7 +78,8 @@ __device__ __forceinline__ void flash_stage(unsigned short* dst, const T* src, u
                                             unsigned long long keys) {
     constexpr int CH = DP / 8, DS = DP + 8, RP = NT / CH, PASSES = (FLASH_BN + RP - 1) / RP;
     const unsigned c = threadIdx.x % CH, r = threadIdx.x / CH;
-    if (r >= RP) return;
+    // Past a pass's last whole row, or (more threads than a pass's rows) past the tile's rows.
+    if (r >= RP || (RP > FLASH_BN && r >= FLASH_BN)) return;
     const bool col = c < a.d / 8;
     const T* p = src + (unsigned long long)(j0 + r) * stride + (unsigned long long)kh * a.d + c * 8;
     unsigned short* d = dst + r * DS + c * 8;
@@ -99,7 +100,7 @@ __device__ __forceinline__ void flash_stage_queries(unsigned short* qs, const T*
                                                     unsigned kh, unsigned r0, unsigned rows) {
     constexpr int CH = DP / 8, DS = DP + 8, RP = NT / CH, PASSES = (FLASH_BM + RP - 1) / RP;
     const unsigned c = threadIdx.x % CH, r = threadIdx.x / CH;
-    if (r >= RP) return;
+    if (r >= RP || (RP > FLASH_BM && r >= FLASH_BM)) return;
     const bool col = c < a.d / 8;
     // A power-of-two group (every model's here) takes a shift and a mask, not a division.
     const bool pow2 = (G & (G - 1)) == 0;
@@ -298,7 +299,7 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
     const unsigned(&qi)[2] = b.qi;
     const bool(&live)[2] = b.live;
 
-    // The block's queries, with the first tile's keys as one group and its values as the next.
+    // The block's queries (in the first tile's cp.async group: streaming, with its keys).
     flash_stage_queries<T, DP, NT>(qs, q, a, G, kh, r0, rows);
     unsigned j0 = flash_next_tile(a, vl, kbeg, klimit);
 
