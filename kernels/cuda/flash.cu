@@ -276,9 +276,9 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
         out += entry * a.bo;
     }
     constexpr int DS = DP + 8;  // shared row stride (elements)
-    // Resident, the warps of every 16 rows split the tiles in PARTS shares.
-    constexpr int PARTS = 2;
-    constexpr int NT = RES > 0 ? PARTS * FLASH_THREADS : FLASH_THREADS;  // threads
+    // Resident, the warps of every 16 rows split the tiles in two shares.
+    static_assert(RES % 2 == 0, "the two shares take every other tile");
+    constexpr int NT = RES > 0 ? 2 * FLASH_THREADS : FLASH_THREADS;  // threads
     extern __shared__ __align__(16) unsigned char flash_smem[];
     unsigned short* qs = (unsigned short*)flash_smem;
     // Streaming: one tile of keys and one of values. Resident (RES > 0): RES tiles of each.
@@ -286,7 +286,7 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
     unsigned short* ks = qs + FLASH_BM * DS;
     unsigned short* vs = ks + TILES * FLASH_BN * DS;
 
-    // The warp's 16 rows (of the block's 64) and, resident, which of every PARTS tiles it takes (its share).
+    // The warp's 16 rows (of the block's 64) and, resident, which of every two tiles it takes (its share).
     const unsigned lane = threadIdx.x & 31;
     const unsigned warp = RES > 0 ? (threadIdx.x >> 5) & 3 : threadIdx.x >> 5;
     const unsigned share = RES > 0 ? threadIdx.x >> 7 : 0;
@@ -336,19 +336,12 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
         cp_async_commit();
         cp_async_wait<0>();
         __syncthreads();
-        // The warp's tiles: slots share, share + PARTS, ...
+        // The warp's tiles: slots share, share + 2, ...
 #pragma unroll
-        for (int r = 0; r < RES / PARTS; ++r) {
-            unsigned jt = klimit, i = 0;
-            unsigned long long tkeys = 0;
-#pragma unroll
-            for (int c = 0; c < PARTS; ++c) {
-                if (c == (int)share) {
-                    i = r * PARTS + c;
-                    jt = js[r * PARTS + c];
-                    tkeys = tk[r * PARTS + c];
-                }
-            }
+        for (int r = 0; r < RES / 2; ++r) {
+            const unsigned i = 2 * r + share;
+            const unsigned jt = share ? js[2 * r + 1] : js[2 * r];
+            const unsigned long long tkeys = share ? tk[2 * r + 1] : tk[2 * r];
             if (jt < klimit) {
                 float s[FLASH_BN / 8][4];
                 flash_scores<T, DP, DS>(s, qa, kb + i * TILE * 2);
@@ -391,44 +384,37 @@ __device__ void flash_attention(const T* __restrict__ q, const T* __restrict__ k
         l[rr] += __shfl_xor_sync(0xffffffffu, l[rr], 2);
     }
     if constexpr (RES > 0) {
-        // The other shares' warps hand their unnormalized rows and (max, sum) to share 0's warps
-        // of the same rows (through the staged keys' memory, no longer read), which merge them
-        // into theirs in share order and go on alone.
+        // Share 1's warps hand their unnormalized rows and (max, sum) to share 0's warps of the
+        // same rows (through the staged keys' memory, no longer read), which merge them into
+        // theirs and go on alone.
         __syncthreads();
-        float* xo = (float*)ks;                                 // [PARTS - 1][FLASH_BM][DP]
-        float2* xml = (float2*)(xo + (PARTS - 1) * FLASH_BM * DP);  // [PARTS - 1][FLASH_BM]
-        if (share > 0) {
-            float* po = xo + (share - 1) * FLASH_BM * DP;
-            float2* pml = xml + (share - 1) * FLASH_BM;
+        float* xo = (float*)ks;                          // [FLASH_BM][DP]
+        float2* xml = (float2*)(xo + FLASH_BM * DP);     // [FLASH_BM]
+        if (share) {
 #pragma unroll
             for (int rr = 0; rr < 2; ++rr) {
                 const unsigned r = warp * 16 + g + 8 * rr;
 #pragma unroll
-                for (int n = 0; n < DP / 8; ++n) *(float2*)(po + r * DP + n * 8 + 2 * t) = make_float2(o[n][2 * rr], o[n][2 * rr + 1]);
-                if (t == 0) pml[r] = make_float2(m[rr], l[rr]);
+                for (int n = 0; n < DP / 8; ++n) *(float2*)(xo + r * DP + n * 8 + 2 * t) = make_float2(o[n][2 * rr], o[n][2 * rr + 1]);
+                if (t == 0) xml[r] = make_float2(m[rr], l[rr]);
             }
         }
         __syncthreads();
-        if (share > 0) return;
+        if (share) return;
 #pragma unroll
-        for (int p = 1; p < PARTS; ++p) {
-            const float* po = xo + (p - 1) * FLASH_BM * DP;
-            const float2* pml = xml + (p - 1) * FLASH_BM;
+        for (int rr = 0; rr < 2; ++rr) {
+            const unsigned r = warp * 16 + g + 8 * rr;
+            const float2 e = xml[r];
+            const float mx = fmaxf(m[rr], e.x);
+            const float w0 = m[rr] == -INFINITY ? 0.f : exp2f(m[rr] - mx);
+            const float w1 = e.x == -INFINITY ? 0.f : exp2f(e.x - mx);
+            m[rr] = mx;
+            l[rr] = l[rr] * w0 + e.y * w1;
 #pragma unroll
-            for (int rr = 0; rr < 2; ++rr) {
-                const unsigned r = warp * 16 + g + 8 * rr;
-                const float2 e = pml[r];
-                const float mx = fmaxf(m[rr], e.x);
-                const float w0 = m[rr] == -INFINITY ? 0.f : exp2f(m[rr] - mx);
-                const float w1 = e.x == -INFINITY ? 0.f : exp2f(e.x - mx);
-                m[rr] = mx;
-                l[rr] = l[rr] * w0 + e.y * w1;
-#pragma unroll
-                for (int n = 0; n < DP / 8; ++n) {
-                    const float2 x = *(const float2*)(po + r * DP + n * 8 + 2 * t);
-                    o[n][2 * rr] = o[n][2 * rr] * w0 + x.x * w1;
-                    o[n][2 * rr + 1] = o[n][2 * rr + 1] * w0 + x.y * w1;
-                }
+            for (int n = 0; n < DP / 8; ++n) {
+                const float2 x = *(const float2*)(xo + r * DP + n * 8 + 2 * t);
+                o[n][2 * rr] = o[n][2 * rr] * w0 + x.x * w1;
+                o[n][2 * rr + 1] = o[n][2 * rr + 1] * w0 + x.y * w1;
             }
         }
     }
