@@ -37,6 +37,16 @@ step ./frt-kernels-bench --iters 200
 # Models built on several threads at once (the test harness's threads): kernels-threads
 # captures GEMMs on one thread while another makes plans, captures, replays, copies.
 step ./kernels-threads --ignored
+# The kernel trace (CUPTI, from the CUDA install on the machine), then each stage's kernels
+# as they ran in a replay.
+cupti=$(find /usr/local /usr/lib /opt -name 'libcupti.so*' 2>/dev/null | head -1)
+if [ -n "$cupti" ]; then
+    export LD_LIBRARY_PATH="$(dirname "$cupti"):${LD_LIBRARY_PATH:-}"
+    step ./kernels-kernel_trace --ignored
+    step ./pi05-bench --kernel-times
+else
+    echo "=== CUPTI (libcupti.so) not found: kernel trace steps skipped"; fail=1
+fi
 step ./vla-gpu --ignored --nocapture
 step ./pi05-bench --iters 200
 step ./pi05-bench --fp8-expert --iters 100

@@ -8,7 +8,8 @@
 //! * [`Graph`]: a table of [`ShapeKey`] → captured (or adopted) executable graph, with named
 //!   ports that let two graphs share a buffer without a copy, LRU-bounded;
 //! * [`Plan`]: a dumb DAG of graph replays across streams, ordered by events;
-//! * streams with priorities, [`Event`]s, and a [`Ctx`] that owns them.
+//! * streams with priorities, [`Event`]s, and a [`Ctx`] that owns them;
+//! * for benchmarks, [`kernel_trace`]: the kernels as the device ran them (CUPTI).
 //!
 //! **What it is NOT**: it knows nothing of kernels, models, robots, sessions or schedules.
 //! Which graph runs when, on which priority, and when to evict are the caller's policy.
@@ -50,6 +51,7 @@ mod event;
 mod file;
 mod graph;
 mod host_buffer;
+pub mod kernel_trace;
 mod key;
 mod loader;
 mod lru;

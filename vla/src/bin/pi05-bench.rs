@@ -50,11 +50,19 @@
 //! nothing timed.
 //! `--profile-only vision,prefix,step` (with either) replays only the stages named, in that
 //! order (a profiler takes a while per kernel: one step's kernels alone profile quickly).
+//! `pi05-bench --kernel-times [FILE]`: builds the 64-token model with a kernel trace running
+//! (`frt_exec::kernel_trace`, CUPTI; its folder on `LD_LIBRARY_PATH`), then replays each
+//! stage (vision, prefix, one step; `--profile-only` picks) 20 times after ten runs and prints,
+//! per stage, the kernels as they ran in the replay: its span, the kernels' own time, the time
+//! no kernel ran, and per kernel name the count, time and the gaps before them (medians over
+//! the replays); FILE, when given, gets one CSV row per kernel of each stage. Recording adds
+//! to every launch, so these spans are longer than the timed runs'.
 //! `--fp8-expert --write-calibration FILE` also writes the calibration it makes;
 //! `--fp8-expert --profile --calibration FILE` profiles the model built on that file instead
 //! of calibrating (under a profiler, building and calibrating the bf16 model takes minutes).
 
 use frt_exec::Ctx;
+use frt_exec::kernel_trace::ReplayProfile;
 use frt_kernels::DType;
 use frt_kernels::KernelOptions;
 use frt_vla::{
@@ -269,6 +277,11 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
     let profile = args.iter().any(|a| a == "--profile");
+    let kernel_times = args.iter().position(|a| a == "--kernel-times").map(|i| {
+        args.get(i + 1)
+            .filter(|f| !f.starts_with("--"))
+            .map(std::path::PathBuf::from)
+    });
     let stages = profiled_stages(&args).unwrap_or_else(|e| {
         eprintln!("pi05-bench: {e}");
         std::process::exit(2)
@@ -276,7 +289,10 @@ fn main() {
     PROFILED.set(stages).expect("set once");
     let inpaint = args.iter().any(|a| a == "--inpaint");
     let profile_absent = args.iter().any(|a| a == "--profile-absent");
-    let canonical = profile || profile_absent || args.iter().any(|a| a == "--canonical");
+    let canonical = profile
+        || profile_absent
+        || kernel_times.is_some()
+        || args.iter().any(|a| a == "--canonical");
     let pi0 = args.iter().any(|a| a == "--pi0");
     if let Some(dir) = args
         .iter()
@@ -323,6 +339,13 @@ fn main() {
         precision(&ctx);
         return;
     }
+    // Started before any graph is captured, so that their kernels are recorded.
+    let trace = kernel_times.as_ref().map(|_| {
+        frt_exec::kernel_trace::KernelTrace::start().unwrap_or_else(|e| {
+            eprintln!("pi05-bench --kernel-times: {e}");
+            std::process::exit(1)
+        })
+    });
     let (peak_flops, bandwidth) = ceilings(&ctx, ctx.stream(0).unwrap());
     println!("model: {}", if pi0 { "Pi0" } else { "Pi0.5" });
     println!(
@@ -395,6 +418,10 @@ fn main() {
         }
         if profile {
             profiled();
+            return;
+        }
+        if let (Some(trace), Some(file)) = (&trace, &kernel_times) {
+            stage_kernel_times(&ctx, s, &m, trace, file.as_deref());
             return;
         }
         let time = timer(&ctx, s);
@@ -731,6 +758,93 @@ fn profile_stages(ctx: &Ctx, s: frt_exec::Stream, m: &Pi05) {
     }
     ctx.sync_stream(s).unwrap();
     drop(range);
+}
+
+/// `--kernel-times`: each `--profile-only` stage of `m` replayed 20 times after ten runs, its
+/// kernels as they ran (see the module docs).
+fn stage_kernel_times(
+    ctx: &Ctx,
+    s: frt_exec::Stream,
+    m: &Pi05,
+    trace: &frt_exec::kernel_trace::KernelTrace,
+    csv: Option<&std::path::Path>,
+) {
+    const REPLAYS: usize = 20;
+    for _ in 0..10 {
+        m.run().unwrap();
+    }
+    ctx.sync_stream(s).unwrap();
+    let fail = |e: frt_exec::kernel_trace::TraceError| -> ! {
+        eprintln!("pi05-bench --kernel-times: {e}");
+        std::process::exit(1)
+    };
+    trace.take().unwrap_or_else(|e| fail(e));
+    let mut rows = String::from("stage,kernel,name,start_us,run_us,gap_before_us\n");
+    for stage in PROFILED.get().expect("set in main") {
+        for _ in 0..REPLAYS {
+            m.replay(*stage).unwrap();
+        }
+        ctx.sync_stream(s).unwrap();
+        let records = trace.take().unwrap_or_else(|e| fail(e));
+        let name = format!("{stage:?}");
+        match ReplayProfile::new(&records, REPLAYS) {
+            Ok(k) => {
+                print_replay(&k, &name);
+                for (i, r) in k.kernels.iter().enumerate() {
+                    // Quoted: template names hold commas.
+                    rows += &format!(
+                        "{name},{i},\"{}\",{:.3},{:.3},{:.3}\n",
+                        r.name.replace('"', "\"\""),
+                        r.start_us,
+                        r.run_us,
+                        r.gap_us
+                    );
+                }
+            }
+            Err(e) => {
+                eprintln!("pi05-bench --kernel-times: {name}: {e}");
+                std::process::exit(1)
+            }
+        }
+    }
+    if let Some(path) = csv {
+        std::fs::write(path, rows).unwrap_or_else(|e| {
+            eprintln!("pi05-bench --kernel-times: {}: {e}", path.display());
+            std::process::exit(1)
+        });
+    }
+}
+
+/// A stage's span, busy and idle time, then per kernel name (in order of first start) the
+/// count, the time of its runs and the gaps before them.
+fn print_replay(k: &ReplayProfile, stage: &str) {
+    let own: f64 = k.kernels.iter().map(|k| k.run_us).sum();
+    println!(
+        "\n{stage}: {} kernels; replay span {:.1} µs, some kernel running {:.1} µs, none {:.1} µs; the kernels' own times add up to {:.1} µs (medians of each)",
+        k.kernels.len(),
+        k.span_us,
+        k.busy_us,
+        k.span_us - k.busy_us,
+        own
+    );
+    println!("| kernel | count | run µs (sum) | gap before µs (sum) |");
+    println!("|---|---|---|---|");
+    let mut names: Vec<(&str, usize, f64, f64)> = Vec::new();
+    for k in &k.kernels {
+        // The gap before the first kernel is zero by definition.
+        match names.iter_mut().find(|n| n.0 == k.name) {
+            Some(n) => {
+                n.1 += 1;
+                n.2 += k.run_us;
+                n.3 += k.gap_us;
+            }
+            None => names.push((&k.name, 1, k.run_us, k.gap_us)),
+        }
+    }
+    for (name, count, run, gap) in names {
+        let short: String = name.chars().take(72).collect();
+        println!("| {short} | {count} | {run:.1} | {gap:.1} |");
+    }
 }
 
 /// `--calibration FILE` and `--write-calibration FILE` of `--fp8-expert` (see the module
