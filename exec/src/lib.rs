@@ -9,7 +9,7 @@
 //!   ports that let two graphs share a buffer without a copy, LRU-bounded;
 //! * [`Plan`]: a dumb DAG of graph replays across streams, ordered by events;
 //! * streams with priorities, [`Event`]s, and a [`Ctx`] that owns them;
-//! * for benchmarks, [`kernel_trace`]: the kernels as the device ran them (CUPTI).
+//! * for benchmarks, [`kernel_trace`]: what ran on the device and when, as CUPTI records it.
 //!
 //! **What it is NOT**: it knows nothing of kernels, models, robots, sessions or schedules.
 //! Which graph runs when, on which priority, and when to evict are the caller's policy.
