@@ -288,6 +288,50 @@ impl ReplayProfile {
     }
 }
 
+/// `records` as a Chrome trace (JSON, which ui.perfetto.dev and chrome://tracing open): a
+/// track per stream, named `stream N`, and each kernel a complete event on its stream's track,
+/// from its start (µs after the earliest start in `records`) for as long as it ran, with its
+/// graph and graph node as arguments.
+pub fn chrome_trace(records: &[KernelRecord]) -> String {
+    use std::fmt::Write;
+    let t0 = records.iter().map(|r| r.start_ns).min().unwrap_or(0);
+    let mut streams: Vec<u32> = records.iter().map(|r| r.stream).collect();
+    streams.sort_unstable();
+    streams.dedup();
+    let mut events: Vec<String> = streams
+        .iter()
+        .map(|s| {
+            format!(
+                r#"{{"name":"thread_name","ph":"M","pid":1,"tid":{s},"args":{{"name":"stream {s}"}}}}"#
+            )
+        })
+        .collect();
+    for r in records {
+        let mut e = String::from(r#"{"name":""#);
+        for c in r.name.chars() {
+            match c {
+                '"' => e.push_str("\\\""),
+                '\\' => e.push_str("\\\\"),
+                c if (c as u32) < 0x20 => {
+                    let _ = write!(e, "\\u{:04x}", c as u32);
+                }
+                c => e.push(c),
+            }
+        }
+        let _ = write!(
+            e,
+            r#"","ph":"X","pid":1,"tid":{},"ts":{:.3},"dur":{:.3},"args":{{"graph":{},"node":{}}}}}"#,
+            r.stream,
+            (r.start_ns - t0) as f64 / 1e3,
+            r.end_ns.saturating_sub(r.start_ns) as f64 / 1e3,
+            r.graph,
+            r.node
+        );
+        events.push(e);
+    }
+    format!("{{\"traceEvents\":[\n{}\n]}}\n", events.join(",\n"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -342,5 +386,34 @@ mod tests {
             })
         );
         assert_eq!(ReplayProfile::new(&[], 2), Err(ProfileError::Empty));
+    }
+
+    #[test]
+    fn a_chrome_trace_has_a_track_per_stream_and_an_event_per_kernel() {
+        let mut a = rec("cast \"a\\b\"\n", 3, 5_000, 7_500);
+        a.stream = 14;
+        let b = rec("softmax", 4, 8_000, 9_000);
+        let json: serde_json::Value = serde_json::from_str(&chrome_trace(&[a, b])).unwrap();
+        let events = json["traceEvents"].as_array().unwrap();
+        let tracks: Vec<(u64, &str)> = events
+            .iter()
+            .filter(|e| e["ph"] == "M")
+            .map(|e| {
+                (
+                    e["tid"].as_u64().unwrap(),
+                    e["args"]["name"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(tracks, [(7, "stream 7"), (14, "stream 14")]);
+        let kernels: Vec<_> = events.iter().filter(|e| e["ph"] == "X").collect();
+        assert_eq!(kernels.len(), 2);
+        assert_eq!(kernels[0]["name"], "cast \"a\\b\"\n");
+        assert_eq!(kernels[0]["tid"], 14);
+        assert_eq!(kernels[0]["ts"], 0.0);
+        assert_eq!(kernels[0]["dur"], 2.5);
+        assert_eq!(kernels[1]["ts"], 3.0);
+        assert_eq!(kernels[1]["args"]["node"], 4);
+        assert_eq!(chrome_trace(&[]), "{\"traceEvents\":[\n\n]}\n");
     }
 }

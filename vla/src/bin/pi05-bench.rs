@@ -55,8 +55,10 @@
 //! stage (vision, prefix, one step; `--profile-only` picks) 20 times after ten runs and prints,
 //! per stage, the kernels as they ran in the replay: its span, the kernels' own time, the time
 //! no kernel ran, and per kernel name the count, time and the gaps before them (medians over
-//! the replays); FILE, when given, gets one CSV row per kernel of each stage. Recording adds
-//! to every launch, so these spans are longer than the timed runs'.
+//! the replays); FILE, when given, gets one CSV row per kernel of each stage, and
+//! `--kernel-trace FILE.json` every traced replay's kernels as a Chrome trace (a track per
+//! stream; ui.perfetto.dev opens it). Recording adds to every launch, so these spans are
+//! longer than the timed runs'.
 //! `--fp8-expert --write-calibration FILE` also writes the calibration it makes;
 //! `--fp8-expert --profile --calibration FILE` profiles the model built on that file instead
 //! of calibrating (under a profiler, building and calibrating the bf16 model takes minutes).
@@ -282,6 +284,18 @@ fn main() {
             .filter(|f| !f.starts_with("--"))
             .map(std::path::PathBuf::from)
     });
+    let kernel_json = args.iter().position(|a| a == "--kernel-trace").map(|i| {
+        args.get(i + 1)
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| {
+                eprintln!("pi05-bench: --kernel-trace needs a file");
+                std::process::exit(2)
+            })
+    });
+    if kernel_json.is_some() && kernel_times.is_none() {
+        eprintln!("pi05-bench: --kernel-trace goes with --kernel-times");
+        std::process::exit(2)
+    }
     let stages = profiled_stages(&args).unwrap_or_else(|e| {
         eprintln!("pi05-bench: {e}");
         std::process::exit(2)
@@ -421,7 +435,7 @@ fn main() {
             return;
         }
         if let (Some(trace), Some(file)) = (&trace, &kernel_times) {
-            stage_kernel_times(&ctx, s, &m, trace, file.as_deref());
+            stage_kernel_times(&ctx, s, &m, trace, file.as_deref(), kernel_json.as_deref());
             return;
         }
         let time = timer(&ctx, s);
@@ -768,6 +782,7 @@ fn stage_kernel_times(
     m: &Pi05,
     trace: &frt_exec::kernel_trace::KernelTrace,
     csv: Option<&std::path::Path>,
+    json: Option<&std::path::Path>,
 ) {
     const REPLAYS: usize = 20;
     for _ in 0..10 {
@@ -780,6 +795,7 @@ fn stage_kernel_times(
     };
     trace.take().unwrap_or_else(|e| fail(e));
     let mut rows = String::from("stage,kernel,name,start_us,run_us,gap_before_us\n");
+    let mut every = Vec::new();
     for stage in PROFILED.get().expect("set in main") {
         for _ in 0..REPLAYS {
             m.replay(*stage).unwrap();
@@ -806,12 +822,19 @@ fn stage_kernel_times(
                 std::process::exit(1)
             }
         }
+        every.extend(records);
     }
-    if let Some(path) = csv {
-        std::fs::write(path, rows).unwrap_or_else(|e| {
+    let write = |path: &std::path::Path, text: String| {
+        std::fs::write(path, text).unwrap_or_else(|e| {
             eprintln!("pi05-bench --kernel-times: {}: {e}", path.display());
             std::process::exit(1)
-        });
+        })
+    };
+    if let Some(path) = csv {
+        write(path, rows);
+    }
+    if let Some(path) = json {
+        write(path, frt_exec::kernel_trace::chrome_trace(&every));
     }
 }
 
