@@ -296,6 +296,19 @@ fn main() {
         eprintln!("pi05-bench: --kernel-trace goes with --kernel-times");
         std::process::exit(2)
     }
+    let other_mode = [
+        "--fp8-expert",
+        "--inpaint",
+        "--precision",
+        "--profile",
+        "--profile-absent",
+    ]
+    .into_iter()
+    .find(|m| args.iter().any(|a| a == m));
+    if let (Some(_), Some(mode)) = (&kernel_times, other_mode) {
+        eprintln!("pi05-bench: --kernel-times traces the bf16 model's stages, not {mode}");
+        std::process::exit(2)
+    }
     let stages = profiled_stages(&args).unwrap_or_else(|e| {
         eprintln!("pi05-bench: {e}");
         std::process::exit(2)
