@@ -284,14 +284,7 @@ fn main() {
             .filter(|f| !f.starts_with("--"))
             .map(std::path::PathBuf::from)
     });
-    let kernel_json = args.iter().position(|a| a == "--kernel-trace").map(|i| {
-        args.get(i + 1)
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(|| {
-                eprintln!("pi05-bench: --kernel-trace needs a file");
-                std::process::exit(2)
-            })
-    });
+    let kernel_json = file_arg(&args, "--kernel-trace");
     if kernel_json.is_some() && kernel_times.is_none() {
         eprintln!("pi05-bench: --kernel-trace goes with --kernel-times");
         std::process::exit(2)
@@ -892,19 +885,21 @@ struct CalibrationFiles {
 
 impl CalibrationFiles {
     fn from_args(args: &[String]) -> CalibrationFiles {
-        let path = |flag: &str| {
-            let i = args.iter().position(|a| a == flag)?;
-            match args.get(i + 1) {
-                Some(p) => Some(std::path::PathBuf::from(p)),
-                None => {
-                    eprintln!("pi05-bench: {flag} needs a file");
-                    std::process::exit(2)
-                }
-            }
-        };
         CalibrationFiles {
-            read: path("--calibration"),
-            write: path("--write-calibration"),
+            read: file_arg(args, "--calibration"),
+            write: file_arg(args, "--write-calibration"),
+        }
+    }
+}
+
+/// The file after `flag` in `args`, if the flag is there (exits when the file is missing).
+fn file_arg(args: &[String], flag: &str) -> Option<std::path::PathBuf> {
+    let i = args.iter().position(|a| a == flag)?;
+    match args.get(i + 1) {
+        Some(p) => Some(std::path::PathBuf::from(p)),
+        None => {
+            eprintln!("pi05-bench: {flag} needs a file");
+            std::process::exit(2)
         }
     }
 }
