@@ -3,6 +3,8 @@
 //! launched on their own or from a replayed graph. A benchmark's tool: it shows what a replayed
 //! graph's kernels take in place, with the overlaps that programmatic dependent launch gives
 //! and the gaps between kernels, where a kernel profiler (`ncu`) runs each kernel alone.
+//! Memsets and copies (a graph's memset and copy nodes, or those a library enqueues between its
+//! kernels) are recorded too, as records named `[memset N bytes]` and `[memcpy N bytes]`.
 //!
 //! CUPTI (`libcupti.so`) is loaded from the loader's path at run time; without it
 //! [`KernelTrace::start`] returns [`TraceError::NoCupti`]. One trace at a time per process.
@@ -14,10 +16,11 @@ use cudarc::cupti::sys;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// One kernel that ran.
+/// One kernel that ran, or one memset or copy.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KernelRecord {
-    /// The kernel's (mangled or `extern "C"`) name.
+    /// The kernel's (mangled or `extern "C"`) name; `[memset N bytes]` or `[memcpy N bytes]`
+    /// for a memset or a copy.
     pub name: String,
     /// Device timestamps in ns.
     pub start_ns: u64,
@@ -48,6 +51,14 @@ pub enum TraceError {
 fn cupti(call: &'static str) -> impl FnOnce(CuptiError) -> TraceError {
     move |e| TraceError::Cupti { call, code: e.0 }
 }
+
+/// What a trace records: kernels, and the memsets and copies that run between them (a graph's
+/// memset and copy nodes, the ones a library enqueues), as records of their own.
+const KINDS: [sys::CUpti_ActivityKind; 3] = [
+    sys::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+    sys::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_MEMSET,
+    sys::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_MEMCPY,
+];
 
 /// The running trace (one a process).
 static RUNNING: AtomicBool = AtomicBool::new(false);
@@ -88,29 +99,60 @@ extern "C" fn buffer_completed(
     while unsafe { activity::get_next_record(buffer, valid, &mut record) }.is_ok() {
         // SAFETY: a record CUPTI wrote; its kind says which struct it is.
         let kind = unsafe { std::ptr::addr_of!((*record).kind).read_unaligned() };
-        if kind == sys::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL {
-            // SAFETY: a kernel record. Only fields at the start of the struct are read, at the
-            // same offsets in every kernel record version from 9 to 13 (CUPTI writes its own
-            // newest version); packed, so read unaligned.
-            let k = record as *const sys::CUpti_ActivityKernel10;
-            let r = unsafe {
-                let name = std::ptr::addr_of!((*k).name).read_unaligned();
-                KernelRecord {
-                    name: if name.is_null() {
+        // The fields every record kind read here has under the same names, read from the
+        // record as struct `$t` (packed, so unaligned); `$name`, a closure of the record's
+        // pointer that reads the name, runs inside the same unsafe block.
+        macro_rules! record_as {
+            ($t:ty, $name:expr) => {{
+                let r = record as *const $t;
+                // SAFETY: `record` is a record of a kind whose leading fields `$t` lays out
+                // (see each use); only those are read.
+                unsafe {
+                    KernelRecord {
+                        name: $name(r),
+                        start_ns: std::ptr::addr_of!((*r).start).read_unaligned(),
+                        end_ns: std::ptr::addr_of!((*r).end).read_unaligned(),
+                        stream: std::ptr::addr_of!((*r).streamId).read_unaligned(),
+                        graph: std::ptr::addr_of!((*r).graphId).read_unaligned(),
+                        node: std::ptr::addr_of!((*r).graphNodeId).read_unaligned(),
+                    }
+                }
+            }};
+        }
+        use sys::CUpti_ActivityKind as Kind;
+        match kind {
+            // Kernel records: the fields read are at the same offsets in every version from 9
+            // to 13 (CUPTI writes its own newest version).
+            Kind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL => kernels.push(record_as!(
+                sys::CUpti_ActivityKernel10,
+                |k: *const sys::CUpti_ActivityKernel10| {
+                    let name = std::ptr::addr_of!((*k).name).read_unaligned();
+                    if name.is_null() {
                         String::new()
                     } else {
                         std::ffi::CStr::from_ptr(name)
                             .to_string_lossy()
                             .into_owned()
-                    },
-                    start_ns: std::ptr::addr_of!((*k).start).read_unaligned(),
-                    end_ns: std::ptr::addr_of!((*k).end).read_unaligned(),
-                    stream: std::ptr::addr_of!((*k).streamId).read_unaligned(),
-                    graph: std::ptr::addr_of!((*k).graphId).read_unaligned(),
-                    node: std::ptr::addr_of!((*k).graphNodeId).read_unaligned(),
+                    }
                 }
-            };
-            kernels.push(r);
+            )),
+            // Memset records: the same offsets in versions 4 and 5.
+            Kind::CUPTI_ACTIVITY_KIND_MEMSET => kernels.push(record_as!(
+                sys::CUpti_ActivityMemset4,
+                |m: *const sys::CUpti_ActivityMemset4| {
+                    let bytes = std::ptr::addr_of!((*m).bytes).read_unaligned();
+                    format!("[memset {bytes} bytes]")
+                }
+            )),
+            // Copy records: the same offsets in versions 5 to 7.
+            Kind::CUPTI_ACTIVITY_KIND_MEMCPY => kernels.push(record_as!(
+                sys::CUpti_ActivityMemcpy6,
+                |m: *const sys::CUpti_ActivityMemcpy6| {
+                    let bytes = std::ptr::addr_of!((*m).bytes).read_unaligned();
+                    format!("[memcpy {bytes} bytes]")
+                }
+            )),
+            _ => {}
         }
     }
     // SAFETY: allocated by buffer_requested with this layout.
@@ -141,8 +183,9 @@ impl KernelTrace {
         let started = activity::register_callbacks(Some(buffer_requested), Some(buffer_completed))
             .map_err(cupti("cuptiActivityRegisterCallbacks"))
             .and_then(|()| {
-                activity::enable(sys::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)
-                    .map_err(cupti("cuptiActivityEnable"))
+                KINDS.iter().try_for_each(|&kind| {
+                    activity::enable(kind).map_err(cupti("cuptiActivityEnable"))
+                })
             });
         match started {
             Ok(()) => {
@@ -178,7 +221,9 @@ impl KernelTrace {
 impl Drop for KernelTrace {
     fn drop(&mut self) {
         // Errors here leave nothing to undo: the trace ends either way.
-        let _ = activity::disable(sys::CUpti_ActivityKind::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+        for kind in KINDS {
+            let _ = activity::disable(kind);
+        }
         let _ = activity::flush_all(1);
         RECORDS.lock().unwrap_or_else(|p| p.into_inner()).clear();
         RUNNING.store(false, Ordering::Release);

@@ -36,8 +36,8 @@ __device__ __forceinline__ void load_w(const T* p, float* v, int w) {
 // Adaptive (w == 0): x / sqrt(mean(x^2) + eps) * (1 + scale) + shift, where the modulation row
 // is [scale | shift | gate] (row stride sm; 0 = one row for all).
 // With a residual (y != 0) the row is first updated in place, x = x + y * g (g row stride sg;
-// 0 = one row for all), and normalized as stored: the same values as a gated_residual launch
-// followed by rms_norm, in one launch.
+// 0 = one row for all; g == 0: x = x + y), and normalized as stored: the same values as a
+// gated_residual launch followed by rms_norm, in one launch.
 // With x32 (f32, x's row stride; no residual) the row is first set from it, rounded to T: the
 // same values as a cast into x followed by rms_norm. With out32 (f32, out's row stride) the
 // output is also written widened from its stored (rounded) values: as a cast of out. With codes
@@ -86,8 +86,10 @@ __device__ void rms_norm(T* x, const T* w, const T* mod, const T* y, const T* g,
             }
             if (y_scale) {
                 for (int k = 0; k < W; ++k) gv[k] = y_scale[c + k];
-            } else {
+            } else if (gr) {
                 load_w(gr + c, gv, W);
+            } else {
+                for (int k = 0; k < W; ++k) gv[k] = 1.f;
             }
             for (int k = 0; k < W; ++k) v[k] += yv[k] * gv[k];
             store_w(xr + c, v, W);

@@ -31,7 +31,8 @@ pub struct KernelOptions {
     pub gemm_tuning: bool,
     /// Tuning also times split-reduction forms of the first candidates.
     pub split_k: bool,
-    /// Tuning prints its timings on stderr.
+    /// Tuning prints its timings on stderr (a `+` after a candidate's time: cuBLASLt enqueues
+    /// more than its kernel, such as a split's reduction or a memset of its workspace).
     pub tuning_log: bool,
     /// Key splits of the tensor-core attention kernel (each split's partial results are
     /// combined by a second kernel); `None`: chosen per shape to fill the device (about two

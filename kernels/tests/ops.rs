@@ -1937,6 +1937,35 @@ fn fused_ops(b: &Backend) {
             }
         }
     }
+    // residual_rms_norm_parts = add of the parts' sum in part order, rounded to the dtype,
+    // then rms_norm: bit for bit.
+    for &(rows, cols, big) in ROW_SHAPES {
+        if !size_ok(b, big) {
+            continue;
+        }
+        for dt in FLOATS {
+            for parts in [1, 2, 4, 8] {
+                let x = rng.vec(rows * cols, 2.0);
+                let p = rng.vec(parts * rows * cols, 2.0);
+                let w = rng.vec(cols, 0.5);
+                let sum: Vec<f32> = (0..rows * cols)
+                    .map(|e| (1..parts).fold(p[e], |a, q| a + p[q * rows * cols + e]))
+                    .collect();
+                let wt = up(dt, &[cols], &w);
+                let (x1, x2) = (up(dt, &[rows, cols], &x), up(dt, &[rows, cols], &x));
+                let (o1, o2) = (up(dt, &[rows, cols], &x), up(dt, &[rows, cols], &x));
+                let y = up(dt, &[rows, cols], &sum);
+                let partials = up(DType::F32, &[parts, rows, cols], &p);
+                k.add(s, &x1, &y, &x1).unwrap();
+                k.rms_norm(s, &x1, &wt, &o1, 1e-6).unwrap();
+                k.residual_rms_norm_parts(s, &x2, &partials, &wt, &o2, 1e-6)
+                    .unwrap();
+                let what = format!("residual_rms_norm_parts {rows}x{cols} {dt:?} of {parts} parts");
+                assert_eq!(bits(&x1, s), bits(&x2, s), "{what}: residual");
+                assert_eq!(bits(&o1, s), bits(&o2, s), "{what}: normalized");
+            }
+        }
+    }
     // Partial sums are contiguous f32 [parts, ..x's shape].
     if size_ok(b, false) {
         let x = up(DType::BF16, &[4, 8], &[0.5; 32]);
@@ -1951,6 +1980,12 @@ fn fused_ops(b: &Backend) {
         ] {
             assert!(
                 k.residual_ada_rms_norm(s, &x, &bad, &gate, &mt, &x, 1e-6)
+                    .is_err(),
+                "{bad:?}"
+            );
+            let w = up(DType::BF16, &[8], &[0.1; 8]);
+            assert!(
+                k.residual_rms_norm_parts(s, &x, &bad, &w, &x, 1e-6)
                     .is_err(),
                 "{bad:?}"
             );

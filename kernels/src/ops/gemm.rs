@@ -623,20 +623,22 @@ pub(crate) fn fastest_candidate(
     let s = cuda.tuning_stream(&k.ctx)?;
     let (t0, t1) = (k.ctx.timing_event()?, k.ctx.timing_event()?);
     let key = frt_exec::ShapeKey(0);
-    let capture = |i: usize| -> Result<frt_exec::Graph> {
+    let capture = |i: usize| -> Result<(frt_exec::Graph, usize)> {
         let g = frt_exec::Graph::new(&k.ctx, "gemm.tuning", 1);
+        let mut nodes = 0;
         g.capture(key, |cs| {
             k.ctx.bind_to_thread()?;
             let raw = k.ctx.raw_stream(cs)? as lts::cudaStream_t;
             for r in 0..TUNING_RUNS {
                 enqueue(i, r, cs, raw)?;
             }
+            nodes = captured_nodes(raw);
             Ok::<(), Error>(())
         })?;
         // Once untimed: first-launch costs, and a candidate that fails to run.
         g.replay(key, s)?;
         k.ctx.sync_stream(s)?;
-        Ok(g)
+        Ok((g, nodes))
     };
     let time = |g: &frt_exec::Graph| -> Result<f32> {
         g.replay(key, s)?;
@@ -649,11 +651,18 @@ pub(crate) fn fastest_candidate(
         Ok(t1.elapsed_ms(&t0)? / (TIMED_REPLAYS * TUNING_RUNS) as f32)
     };
     let mut graphs = Vec::with_capacity(n);
+    // Each candidate's graph nodes: more than its launches where cuBLASLt enqueues work of
+    // its own beside the kernel (a split's reduction kernel, a memset of its workspace).
+    let mut nodes = Vec::with_capacity(n);
     for i in 0..n {
         match capture(i) {
-            Ok(g) => graphs.push(Some(g)),
+            Ok((g, c)) => {
+                nodes.push(c);
+                graphs.push(Some(g));
+            }
             Err(_) => {
                 k.ctx.sync_stream(s)?;
+                nodes.push(0);
                 graphs.push(None);
             }
         }
@@ -700,11 +709,39 @@ pub(crate) fn fastest_candidate(
             best_ms * 1e3,
             times
                 .iter()
-                .map(|t| (t * 1e4).round() / 10.0)
+                .zip(&nodes)
+                .map(|(t, &c)| format!("{:.1}{}", t * 1e3, if c > TUNING_RUNS { "+" } else { "" }))
                 .collect::<Vec<_>>()
         );
     }
     Ok(i)
+}
+
+/// The nodes of the graph that stream `raw` is capturing (0 where the driver does not say).
+fn captured_nodes(raw: lts::cudaStream_t) -> usize {
+    use frt_exec::cudarc::driver::sys as ds;
+    let mut status = ds::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut graph: ds::CUgraph = std::ptr::null_mut();
+    let mut n = 0usize;
+    // SAFETY: a live stream; valid out pointers, null where the value is not wanted.
+    unsafe {
+        let info = ds::cuStreamGetCaptureInfo_v3(
+            raw as ds::CUstream,
+            &mut status,
+            std::ptr::null_mut(),
+            &mut graph,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        );
+        if info != ds::CUresult::CUDA_SUCCESS || graph.is_null() {
+            return 0;
+        }
+        if ds::cuGraphGetNodes(graph, std::ptr::null_mut(), &mut n) != ds::CUresult::CUDA_SUCCESS {
+            return 0;
+        }
+    }
+    n
 }
 
 /// Only GEMMs of at least this many multiply-adds (m·n·k·batch) are timed: below it a run

@@ -26,11 +26,12 @@ struct Residual {
     parts: Option<(usize, usize)>,
 }
 
-/// What a residual's `y` is multiplied by: a gate of `x`'s dtype (one row, or one per row), or
-/// f32 scales, one per column (an FP8 GEMM's deferred feature scales).
+/// What a residual's `y` is multiplied by: a gate of `x`'s dtype (one row, or one per row),
+/// f32 scales, one per column (an FP8 GEMM's deferred feature scales), or nothing.
 enum Multiplier {
     Gate(Tensor, Rows),
     Scales(Tensor),
+    One,
 }
 
 /// f32 twins of a norm's input and output (see [`Kernels::ada_rms_norm_from`] and
@@ -63,6 +64,37 @@ fn modulation_rows(op: &'static str, modulation: &Tensor, rx: Rows) -> Result<Ro
     } else {
         rm
     })
+}
+
+/// `y` as f32 partial sums `[parts, ..x's shape]` (contiguous, a [`SplitLinear`](crate::SplitLinear)'s
+/// output) for `x` (rows `rx`): the rows of one part, and (parts, elements a part).
+fn partial_sums(
+    op: &'static str,
+    x: &Tensor,
+    rx: Rows,
+    y: &Tensor,
+) -> Result<(Rows, (usize, usize))> {
+    if y.dtype() != crate::DType::F32
+        || y.rank() != x.rank() + 1
+        || !y.is_contiguous()
+        || y.shape()[1..] != *x.shape()
+        || y.dim(0) == 0
+    {
+        return Err(Error::shape(
+            op,
+            format!(
+                "partial sums {y:?} must be f32, contiguous [parts, {:?}]",
+                x.shape()
+            ),
+        ));
+    }
+    let n = y.dim(0);
+    let ry = Rows {
+        rows: rx.rows,
+        cols: rx.cols,
+        stride: rx.cols,
+    };
+    Ok((ry, (n, y.numel() / n)))
 }
 
 impl Kernels {
@@ -170,7 +202,7 @@ impl Kernels {
                 let (gate, y_scale) = match residual.as_ref().map(|r| &r.by) {
                     Some(Multiplier::Gate(g, _)) => (Some(g), None),
                     Some(Multiplier::Scales(t)) => (None, Some(t)),
-                    None => (None, None),
+                    Some(Multiplier::One) | None => (None, None),
                 };
                 let (parts, part_stride) = residual
                     .as_ref()
@@ -298,6 +330,7 @@ impl Kernels {
                                                 P::of(g).ld::<T>(r * rg.stride + c)
                                             }
                                             Multiplier::Scales(t) => P::of(t).ld::<f32>(c),
+                                            Multiplier::One => 1.0,
                                         };
                                         xp.st::<T>(i, xp.ld::<T>(i) + y * by);
                                     }
@@ -408,6 +441,33 @@ impl Kernels {
             ..Wide::default()
         };
         self.rms_impl(s, x, w, Some(residual), out, eps, wide)
+    }
+
+    /// A split linear layer's residual, then Gemma's RMSNorm: `x ← x + y` in place, where `y`
+    /// is the sum of `partials` (f32 `[parts, ..x's shape]`, contiguous: a
+    /// [`SplitLinear`](crate::SplitLinear)'s output) in part order rounded to `x`'s dtype (the
+    /// value a GEMM writing that dtype would have stored), then [`rms_norm`](Self::rms_norm)
+    /// of the stored `x` into `out`, in one launch: the language model's down projection, whose
+    /// split's reduction then needs no kernel of its own.
+    pub fn residual_rms_norm_parts(
+        &self,
+        s: Stream,
+        x: &Tensor,
+        partials: &Tensor,
+        w: &Tensor,
+        out: &Tensor,
+        eps: f32,
+    ) -> Result<()> {
+        let op = "rms_norm";
+        self.check_ctx(op, &[partials])?;
+        let (ry, parts) = partial_sums(op, x, rows(op, x)?, partials)?;
+        let residual = Residual {
+            y: partials.clone(),
+            ry,
+            by: Multiplier::One,
+            parts: Some(parts),
+        };
+        self.rms_impl(s, x, w, Some(residual), Some(out), eps, Wide::default())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -607,22 +667,8 @@ impl Kernels {
         let rx = rows(op, x)?;
         // `y` of x's dtype and rows, or f32 partial sums `[parts, ..x's shape]` (contiguous).
         let (ry, parts) = if y.dtype() == crate::DType::F32 && y.rank() == x.rank() + 1 {
-            if !y.is_contiguous() || y.shape()[1..] != *x.shape() || y.dim(0) == 0 {
-                return Err(Error::shape(
-                    op,
-                    format!(
-                        "partial sums {y:?} must be contiguous [parts, {:?}]",
-                        x.shape()
-                    ),
-                ));
-            }
-            let (n, cols) = (y.dim(0), rx.cols);
-            let ry = Rows {
-                rows: rx.rows,
-                cols,
-                stride: cols,
-            };
-            (ry, Some((n, y.numel() / n)))
+            let (ry, parts) = partial_sums(op, x, rx, y)?;
+            (ry, Some(parts))
         } else {
             y.expect_dtype(op, "y", x.dtype())?;
             (rows(op, y)?, None)

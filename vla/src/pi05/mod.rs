@@ -696,6 +696,15 @@ impl Pi05 {
             }),
             _ => None,
         };
+        let down_partials = match ll.first().and_then(|l| l.proj.as_ref()) {
+            Some(_) => Some(Tensor::alloc(
+                ctx,
+                "prefix.down_partials",
+                DType::F32,
+                &[prefix::PREFIX_DOWN_PARTS * p_len * lg.width],
+            )?),
+            None => None,
+        };
         let prefix_parts = PrefixParts {
             layers: ll.clone(),
             embed,
@@ -714,6 +723,7 @@ impl Pi05 {
             heads,
             kv_heads: kvh,
             head_dim: hd,
+            down_partials,
             fp8: prefix_fp8,
         };
         let prefix = Graph::new(

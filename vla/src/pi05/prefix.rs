@@ -16,7 +16,7 @@ use super::fp8::{FP8_INPUTS, Fp8Stack};
 use super::{GEMMA_EPS, ROPE_WAVELENGTH};
 use crate::error::Result;
 use frt_exec::{Graph, ShapeKey, Stream};
-use frt_kernels::{AttentionMask, AttentionPlan, Fp8Linear, Gemm, Kernels, Tensor};
+use frt_kernels::{AttentionMask, AttentionPlan, Fp8Linear, Gemm, Kernels, SplitLinear, Tensor};
 use frt_nn::blocks::gemma::GemmaProjections;
 
 /// One prefix variant's plans: the row views, the GEMMs (16-bit, and FP8 when built with it)
@@ -27,8 +27,9 @@ struct PrefixPlan {
     views: [Tensor; 7],
     image_rows: usize,
     prompt_rows: usize,
-    /// The 16-bit GEMMs, when the layers hold 16-bit weights.
-    gemms: Option<[Gemm; 4]>,
+    /// The 16-bit GEMMs (q/k/v, attention output, gate+up; the down projection split, with
+    /// the first `rows` rows of each of its parts), when the layers hold 16-bit weights.
+    gemms: Option<([Gemm; 3], SplitLinear, Tensor)>,
     /// The FP8 GEMMs, each leaving its weight's feature scales to its reader, and the first
     /// `rows` rows of the product the residual projections write.
     fp8: Option<([Fp8Linear; 4], Tensor)>,
@@ -85,9 +86,21 @@ pub(crate) struct PrefixParts {
     pub(crate) heads: usize,
     pub(crate) kv_heads: usize,
     pub(crate) head_dim: usize,
+    /// Room for the 16-bit down projection's f32 partial sums, `[parts, rows, width]` for
+    /// every variant's rows (flat; see [`PREFIX_DOWN_PARTS`]), when the layers hold 16-bit
+    /// weights.
+    pub(crate) down_partials: Option<Tensor>,
     /// The FP8 GEMMs and their buffers, when built with them.
     pub(crate) fp8: Option<PrefixFp8>,
 }
+
+/// The parts the 16-bit down projection's reduction (the MLP width) is split into: a batched
+/// GEMM writes each part's f32 sum, and the next layer's first norm adds them to the residual
+/// (`Kernels::residual_rms_norm_parts`), where cuBLASLt's own split of that GEMM ran a
+/// reduction kernel before the norm. On an H200 (`pi05-bench --canonical`) the prefix took
+/// 4.03 ms with 2 parts, 4.08 with 4, 4.22 with 8, 4.15 in one part (f32 out, unsplit) and
+/// 4.15 with cuBLASLt's split.
+pub(crate) const PREFIX_DOWN_PARTS: usize = 2;
 
 /// The language model in FP8: its GEMMs, and the residual projections' products
 /// (`[rows, width]`), which the next norm scales and adds to the residual.
@@ -165,14 +178,24 @@ impl PrefixParts {
         .collect::<Result<Vec<_>>>()?;
         let [x, ln, q, qkv, attn, gu, h]: [Tensor; 7] = views.try_into().expect("seven views");
         let mask = first(&self.mask)?;
-        let gemms = match &self.layers[0].proj {
-            Some(w) => Some([
-                k.linear(&ln, &w.qkv, &qkv, false, false)?,
-                k.linear(&attn, &w.o, &x, false, true)?,
-                k.linear(&ln, &w.gate_up, &gu, false, false)?,
-                k.linear(&h, &w.down, &x, false, true)?,
-            ]),
-            None => None,
+        let gemms = match (&self.layers[0].proj, &self.down_partials) {
+            (Some(w), Some(partials)) => {
+                // The parts of `rows` rows, contiguous at the buffer's start.
+                let parts = PREFIX_DOWN_PARTS;
+                let partials = partials
+                    .narrow(0, 0, parts * rows * self.width)?
+                    .reshape(&[parts, rows, self.width])?;
+                Some((
+                    [
+                        k.linear(&ln, &w.qkv, &qkv, false, false)?,
+                        k.linear(&attn, &w.o, &x, false, true)?,
+                        k.linear(&ln, &w.gate_up, &gu, false, false)?,
+                    ],
+                    k.linear_split(&h, &w.down, &partials)?,
+                    partials,
+                ))
+            }
+            _ => None,
         };
         let fp8 = match &self.fp8 {
             Some(PrefixFp8 { stack: f, product }) => {
@@ -232,7 +255,9 @@ impl PrefixParts {
         // GEMM `g` of layer `i`: `out (+)= x · w` in the precision the model runs. In FP8 the
         // q/k/v and gate+up inputs were quantized by the norm that made them, the down
         // projection's by the GEGLU; the residual projections (g odd) write the product
-        // instead of adding to `out`, and every output lacks the weight's feature scales.
+        // instead of adding to `out`, and every output lacks the weight's feature scales. In
+        // 16 bits the down projection (g = 3) writes its parts' sums instead, which the next
+        // norm adds to `out`.
         let gemm = |i: usize, g: usize, x: &Tensor, out: &Tensor| -> Result<()> {
             match fp8 {
                 Some((f, lin, product)) => {
@@ -244,9 +269,15 @@ impl PrefixParts {
                 }
                 None => {
                     let w = self.layers[i].w16("language model")?;
-                    let gemms = p.gemms.as_ref().expect("planned where the weights are");
-                    let w = [&w.qkv, &w.o, &w.gate_up, &w.down][g];
-                    Ok(gemms[g].run(cs, x, w, out, None)?)
+                    let (gemms, down, partials) =
+                        p.gemms.as_ref().expect("planned where the weights are");
+                    match g {
+                        3 => Ok(down.run(cs, x, &w.down, partials)?),
+                        _ => {
+                            let w = [&w.qkv, &w.o, &w.gate_up][g];
+                            Ok(gemms[g].run(cs, x, w, out, None)?)
+                        }
+                    }
                 }
             }
         };
@@ -260,7 +291,8 @@ impl PrefixParts {
         self.embed_prompt(k, cs, p.image_rows, p.prompt_rows)?;
         // Gemma's norm of the residual before GEMM input `g` of layer `i`. In FP8 it writes
         // only that input's codes (the GEMM reads nothing else), and first adds the product of
-        // GEMM `from` (layer, input), scaled by its weight's feature scales, to the residual.
+        // GEMM `from` (layer, input), scaled by its weight's feature scales, to the residual;
+        // in 16 bits it first adds the down projection's parts where `from` is one.
         let norm = |i: usize, g: usize, w: &Tensor, from: Option<(usize, usize)>| -> Result<()> {
             match fp8 {
                 Some((f, _, product)) => {
@@ -274,7 +306,12 @@ impl PrefixParts {
                         None => k.rms_norm_e4m3(cs, x, w, None, GEMMA_EPS, (&c, &sc))?,
                     }
                 }
-                None => k.rms_norm(cs, x, w, ln, GEMMA_EPS)?,
+                None => match (from, &p.gemms) {
+                    (Some((_, 3)), Some((_, _, partials))) => {
+                        k.residual_rms_norm_parts(cs, x, partials, w, ln, GEMMA_EPS)?
+                    }
+                    _ => k.rms_norm(cs, x, w, ln, GEMMA_EPS)?,
+                },
             }
             Ok(())
         };
