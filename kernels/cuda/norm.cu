@@ -49,8 +49,10 @@ __device__ __forceinline__ void load_w(const T* p, float* v, int w) {
 // With y_scale (f32, [cols]; g unused) the residual is x = x + y * y_scale[c] in f32: the
 // product of an FP8 GEMM that left its weight's per-feature scales to its reader.
 // PARTS: whether the kernel reads partial sums (yp); without, its registers (and with them how
-// many rows an SM holds at once) are only what the other forms need.
-template <typename T, bool PARTS>
+// many rows an SM holds at once) are only what the other forms need. INFLIGHT: how many parts'
+// loads are issued at once after the first's (1 in rms_norm_few, for 2 parts over many rows:
+// fewer registers, the same sums in the same order).
+template <typename T, bool PARTS, int INFLIGHT = 8>
 __device__ void rms_norm(T* x, const T* w, const T* mod, const T* y, const T* g, T* out, unsigned cols,
                          unsigned long long sx, unsigned long long sm, unsigned long long sy, unsigned long long sg,
                          unsigned long long so, float eps, int vec8, const float* x32, float* out32,
@@ -70,13 +72,13 @@ __device__ void rms_norm(T* x, const T* w, const T* mod, const T* y, const T* g,
             float gv[8];
             if (PARTS && yp) {
                 load_w(ypr + c, yv, W);
-                // Up to 8 parts' loads in flight at once, then added in part order.
-                for (unsigned p0 = 1; p0 < parts; p0 += 8) {
-                    float pv[8][8];
+                // Up to INFLIGHT parts' loads in flight at once, then added in part order.
+                for (unsigned p0 = 1; p0 < parts; p0 += INFLIGHT) {
+                    float pv[INFLIGHT][8];
                     // _Pragma: a directive may not stand inside ROW_LOOP's argument.
-                    _Pragma("unroll") for (unsigned q = 0; q < 8; ++q)
+                    _Pragma("unroll") for (unsigned q = 0; q < INFLIGHT; ++q)
                         if (p0 + q < parts) load_w(ypr + (p0 + q) * sp + c, pv[q], W);
-                    _Pragma("unroll") for (unsigned q = 0; q < 8; ++q)
+                    _Pragma("unroll") for (unsigned q = 0; q < INFLIGHT; ++q)
                         if (p0 + q < parts)
                             for (int k = 0; k < W; ++k) yv[k] += pv[q][k];
                 }
@@ -226,6 +228,19 @@ __device__ void softmax(const T* x, T* out, unsigned cols, unsigned long long sx
         pdl_trigger();                                                                                 \
         rms_norm<T, true>(x, w, mod, y, g, out, cols, sx, sm, sy, sg, so, eps, vec8, x32, out32, codes, \
                           code_scale, yp, parts, sp, y_scale);                                         \
+    }                                                                                                  \
+    /* At most 256 threads a block (row_block); 5 blocks an SM: 48 registers, a wave of 660    \
+       rows on 132 SMs (the prefix's 576 at once, where 54 registers gave 4 blocks an SM). */   \
+    extern "C" __global__ void __launch_bounds__(256, 5)                                               \
+        rms_norm_few_##S(T* x, const T* w, const T* mod, const T* y, const T* g, T* out, unsigned cols, \
+                         unsigned long long sx, unsigned long long sm, unsigned long long sy,          \
+                         unsigned long long sg, unsigned long long so, float eps, int vec8,            \
+                         const float* x32, float* out32, unsigned char* codes,                         \
+                         const float* code_scale, const float* yp, unsigned parts,                     \
+                         unsigned long long sp, const float* y_scale) {                                \
+        pdl_trigger();                                                                                 \
+        rms_norm<T, true, 1>(x, w, mod, y, g, out, cols, sx, sm, sy, sg, so, eps, vec8, x32, out32,   \
+                             codes, code_scale, yp, parts, sp, y_scale);                               \
     }                                                                                                  \
     extern "C" __global__ void rms_norm_plain_##S(T* x, const T* w, const T* mod, const T* y,           \
                                                   const T* g, T* out, unsigned cols,                   \

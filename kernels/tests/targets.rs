@@ -67,8 +67,9 @@ fn kernels_compile_for_every_target_architecture() {
 /// flight than it can hold (a rarely used form compiled into the same kernel once took
 /// `rms_norm` to 96).
 const ROW_KERNEL_REGISTERS: u32 = 64;
-const ROW_KERNELS: [&str; 13] = [
+const ROW_KERNELS: [&str; 14] = [
     "rms_norm_plain_bf16",
+    "rms_norm_few_bf16",
     "layer_norm_bf16",
     "softmax_bf16",
     "masked_softmax_vec3_bf16",

@@ -718,6 +718,7 @@ fn main() {
         let regs: Vec<String> = [
             "rms_norm",
             "rms_norm_plain",
+            "rms_norm_few",
             "layer_norm",
             "softmax",
             "masked_softmax",

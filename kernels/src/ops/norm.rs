@@ -247,11 +247,13 @@ impl Kernels {
                 unsafe {
                     c.launch(
                         s,
-                        // Without partial sums, the kernel without their code (fewer registers).
-                        if partials.is_some() {
-                            "rms_norm"
-                        } else {
-                            "rms_norm_plain"
+                        // Without partial sums, the kernel without their code; with two,
+                        // the one that loads a part at a time after the first (fewer
+                        // registers: more rows an SM at once, for the prefix's 576).
+                        match parts {
+                            0 => "rms_norm_plain",
+                            1 | 2 => "rms_norm_few",
+                            _ => "rms_norm",
                         },
                         Some(dt),
                         (rx.rows as u32, 1, 1),
