@@ -44,7 +44,7 @@ pub enum TraceError {
         call: &'static str,
         code: sys::CUptiResult,
     },
-    #[error("CUPTI dropped {0} kernel records (no buffer space)")]
+    #[error("CUPTI dropped {0} records (no buffer space)")]
     Dropped(usize),
 }
 
@@ -62,7 +62,7 @@ const KINDS: [sys::CUpti_ActivityKind; 3] = [
 
 /// The running trace (one a process).
 static RUNNING: AtomicBool = AtomicBool::new(false);
-/// Kernels of the buffers CUPTI has completed.
+/// Records of the buffers CUPTI has completed.
 static RECORDS: Mutex<Vec<KernelRecord>> = Mutex::new(Vec::new());
 
 /// CUPTI's activity buffers: 8 MiB each (about 35 000 kernel records), 8-byte aligned.
@@ -163,15 +163,17 @@ extern "C" fn buffer_completed(
         .extend(kernels);
 }
 
-/// A running trace: every kernel launched in this process from [`start`](Self::start) until it
-/// is dropped is recorded; [`take`](Self::take) hands over those recorded so far.
+/// A running trace: every kernel, memset and copy run in this process from
+/// [`start`](Self::start) until it is dropped is recorded; [`take`](Self::take) hands over
+/// those recorded so far.
 pub struct KernelTrace {
     _one: (),
 }
 
 impl KernelTrace {
     /// Starts recording kernels (CUPTI's concurrent-kernel activity, which leaves kernels free
-    /// to overlap). Best started before the graphs to be traced are captured.
+    /// to overlap), memsets and copies. Best started before the graphs to be traced are
+    /// captured.
     pub fn start() -> Result<KernelTrace, TraceError> {
         // SAFETY: only tries to load the library.
         if !unsafe { sys::is_culib_present() } {
@@ -199,7 +201,7 @@ impl KernelTrace {
         }
     }
 
-    /// The kernels recorded since the start or the last `take`, in the order CUPTI reported
+    /// The records made since the start or the last `take`, in the order CUPTI reported
     /// them (sort by `start_ns` for the device's order). Call it after the work is done (a
     /// stream sync): it flushes CUPTI's buffers, and a kernel still running is not in them.
     pub fn take(&self) -> Result<Vec<KernelRecord>, TraceError> {

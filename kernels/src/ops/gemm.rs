@@ -632,7 +632,10 @@ pub(crate) fn fastest_candidate(
             for r in 0..TUNING_RUNS {
                 enqueue(i, r, cs, raw)?;
             }
-            nodes = captured_nodes(raw);
+            // Only the tuning log shows them.
+            if k.options.tuning_log {
+                nodes = captured_nodes(raw);
+            }
             Ok::<(), Error>(())
         })?;
         // Once untimed: first-launch costs, and a candidate that fails to run.
@@ -651,8 +654,9 @@ pub(crate) fn fastest_candidate(
         Ok(t1.elapsed_ms(&t0)? / (TIMED_REPLAYS * TUNING_RUNS) as f32)
     };
     let mut graphs = Vec::with_capacity(n);
-    // Each candidate's graph nodes: more than its launches where cuBLASLt enqueues work of
-    // its own beside the kernel (a split's reduction kernel, a memset of its workspace).
+    // Each candidate's graph nodes (counted for the tuning log): more than its launches where
+    // cuBLASLt enqueues work of its own beside the kernel (a split's reduction kernel, a
+    // memset of its workspace).
     let mut nodes = Vec::with_capacity(n);
     for i in 0..n {
         match capture(i) {

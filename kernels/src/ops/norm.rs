@@ -66,8 +66,9 @@ fn modulation_rows(op: &'static str, modulation: &Tensor, rx: Rows) -> Result<Ro
     })
 }
 
-/// `y` as f32 partial sums `[parts, ..x's shape]` (contiguous, a [`SplitLinear`](crate::SplitLinear)'s
-/// output) for `x` (rows `rx`): the rows of one part, and (parts, elements a part).
+/// `y` as f32 partial sums `[parts, ..x's shape]` (contiguous, a
+/// [`SplitLinear`](crate::SplitLinear)'s output) for `x` (rows `rx`): the rows of one part, and
+/// (parts, elements a part).
 fn partial_sums(
     op: &'static str,
     x: &Tensor,
@@ -247,8 +248,8 @@ impl Kernels {
                 unsafe {
                     c.launch(
                         s,
-                        // Without partial sums, the kernel without their code; with two,
-                        // the one that loads a part at a time after the first (fewer
+                        // Without partial sums, the kernel without their code; with one or
+                        // two, the one that loads a part at a time after the first (fewer
                         // registers: more rows an SM at once, for the prefix's 576).
                         match parts {
                             0 => "rms_norm_plain",
