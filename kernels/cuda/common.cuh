@@ -111,6 +111,14 @@ __device__ __forceinline__ void store8(float* p, const float v[8]) {
     *(float4*)p = make_float4(v[0], v[1], v[2], v[3]);
     *(float4*)(p + 4) = make_float4(v[4], v[5], v[6], v[7]);
 }
+// Eight consecutive f32 through 16-byte loads where p is 16-byte aligned, else one at a time.
+__device__ __forceinline__ void load8_f32(const float* p, float v[8]) {
+    if (!((size_t)p & 15)) {
+        load8(p, v);
+        return;
+    }
+    for (int k = 0; k < 8; ++k) v[k] = p[k];
+}
 template <typename T>
 __device__ __forceinline__ void store8(T* p, const float v[8]) {
     unsigned w[4];
@@ -188,11 +196,11 @@ TC_MMA(bf16, "bf16")
 TC_MMA(f16, "f16")
 
 // FP8 E4M3 codes, with the host's arithmetic (kernels/src/fp8.rs): round to nearest, ties to an
-// even mantissa; beyond ±448 (infinities included) the largest finite value; NaN stays NaN.
+// even mantissa; beyond ±448 (infinities included) the largest finite value; every NaN 0x7f.
 __device__ __forceinline__ unsigned char e4m3_from_f32(float x) {
     const unsigned bits = __float_as_uint(x);
     const unsigned char sign = (unsigned char)((bits >> 24) & 0x80u);
-    if (x != x) return sign | 0x7f;
+    if (x != x) return 0x7f;
     const float a = fabsf(x);
     if (a >= 448.f) return sign | 0x7e;
     // Subnormal steps of 2^-9 (the scaling is exact; rintf rounds ties to even).
@@ -209,6 +217,33 @@ __device__ __forceinline__ unsigned char e4m3_from_f32(float x) {
     const int biased = e + 7;
     if (biased > 15 || (biased == 15 && q == 7u)) return sign | 0x7e;
     return sign | (unsigned char)((biased << 3) | (int)q);
+}
+// Two codes at once: e4m3_from_f32(a) in the low byte, e4m3_from_f32(b) in the high byte. On
+// sm_89 and later one conversion instruction with the host's arithmetic (round to nearest even;
+// finite values past ±448 and infinities saturate to ±448; NaN gives 0x7f).
+__device__ __forceinline__ unsigned e4m3x2_from_f32(float a, float b) {
+#if __CUDA_ARCH__ >= 890
+    unsigned short d;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(d) : "f"(b), "f"(a));
+    return d;
+#else
+    return e4m3_from_f32(a) | ((unsigned)e4m3_from_f32(b) << 8);
+#endif
+}
+// The codes of v[k] / cs for k < n (n: 1, 2, 4 or 8) at p, each division correctly rounded as
+// on the host; one store of n bytes where p is aligned to n, else a byte at a time.
+__device__ __forceinline__ void store_codes(unsigned char* p, const float* v, int n, float cs) {
+    if (n == 8 && !((size_t)p & 7)) {
+        unsigned w[4];
+        for (int k = 0; k < 4; ++k) w[k] = e4m3x2_from_f32(v[2 * k] / cs, v[2 * k + 1] / cs);
+        *(uint2*)p = make_uint2(w[0] | (w[1] << 16), w[2] | (w[3] << 16));
+        return;
+    }
+    if (n == 4 && !((size_t)p & 3)) {
+        *(unsigned*)p = e4m3x2_from_f32(v[0] / cs, v[1] / cs) | (e4m3x2_from_f32(v[2] / cs, v[3] / cs) << 16);
+        return;
+    }
+    for (int k = 0; k < n; ++k) p[k] = e4m3_from_f32(v[k] / cs);
 }
 __device__ __forceinline__ float e4m3_to_f32(unsigned char c) {
     const int e = (c >> 3) & 0xf, m = c & 7;

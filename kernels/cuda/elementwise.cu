@@ -25,8 +25,10 @@ __device__ void unary(const T* x, T* out, unsigned long long n, int op, float al
             load8(x + g * 8, v);
             for (int k = 0; k < 8; ++k) v[k] = unary_f32(op, v[k], alpha);
             store8(out + g * 8, v);
-            if (codes)
-                for (int k = 0; k < 8; ++k) codes[g * 8 + k] = e4m3_from_f32(to_f32(from_f32<T>(v[k])) / cs);
+            if (codes) {
+                for (int k = 0; k < 8; ++k) v[k] = to_f32(from_f32<T>(v[k]));
+                store_codes(codes + g * 8, v, 8, cs);
+            }
         }
         return;
     }
@@ -66,19 +68,27 @@ __device__ void binary(const T* a, const T* b, T* out, unsigned rows, unsigned c
         const unsigned g_cols = cols / 8;
         const unsigned long long n = (unsigned long long)rows * g_cols;
         for (unsigned long long g = start; g < n; g += step) {
-            const unsigned long long r = g / g_cols, c = (g % g_cols) * 8;
+            // A 32-bit division where the index fits (a 64-bit one is a long subroutine).
+            const unsigned long long r = n <= 0xffffffffull ? (unsigned)g / g_cols : g / g_cols;
+            const unsigned long long c = (g - r * g_cols) * 8;
             float x[8], y[8];
             load8(a + r * sa + c, x);
             load8(b + r * sb + c, y);
-            if (a_scale)
-                for (int k = 0; k < 8; ++k) x[k] *= a_scale[c + k];
-            if (b_scale)
-                for (int k = 0; k < 8; ++k) y[k] *= b_scale[c + k];
+            float sc[8];
+            if (a_scale) {
+                load8_f32(a_scale + c, sc);
+                for (int k = 0; k < 8; ++k) x[k] *= sc[k];
+            }
+            if (b_scale) {
+                load8_f32(b_scale + c, sc);
+                for (int k = 0; k < 8; ++k) y[k] *= sc[k];
+            }
             for (int k = 0; k < 8; ++k) x[k] = binary_f32(op, x[k], y[k], alpha);
             if (out) store8(out + r * so + c, x);
-            if (codes)
-                for (int k = 0; k < 8; ++k)
-                    codes[r * cols + c + k] = e4m3_from_f32(to_f32(from_f32<T>(x[k])) / cs);
+            if (codes) {
+                for (int k = 0; k < 8; ++k) x[k] = to_f32(from_f32<T>(x[k]));
+                store_codes(codes + r * cols + c, x, 8, cs);
+            }
         }
         return;
     }

@@ -583,9 +583,10 @@ __device__ __forceinline__ void flash_combine_store(const float acc[4], float in
         orow[i] = r[i];
     }
     if (crow) {
-        const float cs = *code_scale;
+        float v[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) crow[i] = e4m3_from_f32(to_f32(r[i]) / cs);
+        for (int i = 0; i < 4; ++i) v[i] = to_f32(r[i]);
+        store_codes(crow, v, 4, *code_scale);
     }
 }
 

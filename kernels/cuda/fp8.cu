@@ -6,9 +6,18 @@ template <typename T>
 __device__ void quantize_e4m3(const T* __restrict__ x, const float* __restrict__ scale, unsigned char* __restrict__ out,
                               unsigned long long n) {
     const float s = *scale;
-    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
-         i += (unsigned long long)gridDim.x * blockDim.x)
-        out[i] = e4m3_from_f32(to_f32(x[i]) / s);
+    const unsigned long long start = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+    const unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
+    // Eight values a thread where every access can be whole (16 bytes in, 8 out).
+    if (!(n & 7) && !((size_t)x & 15) && !((size_t)out & 7)) {
+        for (unsigned long long g = start; g < n / 8; g += step) {
+            float v[8];
+            load8(x + g * 8, v);
+            store_codes(out + g * 8, v, 8, s);
+        }
+        return;
+    }
+    for (unsigned long long i = start; i < n; i += step) out[i] = e4m3_from_f32(to_f32(x[i]) / s);
 }
 
 // out[i] = code[i] · scale[0], rounded to T (a check of what a quantized tensor holds).

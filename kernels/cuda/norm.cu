@@ -87,7 +87,8 @@ __device__ void rms_norm(T* x, const T* w, const T* mod, const T* y, const T* g,
                 load_w(yr + c, yv, W);
             }
             if (y_scale) {
-                for (int k = 0; k < W; ++k) gv[k] = y_scale[c + k];
+                if (W == 8) load8_f32(y_scale + c, gv);
+                else gv[0] = y_scale[c];
             } else if (gr) {
                 load_w(gr + c, gv, W);
             } else {
@@ -122,7 +123,7 @@ __device__ void rms_norm(T* x, const T* w, const T* mod, const T* y, const T* g,
                 // The values out holds (rounded to T).
                 for (int k = 0; k < W; ++k) v[k] = to_f32(from_f32<T>(v[k]));
                 if (o32) store_w(o32 + c, v, W);
-                if (cr) for (int k = 0; k < W; ++k) cr[c + k] = e4m3_from_f32(v[k] / cs);
+                if (cr) store_codes(cr + c, v, W, cs);
             }
         })
     } else {
@@ -138,7 +139,7 @@ __device__ void rms_norm(T* x, const T* w, const T* mod, const T* y, const T* g,
                 // The values out holds (rounded to T).
                 for (int k = 0; k < W; ++k) v[k] = to_f32(from_f32<T>(v[k]));
                 if (o32) store_w(o32 + c, v, W);
-                if (cr) for (int k = 0; k < W; ++k) cr[c + k] = e4m3_from_f32(v[k] / cs);
+                if (cr) store_codes(cr + c, v, W, cs);
             }
         })
     }
@@ -166,8 +167,12 @@ __device__ void layer_norm(T* x, const T* w, const T* b, T* out, unsigned cols, 
         ROW_LOOP(xr, {
             float yv[8];
             load_w(yr + c, yv, W);
-            if (y_scale)
-                for (int k = 0; k < W; ++k) yv[k] *= y_scale[c + k];
+            if (y_scale) {
+                float sv[8];
+                if (W == 8) load8_f32(y_scale + c, sv);
+                else sv[0] = y_scale[c];
+                for (int k = 0; k < W; ++k) yv[k] *= sv[k];
+            }
             if (y_bias) {
                 float bv[8];
                 load_w(y_bias + c, bv, W);
@@ -194,8 +199,10 @@ __device__ void layer_norm(T* x, const T* w, const T* b, T* out, unsigned cols, 
         load_w(b + c, bb, W);
         for (int k = 0; k < W; ++k) v[k] = (v[k] - mean) * inv * g[k] + bb[k];
         if (o) store_w(o + c, v, W);
-        if (cr)
-            for (int k = 0; k < W; ++k) cr[c + k] = e4m3_from_f32(to_f32(from_f32<T>(v[k])) / cs);
+        if (cr) {
+            for (int k = 0; k < W; ++k) v[k] = to_f32(from_f32<T>(v[k]));
+            store_codes(cr + c, v, W, cs);
+        }
     })
 }
 

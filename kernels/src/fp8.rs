@@ -3,20 +3,21 @@
 //! finite value 448, smallest normal 2⁻⁶, smallest subnormal 2⁻⁹.
 //!
 //! Conversion from f32 rounds to the nearest value, ties to an even mantissa, and saturates:
-//! a finite value (or an infinity) beyond ±448 becomes ±448, NaN stays NaN (`0x7f` or `0xff`).
-//! The CUDA kernels convert with the same arithmetic (`e4m3_from_f32` in `common.cuh`), so the
-//! host and the device quantize to the same codes.
+//! a finite value (or an infinity) beyond ±448 becomes ±448, and every NaN becomes the NaN code
+//! `0x7f`, whatever its sign (a GPU's division returns one canonical NaN, so a NaN's sign could
+//! not be kept alike on both backends). The CUDA kernels convert with the same arithmetic
+//! (`e4m3_from_f32` and, from sm_89, the hardware conversion in `common.cuh`), so the host and
+//! the device quantize to the same codes.
 
 /// The largest finite E4M3 value.
 pub const E4M3_MAX: f32 = 448.0;
 
 /// The E4M3 code nearest to `x` (see the module docs).
 pub fn e4m3_from_f32(x: f32) -> u8 {
-    let bits = x.to_bits();
-    let sign = ((bits >> 24) & 0x80) as u8;
     if x.is_nan() {
-        return sign | 0x7f;
+        return 0x7f;
     }
+    let sign = ((x.to_bits() >> 24) & 0x80) as u8;
     let a = x.abs();
     if a >= E4M3_MAX {
         return sign | 0x7e;
@@ -155,7 +156,10 @@ mod tests {
             assert_eq!(e4m3_from_f32(x), 0x7e, "{x}");
             assert_eq!(e4m3_from_f32(-x), 0xfe, "-{x}");
         }
-        assert_eq!(e4m3_from_f32(f32::NAN), 0x7f);
+        // Every NaN, whatever its sign or payload, is the one code a device gives.
+        for x in [f32::NAN, -f32::NAN, f32::from_bits(0xff80_0001)] {
+            assert_eq!(e4m3_from_f32(x), 0x7f);
+        }
         assert_eq!(e4m3_from_f32(-0.0), 0x80);
         assert_eq!(e4m3_from_f32(0.0), 0x00);
     }

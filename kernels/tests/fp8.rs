@@ -102,6 +102,75 @@ fn quantize_gives_the_host_codes(b: &Backend) {
     }
 }
 
+/// Inputs at the edges of the E4M3 rounding, as f32: every finite code's value, the midpoints
+/// between neighbouring codes (ties) and one f32 step either side of them, the saturation and
+/// subnormal boundaries, signed zeros, infinities and NaNs of both signs, then a stride through
+/// every f32 bit pattern.
+fn e4m3_edges() -> Vec<f32> {
+    let mut mags: Vec<f32> = (0u8..0x7f).map(e4m3_to_f32).collect();
+    let next = |v: f32, up: bool| {
+        let b = v.to_bits();
+        f32::from_bits(if up { b + 1 } else { b - 1 })
+    };
+    for i in 1..mags.len() {
+        let mid = 0.5 * (mags[i - 1] + mags[i]);
+        mags.extend([mid, next(mid, true), next(mid, false)]);
+    }
+    mags.extend([
+        448.0,
+        464.0,
+        next(464.0, true),
+        next(464.0, false),
+        480.0,
+        1e30,
+    ]);
+    mags.extend([
+        f32::MIN_POSITIVE,
+        1e-40,
+        0.5 / 512.0,
+        1.5 / 512.0,
+        next(0.5 / 512.0, true),
+    ]);
+    mags.push(f32::INFINITY);
+    let mut v: Vec<f32> = mags.iter().flat_map(|&m| [m, -m]).collect();
+    v.extend([
+        f32::NAN,
+        -f32::NAN,
+        f32::from_bits(0x7fc0_1234),
+        f32::from_bits(0xff80_0001),
+    ]);
+    v.extend((0..1u64 << 20).map(|i| f32::from_bits((i * 4093) as u32)));
+    v
+}
+
+/// The device's conversion gives the host's codes at every edge of the rounding (on CUDA
+/// from sm_89 a hardware conversion, NaNs excepted): with scale 1 the division is exact, so
+/// each code is that of the input itself. In a whole number of eight-value groups (the
+/// kernel's 8-byte stores) and one element short (a code at a time).
+fn quantize_gives_the_host_codes_at_the_edges(b: &Backend) {
+    let mut v = e4m3_edges();
+    v.truncate(v.len() / 8 * 8);
+    for n in [v.len(), v.len() - 1] {
+        let x = Tensor::alloc(b.k.ctx(), "x", DType::F32, &[n]).unwrap();
+        x.write_f32(b.s, &v[..n]).unwrap();
+        let q = Tensor::alloc(b.k.ctx(), "q", DType::E4M3, &[n]).unwrap();
+        b.k.quantize_e4m3(b.s, &x, &scalar(b, 1.0), &q).unwrap();
+        let got = q.read_bytes(b.s).unwrap();
+        let bad: Vec<_> = v[..n]
+            .iter()
+            .zip(&got)
+            .filter(|&(&x, &g)| e4m3_from_f32(x) != g)
+            .take(5)
+            .map(|(&x, &g)| (x, x.to_bits(), g, e4m3_from_f32(x)))
+            .collect();
+        assert!(
+            bad.is_empty(),
+            "[{}] quantize of {n} edge values: (value, bits, got, want) {bad:?}",
+            b.name
+        );
+    }
+}
+
 /// A quantized GEMM case: activations quantized with one scale, weights per row.
 struct Fp8Case {
     x: Vec<u8>,
@@ -1477,6 +1546,7 @@ backend_tests!(
     attention_writes_the_codes_quantize_makes,
     norms_quantize_their_output_as_quantize_does,
     quantize_gives_the_host_codes,
+    quantize_gives_the_host_codes_at_the_edges,
     linear_matches_the_reference,
     linear_split_matches_the_reference,
     new_scales_reach_a_captured_graph,

@@ -65,10 +65,11 @@ unsafe fn elementwise(
     name: &'static str,
     dt: DType,
     [input, scale, output]: [&Tensor; 3],
-    n: usize,
+    (n, per_thread): (usize, usize),
 ) -> Result<()> {
     let threads = 256u32;
-    let blocks = n.div_ceil(threads as usize).clamp(1, 4096) as u32;
+    // Grid-stride loops: fewer blocks only mean more iterations each.
+    let blocks = n.div_ceil(threads as usize * per_thread).clamp(1, 4096) as u32;
     let params = [
         Param::of(input),
         Param::of(scale),
@@ -106,7 +107,8 @@ impl Kernels {
         match &self.cuda {
             Some(c) => {
                 // SAFETY: n elements each, checked above; the scale has one.
-                unsafe { elementwise(c, s, "quantize_e4m3", x.dtype(), [x, scale, out], n) }
+                // Eight values a thread where the kernel can move them whole.
+                unsafe { elementwise(c, s, "quantize_e4m3", x.dtype(), [x, scale, out], (n, 8)) }
             }
             None => {
                 let (xp, sp, op_) = (P::of(x), P::of(scale), P::of(out));
@@ -142,7 +144,16 @@ impl Kernels {
         match &self.cuda {
             Some(c) => {
                 // SAFETY: n elements each, checked above; the scale has one.
-                unsafe { elementwise(c, s, "dequantize_e4m3", out.dtype(), [codes, scale, out], n) }
+                unsafe {
+                    elementwise(
+                        c,
+                        s,
+                        "dequantize_e4m3",
+                        out.dtype(),
+                        [codes, scale, out],
+                        (n, 1),
+                    )
+                }
             }
             None => {
                 let (cp, sp, op_) = (P::of(codes), P::of(scale), P::of(out));

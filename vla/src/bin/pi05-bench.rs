@@ -58,7 +58,8 @@
 //! the replays); FILE, when given, gets one CSV row per kernel of each stage, and
 //! `--kernel-trace FILE.json` every traced replay's kernels as a Chrome trace (a track per
 //! stream; ui.perfetto.dev opens it). Recording adds to every launch, so these spans are
-//! longer than the timed runs'.
+//! longer than the timed runs'. With `--fp8-expert --profile` it traces the model with every
+//! stage in FP8 (calibrated as `--profile` calibrates it) instead of the bf16 one.
 //! `--fp8-expert --write-calibration FILE` also writes the calibration it makes;
 //! `--fp8-expert --profile --calibration FILE` profiles the model built on that file instead
 //! of calibrating (under a profiler, building and calibrating the bf16 model takes minutes).
@@ -298,8 +299,13 @@ fn main() {
     ]
     .into_iter()
     .find(|m| args.iter().any(|a| a == m));
-    if let (Some(_), Some(mode)) = (&kernel_times, other_mode) {
-        eprintln!("pi05-bench: --kernel-times traces the bf16 model's stages, not {mode}");
+    let has = |flag: &str| args.iter().any(|a| a == flag);
+    // `--fp8-expert --profile` traces the model with every stage in FP8.
+    let fp8_profile = has("--fp8-expert") && has("--profile");
+    if let (Some(_), Some(mode), false) = (&kernel_times, other_mode, fp8_profile) {
+        eprintln!(
+            "pi05-bench: --kernel-times traces the bf16 model's stages (or, with --fp8-expert --profile, the FP8 model's), not {mode}"
+        );
         std::process::exit(2)
     }
     let stages = profiled_stages(&args).unwrap_or_else(|e| {
@@ -351,14 +357,6 @@ fn main() {
         inpaint_cost(&ctx, iters);
         return;
     }
-    if args.iter().any(|a| a == "--fp8-expert") {
-        fp8_expert(&ctx, iters, profile, &CalibrationFiles::from_args(&args));
-        return;
-    }
-    if args.iter().any(|a| a == "--precision") {
-        precision(&ctx);
-        return;
-    }
     // Started before any graph is captured, so that their kernels are recorded.
     let trace = kernel_times.as_ref().map(|_| {
         frt_exec::kernel_trace::KernelTrace::start().unwrap_or_else(|e| {
@@ -366,6 +364,28 @@ fn main() {
             std::process::exit(1)
         })
     });
+    if args.iter().any(|a| a == "--fp8-expert") {
+        let traced = trace
+            .as_ref()
+            .zip(kernel_times.as_ref())
+            .map(|(t, csv)| Traced {
+                trace: t,
+                csv: csv.as_deref(),
+                json: kernel_json.as_deref(),
+            });
+        fp8_expert(
+            &ctx,
+            iters,
+            profile,
+            &CalibrationFiles::from_args(&args),
+            traced,
+        );
+        return;
+    }
+    if args.iter().any(|a| a == "--precision") {
+        precision(&ctx);
+        return;
+    }
     let (peak_flops, bandwidth) = ceilings(&ctx, ctx.stream(0).unwrap());
     println!("model: {}", if pi0 { "Pi0" } else { "Pi0.5" });
     println!(
@@ -931,7 +951,15 @@ fn or_exit<T>(r: Result<T, impl std::fmt::Display>, what: &str) -> T {
 
 /// `--fp8-expert --profile`: vision, prefix and one step of the every-stage FP8 model between
 /// cuProfilerStart and cuProfilerStop, after ten runs on the canonical inputs.
-fn profile_fp8(ctx: &Ctx, s: frt_exec::Stream, c: &Pi05Config, m: &Pi05) {
+/// `--kernel-times` with `--fp8-expert --profile`: the trace started before the build and
+/// where its figures go.
+struct Traced<'a> {
+    trace: &'a frt_exec::kernel_trace::KernelTrace,
+    csv: Option<&'a std::path::Path>,
+    json: Option<&'a std::path::Path>,
+}
+
+fn profile_fp8(ctx: &Ctx, s: frt_exec::Stream, c: &Pi05Config, m: &Pi05, traced: Option<&Traced>) {
     let (img, tokens, noise) = canonical_inputs(c);
     let views = [img.clone(), img];
     let images = two_views(&views);
@@ -942,6 +970,11 @@ fn profile_fp8(ctx: &Ctx, s: frt_exec::Stream, c: &Pi05Config, m: &Pi05) {
         noise: &noise,
     })
     .unwrap();
+    if let Some(t) = traced {
+        // Ten runs first, as for the bf16 model.
+        stage_kernel_times(ctx, s, m, t.trace, t.csv, t.json);
+        return;
+    }
     for _ in 0..10 {
         m.run().unwrap();
     }
@@ -949,7 +982,13 @@ fn profile_fp8(ctx: &Ctx, s: frt_exec::Stream, c: &Pi05Config, m: &Pi05) {
 }
 
 /// `--fp8-expert`: see the module docs.
-fn fp8_expert(ctx: &Ctx, iters: usize, profile: bool, files: &CalibrationFiles) {
+fn fp8_expert(
+    ctx: &Ctx,
+    iters: usize,
+    profile: bool,
+    files: &CalibrationFiles,
+    traced: Option<Traced>,
+) {
     let mut c = Pi05Config::base();
     c.views = 2;
     c.max_token_len = 64;
@@ -962,7 +1001,13 @@ fn fp8_expert(ctx: &Ctx, iters: usize, profile: bool, files: &CalibrationFiles) 
             frt_vla::calibration::Calibration::read(path),
             "reading the calibration",
         );
-        profile_fp8(ctx, s, &c, &fp8_every_stage(ctx, s, &w, &cal, true));
+        profile_fp8(
+            ctx,
+            s,
+            &c,
+            &fp8_every_stage(ctx, s, &w, &cal, true),
+            traced.as_ref(),
+        );
         return;
     }
     // Device memory in use (what each model's build adds: weights, activations, graphs).
@@ -1010,7 +1055,7 @@ fn fp8_expert(ctx: &Ctx, iters: usize, profile: bool, files: &CalibrationFiles) 
     let fp8_with = |vision: bool| fp8_every_stage(ctx, s, &w, &cal, vision);
     if profile {
         drop(bf16);
-        profile_fp8(ctx, s, &c, &fp8_with(true));
+        profile_fp8(ctx, s, &c, &fp8_with(true), traced.as_ref());
         return;
     }
     let before = used();
