@@ -98,6 +98,9 @@ __device__ void masked_softmax(const float* scores, T* probs, unsigned rows, uns
     if (!ANY || vec8) {
         // C chunks of 8 keys a lane.
         float v[C][8];
+        // A chunk's 8 key-mask bytes (a byte of 0 hides its key), as one load where aligned.
+        unsigned long long km[C];
+        const bool km8 = key_mask && !((size_t)key_mask & 7);
         // As below, the scores' loads come first, independent of the masks'.
 #pragma unroll
         for (int t = 0; t < C; ++t) {
@@ -107,10 +110,25 @@ __device__ void masked_softmax(const float* scores, T* probs, unsigned rows, uns
 #pragma unroll
         for (int t = 0; t < C; ++t) {
             const unsigned j0 = 8 * (lane + 32 * t);
+            km[t] = ~0ull;
+            if (j0 < sk_len && key_mask) {
+                if (km8) {
+                    km[t] = *(const unsigned long long*)(key_mask + j0);
+                } else {
+                    km[t] = 0;
+                    for (int e = 0; e < 8; ++e) km[t] |= (unsigned long long)key_mask[j0 + e] << (8 * e);
+                }
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < C; ++t) {
+            const unsigned j0 = 8 * (lane + 32 * t);
 #pragma unroll
             for (int e = 0; e < 8; ++e) {
                 const unsigned j = j0 + e;
-                v[t][e] = (j0 < sk_len && VISIBLE(j)) ? v[t][e] * scale : -INFINITY;
+                const bool shown = ((int)j < vl || j >= always_from) && (!causal || j <= i + causal_offset) &&
+                                   ((km[t] >> (8 * e)) & 0xffu);
+                v[t][e] = (j0 < sk_len && shown) ? v[t][e] * scale : -INFINITY;
                 m = fmaxf(m, v[t][e]);
             }
         }

@@ -197,7 +197,9 @@ TC_MMA(f16, "f16")
 
 // FP8 E4M3 codes, with the host's arithmetic (kernels/src/fp8.rs): round to nearest, ties to an
 // even mantissa; beyond ±448 (infinities included) the largest finite value; every NaN 0x7f.
-__device__ __forceinline__ unsigned char e4m3_from_f32(float x) {
+// Written out in integer steps for devices without the conversion instruction (before sm_89);
+// e4m3_from_f32 and e4m3x2_from_f32 below give the same codes.
+__device__ __forceinline__ unsigned char e4m3_from_f32_steps(float x) {
     const unsigned bits = __float_as_uint(x);
     const unsigned char sign = (unsigned char)((bits >> 24) & 0x80u);
     if (x != x) return 0x7f;
@@ -227,7 +229,15 @@ __device__ __forceinline__ unsigned e4m3x2_from_f32(float a, float b) {
     asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(d) : "f"(b), "f"(a));
     return d;
 #else
-    return e4m3_from_f32(a) | ((unsigned)e4m3_from_f32(b) << 8);
+    return e4m3_from_f32_steps(a) | ((unsigned)e4m3_from_f32_steps(b) << 8);
+#endif
+}
+// One code, as e4m3x2_from_f32 converts it.
+__device__ __forceinline__ unsigned char e4m3_from_f32(float x) {
+#if __CUDA_ARCH__ >= 890
+    return (unsigned char)e4m3x2_from_f32(x, 0.f);
+#else
+    return e4m3_from_f32_steps(x);
 #endif
 }
 // The codes of v[k] / cs for k < n (n: 1, 2, 4 or 8) at p, each division correctly rounded as
