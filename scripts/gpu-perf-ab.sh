@@ -8,6 +8,10 @@
 #   bash .gpu/gpu-perf-ab.sh fp8     # pi05-bench --fp8-expert (bf16 and the FP8 models, their
 #                                    # accuracy against bf16): this build, then each
 #                                    # .gpu/pi05-bench-<name> (about 150 s a build)
+#   bash .gpu/gpu-perf-ab.sh fp8trace  # the FP8 model's prefix and step kernels as they ran
+#                                    # (pi05-bench --fp8-expert --profile --kernel-times; CUPTI
+#                                    # from the CUDA install): this build, then each
+#                                    # .gpu/pi05-bench-<name> (about 100 s a build)
 #   bash .gpu/gpu-perf-ab.sh model   # the full-size model test (CUDA bf16/f32 vs host)
 #   bash .gpu/gpu-perf-ab.sh ops     # frt-kernels-bench's memory-bound and attention rows
 #                                    # (and main's, from .gpu/frt-kernels-bench-main)
@@ -42,6 +46,16 @@ fp8)
         $r --iters 100 --fp8-expert 2>&1 | grep -E "^\| (bf16|FP8|canonical|random)|rror" || fail=1
     done
     ;;
+fp8trace)
+    # CUPTI from the machine's CUDA install, found as gpu-suite.sh finds it.
+    cupti=$(dirname "$(find /usr/local /usr/lib /opt -name 'libcupti.so*' 2>/dev/null | head -1)")
+    for r in ./pi05-bench ./pi05-bench-*; do
+        [ -x "$r" ] || continue
+        echo "=== $r --fp8-expert --profile --kernel-times"
+        LD_LIBRARY_PATH="$cupti:${LD_LIBRARY_PATH:-}" $r --fp8-expert --profile --kernel-times \
+            --profile-only prefix,step 2>&1 | grep -E "^(Prefix|Step)|^\| [a-z\[]|rror" || fail=1
+    done
+    ;;
 model)
     ./vla-gpu --ignored --test-threads=1 --nocapture 2>&1 | grep -E "cosine|test result|panicked" || fail=1
     ;;
@@ -55,7 +69,7 @@ ops)
     fi
     ;;
 *)
-    echo "unknown part $part (ab, fp8, model, ops)"
+    echo "unknown part $part (ab, fp8, fp8trace, model, ops)"
     exit 2
     ;;
 esac
