@@ -31,6 +31,11 @@ __device__ __forceinline__ void load_w(const T* p, float* v, int w) {
     if (w == 8) load8(p, v);
     else v[0] = to_f32(p[0]);
 }
+// load_w of per-column f32 scales, which need not be 16-byte aligned.
+__device__ __forceinline__ void load_scales_w(const float* p, float* v, int w) {
+    if (w == 8) load8_f32(p, v);
+    else v[0] = p[0];
+}
 
 // RMSNorm with (1 + w), Gemma's: x / sqrt(mean(x^2) + eps) * (1 + w).
 // Adaptive (w == 0): x / sqrt(mean(x^2) + eps) * (1 + scale) + shift, where the modulation row
@@ -87,8 +92,7 @@ __device__ void rms_norm(T* x, const T* w, const T* mod, const T* y, const T* g,
                 load_w(yr + c, yv, W);
             }
             if (y_scale) {
-                if (W == 8) load8_f32(y_scale + c, gv);
-                else gv[0] = y_scale[c];
+                load_scales_w(y_scale + c, gv, W);
             } else if (gr) {
                 load_w(gr + c, gv, W);
             } else {
@@ -169,8 +173,7 @@ __device__ void layer_norm(T* x, const T* w, const T* b, T* out, unsigned cols, 
             load_w(yr + c, yv, W);
             if (y_scale) {
                 float sv[8];
-                if (W == 8) load8_f32(y_scale + c, sv);
-                else sv[0] = y_scale[c];
+                load_scales_w(y_scale + c, sv, W);
                 for (int k = 0; k < W; ++k) yv[k] *= sv[k];
             }
             if (y_bias) {

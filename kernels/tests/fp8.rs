@@ -144,7 +144,7 @@ fn e4m3_edges() -> Vec<f32> {
 }
 
 /// The device's conversion gives the host's codes at every edge of the rounding (on CUDA
-/// from sm_89 a hardware conversion, NaNs excepted): with scale 1 the division is exact, so
+/// from sm_89 the hardware conversion): with scale 1 the division is exact, so
 /// each code is that of the input itself. In a whole number of eight-value groups (the
 /// kernel's 8-byte stores) and one element short (a code at a time).
 fn quantize_gives_the_host_codes_at_the_edges(b: &Backend) {
