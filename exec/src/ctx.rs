@@ -270,6 +270,25 @@ impl Ctx {
         }
     }
 
+    /// Whether graphs captured from now on get their memset nodes (a library's memset between
+    /// its kernels, such as cuBLASLt's of its workspace) replaced by nodes of a kernel that
+    /// stores the same value, with the same dependencies, before they are instantiated (CUDA;
+    /// on by default). A replay then runs the same work in the same order without the
+    /// latency of a change of node type. The host backend has no such nodes.
+    pub fn set_memset_nodes_as_kernels(&self, on: bool) {
+        if let Device::Cuda(c) = &self.inner.device {
+            c.memsets.enabled.store(on, Ordering::Relaxed);
+        }
+    }
+
+    /// The memset nodes replaced by kernel nodes in this context's captured graphs so far.
+    pub fn memset_nodes_replaced(&self) -> usize {
+        match &self.inner.device {
+            Device::Cuda(c) => c.memsets.replaced.load(Ordering::Relaxed),
+            Device::Host(_) => 0,
+        }
+    }
+
     /// Makes this context current on the calling thread (CUDA); a no-op on the host backend.
     pub fn bind_to_thread(&self) -> Result<()> {
         match &self.inner.device {

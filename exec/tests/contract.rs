@@ -1073,3 +1073,81 @@ backend_tests!(
     loader_writes_through_its_slots,
     host_buffer_uploads_without_staging,
 );
+
+/// Captured memset nodes become kernel nodes storing the same values, in the same order
+/// relative to the kernels and copies around them (every width, a pattern over 1024 blocks'
+/// worth of elements, a memset inside a buffer); with the rewrite off they stay memsets.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn memset_nodes_become_kernel_nodes() {
+    use frt_exec::cudarc::driver::sys;
+    let b = common::cuda();
+    let ctx = &b.ctx;
+    let s = ctx.stream(0).unwrap();
+    const N: usize = 4096;
+    const BIG: usize = 600_000;
+    let x = Buffer::alloc(ctx, "x", N * 4).unwrap();
+    let y = Buffer::alloc(ctx, "y", N * 4).unwrap();
+    let big = Buffer::alloc(ctx, "big", BIG * 4).unwrap();
+    let bytes = Buffer::alloc(ctx, "bytes", 1003).unwrap();
+    let memset = |cs: Stream, dst: u64, width: u32, value: u32, n: usize| {
+        let raw = ctx.raw_stream(cs).unwrap() as sys::CUstream;
+        // SAFETY: `dst..dst + width × n` lies inside a live buffer retained by the capture.
+        let r = unsafe {
+            match width {
+                1 => sys::cuMemsetD8Async(dst, value as u8, n, raw),
+                2 => sys::cuMemsetD16Async(dst, value as u16, n, raw),
+                _ => sys::cuMemsetD32Async(dst, value, n, raw),
+            }
+        };
+        assert_eq!(r, sys::CUresult::CUDA_SUCCESS);
+    };
+    for rewrite in [true, false] {
+        ctx.set_memset_nodes_as_kernels(rewrite);
+        let before = ctx.memset_nodes_replaced();
+        let g = Graph::new(ctx, "memsets", 0);
+        g.capture(ShapeKey(1), |cs| {
+            for buf in [&x, &y, &big, &bytes] {
+                ctx.retain(cs, buf);
+            }
+            memset(cs, x.ptr(), 4, 1f32.to_bits(), N);
+            b.k.axpb(ctx, cs, &x, 3.0, 0.5)?; // x = 3.5
+            Buffer::copy(&y, 0, &x, 0, N * 4, cs)?; // y = 3.5
+            memset(cs, x.ptr(), 4, (-2f32).to_bits(), N);
+            b.k.add_from(ctx, cs, &y, &x, 10.0)?; // y = x + 10 = 8
+            memset(cs, bytes.ptr(), 1, 0xab, 1003);
+            memset(cs, bytes.ptr() + 2, 2, 0x1234, 500);
+            memset(cs, big.ptr(), 4, 0x3f80_0000, BIG);
+            Ok::<(), Error>(())
+        })
+        .unwrap();
+        let replaced = ctx.memset_nodes_replaced() - before;
+        assert_eq!(replaced, if rewrite { 5 } else { 0 });
+        for round in 0..3 {
+            for buf in [&x, &y, &big] {
+                b.k.fill(ctx, s, buf, 9.0 + round as f32).unwrap();
+            }
+            bytes.write(s, 0, &[0u8; 1003]).unwrap();
+            g.replay(ShapeKey(1), s).unwrap();
+            assert_eq!(
+                vals(&b, &x, s),
+                vec![-2.0; N],
+                "rewrite {rewrite}, round {round}"
+            );
+            assert_eq!(
+                vals(&b, &y, s),
+                vec![8.0; N],
+                "rewrite {rewrite}, round {round}"
+            );
+            let bigs = vals(&b, &big, s);
+            assert!(bigs.iter().all(|&v| v == 1.0), "rewrite {rewrite}: big");
+            let got = bytes.to_vec::<u8>(s).unwrap();
+            let mut want = vec![0xabu8; 1003];
+            for pair in want[2..1002].chunks_mut(2) {
+                pair.copy_from_slice(&0x1234u16.to_le_bytes());
+            }
+            assert_eq!(got, want, "rewrite {rewrite}, round {round}: bytes");
+        }
+    }
+    ctx.set_memset_nodes_as_kernels(true);
+}

@@ -29,29 +29,56 @@ __device__ __forceinline__ void rope_angle(int position, unsigned i, unsigned di
     sincosf((float)position / timescale, sn, cs);
 }
 
+// Head h of one (token, pair) of rope_qkv, (x1, x2) its pair: a q or k head rotated by (cs, sn),
+// a v head copied.
+template <typename T>
+__device__ __forceinline__ void rope_qkv_put(T* __restrict__ q, T* __restrict__ k, T* __restrict__ v, unsigned t,
+                                             unsigned i, unsigned h, unsigned hq, unsigned hk, unsigned dim,
+                                             unsigned long long sq, unsigned long long sk, unsigned long long sv,
+                                             float cs, float sn, T x1, T x2) {
+    const unsigned half = dim / 2;
+    if (h >= hq + hk) {
+        T* o = v + t * sv + (unsigned long long)(h - hq - hk) * dim + i;
+        o[0] = x1;
+        o[half] = x2;
+        return;
+    }
+    T* o = h < hq ? q + t * sq + (unsigned long long)h * dim + i : k + t * sk + (unsigned long long)(h - hq) * dim + i;
+    const float f1 = to_f32(x1), f2 = to_f32(x2);
+    o[0] = from_f32<T>(f1 * cs - f2 * sn);
+    o[half] = from_f32<T>(f2 * cs + f1 * sn);
+}
+
 // The heads of one (token, pair) of rope_qkv, rotated by (cs, sn); x(o): the input at offset o
-// from the pair's first element in its token's row (as T).
-template <typename T, typename X>
+// from the pair's first element in its token's row (as T). The heads blockIdx.y, blockIdx.y +
+// gridDim.y, ...; with GROUPED (a thread taking every head: grid.y of 1), RQ_GROUP heads' pairs
+// are loaded before any of them is stored, so that their loads are in flight together (a head's
+// loads would otherwise wait behind the stores before them).
+#define RQ_GROUP 5
+template <typename T, bool GROUPED = false, typename X>
 __device__ __forceinline__ void rope_qkv_pair(X x, T* __restrict__ q, T* __restrict__ k, T* __restrict__ v, unsigned t,
                                               unsigned i, unsigned hq, unsigned hk, unsigned dim,
                                               unsigned long long sq, unsigned long long sk, unsigned long long sv,
                                               float cs, float sn) {
     const unsigned half = dim / 2, heads = hq + 2 * hk;
-#pragma unroll 2
-    for (unsigned h = blockIdx.y; h < heads; h += gridDim.y) {
-        const T x1 = x(h * dim), x2 = x(h * dim + half);
-        if (h >= hq + hk) {
-            T* o = v + t * sv + (unsigned long long)(h - hq - hk) * dim + i;
-            o[0] = x1;
-            o[half] = x2;
-            continue;
+    if (GROUPED && gridDim.y == 1) {
+        for (unsigned h0 = 0; h0 < heads; h0 += RQ_GROUP) {
+            T x1[RQ_GROUP], x2[RQ_GROUP];
+#pragma unroll
+            for (unsigned j = 0; j < RQ_GROUP; ++j)
+                if (h0 + j < heads) {
+                    x1[j] = x((h0 + j) * dim);
+                    x2[j] = x((h0 + j) * dim + half);
+                }
+#pragma unroll
+            for (unsigned j = 0; j < RQ_GROUP; ++j)
+                if (h0 + j < heads) rope_qkv_put<T>(q, k, v, t, i, h0 + j, hq, hk, dim, sq, sk, sv, cs, sn, x1[j], x2[j]);
         }
-        T* o = h < hq ? q + t * sq + (unsigned long long)h * dim + i
-                      : k + t * sk + (unsigned long long)(h - hq) * dim + i;
-        const float f1 = to_f32(x1), f2 = to_f32(x2);
-        o[0] = from_f32<T>(f1 * cs - f2 * sn);
-        o[half] = from_f32<T>(f2 * cs + f1 * sn);
+        return;
     }
+#pragma unroll 2
+    for (unsigned h = blockIdx.y; h < heads; h += gridDim.y)
+        rope_qkv_put<T>(q, k, v, t, i, h, hq, hk, dim, sq, sk, sv, cs, sn, x(h * dim), x(h * dim + half));
 }
 
 // A fused projection's output split into heads: qkv rows are [q heads | k heads | v heads]
@@ -77,9 +104,10 @@ __device__ void rope_qkv(const T* __restrict__ qkv, const int* __restrict__ posi
         if (scale) {
             const float* sc = scale + i;
             auto x = [=](unsigned o) { return from_f32<T>(to_f32(row[o]) * sc[o]); };
-            rope_qkv_pair<T>(x, q, k, v, t, i, hq, hk, dim, sq, sk, sv, cs, sn);
+            rope_qkv_pair<T, true>(x, q, k, v, t, i, hq, hk, dim, sq, sk, sv, cs, sn);
         } else {
-            rope_qkv_pair<T>([=](unsigned o) { return row[o]; }, q, k, v, t, i, hq, hk, dim, sq, sk, sv, cs, sn);
+            rope_qkv_pair<T, true>([=](unsigned o) { return row[o]; }, q, k, v, t, i, hq, hk, dim, sq, sk, sv, cs,
+                                   sn);
         }
     }
 }

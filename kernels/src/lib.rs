@@ -77,8 +77,10 @@ impl Kernels {
         Kernels::with_options(ctx, KernelOptions::default())
     }
 
-    /// [`new`](Self::new) with tunables other than the defaults.
+    /// [`new`](Self::new) with tunables other than the defaults (`memset_kernels` is set on
+    /// `ctx`, for every graph captured in it from now on).
     pub fn with_options(ctx: &Ctx, options: KernelOptions) -> Result<Kernels> {
+        ctx.set_memset_nodes_as_kernels(options.memset_kernels);
         let cuda = match ctx.backend() {
             BackendKind::Cuda { .. } => Some(Arc::new(cuda::CudaOps::load(ctx)?)),
             BackendKind::Host => None,

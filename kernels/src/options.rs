@@ -67,6 +67,11 @@ pub struct KernelOptions {
     /// 16 rows over the whole head dim). Where a block's shared memory cannot hold that
     /// form's, the other runs.
     pub flash_halves: bool,
+    /// CUDA graphs captured with these ops get their memset nodes (cuBLASLt's memset of its
+    /// workspace before some of its GEMMs) as nodes of a kernel storing the same value
+    /// (`Ctx::set_memset_nodes_as_kernels`, set on the context when the ops are bound;
+    /// `false`: memset nodes as captured).
+    pub memset_kernels: bool,
 }
 
 impl Default for KernelOptions {
@@ -83,12 +88,13 @@ impl Default for KernelOptions {
             fp8_fused_geglu: true,
             pdl: true,
             flash_halves: true,
+            memset_kernels: true,
         }
     }
 }
 
 /// The environment variables [`KernelOptions::from_env`] reads.
-pub const ENV_VARS: [&str; 11] = [
+pub const ENV_VARS: [&str; 12] = [
     "FRT_ATTENTION",
     "FRT_ATTENTION_SPLITS",
     "FRT_GEMM_TUNING",
@@ -100,14 +106,15 @@ pub const ENV_VARS: [&str; 11] = [
     "FRT_FP8_FUSED_GEGLU",
     "FRT_PDL",
     "FRT_FLASH_HALVES",
+    "FRT_MEMSET_KERNELS",
 ];
 
 impl KernelOptions {
     /// The defaults, overridden by `FRT_ATTENTION` (`auto`, `flash`, `gemm`),
     /// `FRT_ATTENTION_SPLITS` (a positive number, or `auto`), `FRT_GEMM_TUNING`,
     /// `FRT_GEMM_SPLIT_K`, `FRT_GEMM_TUNING_LOG`, `FRT_FP8_ROWS`, `FRT_FP8_WGMMA`,
-    /// `FRT_GEGLU_WGMMA`, `FRT_FP8_FUSED_GEGLU`, `FRT_PDL` and `FRT_FLASH_HALVES` (`0` or
-    /// `1`), for benchmarks. A
+    /// `FRT_GEGLU_WGMMA`, `FRT_FP8_FUSED_GEGLU`, `FRT_PDL`, `FRT_FLASH_HALVES` and
+    /// `FRT_MEMSET_KERNELS` (`0` or `1`), for benchmarks. A
     /// value outside those is an error naming the variable.
     pub fn from_env() -> Result<KernelOptions> {
         Self::from_vars(|k| std::env::var(k).ok())
@@ -155,6 +162,7 @@ impl KernelOptions {
         o.fp8_fused_geglu = flag("FRT_FP8_FUSED_GEGLU", o.fp8_fused_geglu)?;
         o.pdl = flag("FRT_PDL", o.pdl)?;
         o.flash_halves = flag("FRT_FLASH_HALVES", o.flash_halves)?;
+        o.memset_kernels = flag("FRT_MEMSET_KERNELS", o.memset_kernels)?;
         Ok(o)
     }
 }
@@ -187,12 +195,13 @@ mod tests {
             ("FRT_FP8_FUSED_GEGLU", "0"),
             ("FRT_PDL", "0"),
             ("FRT_FLASH_HALVES", "0"),
+            ("FRT_MEMSET_KERNELS", "0"),
         ]))
         .unwrap();
         assert_eq!(o.attention, AttentionPath::Gemm);
         assert!(!o.gemm_tuning && o.split_k && o.tuning_log && !o.fp8_rows_kernel);
         assert!(!o.fp8_wgmma && !o.geglu_wgmma && !o.fp8_fused_geglu && !o.pdl);
-        assert!(!o.flash_halves);
+        assert!(!o.flash_halves && !o.memset_kernels);
         let e = KernelOptions::from_vars(env(&[("FRT_GEMM_SPLIT_K", "yes")]))
             .unwrap_err()
             .to_string();

@@ -3,18 +3,22 @@
 //! orders work explicitly with streams and events, and the tracking would break multi-stream
 //! capture (`CUDA_ERROR_STREAM_CAPTURE_ISOLATION`).
 
+use super::memset_nodes::MemsetNodes;
 use crate::error::{Error, Result, check};
 use cudarc::driver::CudaContext;
 use cudarc::driver::sys::{self, CUevent, CUgraphExec, CUstream};
 use std::ffi::c_void;
 use std::ptr;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 pub(crate) struct CudaDevice {
     pub cu: Arc<CudaContext>,
     pub ordinal: usize,
     /// (least, greatest) stream priority, as the driver reports it (e.g. (0, -5)).
     pub priority_range: (i32, i32),
+    /// Captured graphs' memset nodes become kernel nodes (`memset_nodes`).
+    pub memsets: MemsetNodes,
 }
 
 /// Whether a CUDA driver library can be loaded and reports at least one device.
@@ -54,6 +58,7 @@ impl CudaDevice {
             cu,
             ordinal,
             priority_range: (0, 0),
+            memsets: MemsetNodes::default(),
         };
         dev.bind()?;
         let (mut least, mut greatest) = (0, 0);
@@ -271,7 +276,8 @@ impl CudaDevice {
         })
     }
 
-    /// Ends a capture; on success instantiates and uploads the graph.
+    /// Ends a capture; on success instantiates and uploads the graph (its memset nodes
+    /// replaced by kernel nodes first, unless switched off: `memset_nodes`).
     pub fn end_capture(&self, s: CUstream) -> Result<CUgraphExec> {
         self.bind()?;
         let mut graph = ptr::null_mut();
@@ -280,9 +286,16 @@ impl CudaDevice {
             sys::cuStreamEndCapture(s, &mut graph)
         })?;
         let mut exec = ptr::null_mut();
+        let rewritten = if self.memsets.enabled.load(Ordering::Relaxed) {
+            self.memsets.rewrite(&self.cu, graph).map(|_| ())
+        } else {
+            Ok(())
+        };
         // SAFETY: `graph` is the graph just captured.
-        let inst = check("cuGraphInstantiateWithFlags", unsafe {
-            sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0)
+        let inst = rewritten.and_then(|()| {
+            check("cuGraphInstantiateWithFlags", unsafe {
+                sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0)
+            })
         });
         // SAFETY: the executable graph is independent of the graph it was made from.
         let destroyed = check("cuGraphDestroy", unsafe { sys::cuGraphDestroy(graph) });

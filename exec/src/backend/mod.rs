@@ -3,3 +3,4 @@
 
 pub(crate) mod cuda;
 pub(crate) mod host;
+pub(crate) mod memset_nodes;
