@@ -17,6 +17,7 @@ if [ -f ../.gpu-model2/model.bin.part2 ] && [ -f /tmp/frt-whisper/model.bin.part
     cat /tmp/frt-whisper/model.bin.part1 ../.gpu-model2/model.bin.part2 > /tmp/frt-whisper/model.bin
     [ "$(sha256sum /tmp/frt-whisper/model.bin | cut -d' ' -f1)" = "$(cat ../.gpu-model2/model.bin.sha256)" ] || { echo "model halves do not join"; exit 1; }
 fi
+step ./exec-frt_exec --ignored --test-threads=1
 step ./exec-contract --ignored --test-threads=1 --nocapture
 step ./exec-host_backend
 step ./exec-alloc_free --ignored

@@ -27,7 +27,7 @@ for line in sys.stdin:
 # Keep only what gpu-suite.sh runs (the device call carries at most 64 MiB).
 for f in "$out"/*; do
     case "$(basename "$f")" in
-        exec-contract | exec-host_backend | exec-alloc_free | kernels-ops | kernels-fp8 | kernels-cache | kernels-targets | kernels-threads | kernels-kernel_trace | asr-real_model | vla-gpu) ;;
+        exec-frt_exec | exec-contract | exec-host_backend | exec-alloc_free | kernels-ops | kernels-fp8 | kernels-cache | kernels-targets | kernels-threads | kernels-kernel_trace | asr-real_model | vla-gpu) ;;
         *) rm -f "$f" ;;
     esac
 done

@@ -289,6 +289,16 @@ impl Ctx {
         }
     }
 
+    /// Why memset nodes are no longer replaced, where the kernel that replaces them could not
+    /// be loaded (the driver compiles its PTX): graphs then keep their memset nodes, which
+    /// compute the same. `None` while the rewrite works or was never needed.
+    pub fn memset_nodes_error(&self) -> Option<String> {
+        match &self.inner.device {
+            Device::Cuda(c) => lock(&c.memsets.error).clone(),
+            Device::Host(_) => None,
+        }
+    }
+
     /// Makes this context current on the calling thread (CUDA); a no-op on the host backend.
     pub fn bind_to_thread(&self) -> Result<()> {
         match &self.inner.device {

@@ -1121,6 +1121,7 @@ fn memset_nodes_become_kernel_nodes() {
             Ok::<(), Error>(())
         })
         .unwrap();
+        assert_eq!(ctx.memset_nodes_error(), None);
         let replaced = ctx.memset_nodes_replaced() - before;
         assert_eq!(replaced, if rewrite { 5 } else { 0 });
         for round in 0..3 {

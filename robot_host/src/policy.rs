@@ -424,6 +424,12 @@ impl Policy {
             "weights uploaded"
         );
         drop(weights);
+        if let Some(e) = ctx.memset_nodes_error() {
+            tracing::warn!(
+                error = %e,
+                "graphs keep their memset nodes (the kernel replacing them did not load): the same results, a little slower"
+            );
+        }
         tracing::info!(
             graphs = model.capture_count(),
             seconds = format!("{:.2}", t.elapsed().as_secs_f64()),

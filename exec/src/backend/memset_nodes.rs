@@ -105,7 +105,11 @@ impl Drop for FillKernels {
 pub(crate) struct MemsetNodes {
     pub enabled: std::sync::atomic::AtomicBool,
     pub replaced: std::sync::atomic::AtomicUsize,
+    /// Why the fill kernels could not be loaded (the rewrite then stays off).
+    pub error: Mutex<Option<String>>,
     fill: Mutex<Option<Arc<FillKernels>>>,
+    /// The kernels' PTX (`ptx`; another text in a test of a failed load).
+    source: fn() -> String,
 }
 
 impl Default for MemsetNodes {
@@ -113,13 +117,14 @@ impl Default for MemsetNodes {
         MemsetNodes {
             enabled: true.into(),
             replaced: 0.into(),
+            error: Mutex::new(None),
             fill: Mutex::new(None),
+            source: ptx,
         }
     }
 }
 
-fn load(cu: &Arc<CudaContext>) -> Result<FillKernels> {
-    let text = ptx();
+fn load(cu: &Arc<CudaContext>, text: String) -> Result<FillKernels> {
     let mut module = ptr::null_mut();
     // SAFETY: the context is current (the caller bound it); `text` is NUL-terminated PTX.
     check("cuModuleLoadData", unsafe {
@@ -186,7 +191,7 @@ impl MemsetNodes {
         if let Some(f) = fill.as_ref() {
             return Ok(f.clone());
         }
-        let f = Arc::new(load(cu)?);
+        let f = Arc::new(load(cu, (self.source)())?);
         *fill = Some(f.clone());
         Ok(f)
     }
@@ -234,7 +239,18 @@ impl MemsetNodes {
             else {
                 continue;
             };
-            let fill = self.kernels(cu)?;
+            let fill = match self.kernels(cu) {
+                Ok(f) => f,
+                // Without the kernels (a driver that cannot compile PTX) the memset nodes stay
+                // as captured, this graph's and later ones': the same work, nothing modified
+                // yet. `Ctx::memset_nodes_error` tells why.
+                Err(e) => {
+                    *self.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string());
+                    self.enabled
+                        .store(false, std::sync::atomic::Ordering::Relaxed);
+                    break;
+                }
+            };
             let (mut dst, mut value, mut count) = (p.dst, p.value, p.width as u64);
             let mut args = [
                 &mut dst as *mut u64 as *mut c_void,
@@ -313,6 +329,67 @@ mod tests {
         nodes.into_iter().map(|n| n as usize).collect()
     }
 
+    /// Without its kernels (PTX the driver refuses) the rewrite leaves the graph as captured,
+    /// says why, and stays off; the graph still runs its memset.
+    #[test]
+    #[ignore = "needs a CUDA GPU"]
+    fn a_failed_load_leaves_the_memset_nodes() {
+        let ctx = crate::Ctx::cuda(0).expect("a CUDA GPU");
+        let Device::Cuda(dev) = &ctx.inner.device else {
+            unreachable!()
+        };
+        dev.bind().unwrap();
+        let mem = dev.alloc(256).unwrap();
+        let mut g = ptr::null_mut();
+        // SAFETY: valid out pointer; the context is current.
+        ok(unsafe { sys::cuGraphCreate(&mut g, 0) });
+        let p = sys::CUDA_MEMSET_NODE_PARAMS {
+            dst: mem,
+            pitch: 0,
+            value: 0x0102_0304,
+            elementSize: 4,
+            width: 64,
+            height: 1,
+        };
+        let mut m = ptr::null_mut();
+        // SAFETY: the range is `mem`'s; no dependencies.
+        ok(unsafe { sys::cuGraphAddMemsetNode(&mut m, g, ptr::null(), 0, &p, dev.cu.cu_ctx()) });
+        let memsets = MemsetNodes {
+            source: || ".version 6.0\n.target sm_50\nnot ptx\0".to_string(),
+            ..MemsetNodes::default()
+        };
+        assert_eq!(memsets.rewrite(&dev.cu, g).unwrap(), 0);
+        let error = memsets.error.lock().unwrap().clone();
+        assert!(
+            error
+                .as_deref()
+                .is_some_and(|e| e.contains("cuModuleLoadData")),
+            "{error:?}"
+        );
+        assert!(!memsets.enabled.load(std::sync::atomic::Ordering::Relaxed));
+        assert_eq!(kind(m), sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET);
+        let s = dev.create_stream(0).unwrap();
+        let mut exec = ptr::null_mut();
+        let mut host = [0u32; 64];
+        // SAFETY: `g` is a complete graph of this context; `host` holds 256 bytes, copied
+        // after the replay; nothing is in flight when the handles go.
+        unsafe {
+            ok(sys::cuGraphInstantiateWithFlags(&mut exec, g, 0));
+            ok(sys::cuGraphLaunch(exec, s));
+            ok(sys::cuStreamSynchronize(s));
+            ok(sys::cuMemcpyDtoH_v2(
+                host.as_mut_ptr() as *mut c_void,
+                mem,
+                256,
+            ));
+            ok(sys::cuGraphExecDestroy(exec));
+            ok(sys::cuGraphDestroy(g));
+            dev.destroy_stream(s).unwrap();
+            dev.free(mem).unwrap();
+        }
+        assert_eq!(host, [0x0102_0304; 64]);
+    }
+
     /// The rewrite on a graph built by hand: each plain memset node is replaced by a kernel
     /// node with exactly the memset's dependencies and dependents (a join and a fork, a
     /// chain, a lone root), a 2-D memset stays, and the instantiated graph stores the values.
@@ -363,6 +440,7 @@ mod tests {
         let _m4 = memset(&[], 2048, 1, 0x77, 1000, 1);
         let memsets = MemsetNodes::default();
         assert_eq!(memsets.rewrite(&dev.cu, g).unwrap(), 3);
+        assert_eq!(*memsets.error.lock().unwrap(), None);
         let mut n = 0usize;
         // SAFETY: a null array asks for the count.
         ok(unsafe { sys::cuGraphGetNodes(g, ptr::null_mut(), &mut n) });
