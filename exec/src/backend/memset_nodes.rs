@@ -8,6 +8,8 @@
 //! instantiated, each plain memset node (one row of 1-, 2- or 4-byte elements, plain edges) is
 //! replaced by a node of a kernel that stores the same value over the same elements, with the
 //! same dependencies: the work and its order are the same, only the node's type changes.
+//! Memsets of more than 4 MiB stay: there the memset's own wide stores matter more than the
+//! latency around it.
 //!
 //! The kernel is PTX written here, compiled by the driver when first needed (no NVRTC in
 //! `exec`).
@@ -23,6 +25,9 @@ use std::sync::{Arc, Mutex};
 const BLOCK: u32 = 256;
 /// At most this many blocks; each thread loops over the elements beyond them.
 const MAX_BLOCKS: u64 = 1024;
+/// Memsets of more bytes stay memset nodes: there the copy engine's wide stores matter more
+/// than the latency around the node (the kernel stores one element a thread at a time).
+const MAX_BYTES: usize = 4 << 20;
 
 /// One entry point per element width: `(dst, value, n)` stores the low bytes of `value` at
 /// `dst[0..n]`, each thread every `gridDim × blockDim`-th element from its own.
@@ -232,7 +237,7 @@ impl MemsetNodes {
                 4 => 2,
                 _ => continue,
             };
-            if p.height != 1 || p.width == 0 {
+            if p.height != 1 || p.width == 0 || p.width * p.elementSize as usize > MAX_BYTES {
                 continue;
             }
             let (Some(before), Some(after)) = (neighbours(node, false)?, neighbours(node, true)?)
@@ -392,7 +397,8 @@ mod tests {
 
     /// The rewrite on a graph built by hand: each plain memset node is replaced by a kernel
     /// node with exactly the memset's dependencies and dependents (a join and a fork, a
-    /// chain, a lone root), a 2-D memset stays, and the instantiated graph stores the values.
+    /// chain's end, a root), a 2-D memset and one of more than `MAX_BYTES` stay, and the
+    /// instantiated graph stores the values.
     #[test]
     #[ignore = "needs a CUDA GPU"]
     fn memset_nodes_keep_their_edges_and_values() {
@@ -401,7 +407,7 @@ mod tests {
             unreachable!()
         };
         dev.bind().unwrap();
-        let mem = dev.alloc(4096).unwrap();
+        let mem = dev.alloc(4096 + MAX_BYTES + 4).unwrap();
         let mut g = ptr::null_mut();
         // SAFETY: valid out pointer; the context is current.
         ok(unsafe { sys::cuGraphCreate(&mut g, 0) });
@@ -438,6 +444,7 @@ mod tests {
         let _m2 = memset(&[c], 512, 2, 0xbeef, 100, 1);
         let m3 = memset(&[d], 1024, 1, 0x5a, 16, 2);
         let _m4 = memset(&[], 2048, 1, 0x77, 1000, 1);
+        let m5 = memset(&[_m4], 4096, 4, 0x9999, MAX_BYTES / 4 + 1, 1);
         let memsets = MemsetNodes::default();
         assert_eq!(memsets.rewrite(&dev.cu, g).unwrap(), 3);
         assert_eq!(*memsets.error.lock().unwrap(), None);
@@ -457,7 +464,11 @@ mod tests {
             .copied()
             .filter(|&n| kind(n) == sys::CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET)
             .collect();
-        assert_eq!(left, vec![m3], "only the 2-D memset stays");
+        assert_eq!(
+            set(left),
+            set(vec![m3, m5]),
+            "the 2-D and the large memset stay"
+        );
         let edges = |n| {
             (
                 set(neighbours(n, false).unwrap().unwrap()),
@@ -469,7 +480,7 @@ mod tests {
         let mut want = vec![
             (set(vec![a, b]), set(vec![c, d])),
             (set(vec![c]), BTreeSet::new()),
-            (BTreeSet::new(), BTreeSet::new()),
+            (BTreeSet::new(), set(vec![m5])),
         ];
         want.sort();
         assert_eq!(got, want, "(dependencies, dependents) of the kernel nodes");
