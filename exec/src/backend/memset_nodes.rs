@@ -316,6 +316,7 @@ impl MemsetNodes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::cuda::CudaDevice;
     use crate::ctx::Device;
     use std::collections::BTreeSet;
 
@@ -330,6 +331,19 @@ mod tests {
         k
     }
 
+    /// `ctx`'s device (bound), `bytes` of device memory and an empty graph.
+    fn empty_graph(ctx: &crate::Ctx, bytes: usize) -> (&CudaDevice, u64, CUgraph) {
+        let Device::Cuda(dev) = &ctx.inner.device else {
+            unreachable!("a CUDA context")
+        };
+        dev.bind().unwrap();
+        let mem = dev.alloc(bytes).unwrap();
+        let mut g = ptr::null_mut();
+        // SAFETY: valid out pointer; the context is current.
+        ok(unsafe { sys::cuGraphCreate(&mut g, 0) });
+        (dev, mem, g)
+    }
+
     fn set(nodes: Vec<CUgraphNode>) -> BTreeSet<usize> {
         nodes.into_iter().map(|n| n as usize).collect()
     }
@@ -340,14 +354,7 @@ mod tests {
     #[ignore = "needs a CUDA GPU"]
     fn a_failed_load_leaves_the_memset_nodes() {
         let ctx = crate::Ctx::cuda(0).expect("a CUDA GPU");
-        let Device::Cuda(dev) = &ctx.inner.device else {
-            unreachable!()
-        };
-        dev.bind().unwrap();
-        let mem = dev.alloc(256).unwrap();
-        let mut g = ptr::null_mut();
-        // SAFETY: valid out pointer; the context is current.
-        ok(unsafe { sys::cuGraphCreate(&mut g, 0) });
+        let (dev, mem, g) = empty_graph(&ctx, 256);
         let p = sys::CUDA_MEMSET_NODE_PARAMS {
             dst: mem,
             pitch: 0,
@@ -403,14 +410,7 @@ mod tests {
     #[ignore = "needs a CUDA GPU"]
     fn memset_nodes_keep_their_edges_and_values() {
         let ctx = crate::Ctx::cuda(0).expect("a CUDA GPU");
-        let Device::Cuda(dev) = &ctx.inner.device else {
-            unreachable!()
-        };
-        dev.bind().unwrap();
-        let mem = dev.alloc(4096 + MAX_BYTES + 4).unwrap();
-        let mut g = ptr::null_mut();
-        // SAFETY: valid out pointer; the context is current.
-        ok(unsafe { sys::cuGraphCreate(&mut g, 0) });
+        let (dev, mem, g) = empty_graph(&ctx, 4096 + MAX_BYTES + 4);
         let empty = |deps: &[CUgraphNode]| {
             let mut n = ptr::null_mut();
             // SAFETY: `deps` are nodes of `g`.
