@@ -3,7 +3,7 @@
 //!
 //! `frt-kernels-bench [--iters N] [--only SECTIONS]`
 //!
-//! SECTIONS: a comma-separated subset of gemm, splitk, geglu, fp8, launch, mem, attention,
+//! SECTIONS: a comma-separated subset of gemm, splitk, geglu, codes, fp8, launch, mem, attention,
 //! siglip (SigLIP's two views' attention as one launch; also part of attention), rope, conv
 //! (default: all).
 //!
@@ -242,6 +242,7 @@ fn main() {
         "gemm",
         "splitk",
         "geglu",
+        "codes",
         "fp8",
         "launch",
         "mem",
@@ -667,6 +668,52 @@ fn main() {
                 2.0 * (n * kk) as f64 / (bf_med * 1e-3) / 1e9,
                 cells.join(" | "),
             );
+        }
+    }
+    if b.wants("codes") {
+        // The kernels that write E4M3 codes at the prefix's size: its GEGLU after the deferred-
+        // scale gate+up GEMM, writing the down projection's codes only (as the FP8 prefix runs
+        // it), the RMS norm into codes, and the quantization of a whole gate+up output.
+        println!();
+        let (m, kk, f) = (576usize, 2048usize, 16384usize);
+        let dt = DType::BF16;
+        let ctx = b.k.ctx().clone();
+        let codes = |shape: &[usize]| Tensor::alloc(&ctx, "codes", DType::E4M3, shape).unwrap();
+        let gate_up = b.tensor("gate_up", dt, &[m, 2 * f]);
+        let scales = b.tensor("w_scale", DType::F32, &[2 * f]);
+        let cs = b.tensor("code_scale", DType::F32, &[1]);
+        cs.write_f32(b.s, &[0.01]).unwrap();
+        let (g, u) = (
+            gate_up.narrow(1, 0, f).unwrap(),
+            gate_up.narrow(1, f, f).unwrap(),
+        );
+        let (gs, us) = (
+            scales.narrow(0, 0, f).unwrap(),
+            scales.narrow(0, f, f).unwrap(),
+        );
+        let (hc, all) = (codes(&[m, f]), codes(&[m, 2 * f]));
+        let (x, w, xc) = (
+            b.tensor("x", dt, &[m, kk]),
+            b.tensor("w", dt, &[kk]),
+            codes(&[m, kk]),
+        );
+        type Op<'a> = &'a dyn Fn(Stream) -> Result<()>;
+        let rows: [(String, Op); 3] = [
+            (format!("geglu_scaled_e4m3 {m}x{f}"), &|s| {
+                b.k.geglu_scaled_e4m3(s, (&g, &u), (&gs, &us), None, (&hc, &cs))
+            }),
+            (format!("rms_norm_e4m3 {m}x{kk}"), &|s| {
+                b.k.rms_norm_e4m3(s, &x, &w, None, 1e-6, (&xc, &cs))
+            }),
+            (format!("quantize_e4m3 {m}x{}", 2 * f), &|s| {
+                b.k.quantize_e4m3(s, &gate_up, &cs, &all)
+            }),
+        ];
+        println!("| E4M3 codes | median µs | p99 µs |");
+        println!("|---|---|---|");
+        for (what, op) in rows {
+            let (med, p) = b.time(&what, op);
+            println!("| {what} | {:.1} | {:.1} |", med * 1e3, p * 1e3);
         }
     }
     if b.wants("launch") {
