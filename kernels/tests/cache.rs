@@ -1,6 +1,6 @@
 //! The disk caches (CUDA only): NVRTC kernels compiled once, reused, a damaged entry rebuilt;
 //! GEMM tuning results kept, reused by the next start without timing again, a damaged line
-//! tuned again. `cargo test -p frt-kernels --test cache -- --ignored` (one test: it sets
+//! tuned again, an entry of its own for ops whose graphs keep their memset nodes. `cargo test -p frt-kernels --test cache -- --ignored` (one test: it sets
 //! FRT_KERNEL_CACHE).
 
 use frt_exec::Ctx;
@@ -134,6 +134,26 @@ fn kernels_are_compiled_once_and_cached_on_disk() {
             .iter()
             .zip(&first_out)
             .all(|(a, b)| (a - b).abs() <= 1e-2 * b.abs().max(1.0))
+    );
+    // Ops whose graphs keep their memset nodes time their candidates in other graphs: their
+    // own entry, appended once, and the first entry still serves the default.
+    let plain = frt_kernels::KernelOptions {
+        memset_kernels: false,
+        ..frt_kernels::KernelOptions::default()
+    };
+    product(&Kernels::with_options(&ctx, plain).unwrap());
+    let with_plain = std::fs::read_to_string(tuning()).unwrap();
+    assert_eq!(
+        with_plain.lines().count(),
+        3,
+        "an entry for memset nodes as captured: {with_plain}"
+    );
+    product(&Kernels::with_options(&ctx, plain).unwrap());
+    product(&Kernels::new(&ctx).unwrap());
+    assert_eq!(
+        std::fs::read_to_string(tuning()).unwrap(),
+        with_plain,
+        "both settings' entries reused"
     );
     println!("GEMM {m}×{n}×{kk} bf16 plan: tuned {tuned:?}, from the disk cache {cached:?}");
     let _ = std::fs::remove_dir_all(&dir);

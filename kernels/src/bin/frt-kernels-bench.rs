@@ -673,7 +673,8 @@ fn main() {
     if b.wants("codes") {
         // The kernels that write E4M3 codes at the prefix's size: its GEGLU after the deferred-
         // scale gate+up GEMM, writing the down projection's codes only (as the FP8 prefix runs
-        // it), the RMS norm into codes, and the quantization of a whole gate+up output.
+        // it), the RMS norm into codes, and the quantization of a whole gate+up output; and the
+        // bf16 prefix's GEGLU beside them.
         println!();
         let (m, kk, f) = (576usize, 2048usize, 16384usize);
         let dt = DType::BF16;
@@ -697,8 +698,12 @@ fn main() {
             b.tensor("w", dt, &[kk]),
             codes(&[m, kk]),
         );
+        let h = b.tensor("h", dt, &[m, f]);
         type Op<'a> = &'a dyn Fn(Stream) -> Result<()>;
-        let rows: [(String, Op); 3] = [
+        let rows: [(String, Op); 4] = [
+            (format!("geglu {m}x{f} (bf16 out)"), &|s| {
+                b.k.geglu(s, &g, &u, &h)
+            }),
             (format!("geglu_scaled_e4m3 {m}x{f}"), &|s| {
                 b.k.geglu_scaled_e4m3(s, (&g, &u), (&gs, &us), None, (&hc, &cs))
             }),

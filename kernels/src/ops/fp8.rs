@@ -1020,8 +1020,15 @@ impl Fp8Lt {
         }
         let cuda = k.cuda.as_ref().expect("CUDA plans exist on CUDA");
         let spec = format!(
-            "fp8 x={:?} w={:?} out={:?} {:?} bias={} {:?} split_k={}",
-            sp.x, sp.w, sp.out, sp.out_dt, sp.bias, self.scaling, k.options.split_k
+            "fp8 x={:?} w={:?} out={:?} {:?} bias={} {:?} split_k={} memsets={}",
+            sp.x,
+            sp.w,
+            sp.out,
+            sp.out_dt,
+            sp.bias,
+            self.scaling,
+            k.options.split_k,
+            k.options.memset_kernels
         );
         if let Some((data, _)) = cuda.tuning_cache.get(&spec) {
             let algo = lts::cublasLtMatmulAlgo_t { data };
@@ -1062,8 +1069,8 @@ impl Fp8Lt {
         }
         let cuda = k.cuda.as_ref().expect("CUDA plans exist on CUDA");
         let spec = format!(
-            "fp8 kernel x={:?} w={:?} out={:?} {:?} bias={} algo={:?} own={own:?}",
-            sp.x, sp.w, sp.out, sp.out_dt, sp.bias, self.algo.data
+            "fp8 kernel x={:?} w={:?} out={:?} {:?} bias={} algo={:?} own={own:?} memsets={}",
+            sp.x, sp.w, sp.out, sp.out_dt, sp.bias, self.algo.data, k.options.memset_kernels
         );
         let pick = |i: usize| i.checked_sub(1).and_then(|i| own.get(i).copied());
         if let Some((data, _)) = cuda.tuning_cache.get(&spec) {

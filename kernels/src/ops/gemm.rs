@@ -447,8 +447,12 @@ impl LtPlan {
                 .unwrap_or_else(|p| p.into_inner())
                 .get(&key)
                 .copied();
-            // The disk cache's entry: the specification and whether split-K forms compete.
-            let spec = format!("{key:?} split_k={}", k.options.split_k);
+            // The disk cache's entry: the specification, whether split-K forms compete and
+            // whether the timed graphs had their memset nodes replaced.
+            let spec = format!(
+                "{key:?} split_k={} memsets={}",
+                k.options.split_k, k.options.memset_kernels
+            );
             let on_disk = || {
                 let (data, _) = cuda.tuning_cache.get(&spec)?;
                 let algo = lts::cublasLtMatmulAlgo_t { data };
