@@ -11,7 +11,7 @@ out=.gpu
 rm -rf "$out"
 mkdir -p "$out"
 
-cargo build --release -p frt-exec-capi -p frt-kernels -p frt-asr -p frt-vla -p frt_robot_host --bins --lib
+cargo build --release -p frt-exec-capi -p frt-kernels -p frt-nn -p frt-asr -p frt-vla -p frt_robot_host --bins --lib
 # Test executables: name them after their target (e.g. exec-contract, exec-alloc_free).
 cargo test --release -p frt-exec -p frt-exec-capi -p frt-kernels -p frt-asr -p frt-vla --no-run --message-format=json 2>/dev/null |
     python3 -c '
@@ -31,14 +31,14 @@ for f in "$out"/*; do
         *) rm -f "$f" ;;
     esac
 done
-cp target/release/libflashrt_exec.so target/release/frt-exec-bench target/release/frt-kernels-bench target/release/frt-asr-bench target/release/transcribe target/release/pi05-bench target/release/frt-robot-host "$out/"
+cp target/release/libflashrt_exec.so target/release/frt-exec-bench target/release/frt-kernels-bench target/release/frt-asr-bench target/release/transcribe target/release/pi05-bench target/release/frt-robot-host target/release/frt-store-bench "$out/"
 cc -std=c11 -Wall -Wextra -Werror -pedantic -O2 -I exec/include exec/capi/tests/c/abi_test.c \
     -o "$out/abi_test" -L "$out" -lflashrt_exec -Wl,-rpath,'$ORIGIN'
 cp exec/python/test_torch_adopt.py scripts/gpu-suite.sh scripts/gpu-perf-ab.sh scripts/gpu-startup.sh scripts/gpu-profile.sh "$out/"
 mkdir -p "$out/flashrt/tests"
 cp exec/python/flashrt/_flashrt_exec.py "$out/flashrt/"
 cp exec/python/flashrt/tests/*.py exec/python/flashrt/tests/LICENSE "$out/flashrt/tests/"
-strip "$out"/exec-* "$out"/kernels-* "$out"/asr-* "$out"/vla-* "$out/pi05-bench" "$out/frt-robot-host" "$out/frt-exec-bench" "$out/frt-kernels-bench" "$out/frt-asr-bench" "$out/transcribe" "$out/abi_test" "$out/libflashrt_exec.so"
+strip "$out"/exec-* "$out"/kernels-* "$out"/asr-* "$out"/vla-* "$out/pi05-bench" "$out/frt-robot-host" "$out/frt-store-bench" "$out/frt-exec-bench" "$out/frt-kernels-bench" "$out/frt-asr-bench" "$out/transcribe" "$out/abi_test" "$out/libflashrt_exec.so"
 # Whisper tiny.en is larger than one device call may carry: two halves, in folders of their
 # own (.gpu-model1, .gpu-model2), sent on two consecutive calls and joined there by
 # gpu-suite.sh into /tmp/frt-whisper (see the README's GPU section).

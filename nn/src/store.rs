@@ -610,24 +610,28 @@ impl<'a> View<'a> {
     /// Values `from..from + out.len()` as f32.
     fn convert(&self, from: usize, out: &mut [f32]) {
         let sz = self.stored.size();
-        let b = &self.bytes[from * sz..(from + out.len()) * sz];
-        match self.stored {
-            Stored::F32 => {
-                for (o, c) in out.iter_mut().zip(b.chunks_exact(4)) {
-                    *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-                }
-            }
-            Stored::BF16 => {
-                for (o, c) in out.iter_mut().zip(b.chunks_exact(2)) {
-                    *o = bf16::from_le_bytes([c[0], c[1]]).to_f32();
-                }
-            }
-            Stored::F16 => {
-                for (o, c) in out.iter_mut().zip(b.chunks_exact(2)) {
-                    *o = f16::from_le_bytes([c[0], c[1]]).to_f32();
-                }
-            }
+        decode(
+            self.stored,
+            &self.bytes[from * sz..(from + out.len()) * sz],
+            out,
+        );
+    }
+
+    /// [`convert`](Self::convert) for uploads: read from the file with a positioned read when
+    /// the tensor lies in one (as [`fill_part`](Self::fill_part) reads), else from memory.
+    fn read_f32(&self, from: usize, out: &mut [f32]) -> Result<()> {
+        #[cfg(unix)]
+        if let Some((file, path, start)) = self.file {
+            use std::os::unix::fs::FileExt;
+            let sz = self.stored.size();
+            let mut raw = vec![0u8; out.len() * sz];
+            file.read_exact_at(&mut raw, (start + from * sz) as u64)
+                .map_err(io(path))?;
+            decode(self.stored, &raw, out);
+            return Ok(());
         }
+        self.convert(from, out);
+        Ok(())
     }
 
     /// An error naming the tensor when a value is NaN or infinite.
@@ -698,13 +702,7 @@ impl<'a> View<'a> {
                             sc.spawn(move || self.fill_part(at, o, dt))
                         })
                         .collect();
-                    // Every thread is joined before the answer (no early return).
-                    let done: Vec<Result<bool>> = parts
-                        .into_iter()
-                        .map(|p| p.join().expect("filling a staging slot"))
-                        .collect();
-                    done.into_iter()
-                        .try_fold(true, |ok, r| r.map(|finite| finite & ok))
+                    all_finite_parts(parts)
                 })?
             };
             if !finite {
@@ -740,6 +738,38 @@ impl View<'_> {
             return Ok(fill(self.stored, &raw, dt, out));
         }
         Ok(fill(self.stored, &self.bytes[at..at + len], dt, out))
+    }
+}
+
+/// Joins the threads that filled parts of a staging slot, every one before the answer (no
+/// early return): whether all their values were finite, or the first error.
+fn all_finite_parts(parts: Vec<std::thread::ScopedJoinHandle<'_, Result<bool>>>) -> Result<bool> {
+    let done: Vec<Result<bool>> = parts
+        .into_iter()
+        .map(|p| p.join().expect("filling a staging slot"))
+        .collect();
+    done.into_iter()
+        .try_fold(true, |ok, r| r.map(|finite| finite & ok))
+}
+
+/// The values stored as `stored` in `b` as f32, into `out` (one for each value).
+fn decode(stored: Stored, b: &[u8], out: &mut [f32]) {
+    match stored {
+        Stored::F32 => {
+            for (o, c) in out.iter_mut().zip(b.chunks_exact(4)) {
+                *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+        }
+        Stored::BF16 => {
+            for (o, c) in out.iter_mut().zip(b.chunks_exact(2)) {
+                *o = bf16::from_le_bytes([c[0], c[1]]).to_f32();
+            }
+        }
+        Stored::F16 => {
+            for (o, c) in out.iter_mut().zip(b.chunks_exact(2)) {
+                *o = f16::from_le_bytes([c[0], c[1]]).to_f32();
+            }
+        }
     }
 }
 
@@ -815,8 +845,14 @@ pub struct QuantizedWeight {
     pub scales: Tensor,
 }
 
-/// Rows quantized per pass of [`View::write_e4m3_rows`]: about 4 MiB of f32 at a time.
+/// Values a thread of [`View::write_e4m3_rows`] converts to f32 and quantizes at a time: about
+/// 4 MiB of f32.
 const QUANTIZE_VALUES: usize = 1 << 20;
+
+/// Codes of one pass of [`View::write_e4m3_rows`] at most: each pass fills a staging slot (the
+/// rows split over the threads that fill it), whose copy to the device runs while the next
+/// pass fills another.
+const E4M3_PASS: usize = 8 << 20;
 
 impl View<'_> {
     /// Uploads a 2-D weight `[rows, cols]` quantized per row (see [`QuantizedWeight`]).
@@ -824,38 +860,108 @@ impl View<'_> {
         upload_stacked_e4m3(std::slice::from_ref(self), ctx, s)
     }
 
-    /// Quantizes this 2-D weight's rows into `q`'s rows from `row_at` on, a few rows at a
-    /// time (the host holds no copy of the whole weight). A non-finite value is an error
-    /// naming the tensor.
+    /// Quantizes this 2-D weight's rows into `q`'s rows from `row_at` on, through the store's
+    /// staging slots as [`write_into`](Self::write_into) uploads (read with positioned reads,
+    /// several threads filling a slot; the host holds no copy of the whole weight). The codes
+    /// and scales are [`quantize_rows_e4m3`](frt_kernels::fp8::quantize_rows_e4m3)'s of the
+    /// whole weight: each row's are its own. A non-finite value is an error naming the tensor.
     fn write_e4m3_rows(&self, q: &QuantizedWeight, s: Stream, row_at: usize) -> Result<()> {
+        let upload_err = |reason: String| Error::Upload {
+            name: self.name.clone(),
+            reason,
+        };
         let (rows, cols) = match self.shape {
-            [r, c] => (*r, *c),
+            [r, c] if *r > 0 && *c > 0 => (*r, *c),
             _ => {
-                return Err(Error::Upload {
-                    name: self.name.clone(),
-                    reason: format!("an FP8 weight is 2-D, not {:?}", self.shape),
-                });
+                return Err(upload_err(format!(
+                    "an FP8 weight is 2-D with rows and columns, not {:?}",
+                    self.shape
+                )));
             }
         };
-        let per = (QUANTIZE_VALUES / cols.max(1)).max(1);
+        let buffer = q.codes.buffer();
+        let mut guard = self.loader.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.as_ref().is_none_or(|l| !l.ctx().same(buffer.ctx())) {
+            // Another context's slots are freed (after their copies) before new ones are made.
+            *guard = None;
+            *guard = Some(Loader::new(buffer.ctx(), SLOT_BYTES, SLOTS)?);
+        }
+        let loader = guard.as_mut().expect("made above");
+        if cols > loader.slot_bytes() {
+            return Err(upload_err(format!(
+                "a row of {cols} codes exceeds a staging slot of {} bytes",
+                loader.slot_bytes()
+            )));
+        }
+        let pass_rows = (E4M3_PASS.min(loader.slot_bytes()) / cols).max(1);
+        let base = q.codes.offset() + row_at * cols;
+        let mut scales = vec![0f32; rows];
+        let mut r = 0;
+        while r < rows {
+            let n = pass_rows.min(rows - r);
+            let out = &mut loader.slot()?[..n * cols];
+            let sc = &mut scales[r..r + n];
+            let threads = if n * cols < PARALLEL_MIN {
+                1
+            } else {
+                fill_threads().min(n)
+            };
+            let finite = if threads == 1 {
+                self.quantize_rows(r, cols, out, sc)?
+            } else {
+                let per = n.div_ceil(threads);
+                std::thread::scope(|scope| {
+                    let parts: Vec<_> = out
+                        .chunks_mut(per * cols)
+                        .zip(sc.chunks_mut(per))
+                        .enumerate()
+                        .map(|(k, (o, sc))| {
+                            scope.spawn(move || self.quantize_rows(r + k * per, cols, o, sc))
+                        })
+                        .collect();
+                    all_finite_parts(parts)
+                })?
+            };
+            if !finite {
+                // Nothing of this pass is sent.
+                return Err(Error::NonFinite {
+                    name: self.name.clone(),
+                });
+            }
+            loader.send(s, buffer, base + r * cols, n * cols)?;
+            count_read(n * cols * self.stored.size());
+            r += n;
+        }
+        q.scales.narrow(0, row_at, rows)?.write_f32(s, &scales)?;
+        Ok(())
+    }
+
+    /// Rows `first..first + scales.len()` of this `[_, cols]` weight quantized per row into
+    /// `codes` and `scales`, a few rows at a time. Ok(false) when a value is not finite.
+    fn quantize_rows(
+        &self,
+        first: usize,
+        cols: usize,
+        codes: &mut [u8],
+        scales: &mut [f32],
+    ) -> Result<bool> {
+        let rows = scales.len();
+        let per = (QUANTIZE_VALUES / cols).max(1);
         let mut values = vec![0f32; per.min(rows) * cols];
         let mut r = 0;
         while r < rows {
             let n = per.min(rows - r);
             let part = &mut values[..n * cols];
-            self.convert(r * cols, part);
+            self.read_f32((first + r) * cols, part)?;
             if part.iter().any(|v| !v.is_finite()) {
-                return Err(Error::NonFinite {
-                    name: self.name.clone(),
-                });
+                return Ok(false);
             }
-            let (codes, scales) = frt_kernels::fp8::quantize_rows_e4m3(part, n, cols);
-            q.codes.narrow(0, row_at + r, n)?.write_bytes(s, &codes)?;
-            q.scales.narrow(0, row_at + r, n)?.write_f32(s, &scales)?;
-            count_read(n * cols * self.stored.size());
+            let (c, sc) = frt_kernels::fp8::quantize_rows_e4m3(part, n, cols);
+            codes[r * cols..(r + n) * cols].copy_from_slice(&c);
+            scales[r..r + n].copy_from_slice(&sc);
             r += n;
         }
-        Ok(())
+        Ok(true)
     }
 }
 

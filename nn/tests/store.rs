@@ -364,16 +364,18 @@ fn ctranslate2_files_open_with_scalars_and_aliases() {
 }
 
 /// FP8 uploads quantize each row by its own largest magnitude, from a file in any stored
-/// precision (rows quantized a few at a time: a weight larger than one pass), stack like
-/// `upload_stacked`, and refuse non-finite values and weights that are not 2-D by name.
+/// precision (a weight larger than one pass of 8 Mi codes, whose rows are split over the
+/// threads that fill a staging slot, each quantizing a few rows at a time), stack like
+/// `upload_stacked`, and refuse non-finite values (in the second pass too) and weights that are
+/// not 2-D by name.
 #[test]
 fn fp8_uploads_quantize_each_row() {
     use frt_kernels::fp8::quantize_rows_e4m3;
     let dir = tmp("fp8");
     let ctx = Ctx::host().unwrap();
     let s = ctx.stream(0).unwrap();
-    // 300 rows of 4000: more than one pass of quantization (2^20 values).
-    let (r1, r2, cols) = (300usize, 7usize, 4000usize);
+    // 2200 rows of 4000: two passes of 2097 and 103 rows (8 Mi codes a pass).
+    let (r1, r2, cols) = (2200usize, 7usize, 4000usize);
     let mut a = values(r1 * cols, 3);
     // Rows of very different sizes (and one of zeros).
     for (i, v) in a.iter_mut().enumerate() {
@@ -410,7 +412,7 @@ fn fp8_uploads_quantize_each_row() {
     }
     // A NaN in the second pass of rows, and a 1-D weight.
     let mut bad = a.clone();
-    bad[290 * cols + 5] = f32::NAN;
+    bad[2150 * cols + 5] = f32::NAN;
     let sub = dir.join("bad");
     std::fs::create_dir_all(&sub).unwrap();
     let path = sub.join("model.safetensors");
