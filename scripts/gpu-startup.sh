@@ -3,10 +3,12 @@
 # staged folder (scripts/stage-gpu.sh; the Gemma tokenizer unpacked to
 # /tmp/frt-gemma-tokenizer.json):
 #
-#     [ROUNDS=N] bash .gpu/gpu-startup.sh [bf16|f32 ...]
+#     [ROUNDS=N] bash .gpu/gpu-startup.sh [bf16|f32|fp8 ...]
 #
 # For each checkpoint precision (default: bf16 and f32) it writes full-size random Pi0.5
-# weights as a safetensors checkpoint (`pi05-bench --write-checkpoint`), then runs
+# weights as a safetensors checkpoint (`pi05-bench --write-checkpoint`; `fp8`: a bf16
+# checkpoint run with `precision: fp8`, its calibration recorded first on the same simulation
+# by `frt-robot-host calibrate`, with a kernel cache of its own), then runs
 # `frt-robot-host run --live` on a two-second simulation, cold (an empty kernel and GEMM
 # tuning cache, the page cache dropped where this user may) then warm (the same cache, the
 # checkpoint's pages as the run before left them), ROUNDS times (default 1). Each run prints
@@ -37,6 +39,9 @@ for precision in "${@:-bf16 f32}"; do
         rm -rf "$ckpt"
         flag=""
         [ "$p" = f32 ] && flag="--f32"
+        # The model's precision: the checkpoint's, or FP8 from a bf16 one.
+        model_precision=$p
+        [ "$p" = f32 ] || model_precision=bf16
         "$here/pi05-bench" --write-checkpoint "$ckpt" $flag
         du -sh "$ckpt"
         # The disk's own pace: the largest shard read cold, alone.
@@ -47,7 +52,7 @@ for precision in "${@:-bf16 f32}"; do
 model:
   checkpoint: $ckpt
   tokenizer: $tokenizer
-  precision: bf16
+  precision: $model_precision
   backend: cuda
   max_token_len: 64
 cameras:
@@ -68,6 +73,11 @@ safety:
   action_min: [-10.0]
   action_max: [10.0]
 EOF
+        if [ "$p" = fp8 ]; then
+            echo "calibrating: $(FRT_KERNEL_CACHE="$work/cache-fp8-calibration" "$here/frt-robot-host" calibrate \
+                --config "$work/$p.yaml" --from "$work/sim.yaml" --out "$work/fp8.calibration.json" 2>&1 | tail -1)"
+            sed -i "s|^  precision: bf16|  precision: fp8\n  calibration: $work/fp8.calibration.json|" "$work/$p.yaml"
+        fi
         cache="$work/cache-$p"
         for run in $(for _ in $(seq "${ROUNDS:-1}"); do echo cold warm; done); do
             echo
