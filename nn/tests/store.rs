@@ -208,15 +208,19 @@ fn uploads_convert_into_each_precision() {
 }
 
 /// A checkpoint cut short after it was opened: the upload fails with an I/O error naming the
-/// file (uploads read the file; they never touch a page past its new end).
+/// file (uploads read the file, FP8 ones too; they never touch a page past its new end).
 #[test]
 fn a_file_cut_short_under_the_store_is_an_io_error() {
     let ctx = Ctx::host().unwrap();
     let s = ctx.stream(0).unwrap();
     let d = tmp("cut");
     let path = d.join("model.safetensors");
-    let n = 100_000;
-    write(&path, &[("w", vec![n], values(n, 3))], Stored::F32);
+    let (rows, cols) = (100, 1000);
+    write(
+        &path,
+        &[("w", vec![rows, cols], values(rows * cols, 3))],
+        Stored::F32,
+    );
     let st = Store::open(&d).unwrap();
     let len = std::fs::metadata(&path).unwrap().len();
     std::fs::OpenOptions::new()
@@ -225,13 +229,16 @@ fn a_file_cut_short_under_the_store_is_an_io_error() {
         .unwrap()
         .set_len(len - 4096)
         .unwrap();
+    let io_error = |e: &Error| matches!(e, Error::Io { path: p, .. } if p == &path);
     for dt in [DType::F32, DType::BF16] {
-        let e = st.root().upload("w", &[n], &ctx, s, dt).unwrap_err();
-        assert!(
-            matches!(&e, Error::Io { path: p, .. } if p == &path),
-            "{dt:?}: {e}"
-        );
+        let e = st
+            .root()
+            .upload("w", &[rows, cols], &ctx, s, dt)
+            .unwrap_err();
+        assert!(io_error(&e), "{dt:?}: {e}");
     }
+    let e = st.view("w").unwrap().upload_e4m3(&ctx, s).err().unwrap();
+    assert!(io_error(&e), "FP8: {e}");
     let _ = std::fs::remove_dir_all(&d);
 }
 
