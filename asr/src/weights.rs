@@ -172,7 +172,7 @@ impl WhisperWeights {
         let mut out = Vec::with_capacity(w.shape.iter().product());
         for part in &w.parts {
             match part {
-                Part::Stored(name) => out.extend(self.store.view(name)?.to_f32()),
+                Part::Stored(name) => out.extend(self.store.view(name)?.to_f32()?),
                 Part::Zeros(n) => out.extend(std::iter::repeat_n(0.0, *n)),
             }
         }

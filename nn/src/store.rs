@@ -3,8 +3,8 @@
 //!
 //! Sources:
 //! * safetensors (`model.safetensors`, or the shards a `model.safetensors.index.json` lists),
-//!   memory-mapped for the headers and the host's own reads: nothing is read until a tensor
-//!   is uploaded, and then only its bytes;
+//!   memory-mapped for the headers: nothing is read until a tensor is uploaded (or read by the
+//!   host: [`View::to_f32`]), and then only its bytes, with positioned reads;
 //! * CTranslate2 `model.bin` (binary versions 4 to 6; float32, float16 and bfloat16
 //!   variables; integer scalars are kept as scalars, aliases resolved);
 //! * generated f32 tensors held in memory (deterministic random models for tests and
@@ -31,6 +31,9 @@ pub const SLOT_BYTES: usize = 32 << 20;
 
 /// Staging slots of a store's uploads: one is filled while the others' copies run.
 pub const SLOTS: usize = 3;
+
+/// Bytes [`View::check_finite`] reads from a file at a time.
+const CHECK_BYTES: usize = 8 << 20;
 
 /// Values below which a slot is filled on the calling thread alone.
 const PARALLEL_MIN: usize = 1 << 16;
@@ -68,7 +71,7 @@ impl Stored {
 }
 
 enum Bytes {
-    /// A checkpoint file: mapped (headers, small tensors the host reads) and open (uploads
+    /// A checkpoint file: mapped (headers) and open (uploads and the host's reads of tensors
     /// read it with positioned reads: large requests from several threads, no page faults,
     /// and a file cut short under the process is an error instead of a bus error).
     Mapped {
@@ -432,8 +435,8 @@ impl Store {
         })
     }
 
-    /// Checks every tensor for non-finite values (reads the whole checkpoint once, copying
-    /// nothing).
+    /// Checks every tensor for non-finite values (reads the whole checkpoint once, a few MiB
+    /// at a time).
     pub fn check_finite(&self) -> Result<()> {
         for name in self.names() {
             self.view(name)?.check_finite()?;
@@ -600,11 +603,12 @@ impl<'a> View<'a> {
         self.bytes.len() / self.stored.size()
     }
 
-    /// The values as f32 (allocates: for small tensors the host computes with, and tools).
-    pub fn to_f32(&self) -> Vec<f32> {
+    /// The values as f32 (allocates: for small tensors the host computes with, and tools),
+    /// read as uploads read them: a checkpoint cut short under the process is an I/O error.
+    pub fn to_f32(&self) -> Result<Vec<f32>> {
         let mut out = vec![0f32; self.numel()];
-        self.convert(0, &mut out);
-        out
+        self.read_f32(0, &mut out)?;
+        Ok(out)
     }
 
     /// Values `from..from + out.len()` as f32.
@@ -634,15 +638,45 @@ impl<'a> View<'a> {
         Ok(())
     }
 
-    /// An error naming the tensor when a value is NaN or infinite.
+    /// An error naming the tensor when a value is NaN or infinite (read as uploads read: a
+    /// checkpoint cut short under the process is an I/O error).
     pub fn check_finite(&self) -> Result<()> {
-        if all_finite(self.stored, self.bytes) {
+        let finite = match self.finite_in_file() {
+            Some(r) => r?,
+            None => all_finite(self.stored, self.bytes),
+        };
+        if finite {
             Ok(())
         } else {
             Err(Error::NonFinite {
                 name: self.name.clone(),
             })
         }
+    }
+
+    /// Whether every value is finite, read from the file a few MiB at a time with positioned
+    /// reads; `None` where the tensor does not lie in a file.
+    fn finite_in_file(&self) -> Option<Result<bool>> {
+        #[cfg(unix)]
+        if let Some((file, path, start)) = self.file {
+            use std::os::unix::fs::FileExt;
+            let len = self.bytes.len();
+            // Whole values: every stored size divides the step.
+            let mut raw = vec![0u8; CHECK_BYTES.min(len)];
+            let mut at = 0;
+            while at < len {
+                let part = &mut raw[..CHECK_BYTES.min(len - at)];
+                if let Err(e) = file.read_exact_at(part, (start + at) as u64) {
+                    return Some(Err(io(path)(e)));
+                }
+                if !all_finite(self.stored, part) {
+                    return Some(Ok(false));
+                }
+                at += part.len();
+            }
+            return Some(Ok(true));
+        }
+        None
     }
 
     /// Uploads the tensor as a new contiguous tensor of `dtype` (f32, bf16 or f16).

@@ -78,7 +78,7 @@ fn lookups_are_hierarchical_and_errors_name_the_full_path() {
     let layer = st.pp("enc").pp("layers").pp(3);
     assert_eq!(layer.name("q.weight"), "enc.layers.3.q.weight");
     let w = layer.get("q.weight", &[6, 4]).unwrap();
-    assert_eq!(w.to_f32(), q);
+    assert_eq!(w.to_f32().unwrap(), q);
     assert_eq!(w.stored(), Stored::F32);
     match layer.get("k.weight", &[6, 4]) {
         Err(Error::MissingTensor { name, expected }) => {
@@ -127,13 +127,13 @@ fn shards_open_through_their_index() {
     .unwrap();
     let st = Store::open(&d).unwrap();
     assert_eq!(st.names(), vec!["a", "b"]);
-    let got = st.view("a").unwrap().to_f32();
+    let got = st.view("a").unwrap().to_f32().unwrap();
     assert!(
         got.iter()
             .zip(&a)
             .all(|(g, w)| *g == bf16::from_f32(*w).to_f32())
     );
-    let got = st.view("b").unwrap().to_f32();
+    let got = st.view("b").unwrap().to_f32().unwrap();
     assert!(
         got.iter()
             .zip(&b)
@@ -178,7 +178,7 @@ fn uploads_convert_into_each_precision() {
             stored,
         );
         let st = Store::open(&d).unwrap();
-        let src = st.view("w").unwrap().to_f32();
+        let src = st.view("w").unwrap().to_f32().unwrap();
         assert_eq!(st.stored_bytes(), (n * stored.size()) as u64);
         for dt in [DType::F32, DType::BF16, DType::F16] {
             // Progress: an upload reads every stored byte once (other tests may upload at
@@ -208,7 +208,8 @@ fn uploads_convert_into_each_precision() {
 }
 
 /// A checkpoint cut short after it was opened: the upload fails with an I/O error naming the
-/// file (uploads read the file, FP8 ones too; they never touch a page past its new end).
+/// file (uploads read the file, FP8 ones, the host's `to_f32` and `check_finite` too; they
+/// never touch a page past its new end).
 #[test]
 fn a_file_cut_short_under_the_store_is_an_io_error() {
     let ctx = Ctx::host().unwrap();
@@ -239,6 +240,10 @@ fn a_file_cut_short_under_the_store_is_an_io_error() {
     }
     let e = st.view("w").unwrap().upload_e4m3(&ctx, s).err().unwrap();
     assert!(io_error(&e), "FP8: {e}");
+    let e = st.view("w").unwrap().to_f32().unwrap_err();
+    assert!(io_error(&e), "to_f32: {e}");
+    let e = st.view("w").unwrap().check_finite().unwrap_err();
+    assert!(io_error(&e), "check_finite: {e}");
     let _ = std::fs::remove_dir_all(&d);
 }
 
@@ -360,9 +365,12 @@ fn ctranslate2_files_open_with_scalars_and_aliases() {
     let st = Store::open(&d).unwrap();
     assert_eq!(st.scalar("spec:WhisperSpec"), Some(1));
     assert_eq!(st.scalar("enc/num_heads"), Some(6));
-    assert_eq!(st.root().get("enc/w", &[2, 3]).unwrap().to_f32(), w);
-    assert_eq!(st.view("dec/w").unwrap().to_f32(), w);
-    assert_eq!(st.view("enc/b").unwrap().to_f32(), vec![1.5, -2.0]);
+    assert_eq!(
+        st.root().get("enc/w", &[2, 3]).unwrap().to_f32().unwrap(),
+        w
+    );
+    assert_eq!(st.view("dec/w").unwrap().to_f32().unwrap(), w);
+    assert_eq!(st.view("enc/b").unwrap().to_f32().unwrap(), vec![1.5, -2.0]);
     assert_eq!(st.view("enc/b").unwrap().stored(), Stored::BF16);
     std::fs::write(d.join("model.bin"), &b[..b.len() - 9]).unwrap();
     let e = Store::open(&d).unwrap_err().to_string();
@@ -409,7 +417,7 @@ fn fp8_uploads_quantize_each_row() {
         let q = frt_nn::upload_stacked_e4m3(&[va.clone(), vb.clone()], &ctx, s).unwrap();
         assert_eq!(q.codes.shape(), &[r1 + r2, cols]);
         assert_eq!(q.codes.dtype(), DType::E4M3);
-        let all: Vec<f32> = [va.to_f32(), vb.to_f32()].concat();
+        let all: Vec<f32> = [va.to_f32().unwrap(), vb.to_f32().unwrap()].concat();
         let (codes, scales) = quantize_rows_e4m3(&all, r1 + r2, cols);
         assert!(q.codes.read_bytes(s).unwrap() == codes, "{stored:?}: codes");
         assert_eq!(q.scales.read_f32(s).unwrap(), scales, "{stored:?}: scales");

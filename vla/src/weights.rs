@@ -555,7 +555,7 @@ impl Pi05Weights {
     ) -> Result<()> {
         let tensors = expected(&self.config)
             .into_iter()
-            .map(|(name, shape, _)| Ok((name.clone(), shape, self.get(&name)?.to_f32())))
+            .map(|(name, shape, _)| Ok((name.clone(), shape, self.get(&name)?.to_f32()?)))
             .collect::<Result<Vec<_>>>()?;
         write_tensors(
             dir,

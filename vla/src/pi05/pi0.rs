@@ -104,7 +104,7 @@ impl Expert {
             .upload("weight", &[ew], ctx, s, dt)?;
 
         // ---- action_time_mlp_in split into its action and time halves (columns)
-        let w_in = w.get("action_time_mlp_in.weight")?.to_f32();
+        let w_in = w.get("action_time_mlp_in.weight")?.to_f32()?;
         if w_in.len() != ew * 2 * ew {
             return Err(Error::Config {
                 reason: format!(
