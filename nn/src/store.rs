@@ -686,6 +686,17 @@ impl<'a> View<'a> {
         Ok(t)
     }
 
+    /// The store's staging slots, made for `ctx` (another context's are freed, after their
+    /// copies, before new ones are made); the guard holds `Some`.
+    fn staging(&self, ctx: &Ctx) -> Result<std::sync::MutexGuard<'a, Option<Loader>>> {
+        let mut guard = self.loader.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.as_ref().is_none_or(|l| !l.ctx().same(ctx)) {
+            *guard = None;
+            *guard = Some(Loader::new(ctx, SLOT_BYTES, SLOTS)?);
+        }
+        Ok(guard)
+    }
+
     /// Writes the values into the contiguous float tensor `t` from its element `at` on,
     /// converted to `t`'s dtype (as `f32 → dtype` rounds: bf16 and f16 round to nearest even),
     /// ordered on `s`. A non-finite value is an error naming the tensor (nothing of the
@@ -710,35 +721,21 @@ impl<'a> View<'a> {
         }
         let base = (t.offset() + at) * dt.size();
         let buffer = t.buffer();
-        let mut guard = self.loader.lock().unwrap_or_else(|p| p.into_inner());
-        if guard.as_ref().is_none_or(|l| !l.ctx().same(buffer.ctx())) {
-            // Another context's slots are freed (after their copies) before new ones are made.
-            *guard = None;
-            *guard = Some(Loader::new(buffer.ctx(), SLOT_BYTES, SLOTS)?);
-        }
-        let loader = guard.as_mut().expect("made above");
+        let mut guard = self.staging(buffer.ctx())?;
+        let loader = guard.as_mut().expect("made by staging");
         let per_slot = loader.slot_bytes() / dt.size();
         let (ssz, dsz) = (self.stored.size(), dt.size());
         let mut from = 0;
         while from < n {
             let len = per_slot.min(n - from);
             let out = &mut loader.slot()?[..len * dsz];
-            let finite = if len < PARALLEL_MIN || fill_threads() == 1 {
-                self.fill_part(from * ssz, out, dt)?
-            } else {
-                let per = len.div_ceil(fill_threads());
-                std::thread::scope(|sc| {
-                    let parts: Vec<_> = out
-                        .chunks_mut(per * dsz)
-                        .enumerate()
-                        .map(|(k, o)| {
-                            let at = (from + k * per) * ssz;
-                            sc.spawn(move || self.fill_part(at, o, dt))
-                        })
-                        .collect();
-                    all_finite_parts(parts)
-                })?
-            };
+            let per = len.div_ceil(fill_threads_for(len, len));
+            let parts: Vec<_> = out
+                .chunks_mut(per * dsz)
+                .enumerate()
+                .map(|(k, o)| ((from + k * per) * ssz, o))
+                .collect();
+            let finite = fill_in_parts(parts, |(at, o)| self.fill_part(at, o, dt))?;
             if !finite {
                 // Nothing of this slot is sent.
                 return Err(Error::NonFinite {
@@ -775,15 +772,38 @@ impl View<'_> {
     }
 }
 
-/// Joins the threads that filled parts of a staging slot, every one before the answer (no
-/// early return): whether all their values were finite, or the first error.
-fn all_finite_parts(parts: Vec<std::thread::ScopedJoinHandle<'_, Result<bool>>>) -> Result<bool> {
-    let done: Vec<Result<bool>> = parts
-        .into_iter()
-        .map(|p| p.join().expect("filling a staging slot"))
-        .collect();
-    done.into_iter()
-        .try_fold(true, |ok, r| r.map(|finite| finite & ok))
+/// Threads to fill a staging slot of `values` values split into at most `units` parts: one
+/// below [`PARALLEL_MIN`] values, else up to [`fill_threads`].
+fn fill_threads_for(values: usize, units: usize) -> usize {
+    if values < PARALLEL_MIN {
+        1
+    } else {
+        fill_threads().min(units).max(1)
+    }
+}
+
+/// Fills the parts of a staging slot with `fill`, one thread each (the calling thread where
+/// there is one part), every thread joined before the answer (no early return): whether all
+/// their values were finite, or the first error.
+fn fill_in_parts<W: Send>(parts: Vec<W>, fill: impl Fn(W) -> Result<bool> + Sync) -> Result<bool> {
+    if parts.len() <= 1 {
+        return parts
+            .into_iter()
+            .try_fold(true, |ok, w| fill(w).map(|f| f & ok));
+    }
+    let fill = &fill;
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = parts
+            .into_iter()
+            .map(|w| scope.spawn(move || fill(w)))
+            .collect();
+        let done: Vec<Result<bool>> = threads
+            .into_iter()
+            .map(|t| t.join().expect("filling a staging slot"))
+            .collect();
+        done.into_iter()
+            .try_fold(true, |ok, r| r.map(|finite| finite & ok))
+    })
 }
 
 /// The values stored as `stored` in `b` as f32, into `out` (one for each value).
@@ -914,13 +934,8 @@ impl View<'_> {
             }
         };
         let buffer = q.codes.buffer();
-        let mut guard = self.loader.lock().unwrap_or_else(|p| p.into_inner());
-        if guard.as_ref().is_none_or(|l| !l.ctx().same(buffer.ctx())) {
-            // Another context's slots are freed (after their copies) before new ones are made.
-            *guard = None;
-            *guard = Some(Loader::new(buffer.ctx(), SLOT_BYTES, SLOTS)?);
-        }
-        let loader = guard.as_mut().expect("made above");
+        let mut guard = self.staging(buffer.ctx())?;
+        let loader = guard.as_mut().expect("made by staging");
         if cols > loader.slot_bytes() {
             return Err(upload_err(format!(
                 "a row of {cols} codes exceeds a staging slot of {} bytes",
@@ -935,27 +950,16 @@ impl View<'_> {
             let n = pass_rows.min(rows - r);
             let out = &mut loader.slot()?[..n * cols];
             let sc = &mut scales[r..r + n];
-            let threads = if n * cols < PARALLEL_MIN {
-                1
-            } else {
-                fill_threads().min(n)
-            };
-            let finite = if threads == 1 {
-                self.quantize_rows(r, cols, out, sc)?
-            } else {
-                let per = n.div_ceil(threads);
-                std::thread::scope(|scope| {
-                    let parts: Vec<_> = out
-                        .chunks_mut(per * cols)
-                        .zip(sc.chunks_mut(per))
-                        .enumerate()
-                        .map(|(k, (o, sc))| {
-                            scope.spawn(move || self.quantize_rows(r + k * per, cols, o, sc))
-                        })
-                        .collect();
-                    all_finite_parts(parts)
-                })?
-            };
+            let per = n.div_ceil(fill_threads_for(n * cols, n));
+            let parts: Vec<_> = out
+                .chunks_mut(per * cols)
+                .zip(sc.chunks_mut(per))
+                .enumerate()
+                .map(|(k, (o, sc))| (r + k * per, o, sc))
+                .collect();
+            let finite = fill_in_parts(parts, |(first, o, sc)| {
+                self.quantize_rows(first, cols, o, sc)
+            })?;
             if !finite {
                 // Nothing of this pass is sent.
                 return Err(Error::NonFinite {
