@@ -623,7 +623,7 @@ fn supervise(
                     std::thread::sleep(tick);
                 }
                 eprintln!("fatal: {cause} (exiting)");
-                std::process::exit(1);
+                exit_now(1);
             }
             if stop.load(Ordering::SeqCst) {
                 return;
@@ -635,6 +635,21 @@ fn supervise(
             std::thread::sleep(tick);
         }
     })
+}
+
+/// Ends the process at once with `code`, from any thread, while others may still run: the
+/// standard streams are flushed, and nothing else runs. `std::process::exit` would run the
+/// process's exit handlers, the CUDA libraries' teardown among them, under a control thread
+/// that may still be inside device work: on an H200 a calibration tick past the watchdog's
+/// deadline then saw cuBLASLt fail and the process abort on a corrupted heap (status 134)
+/// instead of exiting with status 1.
+fn exit_now(code: i32) -> ! {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    // SAFETY: `_exit` ends the process without running exit handlers or destructors; every
+    // thread ends with it, and nothing is expected of them.
+    unsafe { libc::_exit(code) }
 }
 
 /// The control thread: the node back and how the run ended.
@@ -1359,8 +1374,10 @@ fn run_sim(config: &Path, script: &Path, opts: SimOptions) -> Result<(), String>
     Ok(())
 }
 
-/// `replay`: the node of a recording re-run from it; exit status 1 when the chunk streams
-/// differ.
+/// The watchdog's deadline, in control periods, while a calibration is recorded (the largest
+/// `safety.watchdog_factor` allowed).
+const CALIBRATION_WATCHDOG_FACTOR: f64 = 1000.0;
+
 /// Where a calibration run writes its file (`--out`, else the configuration's
 /// `model.calibration`), with the configuration's model switched to bf16 when it is FP8 (its
 /// file may not exist yet).
@@ -1372,6 +1389,11 @@ fn calibration_target(cfg: &mut Config, out: Option<PathBuf>) -> Result<PathBuf,
         cfg.model.precision = frt_robot_host::config::Precision::Bf16;
         cfg.model.calibration = None;
     }
+    // Recording inferences run the 16-bit path outside the graphs, reading every FP8 GEMM
+    // input back: far slower than a tick on the robot (the full-size model on an H200 took
+    // a first tick past a 20 Hz node's 500 ms deadline). Nothing moves here, so the
+    // watchdog's deadline is its largest (1000 periods).
+    cfg.safety.watchdog_factor = CALIBRATION_WATCHDOG_FACTOR;
     Ok(out)
 }
 
@@ -1482,6 +1504,8 @@ fn calibrate_from_folder(
     Ok(())
 }
 
+/// `replay`: the node of a recording re-run from it; exit status 1 when the chunk streams
+/// differ.
 fn replay(path: &Path, backend: Option<&str>, precision: Option<&str>) -> Result<(), String> {
     let rec = frt_robot_host::record::Recording::open(path).map_err(|e| e.to_string())?;
     let mut cfg = rec.config.clone();

@@ -1,6 +1,7 @@
 //! The binary under faults: `frt-robot-host run` with a fault drill in its simulation script
-//! (a panic on the control thread, a tick stalled past the watchdog) publishes a halt chunk
-//! and exits non-zero, with the cause on stderr, instead of running on or hanging.
+//! (a panic on the control thread, a tick stalled past the watchdog), or with a deadline
+//! shorter than an inference, publishes a halt chunk and exits non-zero, with the cause on
+//! stderr, instead of running on or hanging.
 
 use std::process::Command;
 use std::time::Instant;
@@ -17,7 +18,7 @@ state:
   topic: /joint_states
   joints: [joint1, joint2, joint3, joint4, joint5, joint6, gripper]
 control:
-  rate_hz: 10
+  rate_hz: {rate}
   initial_subgoal: pick up the red block
   action_dim: 7
   dt: 0.02
@@ -33,21 +34,25 @@ safety:
 /// Runs the binary on a script with one fault at 2 s; returns (exit code, stdout, stderr,
 /// seconds it ran).
 fn run_with_fault(fault: &str) -> (Option<i32>, String, String, f64) {
-    let dir = std::env::temp_dir().join(format!("frt-supervision-{fault}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
     // The panic drill's watchdog is far (a panic on a starved machine must be reported as
     // the panic, not outrun by the watchdog); the stall drill's trips at 2 s.
     let watchdog = if fault == "stall" { "20" } else { "1000" };
-    std::fs::write(
-        dir.join("robot.yaml"),
-        CONFIG.replace("{watchdog}", watchdog),
+    run(
+        fault,
+        &CONFIG
+            .replace("{watchdog}", watchdog)
+            .replace("{rate}", "10"),
+        &format!("duration_s: 30\nevents:\n  - {{ at: 2.0, fault: {fault} }}\n"),
     )
-    .unwrap();
-    std::fs::write(
-        dir.join("sim.yaml"),
-        format!("duration_s: 30\nevents:\n  - {{ at: 2.0, fault: {fault} }}\n"),
-    )
-    .unwrap();
+}
+
+/// Runs the binary on `config` and the simulation `sim`; returns (exit code, stdout, stderr,
+/// seconds it ran).
+fn run(name: &str, config: &str, sim: &str) -> (Option<i32>, String, String, f64) {
+    let dir = std::env::temp_dir().join(format!("frt-supervision-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("robot.yaml"), config).unwrap();
+    std::fs::write(dir.join("sim.yaml"), sim).unwrap();
     let t = Instant::now();
     let out = Command::new(env!("CARGO_BIN_EXE_frt-robot-host"))
         .args(["run", "--config"])
@@ -68,11 +73,13 @@ fn run_with_fault(fault: &str) -> (Option<i32>, String, String, f64) {
 }
 
 fn check(fault: &str, cause: &str) {
-    let (code, stdout, stderr, secs) = run_with_fault(fault);
-    assert!(
-        matches!(code, Some(c) if c != 0),
-        "exit {code:?}\n{stdout}\n{stderr}"
-    );
+    check_run(run_with_fault(fault), cause);
+}
+
+/// The run ended in a halt chunk and exit status 1 (not a signal: an abort or a crash shows
+/// as none), with `cause` on stderr, well before its script's 30 s.
+fn check_run((code, stdout, stderr, secs): (Option<i32>, String, String, f64), cause: &str) {
+    assert_eq!(code, Some(1), "exit status\n{stdout}\n{stderr}");
     assert!(
         stdout.contains("HALT chunk"),
         "no halt chunk:\n{stdout}\n{stderr}"
@@ -81,7 +88,7 @@ fn check(fault: &str, cause: &str) {
     // The script runs 30 s: the process ended on the fault, not at the script's end.
     assert!(
         secs < 20.0,
-        "ran {secs:.1} s (the fault came at 2 s)\n{stdout}"
+        "ran {secs:.1} s (the fault came within 2 s)\n{stdout}"
     );
 }
 
@@ -93,4 +100,18 @@ fn a_panic_on_the_control_thread_ends_in_a_halt_and_a_non_zero_exit() {
 #[test]
 fn a_stalled_tick_trips_the_watchdog_halts_and_exits_non_zero() {
     check("stall", "watchdog");
+}
+
+/// A tick past the watchdog's deadline while its inference runs (no drill: a control period
+/// of 1 ms and a deadline of 1.5 ms, shorter than any inference here): the process must not
+/// wait for the inference, nor run its exit handlers under it.
+#[test]
+fn a_watchdog_trip_during_an_inference_halts_and_exits_non_zero() {
+    let config = CONFIG
+        .replace("{watchdog}", "1.5")
+        .replace("{rate}", "1000");
+    check_run(
+        run("inference", &config, "duration_s: 30\n"),
+        "watchdog: a tick has run for",
+    );
 }
