@@ -216,6 +216,48 @@ fn ros_parameters_that_are_not_fields_are_refused() {
     );
 }
 
+/// `calibrate` on a configuration whose watchdog is as tight as allowed (1.5 periods of a
+/// 100 Hz loop, 15 ms): recording inferences are slow (the 16-bit path outside the graphs,
+/// every FP8 GEMM input read back), and the calibration raises the deadline for them instead
+/// of ending in a watchdog fault.
+#[test]
+fn calibrate_is_not_cut_short_by_the_configurations_watchdog() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = std::env::temp_dir().join(format!("frt-cli-cal-watchdog-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let demo = std::fs::read_to_string(root.join("config/demo.yaml")).unwrap();
+    let tight = edit(
+        &demo[..demo.find("\naudio:").unwrap()],
+        &[
+            ("safety:\n", "safety:\n  watchdog_factor: 1.5\n"),
+            ("  rate_hz: 5\n", "  rate_hz: 100\n"),
+        ],
+    );
+    let cfg = dir.join("tight.yaml");
+    std::fs::write(&cfg, tight).unwrap();
+    let sim = dir.join("sim.yaml");
+    std::fs::write(&sim, "duration_s: 0.03\nevents: []\n").unwrap();
+    let cal = dir.join("cal.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_frt-robot-host"))
+        .args(["--log-level", "warn", "calibrate", "--config"])
+        .arg(&cfg)
+        .arg("--sim")
+        .arg(&sim)
+        .arg("--out")
+        .arg(&cal)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(!stderr.contains("watchdog"), "{stderr}");
+    let c = frt_vla::calibration::Calibration::read(&cal).unwrap();
+    assert!(c.observations >= 1, "{} inferences", c.observations);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `calibrate` records an FP8 calibration on a simulation (the model in 16-bit), and a
 /// configuration with `precision: fp8` and that file runs the same simulation; FP8 without a
 /// calibration, a calibration without FP8, and calibrating a Pi0 are refused by reason.
