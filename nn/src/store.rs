@@ -4,7 +4,10 @@
 //! Sources:
 //! * safetensors (`model.safetensors`, or the shards a `model.safetensors.index.json` lists),
 //!   memory-mapped for the headers: nothing is read until a tensor is uploaded (or read by the
-//!   host: [`View::to_f32`]), and then only its bytes, with positioned reads;
+//!   host: [`View::to_f32`]), and then only its bytes, with positioned reads; f32, bf16 and
+//!   f16 tensors, and pre-quantized weights: E4M3 codes `NAME` (`F8_E4M3`, `[rows, cols]`)
+//!   with one f32 scale per row in `NAME_scale` (`[rows]` or `[rows, 1]`), each value
+//!   `code · scale` ([`Stored::E4M3`]; [`Store::write_quantized`] writes them);
 //! * CTranslate2 `model.bin` (binary versions 4 to 6; float32, float16 and bfloat16
 //!   variables; integer scalars are kept as scalars, aliases resolved);
 //! * generated f32 tensors held in memory (deterministic random models for tests and
@@ -17,6 +20,10 @@
 //! on CUDA; [`SLOTS`] of [`SLOT_BYTES`]), while the device copies the slots filled before:
 //! loading a model needs no host copy of it (in f32 or otherwise), the file is read in large
 //! requests, and the copies run at the link's speed.
+
+mod write;
+
+pub use write::Written;
 
 use crate::error::{Error, Result};
 use frt_exec::{Ctx, Loader, Stream};
@@ -50,6 +57,10 @@ pub enum Stored {
     F32,
     BF16,
     F16,
+    /// A pre-quantized 2-D weight: E4M3 codes, each row's values `code · scale` with the
+    /// row's f32 scale from the tensor [`scale_name`] names. An FP8 upload takes the codes and
+    /// scales as they are; every other read decodes them.
+    E4M3,
 }
 
 impl Stored {
@@ -57,17 +68,25 @@ impl Stored {
         match self {
             Stored::F32 => 4,
             Stored::BF16 | Stored::F16 => 2,
+            Stored::E4M3 => 1,
         }
     }
 
-    /// The device dtype holding these values unchanged.
+    /// The device dtype holding these values unchanged (for E4M3, the codes without their
+    /// scales).
     pub fn dtype(self) -> DType {
         match self {
             Stored::F32 => DType::F32,
             Stored::BF16 => DType::BF16,
             Stored::F16 => DType::F16,
+            Stored::E4M3 => DType::E4M3,
         }
     }
+}
+
+/// The name of the tensor holding the per-row scales of the pre-quantized weight `weight`.
+pub fn scale_name(weight: &str) -> String {
+    format!("{weight}_scale")
 }
 
 enum Bytes {
@@ -108,6 +127,8 @@ struct Entry {
     /// Byte range in the source.
     start: usize,
     len: usize,
+    /// For E4M3 codes: the tensor holding their rows' scales (checked when opened).
+    scale: Option<String>,
 }
 
 /// Bytes read from checkpoints by uploads in this process, for progress reports.
@@ -132,6 +153,8 @@ pub struct Store {
     /// The staging slots of uploads, made on the first upload (for that upload's context)
     /// and freed with the store.
     loader: std::sync::Mutex<Option<Loader>>,
+    /// Names that are aliases of other tensors (written once, under the target's name).
+    aliases: std::collections::HashSet<String>,
 }
 
 impl std::fmt::Debug for Store {
@@ -213,6 +236,7 @@ impl Store {
                     safetensors::Dtype::F32 => Stored::F32,
                     safetensors::Dtype::BF16 => Stored::BF16,
                     safetensors::Dtype::F16 => Stored::F16,
+                    safetensors::Dtype::F8_E4M3 => Stored::E4M3,
                     other => return Err(bad(file, format!("`{name}` has dtype {other:?}"))),
                 };
                 let data = view.data();
@@ -222,6 +246,7 @@ impl Store {
                     shape: view.shape().to_vec(),
                     start: data.as_ptr() as usize - base,
                     len: data.len(),
+                    scale: (stored == Stored::E4M3).then(|| scale_name(&name)),
                 };
                 if store.entries.insert(name.clone(), entry).is_some() {
                     return Err(bad(file, format!("`{name}` is in more than one file")));
@@ -229,7 +254,34 @@ impl Store {
             }
             store.sources.push(mapped);
         }
+        store.check_scales()?;
         Ok(store)
+    }
+
+    /// Every E4M3 tensor is 2-D and has its scales: an f32 tensor of one value per row.
+    fn check_scales(&self) -> Result<()> {
+        for (name, e) in &self.entries {
+            let Some(scale) = &e.scale else { continue };
+            let wrong = |reason: String| Error::BadCheckpoint {
+                file: self.origin.clone(),
+                reason: format!("the E4M3 weight `{name}`: {reason}"),
+            };
+            let rows = match e.shape[..] {
+                [r, c] if r > 0 && c > 0 => r,
+                _ => return Err(wrong(format!("shape {:?}, not [rows, cols]", e.shape))),
+            };
+            let s = self
+                .entries
+                .get(scale)
+                .ok_or_else(|| wrong(format!("no tensor `{scale}` of its {rows} rows' scales")))?;
+            if s.stored != Stored::F32 || !(s.shape == [rows] || s.shape == [rows, 1]) {
+                return Err(wrong(format!(
+                    "its scales `{scale}` are {:?} {:?}, not f32 [{rows}]",
+                    s.stored, s.shape
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// A CTranslate2 `model.bin` (binary versions 4 to 6), memory-mapped.
@@ -309,6 +361,7 @@ impl Store {
                     shape: dims,
                     start,
                     len: nbytes,
+                    scale: None,
                 },
             );
         }
@@ -317,9 +370,7 @@ impl Store {
         for _ in 0..n {
             let alias = rd.string()?;
             let target = rd.string()?;
-            if let Some(e) = store.entries.get(&target).cloned() {
-                store.entries.insert(alias, e);
-            }
+            store.alias(&alias, &target);
         }
         store.sources.push(mapped);
         Ok(store)
@@ -338,6 +389,7 @@ impl Store {
                 shape,
                 start: 0,
                 len: values.len() * 4,
+                scale: None,
             };
             store.sources.push(Bytes::F32(values));
             store.entries.insert(name, entry);
@@ -351,6 +403,7 @@ impl Store {
             sources: Vec::new(),
             entries: HashMap::new(),
             scalars: HashMap::new(),
+            aliases: Default::default(),
             loader: std::sync::Mutex::new(None),
         }
     }
@@ -396,6 +449,7 @@ impl Store {
         match self.entries.get(target).cloned() {
             Some(e) => {
                 self.entries.insert(alias.to_string(), e);
+                self.aliases.insert(alias.to_string());
                 true
             }
             None => false,
@@ -422,11 +476,27 @@ impl Store {
             expected: vec![],
         })?;
         let source = &self.sources[e.source];
+        // A pre-quantized weight's scales, read now (one value a row): finite, and finite
+        // times the largest code.
+        let scales = match &e.scale {
+            Some(sn) => {
+                let v = self.view(sn)?.to_f32()?;
+                if !v
+                    .iter()
+                    .all(|s| (s * frt_kernels::fp8::E4M3_MAX).is_finite())
+                {
+                    return Err(Error::NonFinite { name: sn.clone() });
+                }
+                Some(std::sync::Arc::from(v))
+            }
+            None => None,
+        };
         Ok(View {
             name: name.to_string(),
             stored: e.stored,
             shape: &e.shape,
             bytes: &source.get()[e.start..e.start + e.len],
+            scales,
             loader: &self.loader,
             file: match source {
                 Bytes::Mapped { file, path, .. } => Some((file, path.as_path(), e.start)),
@@ -574,6 +644,8 @@ pub struct View<'a> {
     stored: Stored,
     shape: &'a [usize],
     bytes: &'a [u8],
+    /// The rows' scales of E4M3 codes ([`Stored::E4M3`]).
+    scales: Option<std::sync::Arc<[f32]>>,
     /// The store's staging slots.
     loader: &'a std::sync::Mutex<Option<Loader>>,
     /// The file the bytes lie in (and its path) and where: uploads read it.
@@ -614,11 +686,27 @@ impl<'a> View<'a> {
     /// Values `from..from + out.len()` as f32.
     fn convert(&self, from: usize, out: &mut [f32]) {
         let sz = self.stored.size();
-        decode(
-            self.stored,
-            &self.bytes[from * sz..(from + out.len()) * sz],
-            out,
-        );
+        self.decode(from, &self.bytes[from * sz..(from + out.len()) * sz], out);
+    }
+
+    /// The stored bytes `raw` of values `from..` as f32 into `out` (E4M3 codes times their
+    /// rows' scales).
+    fn decode(&self, from: usize, raw: &[u8], out: &mut [f32]) {
+        match &self.scales {
+            Some(scales) => {
+                let cols = self.shape[1];
+                let table = e4m3_values();
+                for (at, (o, c)) in (from..).zip(out.iter_mut().zip(raw)) {
+                    *o = table[*c as usize] * scales[at / cols];
+                }
+            }
+            None => decode(self.stored, raw, out),
+        }
+    }
+
+    /// The E4M3 rows' scales; `None` for other tensors.
+    pub fn scales(&self) -> Option<&[f32]> {
+        self.scales.as_deref()
     }
 
     /// [`convert`](Self::convert) for uploads: read from the file with a positioned read when
@@ -631,7 +719,7 @@ impl<'a> View<'a> {
             let mut raw = vec![0u8; out.len() * sz];
             file.read_exact_at(&mut raw, (start + from * sz) as u64)
                 .map_err(io(path))?;
-            decode(self.stored, &raw, out);
+            self.decode(from, &raw, out);
             return Ok(());
         }
         self.convert(from, out);
@@ -755,6 +843,17 @@ impl View<'_> {
     /// ([`fill`]): read from the file when it is one, else from memory. Ok(false) when a
     /// value is not finite.
     fn fill_part(&self, at: usize, out: &mut [u8], dt: DType) -> Result<bool> {
+        if self.scales.is_some() && dt != DType::E4M3 {
+            // Codes decoded with their scales, then converted as f32 values are (a code is a
+            // byte: `at` is the first value's index).
+            let mut values = vec![0f32; out.len() / dt.size()];
+            self.read_f32(at, &mut values)?;
+            // SAFETY: plain f32 values viewed as their little-endian bytes (checked above).
+            let bytes = unsafe {
+                std::slice::from_raw_parts(values.as_ptr() as *const u8, values.len() * 4)
+            };
+            return Ok(fill(Stored::F32, bytes, dt, out));
+        }
         let len = out.len() / dt.size() * self.stored.size();
         #[cfg(unix)]
         if let Some((file, path, start)) = self.file {
@@ -806,9 +905,22 @@ fn fill_in_parts<W: Send>(parts: Vec<W>, fill: impl Fn(W) -> Result<bool> + Sync
     })
 }
 
-/// The values stored as `stored` in `b` as f32, into `out` (one for each value).
+/// The value of every E4M3 code.
+fn e4m3_values() -> &'static [f32; 256] {
+    static T: std::sync::OnceLock<[f32; 256]> = std::sync::OnceLock::new();
+    T.get_or_init(|| std::array::from_fn(|c| frt_kernels::fp8::e4m3_to_f32(c as u8)))
+}
+
+/// The values stored as `stored` in `b` as f32, into `out` (one for each value; E4M3 codes
+/// without their scales).
 fn decode(stored: Stored, b: &[u8], out: &mut [f32]) {
     match stored {
+        Stored::E4M3 => {
+            let table = e4m3_values();
+            for (o, c) in out.iter_mut().zip(b) {
+                *o = table[*c as usize];
+            }
+        }
         Stored::F32 => {
             for (o, c) in out.iter_mut().zip(b.chunks_exact(4)) {
                 *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
@@ -869,6 +981,8 @@ fn convert_into<const N: usize>(
         Stored::F16 => outs
             .zip(src.chunks_exact(2))
             .for_each(|(o, c)| put(o, f16::from_le_bytes([c[0], c[1]]).to_f32())),
+        // Decoded with their scales before (`View::fill_part`).
+        Stored::E4M3 => unreachable!("E4M3 codes are converted through f32"),
     }
     finite
 }
@@ -886,6 +1000,8 @@ fn all_finite(stored: Stored, bytes: &[u8]) -> bool {
         Stored::F16 => bytes
             .chunks_exact(2)
             .all(|c| u16::from_le_bytes([c[0], c[1]]) & 0x7c00 != 0x7c00),
+        // No infinities; NaN is S.1111.111.
+        Stored::E4M3 => bytes.iter().all(|c| c & 0x7f != 0x7f),
     }
 }
 
@@ -919,6 +1035,7 @@ impl View<'_> {
     /// several threads filling a slot; the host holds no copy of the whole weight). The codes
     /// and scales are [`quantize_rows_e4m3`](frt_kernels::fp8::quantize_rows_e4m3)'s of the
     /// whole weight: each row's are its own. A non-finite value is an error naming the tensor.
+    /// A pre-quantized weight ([`Stored::E4M3`]) gives its codes and scales as they are.
     fn write_e4m3_rows(&self, q: &QuantizedWeight, s: Stream, row_at: usize) -> Result<()> {
         let upload_err = |reason: String| Error::Upload {
             name: self.name.clone(),
@@ -949,29 +1066,42 @@ impl View<'_> {
         while r < rows {
             let n = pass_rows.min(rows - r);
             let out = &mut loader.slot()?[..n * cols];
-            let sc = &mut scales[r..r + n];
-            let per = n.div_ceil(fill_threads_for(n * cols, n));
-            let parts: Vec<_> = out
-                .chunks_mut(per * cols)
-                .zip(sc.chunks_mut(per))
-                .enumerate()
-                .map(|(k, (o, sc))| (r + k * per, o, sc))
-                .collect();
-            let finite = fill_in_parts(parts, |(first, o, sc)| {
-                self.quantize_rows(first, cols, o, sc)
-            })?;
-            if !finite {
-                // Nothing of this pass is sent.
-                return Err(Error::NonFinite {
-                    name: self.name.clone(),
-                });
-            }
+            self.e4m3_pass(r, cols, out, &mut scales[r..r + n])?;
             loader.send(s, buffer, base + r * cols, n * cols)?;
             count_read(n * cols * self.stored.size());
             r += n;
         }
         q.scales.narrow(0, row_at, rows)?.write_f32(s, &scales)?;
         Ok(())
+    }
+
+    /// The E4M3 codes of rows `r..r + scales.len()` of this `[_, cols]` weight into `out`
+    /// and their scales into `scales`: quantized per row, the rows split over up to
+    /// [`fill_threads`] threads, or as stored for a pre-quantized weight. A non-finite value
+    /// is an error naming the tensor.
+    fn e4m3_pass(&self, r: usize, cols: usize, out: &mut [u8], scales: &mut [f32]) -> Result<()> {
+        let n = scales.len();
+        let per = n.div_ceil(fill_threads_for(n * cols, n));
+        let parts: Vec<_> = out
+            .chunks_mut(per * cols)
+            .zip(scales.chunks_mut(per))
+            .enumerate()
+            .map(|(k, (o, sc))| (r + k * per, o, sc))
+            .collect();
+        let finite = fill_in_parts(parts, |(first, o, sc)| match &self.scales {
+            Some(stored) => {
+                sc.copy_from_slice(&stored[first..first + sc.len()]);
+                self.fill_part(first * cols, o, DType::E4M3)
+            }
+            None => self.quantize_rows(first, cols, o, sc),
+        })?;
+        if finite {
+            Ok(())
+        } else {
+            Err(Error::NonFinite {
+                name: self.name.clone(),
+            })
+        }
     }
 
     /// Rows `first..first + scales.len()` of this `[_, cols]` weight quantized per row into

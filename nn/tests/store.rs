@@ -41,6 +41,7 @@ fn write(path: &std::path::Path, tensors: &[(&str, Vec<usize>, Vec<f32>)], dtype
                     .iter()
                     .flat_map(|x| f16::from_f32(*x).to_le_bytes())
                     .collect(),
+                Stored::E4M3 => unreachable!("written by Store::write_quantized"),
             };
             (n.to_string(), b, s.clone())
         })
@@ -49,6 +50,7 @@ fn write(path: &std::path::Path, tensors: &[(&str, Vec<usize>, Vec<f32>)], dtype
         Stored::F32 => safetensors::Dtype::F32,
         Stored::BF16 => safetensors::Dtype::BF16,
         Stored::F16 => safetensors::Dtype::F16,
+        Stored::E4M3 => unreachable!("written by Store::write_quantized"),
     };
     let views: Vec<_> = bytes
         .iter()
@@ -460,4 +462,250 @@ fn fp8_uploads_quantize_each_row() {
         e.to_string().contains("bias") && e.to_string().contains("2-D"),
         "{e}"
     );
+}
+
+/// `Store::write_quantized` writes the chosen weights as E4M3 codes with their rows' scales
+/// (the codes and scales an FP8 upload of the stored values computes), every other tensor
+/// as stored, and copies the files beside the checkpoint; the store reads the codes back as
+/// they are for FP8 uploads and decoded (`code · scale`) everywhere else.
+#[test]
+fn pre_quantized_checkpoints_round_trip() {
+    use frt_kernels::fp8::{e4m3_to_f32, quantize_rows_e4m3};
+    let dir = tmp("prequant");
+    let ctx = Ctx::host().unwrap();
+    let s = ctx.stream(0).unwrap();
+    // Two passes of rows (8 Mi codes a pass) for `big`.
+    let (rows, cols) = (2200usize, 4000usize);
+    // Rows of different sizes, so that each row's scale is its own.
+    let mut big = values(rows * cols, 11);
+    for (i, v) in big.iter_mut().enumerate() {
+        *v *= (1 + i / cols % 7) as f32 * 0.3;
+    }
+    let small = values(6 * 8, 12);
+    let bias = values(8, 13);
+    let src = dir.join("src");
+    std::fs::create_dir_all(src.join("assets/x")).unwrap();
+    std::fs::write(src.join("config.json"), "{}").unwrap();
+    std::fs::write(src.join("assets/x/norm_stats.json"), "{\"a\": 1}").unwrap();
+    write(
+        &src.join("model.safetensors"),
+        &[
+            ("l.big.weight", vec![rows, cols], big.clone()),
+            ("l.small.weight", vec![6, 8], small.clone()),
+            ("l.small.bias", vec![8], bias.clone()),
+        ],
+        Stored::BF16,
+    );
+    let store = Store::open(&src).unwrap();
+    let out = dir.join("out");
+    let w = store
+        .write_quantized(&["l.big.weight", "l.small.weight"], &out)
+        .unwrap();
+    assert_eq!((w.tensors, w.quantized, w.files_copied), (3, 2, 2));
+    assert_eq!(
+        w.bytes,
+        std::fs::metadata(out.join("model.safetensors"))
+            .unwrap()
+            .len()
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.join("assets/x/norm_stats.json")).unwrap(),
+        "{\"a\": 1}"
+    );
+    assert!(!out.join("model.safetensors.partial").exists());
+
+    let q = Store::open(&out).unwrap();
+    assert_eq!(
+        q.names(),
+        [
+            "l.big.weight",
+            "l.big.weight_scale",
+            "l.small.bias",
+            "l.small.weight",
+            "l.small.weight_scale"
+        ]
+    );
+    let (vb, vq) = (
+        store.view("l.big.weight").unwrap(),
+        q.view("l.big.weight").unwrap(),
+    );
+    assert_eq!(vq.stored(), Stored::E4M3);
+    assert_eq!(vq.shape(), &[rows, cols]);
+    // The bias as it was, bit for bit.
+    assert_eq!(q.view("l.small.bias").unwrap().stored(), Stored::BF16);
+    assert_eq!(
+        q.view("l.small.bias").unwrap().to_f32().unwrap(),
+        store.view("l.small.bias").unwrap().to_f32().unwrap()
+    );
+    // FP8 uploads: the same codes and scales from either checkpoint.
+    let (codes, scales) = quantize_rows_e4m3(&vb.to_f32().unwrap(), rows, cols);
+    for v in [&vb, &vq] {
+        let up = v.upload_e4m3(&ctx, s).unwrap();
+        assert!(up.codes.read_bytes(s).unwrap() == codes, "codes");
+        assert!(up.scales.read_f32(s).unwrap() == scales, "scales");
+    }
+    assert!(vq.scales().unwrap() == &scales[..]);
+    // Any other read decodes: code · its row's scale, then rounded as f32 values are.
+    let decoded: Vec<f32> = codes
+        .iter()
+        .enumerate()
+        .map(|(i, c)| e4m3_to_f32(*c) * scales[i / cols])
+        .collect();
+    assert!(vq.to_f32().unwrap() == decoded, "to_f32");
+    for dt in [DType::F32, DType::BF16] {
+        let t = vq.upload(&ctx, s, dt).unwrap();
+        let want: Vec<f32> = match dt {
+            DType::F32 => decoded.clone(),
+            _ => decoded
+                .iter()
+                .map(|v| bf16::from_f32(*v).to_f32())
+                .collect(),
+        };
+        assert!(t.read_f32(s).unwrap() == want, "{dt:?} upload");
+    }
+    // Written again: the codes and scales as they are.
+    let again = dir.join("again");
+    let w2 = q.write_quantized(&[], &again).unwrap();
+    assert_eq!(w2.quantized, 2);
+    assert_eq!(
+        std::fs::read(again.join("model.safetensors")).unwrap(),
+        std::fs::read(out.join("model.safetensors")).unwrap()
+    );
+    // Not into a folder that holds something.
+    let e = store.write_quantized(&[], &out).err().unwrap();
+    assert!(e.to_string().contains("not empty"), "{e}");
+    // Only 2-D weights, only tensors that exist.
+    let e = store
+        .write_quantized(&["l.small.bias"], &dir.join("x1"))
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("`l.small.bias` is [8]"), "{e}");
+    let e = store
+        .write_quantized(&["l.none.weight"], &dir.join("x2"))
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("`l.none.weight`"), "{e}");
+}
+
+/// A checkpoint of raw tensors and the error it must give.
+type Case = (
+    &'static str,
+    Vec<(&'static str, safetensors::Dtype, Vec<usize>, Vec<u8>)>,
+    &'static str,
+);
+
+/// A pre-quantized weight without its scales, with scales of the wrong shape or type, or
+/// with a NaN code or a non-finite scale is refused, naming the tensor.
+#[test]
+fn broken_pre_quantized_weights_are_refused_by_name() {
+    let dir = tmp("prequant-bad");
+    let write_raw = |name: &str, tensors: &[(&str, safetensors::Dtype, Vec<usize>, Vec<u8>)]| {
+        let sub = dir.join(name);
+        std::fs::create_dir_all(&sub).unwrap();
+        let views: Vec<_> = tensors
+            .iter()
+            .map(|(n, dt, s, b)| {
+                (
+                    n.to_string(),
+                    safetensors::tensor::TensorView::new(*dt, s.clone(), b).unwrap(),
+                )
+            })
+            .collect();
+        safetensors::serialize_to_file(views, &None, &sub.join("model.safetensors")).unwrap();
+        sub
+    };
+    use safetensors::Dtype::{F8_E4M3, F16, F32};
+    let codes = vec![0x38u8; 12]; // 1.0
+    let f32s = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let cases: [Case; 4] = [
+        (
+            "missing",
+            vec![("w", F8_E4M3, vec![3, 4], codes.clone())],
+            "no tensor `w_scale`",
+        ),
+        (
+            "shape",
+            vec![
+                ("w", F8_E4M3, vec![3, 4], codes.clone()),
+                ("w_scale", F32, vec![4], f32s(&[1.0; 4])),
+            ],
+            "not f32 [3]",
+        ),
+        (
+            "dtype",
+            vec![
+                ("w", F8_E4M3, vec![3, 4], codes.clone()),
+                ("w_scale", F16, vec![3], vec![0; 6]),
+            ],
+            "not f32 [3]",
+        ),
+        (
+            "rank",
+            vec![
+                ("w", F8_E4M3, vec![12], codes.clone()),
+                ("w_scale", F32, vec![12], f32s(&[1.0; 12])),
+            ],
+            "shape [12], not [rows, cols]",
+        ),
+    ];
+    for (name, tensors, want) in cases {
+        let e = Store::open(&write_raw(name, &tensors)).err().unwrap();
+        let text = e.to_string();
+        assert!(
+            text.contains("the E4M3 weight `w`") && text.contains(want),
+            "{name}: {text}"
+        );
+    }
+    // Scales of [rows, 1] are taken.
+    let ok = write_raw(
+        "column",
+        &[
+            ("w", F8_E4M3, vec![3, 4], codes.clone()),
+            ("w_scale", F32, vec![3, 1], f32s(&[1.0, 2.0, 0.5])),
+        ],
+    );
+    let st = Store::open(&ok).unwrap();
+    assert_eq!(
+        st.view("w").unwrap().to_f32().unwrap(),
+        [[1.0f32; 4], [2.0; 4], [0.5; 4]].concat()
+    );
+    // A non-finite scale (or one whose largest code overflows), a NaN code.
+    for (name, scale) in [("nan-scale", f32::NAN), ("huge-scale", 1e38)] {
+        let st = Store::open(&write_raw(
+            name,
+            &[
+                ("w", F8_E4M3, vec![3, 4], codes.clone()),
+                ("w_scale", F32, vec![3], f32s(&[1.0, scale, 1.0])),
+            ],
+        ))
+        .unwrap();
+        let e = st.view("w").err().unwrap();
+        assert!(
+            matches!(&e, Error::NonFinite { name } if name == "w_scale"),
+            "{e}"
+        );
+    }
+    let mut nan = codes.clone();
+    nan[7] = 0xff;
+    let st = Store::open(&write_raw(
+        "nan-code",
+        &[
+            ("w", F8_E4M3, vec![3, 4], nan),
+            ("w_scale", F32, vec![3], f32s(&[1.0; 3])),
+        ],
+    ))
+    .unwrap();
+    let v = st.view("w").unwrap();
+    let ctx = Ctx::host().unwrap();
+    let s = ctx.stream(0).unwrap();
+    for e in [
+        v.check_finite().err().unwrap(),
+        v.upload_e4m3(&ctx, s).err().unwrap(),
+        v.upload(&ctx, s, DType::BF16).err().unwrap(),
+    ] {
+        assert!(
+            matches!(&e, Error::NonFinite { name } if name == "w"),
+            "{e}"
+        );
+    }
 }
