@@ -605,9 +605,13 @@ impl<'a> Path<'a> {
     /// The tensor `leaf`, which must have `shape`.
     pub fn get(&self, leaf: impl Display, shape: &[usize]) -> Result<View<'a>> {
         let name = self.name(leaf);
-        let v = self.store.view(&name).map_err(|_| Error::MissingTensor {
-            name: name.clone(),
-            expected: shape.to_vec(),
+        let v = self.store.view(&name).map_err(|e| match e {
+            Error::MissingTensor { .. } => Error::MissingTensor {
+                name: name.clone(),
+                expected: shape.to_vec(),
+            },
+            // A pre-quantized weight's scales unreadable or not finite.
+            other => other,
         })?;
         if v.shape != shape {
             return Err(Error::TensorShape {
@@ -658,9 +662,10 @@ impl<'a> View<'a> {
         &self.name
     }
 
-    /// The tensor's stored size, in bytes (what an upload of it reads: [`bytes_read`]).
+    /// The tensor's stored size, in bytes (what an upload of it reads: [`bytes_read`]); a
+    /// pre-quantized weight's with its scales.
     pub fn stored_len(&self) -> usize {
-        self.bytes.len()
+        self.bytes.len() + self.scales.as_ref().map_or(0, |s| 4 * s.len())
     }
 
     pub fn shape(&self) -> &'a [usize] {
@@ -833,6 +838,9 @@ impl<'a> View<'a> {
             loader.send(s, buffer, base + from * dsz, len * dsz)?;
             count_read(len * ssz);
             from += len;
+        }
+        if let Some(scales) = &self.scales {
+            count_read(4 * scales.len());
         }
         Ok(())
     }
@@ -1072,6 +1080,9 @@ impl View<'_> {
             r += n;
         }
         q.scales.narrow(0, row_at, rows)?.write_f32(s, &scales)?;
+        if self.scales.is_some() {
+            count_read(4 * rows);
+        }
         Ok(())
     }
 

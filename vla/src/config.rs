@@ -41,6 +41,19 @@ pub struct GemmaConfig {
     pub head_dim: usize,
 }
 
+impl GemmaConfig {
+    /// The layer shapes of this stack, as the shared Gemma blocks take them.
+    pub fn dims(&self) -> frt_nn::blocks::gemma::GemmaDims {
+        frt_nn::blocks::gemma::GemmaDims {
+            width: self.width,
+            mlp: self.mlp,
+            heads: self.heads,
+            kv_heads: self.kv_heads,
+            head_dim: self.head_dim,
+        }
+    }
+}
+
 /// The most camera views a model may have (inputs are gathered on the stack).
 pub const MAX_VIEWS: usize = 8;
 

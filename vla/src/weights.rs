@@ -567,6 +567,60 @@ impl Pi05Weights {
         )
     }
 
+    /// The names (as stored) of the weights that a Pi0.5 model with FP8 GEMMs quantizes: the
+    /// action expert's projections, and the language model's with `prefix`, SigLIP's with
+    /// `vision` (as [`Pi05Options::fp8_prefix`](crate::Pi05Options::fp8_prefix) and
+    /// [`fp8_vision`](crate::Pi05Options::fp8_vision) choose). The same lists the FP8
+    /// loaders upload (`GemmaFp8::weights`, `EncoderFp8::weights`).
+    pub fn fp8_weight_names(&self, prefix: bool, vision: bool) -> Result<Vec<String>> {
+        use frt_nn::blocks::encoder::{EncoderFp8, EncoderNames};
+        use frt_nn::blocks::gemma::GemmaFp8;
+        let c = &self.config;
+        if c.variant != Variant::Pi05 {
+            return Err(Error::Config {
+                reason: format!("{} has no FP8 path (Pi0.5 has one)", c.variant.name()),
+            });
+        }
+        let root = self.root();
+        let mut views = Vec::new();
+        let mut stacks = vec![(EXPERT, &c.expert)];
+        if prefix {
+            stacks.push((LLM, &c.llm));
+        }
+        for (part, g) in stacks {
+            for i in 0..g.depth {
+                let p = root.pp(part).pp("layers").pp(i);
+                views.extend(GemmaFp8::weights(&p, &g.dims())?.into_iter().flatten());
+            }
+        }
+        if vision {
+            let sg = &c.siglip;
+            for i in 0..sg.depth {
+                let p = root.pp(VISION).pp("encoder.layers").pp(i);
+                let w = EncoderFp8::weights(&p, &EncoderNames::SIGLIP, sg.width, sg.mlp)?;
+                views.extend(w.into_iter().flatten());
+            }
+        }
+        Ok(views.iter().map(|v| v.name().to_string()).collect())
+    }
+
+    /// Writes this checkpoint into the new folder `dir` with the weights
+    /// [`fp8_weight_names`](Self::fp8_weight_names) names pre-quantized to E4M3 (per output
+    /// feature, the codes and scales an FP8 model computes at load: a model built from it
+    /// holds the same FP8 weights and reads half their bytes) and every other tensor as
+    /// stored, with the files beside it (`config.json`, norm stats); see
+    /// [`Store::write_quantized`].
+    pub fn write_fp8(
+        &self,
+        prefix: bool,
+        vision: bool,
+        dir: &Path,
+    ) -> Result<frt_nn::store::Written> {
+        let names = self.fp8_weight_names(prefix, vision)?;
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        Ok(self.store.write_quantized(&names, dir)?)
+    }
+
     /// Opens a checkpoint folder for `config`: `model.safetensors`, or shards listed in
     /// `model.safetensors.index.json`; openpi or LeRobot naming; f32, bf16 or f16; memory-mapped
     /// (nothing is read but the headers until the model uploads its tensors). Every tensor

@@ -401,3 +401,70 @@ fn stage_outputs_show_where_fp8_begins() {
     eprintln!("SigLIP in FP8: vision output cosine {cos:.7} against 16 bits");
     assert!(v != v16 && cos > 0.99, "SigLIP in FP8");
 }
+
+/// A checkpoint written with its FP8 weights pre-quantized (`Pi05Weights::write_fp8`) builds
+/// FP8 models that compute what the same models built from the 16-bit checkpoint compute, bit
+/// for bit, for each choice of stages in FP8, with the 16-bit weights kept or not (those a
+/// model keeps are decoded from the codes); its quantized weights take half the bytes.
+#[test]
+fn a_pre_quantized_checkpoint_builds_the_same_fp8_models() {
+    let dt = DType::BF16;
+    let Tiny { ctx, s, c, w, base } = tiny(21, dt);
+    let cal = calibrate(&base, &[owned(&c, 1), owned(&c, 2)]);
+    let dir = std::env::temp_dir().join(format!("frt-vla-prequant-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let src = dir.join("bf16");
+    w.write(&src, true, 2, false).unwrap();
+    let bf16 = Pi05Weights::load(&src, &c).unwrap();
+    let held = owned(&c, 5);
+    let run = |m: &Pi05| with_obs(&held, |obs| m.infer(obs).unwrap());
+    for (prefix, vision) in [(false, false), (true, false), (true, true)] {
+        let out = dir.join(format!("fp8-{prefix}-{vision}"));
+        let written = bf16.write_fp8(prefix, vision, &out).unwrap();
+        let names = bf16.fp8_weight_names(prefix, vision).unwrap();
+        let per_layer = |g: &frt_vla::GemmaConfig| 7 * g.depth;
+        let want = per_layer(&c.expert)
+            + if prefix { per_layer(&c.llm) } else { 0 }
+            + if vision { 6 * c.siglip.depth } else { 0 };
+        assert_eq!((names.len(), written.quantized), (want, want));
+        assert!(written.files_copied >= 1, "config.json");
+        let q = Pi05Weights::load(&out, &c).unwrap();
+        assert_eq!(
+            q.get(&names[0]).unwrap().stored(),
+            frt_nn::Stored::E4M3,
+            "{}",
+            names[0]
+        );
+        // Codes and their scales in place of bf16 values.
+        let (a, b) = (bf16.get(&names[0]).unwrap(), q.get(&names[0]).unwrap());
+        let rows = a.shape()[0];
+        assert_eq!(b.stored_len(), a.stored_len() / 2 + 4 * rows);
+        for keep in [false, true] {
+            let build = |w: &Pi05Weights| {
+                let mut o = Pi05Options::new(dt);
+                o.fp8 = Some(cal.clone());
+                o.fp8_prefix = prefix;
+                o.fp8_vision = vision;
+                o.fp8_keep_16bit = keep;
+                Pi05::build(&ctx, s, w, &o).unwrap()
+            };
+            assert!(
+                bits(&run(&build(&bf16))) == bits(&run(&build(&q))),
+                "prefix {prefix}, vision {vision}, 16-bit weights kept: {keep}"
+            );
+        }
+    }
+    // A 16-bit model of the pre-quantized checkpoint runs on the decoded weights: close to
+    // the FP8 model's actions, not the 16-bit checkpoint's bits.
+    let q = Pi05Weights::load(&dir.join("fp8-true-true"), &c).unwrap();
+    let decoded = run(&Pi05::build(&ctx, s, &q, &Pi05Options::new(dt)).unwrap());
+    let original = run(&base);
+    assert!(decoded != original && cosine(&decoded, &original) > 0.99);
+    // Pi0 has no FP8 path to quantize for.
+    let mut c0 = Pi05Config::tiny();
+    c0.variant = Variant::Pi0;
+    let w0 = Pi05Weights::random(&c0, 3);
+    let e = w0.fp8_weight_names(true, true).unwrap_err().to_string();
+    assert!(e.contains("no FP8 path"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -11,7 +11,7 @@
 
 use super::{LayerNorm, Linear};
 use crate::error::Result;
-use crate::store::{Path, QuantizedWeight, upload_stacked, upload_stacked_e4m3};
+use crate::store::{Path, QuantizedWeight, View, upload_stacked, upload_stacked_e4m3};
 use frt_exec::{Ctx, Stream};
 use frt_kernels::{AttentionPlan, DType, Epilogue, Gemm, GemmOptions, Kernels, Tensor};
 
@@ -236,6 +236,29 @@ pub struct EncoderFp8 {
 }
 
 impl EncoderFp8 {
+    /// The checkpoint weights of the layer under `p` (named as `n` says) that
+    /// [`load`](Self::load) quantizes, in its order: q, k, v (stacked), out, fc1, fc2.
+    pub fn weights<'a>(
+        p: &Path<'a>,
+        n: &EncoderNames,
+        width: usize,
+        mlp: usize,
+    ) -> Result<[Vec<View<'a>>; 4]> {
+        let one = |name: &str, out: usize, inp: usize| -> Result<Vec<View<'a>>> {
+            Ok(vec![p.pp(name).get("weight", &[out, inp])?])
+        };
+        let qkv = [n.q, n.k, n.v]
+            .iter()
+            .map(|x| p.pp(x).get("weight", &[width, width]))
+            .collect::<Result<Vec<_>>>()?;
+        Ok([
+            qkv,
+            one(n.out, width, width)?,
+            one(n.fc1, mlp, width)?,
+            one(n.fc2, width, mlp)?,
+        ])
+    }
+
     /// Loads the projections of the layer under `p` (named as `n` says) quantized per row.
     pub fn load(
         p: &Path,
@@ -245,18 +268,12 @@ impl EncoderFp8 {
         ctx: &Ctx,
         s: Stream,
     ) -> Result<EncoderFp8> {
-        let one = |name: &str, out: usize, inp: usize| -> Result<QuantizedWeight> {
-            p.pp(name).get("weight", &[out, inp])?.upload_e4m3(ctx, s)
-        };
-        let qkv = [n.q, n.k, n.v]
-            .iter()
-            .map(|x| p.pp(x).get("weight", &[width, width]))
-            .collect::<Result<Vec<_>>>()?;
+        let [qkv, out, fc1, fc2] = Self::weights(p, n, width, mlp)?;
         Ok(EncoderFp8 {
             qkv: upload_stacked_e4m3(&qkv, ctx, s)?,
-            out: one(n.out, width, width)?,
-            fc1: one(n.fc1, mlp, width)?,
-            fc2: one(n.fc2, width, mlp)?,
+            out: upload_stacked_e4m3(&out, ctx, s)?,
+            fc1: upload_stacked_e4m3(&fc1, ctx, s)?,
+            fc2: upload_stacked_e4m3(&fc2, ctx, s)?,
         })
     }
 }

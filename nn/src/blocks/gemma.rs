@@ -5,7 +5,7 @@
 //! fused projection, and the gated GELU MLP with `gate; up` fused.
 
 use crate::error::Result;
-use crate::store::{Path, QuantizedWeight, upload_stacked, upload_stacked_e4m3};
+use crate::store::{Path, QuantizedWeight, View, upload_stacked, upload_stacked_e4m3};
 use frt_exec::{Ctx, Stream};
 use frt_kernels::{DType, Tensor};
 
@@ -111,36 +111,35 @@ pub struct GemmaFp8 {
 }
 
 impl GemmaFp8 {
-    /// Loads the projections of the layer under `p` quantized per row.
-    pub fn load(p: &Path, d: &GemmaDims, ctx: &Ctx, s: Stream) -> Result<GemmaFp8> {
+    /// The checkpoint weights of the layer under `p` that [`load`](Self::load) quantizes, in
+    /// its order: q, k, v (stacked), o, gate, up (stacked), down.
+    pub fn weights<'a>(p: &Path<'a>, d: &GemmaDims) -> Result<[Vec<View<'a>>; 4]> {
         let (w, q_rows, kv_rows) = (d.width, d.heads * d.head_dim, d.kv_heads * d.head_dim);
         let a = p.pp("self_attn");
         let m = p.pp("mlp");
+        Ok([
+            vec![
+                a.pp("q_proj").get("weight", &[q_rows, w])?,
+                a.pp("k_proj").get("weight", &[kv_rows, w])?,
+                a.pp("v_proj").get("weight", &[kv_rows, w])?,
+            ],
+            vec![a.pp("o_proj").get("weight", &[w, q_rows])?],
+            vec![
+                m.pp("gate_proj").get("weight", &[d.mlp, w])?,
+                m.pp("up_proj").get("weight", &[d.mlp, w])?,
+            ],
+            vec![m.pp("down_proj").get("weight", &[w, d.mlp])?],
+        ])
+    }
+
+    /// Loads the projections of the layer under `p` quantized per row.
+    pub fn load(p: &Path, d: &GemmaDims, ctx: &Ctx, s: Stream) -> Result<GemmaFp8> {
+        let [qkv, o, gate_up, down] = Self::weights(p, d)?;
         Ok(GemmaFp8 {
-            qkv: upload_stacked_e4m3(
-                &[
-                    a.pp("q_proj").get("weight", &[q_rows, w])?,
-                    a.pp("k_proj").get("weight", &[kv_rows, w])?,
-                    a.pp("v_proj").get("weight", &[kv_rows, w])?,
-                ],
-                ctx,
-                s,
-            )?,
-            o: a.pp("o_proj")
-                .get("weight", &[w, q_rows])?
-                .upload_e4m3(ctx, s)?,
-            gate_up: upload_stacked_e4m3(
-                &[
-                    m.pp("gate_proj").get("weight", &[d.mlp, w])?,
-                    m.pp("up_proj").get("weight", &[d.mlp, w])?,
-                ],
-                ctx,
-                s,
-            )?,
-            down: m
-                .pp("down_proj")
-                .get("weight", &[w, d.mlp])?
-                .upload_e4m3(ctx, s)?,
+            qkv: upload_stacked_e4m3(&qkv, ctx, s)?,
+            o: upload_stacked_e4m3(&o, ctx, s)?,
+            gate_up: upload_stacked_e4m3(&gate_up, ctx, s)?,
+            down: upload_stacked_e4m3(&down, ctx, s)?,
         })
     }
 }

@@ -76,11 +76,12 @@ impl Store {
         for out in &outs {
             match out {
                 Out::Copy(v) => {
-                    source_bytes += v.stored_len() as u64;
-                    let mut buf = vec![0u8; COPY_BYTES.min(v.stored_len())];
+                    let len = v.stored_len();
+                    source_bytes += len as u64;
+                    let mut buf = vec![0u8; COPY_BYTES.min(len)];
                     let mut at = 0;
-                    while at < v.stored_len() {
-                        let part = &mut buf[..COPY_BYTES.min(v.stored_len() - at)];
+                    while at < len {
+                        let part = &mut buf[..COPY_BYTES.min(len - at)];
                         if !v.fill_part(at, part, v.stored.dtype())? {
                             return Err(Error::NonFinite {
                                 name: v.name.clone(),
@@ -93,9 +94,6 @@ impl Store {
                 Out::Codes(v) => {
                     source_bytes += v.stored_len() as u64;
                     let scales = v.write_codes(|b| put(&mut w, b))?;
-                    if let Some(s) = &v.scales {
-                        source_bytes += 4 * s.len() as u64;
-                    }
                     let bytes: Vec<u8> = scales.iter().flat_map(|s| s.to_le_bytes()).collect();
                     put(&mut w, &bytes)?;
                 }

@@ -19,7 +19,7 @@ use frt_kernels::{
     AttentionMask, AttentionPlan, DType, Fp8GegluLinear, Fp8Linear, Fp8SplitLinear, GegluLinear,
     Gemm, Kernels, RopeTable, SplitLinear, Tensor,
 };
-use frt_nn::blocks::gemma::{GemmaDims, GemmaProjections};
+use frt_nn::blocks::gemma::GemmaProjections;
 
 /// What a calibration run does at each FP8 GEMM input: is given the activation (see
 /// [`Expert::record_calibrating`]).
@@ -270,13 +270,7 @@ impl Expert {
         let flow = Flow::build(k, s, w, &io, &a32, &aln32)?;
         let fp8 = match fp8 {
             Some(cal) => {
-                let dims = GemmaDims {
-                    width: eg.width,
-                    mlp: eg.mlp,
-                    heads: eg.heads,
-                    kv_heads: eg.kv_heads,
-                    head_dim: eg.head_dim,
-                };
+                let dims = eg.dims();
                 let stack =
                     Fp8Stack::load(k, s, w, ("expert", EXPERT), &dims, eg.depth, 4, s_len, cal)?;
                 let mlp = match stack.plan_geglu(k, s_len, dt)? {

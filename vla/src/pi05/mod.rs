@@ -138,7 +138,6 @@ use crate::weights::{EXPERT, LLM, Pi05Weights};
 use flow::Inpaint;
 use frt_exec::{Buffer, Ctx, Graph, HostBuffer, Plan, ShapeKey, Stream};
 use frt_kernels::{DType, KernelOptions, Kernels, Tensor};
-use frt_nn::blocks::gemma::GemmaDims;
 use prefix::{GemmaLayer, PrefixParts};
 
 const GEMMA_EPS: f32 = 1e-6;
@@ -619,13 +618,6 @@ impl Pi05 {
             Ok(t)
         };
         let root = w.root();
-        let dims = |g: &crate::config::GemmaConfig| GemmaDims {
-            width: g.width,
-            mlp: g.mlp,
-            heads: g.heads,
-            kv_heads: g.kv_heads,
-            head_dim: g.head_dim,
-        };
         // A stack in FP8 without `fp8_keep_16bit` loads no 16-bit projections.
         let fp8_on = options.fp8.is_some() && c.variant == Variant::Pi05;
         let keep = options.fp8_keep_16bit;
@@ -640,7 +632,7 @@ impl Pi05 {
             let l = GemmaLayer {
                 w: frt_nn::blocks::gemma::GemmaLayer::load(
                     &lp,
-                    &dims(lg),
+                    &lg.dims(),
                     false,
                     ll_proj,
                     ctx,
@@ -656,7 +648,7 @@ impl Pi05 {
             el.push(GemmaLayer {
                 w: frt_nn::blocks::gemma::GemmaLayer::load(
                     &ep,
-                    &dims(eg),
+                    &eg.dims(),
                     adaptive,
                     el_proj,
                     ctx,
@@ -686,7 +678,7 @@ impl Pi05 {
                     s,
                     w,
                     ("prefix", LLM),
-                    &dims(lg),
+                    &lg.dims(),
                     lg.depth,
                     2,
                     p_len,
