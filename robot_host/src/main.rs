@@ -171,6 +171,17 @@ enum Command {
         #[arg(long, default_value_t = frt_vla::calibration::DEFAULT_PERCENTILE)]
         percentile: f64,
     },
+    /// Writes the configuration's checkpoint into a new folder with the weights its
+    /// `precision: fp8` model runs in FP8 pre-quantized (E4M3 codes and a scale per output
+    /// feature, as the model would quantize them at load) and everything else as it is:
+    /// naming that folder as `model.checkpoint` builds the same model from half those bytes.
+    Quantize {
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// The new checkpoint folder (must not exist, or be empty).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
     /// Validates a configuration and everything it names (checkpoint, tokenizer, norm stats,
     /// Whisper), builds the model, and prints a summary.
     Check {
@@ -340,6 +351,7 @@ fn main() {
             precision,
         } => replay(&recording, backend.as_deref(), precision.as_deref()),
         Command::Check { config } => check(&config),
+        Command::Quantize { config, out } => quantize(&config, &out),
         Command::Serve { config, port } => serve_openpi(&config, port),
         Command::Bench {
             iters,
@@ -431,6 +443,32 @@ fn serve_openpi(path: &Path, port: Option<u16>) -> Result<(), String> {
 /// `check`: every load and validation `run` performs, and the summary. Exits non-zero on the
 /// first problem. A CUDA configuration on a machine without a usable GPU is checked without
 /// the device part (weights, tokenizer, norm stats, Whisper), saying what was skipped.
+/// `quantize`: the configuration's checkpoint written with its FP8 weights pre-quantized.
+fn quantize(config: &Path, out: &Path) -> Result<(), String> {
+    let cfg = Config::load(config).map_err(|e| format!("{}: {e}", config.display()))?;
+    let t = std::time::Instant::now();
+    let w = frt_robot_host::policy::quantize_checkpoint(&cfg, out)
+        .map_err(|e| format!("quantize: {e}"))?;
+    let gb = |b: u64| b as f64 / 1e9;
+    println!(
+        "wrote {}: {} tensors, {} of them weights as E4M3 codes with per-feature scales; \
+         {:.2} GB (the tensors took {:.2} GB), and {} files from beside the checkpoint, in {:.1} s",
+        w.file.display(),
+        w.tensors,
+        w.quantized,
+        gb(w.bytes),
+        gb(w.source_bytes),
+        w.files_copied,
+        t.elapsed().as_secs_f64()
+    );
+    println!(
+        "with `model.checkpoint: {}` (and this configuration's precision, calibration and fp8 \
+         settings) the node builds the same FP8 model",
+        out.display()
+    );
+    Ok(())
+}
+
 fn check(path: &Path) -> Result<(), String> {
     let cfg = Config::load(path).map_err(|e| format!("{}: {e}", path.display()))?;
     cfg.validate_for_this_machine()

@@ -317,6 +317,43 @@ fn load_weights(cfg: &Config, mc: &Pi05Config) -> Result<Pi05Weights> {
     })
 }
 
+/// Writes the configuration's checkpoint into the new folder `out` with the weights its
+/// `precision: fp8` model runs in FP8 pre-quantized (the action expert's, and the language
+/// model's and SigLIP's unless `model.fp8_prefix` / `fp8_vision` are off), every other tensor
+/// and the files beside the checkpoint as they are (`frt-robot-host quantize`; see
+/// [`Pi05Weights::write_fp8`]). The configuration with `model.checkpoint: out` builds the same
+/// FP8 model, reading half those weights' bytes and quantizing nothing at load.
+pub fn quantize_checkpoint(cfg: &Config, out: &Path) -> Result<frt_vla::WrittenCheckpoint> {
+    let refuse = |field: &str, problem: String| {
+        Error::from(crate::config::ConfigError {
+            field: field.into(),
+            problem,
+        })
+    };
+    if cfg.model.precision != Precision::Fp8 {
+        return Err(refuse(
+            "model.precision",
+            format!(
+                "{:?}: quantizing writes the weights a `precision: fp8` model runs in FP8",
+                cfg.model.precision
+            ),
+        ));
+    }
+    let ModelSource::Checkpoint(dir) = cfg.model.source() else {
+        return Err(refuse(
+            "model.random",
+            "a generated model has no checkpoint to quantize".into(),
+        ));
+    };
+    let mc = model_config(cfg)?;
+    let w = Pi05Weights::load(&dir, &mc)?;
+    Ok(w.write_fp8(
+        cfg.model.fp8_prefix.unwrap_or(true),
+        cfg.model.fp8_vision.unwrap_or(true),
+        out,
+    )?)
+}
+
 /// Every load and check of [`Policy::build`] that needs no device: the tokenizer against the
 /// model, the norm stats, the checkpoint's tensors and shapes (`check` on a machine without
 /// the configured GPU).

@@ -28,6 +28,7 @@ fn help_and_version_exit_zero() {
         "transcribe",
         "ros",
         "replay",
+        "quantize",
         "calibrate",
     ] {
         let out = frt(&[cmd, "--help"]);
@@ -614,4 +615,149 @@ fn bench_reports_the_ticking_threads_settings() {
         text.contains("| tick (frames in → chunk out), ms |"),
         "{text}"
     );
+}
+
+/// `quantize` writes a checkpoint whose FP8 weights are pre-quantized: the same FP8 node runs
+/// from it (the same chunks on the script's clock); a configuration that is not FP8, a
+/// generated model and a folder that holds something are refused by reason.
+#[test]
+fn quantize_writes_a_checkpoint_the_same_fp8_node_runs_from() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = std::env::temp_dir().join(format!("frt-cli-quantize-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let ckpt = dir.join("bf16");
+    let c = frt_vla::Pi05Config::tiny();
+    frt_vla::Pi05Weights::random(&c, 7)
+        .write(&ckpt, true, 1, false)
+        .unwrap();
+    let demo = std::fs::read_to_string(root.join("config/demo.yaml")).unwrap();
+    let base = edit(
+        &demo[..demo.find("\naudio:").unwrap()],
+        &[
+            ("safety:\n", "safety:\n  watchdog_factor: 1000\n"),
+            (
+                "  random: { size: tiny, seed: 7 }\n",
+                &format!(
+                    "  checkpoint: {}\n  tokenizer: {}/assets/demo-tokenizer.json\n",
+                    ckpt.display(),
+                    env!("CARGO_MANIFEST_DIR")
+                ),
+            ),
+            ("  precision: f32\n", "  precision: bf16\n"),
+        ],
+    );
+    let write = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let run = |args: &[&std::ffi::OsStr]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_frt-robot-host"))
+            .args(["--log-level", "warn"])
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let os = |s: &str| std::ffi::OsString::from(s);
+    let bf16_cfg = write("bf16.yaml", &base);
+    let sim = write("sim.yaml", "duration_s: 1.2\nevents: []\n");
+    let cal = dir.join("cal.json");
+    let (code, stdout, stderr) = run(&[
+        &os("calibrate"),
+        &os("--config"),
+        bf16_cfg.as_os_str(),
+        &os("--sim"),
+        sim.as_os_str(),
+        &os("--out"),
+        cal.as_os_str(),
+    ]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let fp8 = edit(
+        &base,
+        &[(
+            "  precision: bf16\n",
+            &format!("  precision: fp8\n  calibration: {}\n", cal.display()),
+        )],
+    );
+    let fp8_cfg = write("fp8.yaml", &fp8);
+    let q = dir.join("fp8");
+    let (code, stdout, stderr) = run(&[
+        &os("quantize"),
+        &os("--config"),
+        fp8_cfg.as_os_str(),
+        &os("--out"),
+        q.as_os_str(),
+    ]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("weights as E4M3 codes"), "{stdout}");
+    assert!(q.join("model.safetensors").is_file() && q.join("config.json").is_file());
+    let small = std::fs::metadata(q.join("model.safetensors"))
+        .unwrap()
+        .len();
+    let big = std::fs::metadata(ckpt.join("model.safetensors"))
+        .unwrap()
+        .len();
+    assert!(small < big, "{small} bytes against {big}");
+    let fp8q_cfg = write(
+        "fp8q.yaml",
+        &edit(
+            &fp8,
+            &[(
+                &format!("  checkpoint: {}\n", ckpt.display()),
+                &format!("  checkpoint: {}\n", q.display()),
+            )],
+        ),
+    );
+    let chunks = |cfg: &std::path::Path| {
+        let (code, stdout, stderr) = run(&[
+            &os("run"),
+            &os("--config"),
+            cfg.as_os_str(),
+            &os("--sim"),
+            sim.as_os_str(),
+            &os("--fast"),
+        ]);
+        assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+        stdout
+            .lines()
+            .filter(|l| l.contains("chunk #"))
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    let (a, b) = (chunks(&fp8_cfg), chunks(&fp8q_cfg));
+    assert!(!a.is_empty() && a == b, "{a:?}\n{b:?}");
+
+    // Refused: a 16-bit configuration, a generated model, a folder that holds something.
+    let random = write(
+        "random.yaml",
+        &edit(
+            &demo[..demo.find("\naudio:").unwrap()],
+            &[(
+                "  precision: f32\n",
+                &format!("  precision: fp8\n  calibration: {}\n", cal.display()),
+            )],
+        ),
+    );
+    for (cfg, out, want) in [
+        (&bf16_cfg, dir.join("x1"), "model.precision: Bf16"),
+        (&random, dir.join("x2"), "model.random: a generated model"),
+        (&fp8_cfg, q.clone(), "not empty"),
+    ] {
+        let (code, stdout, stderr) = run(&[
+            &os("quantize"),
+            &os("--config"),
+            cfg.as_os_str(),
+            &os("--out"),
+            out.as_os_str(),
+        ]);
+        assert_eq!(code, Some(2), "{stdout}\n{stderr}");
+        assert!(stderr.contains(want), "{want}: {stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

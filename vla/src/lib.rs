@@ -19,6 +19,7 @@ pub use config::{GemmaConfig, MAX_VIEWS, Pi05Config, SiglipConfig, Variant};
 pub use error::{Error, Result};
 /// Bytes of checkpoint tensors uploads have read so far in this process (progress reports).
 pub use frt_nn::bytes_read as checkpoint_bytes_read;
+pub use frt_nn::store::Written as WrittenCheckpoint;
 pub use inputs::ModelImage;
 pub use pi05::{
     EXACT_PREFIX_VARIANTS, MAX_FRAME_SIDE, Observation, Pi05, Pi05Options, PromptMode, Stage,
