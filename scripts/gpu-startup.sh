@@ -3,12 +3,14 @@
 # staged folder (scripts/stage-gpu.sh; the Gemma tokenizer unpacked to
 # /tmp/frt-gemma-tokenizer.json):
 #
-#     [ROUNDS=N] bash .gpu/gpu-startup.sh [bf16|f32|fp8 ...]
+#     [ROUNDS=N] bash .gpu/gpu-startup.sh [bf16|f32|fp8|fp8q ...]
 #
 # For each checkpoint precision (default: bf16 and f32) it writes full-size random Pi0.5
 # weights as a safetensors checkpoint (`pi05-bench --write-checkpoint`; `fp8`: a bf16
 # checkpoint run with `precision: fp8`, its calibration recorded first on the same simulation
-# by `frt-robot-host calibrate`, with a kernel cache of its own), then runs
+# by `frt-robot-host calibrate`, with a kernel cache of its own; `fp8q`: the same, then the
+# checkpoint written with its FP8 weights pre-quantized by `frt-robot-host quantize`, and the
+# node started from that one), then runs
 # `frt-robot-host run --live` on a two-second simulation, cold (an empty kernel and GEMM
 # tuning cache, the page cache dropped where this user may) then warm (the same cache, the
 # checkpoint's pages as the run before left them), ROUNDS times (default 1). Each run prints
@@ -20,6 +22,7 @@ tokenizer=/tmp/frt-gemma-tokenizer.json
 [ -f "$tokenizer" ] || { echo "no $tokenizer (see the README's GPU section)"; exit 1; }
 work=/tmp/frt-startup
 mkdir -p "$work"
+rm -f "$work/fp8.calibration.json"
 cat > "$work/sim.yaml" <<'EOF'
 duration_s: 2
 camera_rate_hz: 15
@@ -73,10 +76,20 @@ safety:
   action_min: [-10.0]
   action_max: [10.0]
 EOF
-        if [ "$p" = fp8 ]; then
-            echo "calibrating: $(FRT_KERNEL_CACHE="$work/cache-fp8-calibration" "$here/frt-robot-host" calibrate \
-                --config "$work/$p.yaml" --from "$work/sim.yaml" --out "$work/fp8.calibration.json" 2>&1 | tail -1)"
+        if [ "$p" = fp8 ] || [ "$p" = fp8q ]; then
+            # One calibration for `fp8` and `fp8q` (the same generated weights).
+            [ -f "$work/fp8.calibration.json" ] ||
+                echo "calibrating: $(FRT_KERNEL_CACHE="$work/cache-fp8-calibration" "$here/frt-robot-host" calibrate \
+                    --config "$work/$p.yaml" --from "$work/sim.yaml" --out "$work/fp8.calibration.json" 2>&1 | tail -1)"
             sed -i "s|^  precision: bf16|  precision: fp8\n  calibration: $work/fp8.calibration.json|" "$work/$p.yaml"
+        fi
+        if [ "$p" = fp8q ]; then
+            rm -rf "$ckpt-e4m3"
+            start=$(date +%s.%N)
+            "$here/frt-robot-host" quantize --config "$work/$p.yaml" --out "$ckpt-e4m3" | head -1
+            echo "quantize wall time: $(awk "BEGIN { printf \"%.2f\", $(date +%s.%N) - $start }") s"
+            du -sh "$ckpt-e4m3"
+            sed -i "s|^  checkpoint: .*|  checkpoint: $ckpt-e4m3|" "$work/$p.yaml"
         fi
         cache="$work/cache-$p"
         for run in $(for _ in $(seq "${ROUNDS:-1}"); do echo cold warm; done); do
