@@ -7,6 +7,20 @@ mod common;
 use common::edit;
 use std::process::{Command, Stdio};
 
+/// The binary with `args` at log level warn: (exit code, stdout, stderr).
+fn run_warn(args: &[&std::ffi::OsStr]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_frt-robot-host"))
+        .args(["--log-level", "warn"])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
 fn frt(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_frt-robot-host"))
         .args(args)
@@ -281,18 +295,7 @@ fn calibrate_records_a_file_that_an_fp8_configuration_runs_with() {
     let f32_cfg = write("f32.yaml", &base);
     let sim = write("sim.yaml", "duration_s: 1.2\nevents: []\n");
     let cal = dir.join("cal.json");
-    let run = |args: &[&std::ffi::OsStr]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_frt-robot-host"))
-            .args(["--log-level", "warn"])
-            .args(args)
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).to_string(),
-            String::from_utf8_lossy(&out.stderr).to_string(),
-        )
-    };
+    let run = run_warn;
     let os = |s: &str| std::ffi::OsString::from(s);
     let (code, stdout, stderr) = run(&[
         &os("calibrate"),
@@ -652,18 +655,7 @@ fn quantize_writes_a_checkpoint_the_same_fp8_node_runs_from() {
         std::fs::write(&p, text).unwrap();
         p
     };
-    let run = |args: &[&std::ffi::OsStr]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_frt-robot-host"))
-            .args(["--log-level", "warn"])
-            .args(args)
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).to_string(),
-            String::from_utf8_lossy(&out.stderr).to_string(),
-        )
-    };
+    let run = run_warn;
     let os = |s: &str| std::ffi::OsString::from(s);
     let bf16_cfg = write("bf16.yaml", &base);
     let sim = write("sim.yaml", "duration_s: 1.2\nevents: []\n");
