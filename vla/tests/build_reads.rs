@@ -1,6 +1,7 @@
 //! What a build reads of the stored weights: `Pi05Weights::bytes_a_build_reads` is exactly what
 //! `frt_nn::bytes_read` counts while a tiny model builds on the host, in 16 bits and in FP8
-//! with and without SigLIP (whose projections an FP8 vision reads twice). One test in its own
+//! with and without SigLIP (whose projections an FP8 vision reads twice), also from a
+//! checkpoint with its FP8 weights pre-quantized. One test in its own
 //! binary: the counter is the process's, so no other build may run beside it.
 
 use frt_exec::Ctx;
@@ -57,4 +58,29 @@ fn a_build_reads_what_bytes_a_build_reads_says() {
             "vision {vision}"
         );
     }
+    // From a checkpoint whose FP8 weights are pre-quantized (codes and their scales): what
+    // the build reads, every stored tensor once (SigLIP's codes and scales twice in FP8).
+    let dir = std::env::temp_dir().join(format!("frt-vla-build-reads-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    w.write(&dir.join("bf16"), true, 1, false).unwrap();
+    Pi05Weights::load(&dir.join("bf16"), &c)
+        .unwrap()
+        .write_fp8(true, true, &dir.join("fp8"))
+        .unwrap();
+    let q = Pi05Weights::load(&dir.join("fp8"), &c).unwrap();
+    for vision in [false, true] {
+        let mut o = Pi05Options::new(DType::BF16);
+        o.fp8 = Some(cal.clone());
+        o.fp8_vision = vision;
+        o.fp8_keep_16bit = false;
+        let before = frt_nn::bytes_read();
+        Pi05::build(&ctx, s, &q, &o).unwrap();
+        let read = frt_nn::bytes_read() - before;
+        assert_eq!(
+            read,
+            q.bytes_a_build_reads(&o),
+            "pre-quantized, vision {vision}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
