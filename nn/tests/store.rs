@@ -574,6 +574,28 @@ fn pre_quantized_checkpoints_round_trip() {
     // Not into a folder that holds something.
     let e = store.write_quantized(&[], &out).err().unwrap();
     assert!(e.to_string().contains("not empty"), "{e}");
+    // A NaN in a weight being quantized: an error naming it, nothing left in the folder
+    // but what was copied before the checkpoint (no partial file).
+    let mut nan = big.clone();
+    nan[rows * cols - 3] = f32::NAN;
+    let bad_src = dir.join("bad-src");
+    std::fs::create_dir_all(&bad_src).unwrap();
+    write(
+        &bad_src.join("model.safetensors"),
+        &[("l.big.weight", vec![rows, cols], nan)],
+        Stored::BF16,
+    );
+    let bad_out = dir.join("bad-out");
+    let e = Store::open(&bad_src)
+        .unwrap()
+        .write_quantized(&["l.big.weight"], &bad_out)
+        .err()
+        .unwrap();
+    assert!(
+        matches!(&e, Error::NonFinite { name } if name == "l.big.weight"),
+        "{e}"
+    );
+    assert_eq!(std::fs::read_dir(&bad_out).unwrap().count(), 0);
     // Only 2-D weights, only tensors that exist.
     let e = store
         .write_quantized(&["l.small.bias"], &dir.join("x1"))

@@ -62,47 +62,15 @@ impl Store {
         std::fs::create_dir_all(dir).map_err(io(dir))?;
         let file = dir.join("model.safetensors");
         let partial = dir.join("model.safetensors.partial");
-        let header = header(&outs)?;
-        let mut w = std::io::BufWriter::with_capacity(
-            1 << 20,
-            std::fs::File::create(&partial).map_err(io(&partial))?,
-        );
-        let put = |w: &mut std::io::BufWriter<std::fs::File>, b: &[u8]| {
-            w.write_all(b).map_err(io(&partial))
-        };
-        put(&mut w, &(header.len() as u64).to_le_bytes())?;
-        put(&mut w, &header)?;
-        let mut source_bytes = 0u64;
-        for out in &outs {
-            match out {
-                Out::Copy(v) => {
-                    let len = v.stored_len();
-                    source_bytes += len as u64;
-                    let mut buf = vec![0u8; COPY_BYTES.min(len)];
-                    let mut at = 0;
-                    while at < len {
-                        let part = &mut buf[..COPY_BYTES.min(len - at)];
-                        if !v.fill_part(at, part, v.stored.dtype())? {
-                            return Err(Error::NonFinite {
-                                name: v.name.clone(),
-                            });
-                        }
-                        put(&mut w, part)?;
-                        at += part.len();
-                    }
-                }
-                Out::Codes(v) => {
-                    source_bytes += v.stored_len() as u64;
-                    let scales = v.write_codes(|b| put(&mut w, b))?;
-                    let bytes: Vec<u8> = scales.iter().flat_map(|s| s.to_le_bytes()).collect();
-                    put(&mut w, &bytes)?;
-                }
+        let written = write_file(&outs, &partial);
+        let (bytes, source_bytes) = match written {
+            Ok(b) => b,
+            Err(e) => {
+                // Nothing half-written is left behind.
+                let _ = std::fs::remove_file(&partial);
+                return Err(e);
             }
-        }
-        let f = w.into_inner().map_err(|e| io(&partial)(e.into_error()))?;
-        f.sync_all().map_err(io(&partial))?;
-        let bytes = f.metadata().map_err(io(&partial))?.len();
-        drop(f);
+        };
         std::fs::rename(&partial, &file).map_err(io(&file))?;
         let files_copied = if self.origin.is_dir() {
             copy_beside(&self.origin, dir)?
@@ -184,6 +152,51 @@ impl View<'_> {
         }
         Ok(scales)
     }
+}
+
+/// Writes the safetensors file of `outs` at `partial`: (its size, the stored size of what it
+/// holds).
+fn write_file(outs: &[Out], partial: &FsPath) -> Result<(u64, u64)> {
+    let header = header(outs)?;
+    let mut w = std::io::BufWriter::with_capacity(
+        1 << 20,
+        std::fs::File::create(partial).map_err(io(partial))?,
+    );
+    let put =
+        |w: &mut std::io::BufWriter<std::fs::File>, b: &[u8]| w.write_all(b).map_err(io(partial));
+    put(&mut w, &(header.len() as u64).to_le_bytes())?;
+    put(&mut w, &header)?;
+    let mut source_bytes = 0u64;
+    for out in outs {
+        match out {
+            Out::Copy(v) => {
+                let len = v.stored_len();
+                source_bytes += len as u64;
+                let mut buf = vec![0u8; COPY_BYTES.min(len)];
+                let mut at = 0;
+                while at < len {
+                    let part = &mut buf[..COPY_BYTES.min(len - at)];
+                    if !v.fill_part(at, part, v.stored.dtype())? {
+                        return Err(Error::NonFinite {
+                            name: v.name.clone(),
+                        });
+                    }
+                    put(&mut w, part)?;
+                    at += part.len();
+                }
+            }
+            Out::Codes(v) => {
+                source_bytes += v.stored_len() as u64;
+                let scales = v.write_codes(|b| put(&mut w, b))?;
+                let bytes: Vec<u8> = scales.iter().flat_map(|s| s.to_le_bytes()).collect();
+                put(&mut w, &bytes)?;
+            }
+        }
+    }
+    let f = w.into_inner().map_err(|e| io(partial)(e.into_error()))?;
+    f.sync_all().map_err(io(partial))?;
+    let bytes = f.metadata().map_err(io(partial))?.len();
+    Ok((bytes, source_bytes))
 }
 
 /// The safetensors header of `outs`, written in their order: the JSON, padded with spaces
