@@ -301,20 +301,28 @@ impl Tensor {
 
     /// Reads the values as f32 (contiguous float tensors; allocates).
     pub fn read_f32(&self, s: Stream) -> Result<Vec<f32>> {
+        let (mut raw, mut out) = (Vec::new(), Vec::new());
+        self.read_f32_into(s, &mut raw, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`read_f32`](Self::read_f32) into `out` (resized to the values), the bytes staged in
+    /// `raw`: both keep their capacity, so that reading many tensors in turn allocates (and
+    /// faults in fresh pages) only for the largest.
+    pub fn read_f32_into(&self, s: Stream, raw: &mut Vec<u8>, out: &mut Vec<f32>) -> Result<()> {
         self.expect_contiguous("read_f32")?;
         self.expect_float("read_f32", "tensor")?;
-        let mut bytes = vec![0u8; self.numel() * self.dtype.size()];
+        raw.resize(self.numel() * self.dtype.size(), 0);
         self.buffer
-            .download(s, self.offset * self.dtype.size(), &mut bytes)?;
-        Ok(with_float!(self.dtype, T, {
-            bytes
-                .chunks_exact(std::mem::size_of::<T>())
-                .map(|c| {
-                    // SAFETY: `c` holds exactly one T, read unaligned.
-                    unsafe { std::ptr::read_unaligned(c.as_ptr() as *const T) }.to_f32()
-                })
-                .collect()
-        }))
+            .download(s, self.offset * self.dtype.size(), raw)?;
+        out.clear();
+        with_float!(self.dtype, T, {
+            out.extend(raw.chunks_exact(std::mem::size_of::<T>()).map(|c| {
+                // SAFETY: `c` holds exactly one T, read unaligned.
+                unsafe { std::ptr::read_unaligned(c.as_ptr() as *const T) }.to_f32()
+            }))
+        });
+        Ok(())
     }
 
     /// Writes i32 values (contiguous i32 tensors).

@@ -2715,3 +2715,25 @@ fn the_tma_ring_probe_is_refused_off_hopper() {
             .to_string();
     assert!(e.contains("sm_90"), "{e}");
 }
+
+/// `Tensor::read_f32_into` reads each tensor in turn into the same two buffers (a larger one,
+/// then smaller ones of other dtypes, then a narrowed view): each read gives exactly its
+/// tensor's values, as `read_f32` does.
+#[test]
+fn read_backs_into_reused_buffers_hold_each_tensor() {
+    let b = common::host();
+    let ctx = b.k.ctx();
+    let (mut raw, mut out) = (Vec::new(), Vec::new());
+    for (dt, n) in [(DType::F32, 1000), (DType::BF16, 300), (DType::F16, 7)] {
+        // Whole numbers below 256: the same in every one of these dtypes.
+        let v: Vec<f32> = (0..n).map(|i| (i % 250) as f32 - 3.0).collect();
+        let t = Tensor::alloc(ctx, "x", dt, &[n]).unwrap();
+        t.write_f32(b.s, &v).unwrap();
+        t.read_f32_into(b.s, &mut raw, &mut out).unwrap();
+        assert_eq!(out, t.read_f32(b.s).unwrap(), "{dt:?}");
+        assert_eq!(out, v, "{dt:?}");
+        let part = t.narrow(0, 2, 3).unwrap();
+        part.read_f32_into(b.s, &mut raw, &mut out).unwrap();
+        assert_eq!(out, v[2..5], "{dt:?}, narrowed");
+    }
+}

@@ -1347,9 +1347,11 @@ impl Pi05 {
             return Err(Error::Config { reason });
         }
         let s = self.s;
+        // One pair of read-back buffers for every GEMM input of the inference.
+        let (mut raw, mut values) = (Vec::new(), Vec::new());
         let mut probe = |name: &str, t: &Tensor| -> Result<()> {
-            let v = t.read_f32(s)?;
-            rec.record(name, &v)
+            t.read_f32_into(s, &mut raw, &mut values)?;
+            rec.record(name, &values)
         };
         self.vision_model
             .run_calibrating(&self.k, s, self.encoded(), &mut probe)?;
