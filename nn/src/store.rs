@@ -437,6 +437,11 @@ impl Store {
         self.entries.contains_key(name)
     }
 
+    /// How the tensor `name` is stored, if it is there (reads nothing).
+    pub fn stored_as(&self, name: &str) -> Option<Stored> {
+        self.entries.get(name).map(|e| e.stored)
+    }
+
     /// An integer scalar of a CTranslate2 model (`encoder/num_heads`); `spec:{name}` is set
     /// for the model's spec name.
     pub fn scalar(&self, name: &str) -> Option<i64> {

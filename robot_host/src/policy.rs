@@ -400,6 +400,20 @@ impl Policy {
             seconds = format!("{:.2}", t.elapsed().as_secs_f64()),
             "weights opened; building the graphs (uploads, GEMM tuning, captures)"
         );
+        let fp8_stages = (cfg.model.precision == Precision::Fp8).then(|| {
+            (
+                cfg.model.fp8_prefix.unwrap_or(true),
+                cfg.model.fp8_vision.unwrap_or(true),
+            )
+        });
+        let decoded = weights.pre_quantized_outside(fp8_stages)?;
+        if decoded > 0 {
+            tracing::warn!(
+                weights = decoded,
+                "the checkpoint holds pre-quantized (E4M3) weights that this model runs in 16 \
+                 bits: they compute with the codes' values, not the weights they were made from"
+            );
+        }
         let t = std::time::Instant::now();
         let (lo, hi) = ctx.priority_range();
         let check = |field: &str, p: i32| {

@@ -716,6 +716,8 @@ fn quantize_writes_a_checkpoint_the_same_fp8_node_runs_from() {
             &os("--fast"),
         ]);
         assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+        // Its FP8 stages take every pre-quantized weight: nothing to say.
+        assert!(!stderr.contains("pre-quantized (E4M3)"), "{stderr}");
         stdout
             .lines()
             .filter(|l| l.contains("chunk #"))
@@ -724,6 +726,30 @@ fn quantize_writes_a_checkpoint_the_same_fp8_node_runs_from() {
     };
     let (a, b) = (chunks(&fp8_cfg), chunks(&fp8q_cfg));
     assert!(!a.is_empty() && a == b, "{a:?}\n{b:?}");
+    // A 16-bit node on the pre-quantized checkpoint runs, and says what it computes with.
+    let bf16q_cfg = write(
+        "bf16q.yaml",
+        &edit(
+            &base,
+            &[(
+                &format!("  checkpoint: {}\n", ckpt.display()),
+                &format!("  checkpoint: {}\n", q.display()),
+            )],
+        ),
+    );
+    let (code, stdout, stderr) = run(&[
+        &os("run"),
+        &os("--config"),
+        bf16q_cfg.as_os_str(),
+        &os("--sim"),
+        sim.as_os_str(),
+        &os("--fast"),
+    ]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("pre-quantized (E4M3) weights that this model runs in 16 bits"),
+        "{stderr}"
+    );
 
     // Refused: a 16-bit configuration, a generated model, a folder that holds something.
     let random = write(

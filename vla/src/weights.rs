@@ -604,6 +604,27 @@ impl Pi05Weights {
         Ok(views.iter().map(|v| v.name().to_string()).collect())
     }
 
+    /// How many of the checkpoint's tensors are pre-quantized weights (E4M3 codes) that a
+    /// model with `fp8` stages (`Some((prefix, vision))` as in
+    /// [`fp8_weight_names`](Self::fp8_weight_names); `None`: a 16-bit model) does not run in
+    /// FP8: its 16-bit layers then compute with their decoded values, not with the weights the
+    /// codes were made from.
+    pub fn pre_quantized_outside(&self, fp8: Option<(bool, bool)>) -> Result<usize> {
+        let fp8_names: std::collections::HashSet<String> = match fp8 {
+            Some((prefix, vision)) if self.config.variant == Variant::Pi05 => {
+                self.fp8_weight_names(prefix, vision)?.into_iter().collect()
+            }
+            _ => Default::default(),
+        };
+        Ok(self
+            .store
+            .names()
+            .into_iter()
+            .filter(|n| self.store.stored_as(n) == Some(frt_nn::Stored::E4M3))
+            .filter(|n| !fp8_names.contains(*n))
+            .count())
+    }
+
     /// Writes this checkpoint into the new folder `dir` with the weights
     /// [`fp8_weight_names`](Self::fp8_weight_names) names pre-quantized to E4M3 (per output
     /// feature, the codes and scales an FP8 model computes at load: a model built from it

@@ -457,6 +457,20 @@ fn a_pre_quantized_checkpoint_builds_the_same_fp8_models() {
     // A 16-bit model of the pre-quantized checkpoint runs on the decoded weights: close to
     // the FP8 model's actions, not the 16-bit checkpoint's bits.
     let q = Pi05Weights::load(&dir.join("fp8-true-true"), &c).unwrap();
+    let (expert, llm, vision) = (7 * c.expert.depth, 7 * c.llm.depth, 6 * c.siglip.depth);
+    for (stages, outside) in [
+        (Some((true, true)), 0),
+        (Some((true, false)), vision),
+        (Some((false, false)), llm + vision),
+        (None, expert + llm + vision),
+    ] {
+        assert_eq!(
+            q.pre_quantized_outside(stages).unwrap(),
+            outside,
+            "{stages:?}"
+        );
+    }
+    assert_eq!(bf16.pre_quantized_outside(None).unwrap(), 0);
     let decoded = run(&Pi05::build(&ctx, s, &q, &Pi05Options::new(dt)).unwrap());
     let original = run(&base);
     assert!(decoded != original && cosine(&decoded, &original) > 0.99);
