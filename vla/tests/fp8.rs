@@ -471,6 +471,26 @@ fn a_pre_quantized_checkpoint_builds_the_same_fp8_models() {
         );
     }
     assert_eq!(bf16.pre_quantized_outside(None).unwrap(), 0);
+    // LeRobot's naming (`model.` before every name), one file: the same.
+    let lerobot = dir.join("lerobot");
+    w.write(&lerobot, true, 1, true).unwrap();
+    let lw = Pi05Weights::load(&lerobot, &c).unwrap();
+    lw.write_fp8(true, true, &dir.join("lerobot-fp8")).unwrap();
+    let lq = Pi05Weights::load(&dir.join("lerobot-fp8"), &c).unwrap();
+    assert_eq!(
+        lq.pre_quantized_outside(None).unwrap(),
+        expert + llm + vision
+    );
+    let fp8_model = |w: &Pi05Weights| {
+        let mut o = Pi05Options::new(dt);
+        o.fp8 = Some(cal.clone());
+        o.fp8_vision = true;
+        Pi05::build(&ctx, s, w, &o).unwrap()
+    };
+    assert!(
+        bits(&run(&fp8_model(&lw))) == bits(&run(&fp8_model(&lq))),
+        "LeRobot naming"
+    );
     let decoded = run(&Pi05::build(&ctx, s, &q, &Pi05Options::new(dt)).unwrap());
     let original = run(&base);
     assert!(decoded != original && cosine(&decoded, &original) > 0.99);
