@@ -496,7 +496,14 @@ fn pre_quantized_checkpoints_round_trip() {
         ],
         Stored::BF16,
     );
-    let store = Store::open(&src).unwrap();
+    let mut store = Store::open(&src).unwrap();
+    // An alias is written once, under its target's name, and is not quantized by its own.
+    assert!(store.alias("l.tied.weight", "l.small.weight"));
+    let e = store
+        .write_quantized(&["l.tied.weight"], &dir.join("x0"))
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("alias"), "{e}");
     let out = dir.join("out");
     let w = store
         .write_quantized(&["l.big.weight", "l.small.weight"], &out)

@@ -98,6 +98,12 @@ impl Store {
                     name: name.to_string(),
                     expected: vec![],
                 })?;
+            if self.aliases.contains(*name) {
+                return Err(bad(
+                    file,
+                    format!("`{name}` is another tensor's alias: name the tensor itself"),
+                ));
+            }
             if !matches!(e.shape[..], [r, c] if r > 0 && c > 0) {
                 return Err(bad(
                     file,
