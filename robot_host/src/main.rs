@@ -440,9 +440,6 @@ fn serve_openpi(path: &Path, port: Option<u16>) -> Result<(), String> {
     server.wait()
 }
 
-/// `check`: every load and validation `run` performs, and the summary. Exits non-zero on the
-/// first problem. A CUDA configuration on a machine without a usable GPU is checked without
-/// the device part (weights, tokenizer, norm stats, Whisper), saying what was skipped.
 /// `quantize`: the configuration's checkpoint written with its FP8 weights pre-quantized.
 fn quantize(config: &Path, out: &Path) -> Result<(), String> {
     let cfg = Config::load(config).map_err(|e| format!("{}: {e}", config.display()))?;
@@ -469,6 +466,9 @@ fn quantize(config: &Path, out: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// `check`: every load and validation `run` performs, and the summary. Exits non-zero on the
+/// first problem. A CUDA configuration on a machine without a usable GPU is checked without
+/// the device part (weights, tokenizer, norm stats, Whisper), saying what was skipped.
 fn check(path: &Path) -> Result<(), String> {
     let cfg = Config::load(path).map_err(|e| format!("{}: {e}", path.display()))?;
     cfg.validate_for_this_machine()
