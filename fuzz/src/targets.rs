@@ -795,10 +795,17 @@ impl Target for VlaCheckpointTarget {
         w.write(&d, true, 1, false)
             .expect("write the tiny checkpoint");
         let bf16 = std::fs::read(d.join("model.safetensors")).expect("seed");
+        // The same with its FP8 weights pre-quantized (E4M3 codes and their scales).
+        let q = self.dir.join("seed-fp8");
+        let _ = std::fs::remove_dir_all(&q);
+        frt_vla::weights::Pi05Weights::load(&d, &self.config)
+            .and_then(|b| b.write_fp8(true, true, &q))
+            .expect("write the pre-quantized checkpoint");
+        let fp8 = std::fs::read(q.join("model.safetensors")).expect("seed");
         w.write(&d, false, 1, true)
             .expect("write the tiny checkpoint");
         let f32_lerobot = std::fs::read(d.join("model.safetensors")).expect("seed");
-        vec![bf16, f32_lerobot]
+        vec![bf16, f32_lerobot, fp8]
     }
     fn run(&mut self, input: &[u8]) -> Result<(), String> {
         std::fs::write(self.dir.join("model.safetensors"), input).map_err(|e| e.to_string())?;
