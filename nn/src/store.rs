@@ -127,8 +127,10 @@ struct Entry {
     /// Byte range in the source.
     start: usize,
     len: usize,
-    /// For E4M3 codes: the tensor holding their rows' scales (checked when opened).
+    /// For E4M3 codes: the tensor holding their rows' scales (checked when opened), and
+    /// their values once read.
     scale: Option<String>,
+    scales: std::sync::OnceLock<std::sync::Arc<[f32]>>,
 }
 
 /// Bytes read from checkpoints by uploads in this process, for progress reports.
@@ -247,6 +249,7 @@ impl Store {
                     start: data.as_ptr() as usize - base,
                     len: data.len(),
                     scale: (stored == Stored::E4M3).then(|| scale_name(&name)),
+                    scales: Default::default(),
                 };
                 if store.entries.insert(name.clone(), entry).is_some() {
                     return Err(bad(file, format!("`{name}` is in more than one file")));
@@ -362,6 +365,7 @@ impl Store {
                     start,
                     len: nbytes,
                     scale: None,
+                    scales: Default::default(),
                 },
             );
         }
@@ -390,6 +394,7 @@ impl Store {
                 start: 0,
                 len: values.len() * 4,
                 scale: None,
+                scales: Default::default(),
             };
             store.sources.push(Bytes::F32(values));
             store.entries.insert(name, entry);
@@ -484,16 +489,21 @@ impl Store {
         // A pre-quantized weight's scales, read now (one value a row): finite, and finite
         // times the largest code.
         let scales = match &e.scale {
-            Some(sn) => {
-                let v = self.view(sn)?.to_f32()?;
-                if !v
-                    .iter()
-                    .all(|s| (s * frt_kernels::fp8::E4M3_MAX).is_finite())
-                {
-                    return Err(Error::NonFinite { name: sn.clone() });
+            // Read once for every view of the weight (a lookup that checks shapes, then the
+            // upload); only scales that passed are kept.
+            Some(sn) => Some(match e.scales.get() {
+                Some(v) => v.clone(),
+                None => {
+                    let v = self.view(sn)?.to_f32()?;
+                    if !v
+                        .iter()
+                        .all(|s| (s * frt_kernels::fp8::E4M3_MAX).is_finite())
+                    {
+                        return Err(Error::NonFinite { name: sn.clone() });
+                    }
+                    e.scales.get_or_init(|| std::sync::Arc::from(v)).clone()
                 }
-                Some(std::sync::Arc::from(v))
-            }
+            }),
             None => None,
         };
         Ok(View {

@@ -610,19 +610,22 @@ impl Pi05Weights {
     /// FP8: its 16-bit layers then compute with their decoded values, not with the weights the
     /// codes were made from.
     pub fn pre_quantized_outside(&self, fp8: Option<(bool, bool)>) -> Result<usize> {
+        let stored = self.store.names();
+        let codes: Vec<&str> = stored
+            .into_iter()
+            .filter(|n| self.store.stored_as(n) == Some(frt_nn::Stored::E4M3))
+            .collect();
+        if codes.is_empty() {
+            // The usual checkpoint: nothing to look up.
+            return Ok(0);
+        }
         let fp8_names: std::collections::HashSet<String> = match fp8 {
             Some((prefix, vision)) if self.config.variant == Variant::Pi05 => {
                 self.fp8_weight_names(prefix, vision)?.into_iter().collect()
             }
             _ => Default::default(),
         };
-        Ok(self
-            .store
-            .names()
-            .into_iter()
-            .filter(|n| self.store.stored_as(n) == Some(frt_nn::Stored::E4M3))
-            .filter(|n| !fp8_names.contains(*n))
-            .count())
+        Ok(codes.iter().filter(|n| !fp8_names.contains(**n)).count())
     }
 
     /// Writes this checkpoint into the new folder `dir` with the weights
