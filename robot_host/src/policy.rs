@@ -346,12 +346,17 @@ pub fn quantize_checkpoint(cfg: &Config, out: &Path) -> Result<frt_vla::WrittenC
         ));
     };
     let mc = model_config(cfg)?;
-    let w = Pi05Weights::load(&dir, &mc)?;
-    Ok(w.write_fp8(
+    let (prefix, vision) = fp8_stages(cfg);
+    Ok(Pi05Weights::load(&dir, &mc)?.write_fp8(prefix, vision, out)?)
+}
+
+/// Whether the language model and SigLIP run in FP8 when the model does (`model.fp8_prefix`,
+/// `model.fp8_vision`; both by default).
+fn fp8_stages(cfg: &Config) -> (bool, bool) {
+    (
         cfg.model.fp8_prefix.unwrap_or(true),
         cfg.model.fp8_vision.unwrap_or(true),
-        out,
-    )?)
+    )
 }
 
 /// Every load and check of [`Policy::build`] that needs no device: the tokenizer against the
@@ -400,13 +405,8 @@ impl Policy {
             seconds = format!("{:.2}", t.elapsed().as_secs_f64()),
             "weights opened; building the graphs (uploads, GEMM tuning, captures)"
         );
-        let fp8_stages = (cfg.model.precision == Precision::Fp8).then(|| {
-            (
-                cfg.model.fp8_prefix.unwrap_or(true),
-                cfg.model.fp8_vision.unwrap_or(true),
-            )
-        });
-        let decoded = weights.pre_quantized_outside(fp8_stages)?;
+        let fp8 = (cfg.model.precision == Precision::Fp8).then(|| fp8_stages(cfg));
+        let decoded = weights.pre_quantized_outside(fp8)?;
         if decoded > 0 {
             tracing::warn!(
                 weights = decoded,
@@ -448,8 +448,8 @@ impl Policy {
             compact_views: true,
             run_variants_once: true,
             fp8: fp8_expert,
-            fp8_prefix: cfg.model.fp8_prefix.unwrap_or(true),
-            fp8_vision: cfg.model.fp8_vision.unwrap_or(true),
+            fp8_prefix: fp8_stages(cfg).0,
+            fp8_vision: fp8_stages(cfg).1,
             // A node records calibrations on a 16-bit model (`calibrate`), so its FP8 stacks
             // load only their FP8 weights.
             fp8_keep_16bit: false,
